@@ -1,0 +1,38 @@
+# heapsight: `make demo` and `make test` work from a clean clone on Debian 12.
+# They install missing Debian packages, make a virtual environment in .venv, and build
+# the package (the C part with it) into that environment.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+HS     := $(VENV)/bin/heapsight
+SOURCES := $(shell find src native scenarios -type f) CMakeLists.txt pyproject.toml
+
+.PHONY: all setup demo test test-native bench clean
+
+all: setup
+setup: .stamp-install
+
+.stamp-deps: scripts/install-deps
+	./scripts/install-deps
+	@touch $@
+
+$(PY): .stamp-deps
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "pytest>=7"
+
+.stamp-install: $(PY) $(SOURCES)
+	$(PY) -m pip install -q --no-build-isolation --no-deps .
+	@touch $@
+
+demo: setup
+	@echo "== heapsight run on the retention scenario: 8 threads allocate 256 MiB, free 63 of every 64 blocks =="
+	$(HS) run -o heapsight-demo.hsrun.json.gz -- $$($(PY) -c 'from heapsight.native import program; print(program("hs-retention"))')
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) bench/overhead
+
+clean:
+	rm -rf $(VENV) build .stamp-* test-output

@@ -1,0 +1,90 @@
+/* heapsight.h: the stats segment, the one contract between libheapsight.so (writer) and
+ * the CLI (reader, src/heapsight/segment.py mirrors this layout field by field).
+ * Every field is a 64-bit little-endian integer; byte arrays are NUL padded. Bump
+ * HS_SEGMENT_VERSION whenever a field moves. */
+#ifndef HEAPSIGHT_H
+#define HEAPSIGHT_H
+
+#include <stdint.h>
+
+#define HS_SEGMENT_MAGIC 0x3147455354485348ull /* "HSHTSEG1" */
+#define HS_SEGMENT_VERSION 2
+#define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
+#define HS_HIST_BUCKETS 64    /* request-size histogram: bucket b holds sizes in [2^(b-1), 2^b) */
+#define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
+#define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
+#define HS_CLASSES (HS_FINE_CLASSES + (64 - 10) * HS_SUBCLASSES)
+#define HS_FLUSH_BYTES (64 * 1024) /* per-thread slack before the global peak is updated */
+
+/* Allocator identities (hs_segment_t.allocator_id). */
+enum { HS_ALLOC_UNKNOWN = 0, HS_ALLOC_GLIBC = 1, HS_ALLOC_JEMALLOC = 2,
+       HS_ALLOC_TCMALLOC = 3, HS_ALLOC_MIMALLOC = 4, HS_ALLOC_MMAP = 5 };
+
+/* Segment states (hs_segment_t.state). */
+enum { HS_STATE_EMPTY = 0, HS_STATE_RUNNING = 1, HS_STATE_EXITING = 2, HS_STATE_DONE = 3 };
+
+/* The allocator's own view of its heap, whichever allocator it is. Bytes unless named. */
+typedef struct hs_alloc_stats_s {
+  uint64_t time_ns;          /* CLOCK_MONOTONIC when taken */
+  uint64_t in_use_bytes;     /* handed out to the program, as the allocator counts it */
+  uint64_t free_bytes;       /* free but held by the allocator (not necessarily resident) */
+  uint64_t mapped_bytes;     /* obtained from the OS: sbrk + heaps + mmapped chunks */
+  uint64_t resident_bytes;   /* allocator's own resident figure, 0 when it has none */
+  uint64_t mmapped_bytes;    /* in separately mmapped chunks */
+  uint64_t arenas;           /* arena count (glibc: <heap nr=...> in malloc_info) */
+  uint64_t top_pad_bytes;    /* releasable top of the main heap (glibc keepcost) */
+  uint64_t raw[10];          /* allocator-specific: glibc mallinfo2 fields in order */
+} hs_alloc_stats_t;
+
+/* One thread's counters. Only its owner writes them (no locks); readers sum all slots. */
+typedef struct hs_slot_s {
+  uint64_t claimed;          /* 1 while a live thread owns it */
+  uint64_t tid;              /* last owner */
+  uint64_t n_alloc;          /* successful allocations (realloc counts one alloc + one free) */
+  uint64_t n_free;
+  uint64_t n_realloc;
+  uint64_t req_alloc_bytes;  /* requested bytes, summed at allocation */
+  uint64_t usable_alloc_bytes;
+  uint64_t usable_free_bytes;
+  uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
+  uint64_t n_large_heap;     /* glibc: allocations >= 128 KiB served from an arena */
+  int64_t pending_bytes;     /* usable bytes not yet added to the global live figure */
+  uint64_t pad[5];
+  uint64_t hist[HS_HIST_BUCKETS];
+  uint64_t cls_alloc[HS_CLASSES];  /* per usable-size class: allocations, */
+  uint64_t cls_free[HS_CLASSES];   /* frees, */
+  uint64_t cls_waste[HS_CLASSES];  /* and (usable - requested) summed at allocation */
+} hs_slot_t;
+
+typedef struct hs_segment_s {
+  uint64_t magic, version, size_bytes, slot_bytes, max_slots, n_classes;
+  uint64_t owner_pid;        /* the process whose figures these are (first to attach) */
+  uint64_t state;
+  uint64_t execs;            /* times the owner re-attached after execve */
+  uint64_t forks;            /* children forked by the owner (their figures are not here) */
+  uint64_t foreign_attaches; /* other processes (descendants) that found the segment taken */
+  uint64_t slots_used;       /* high-water mark of slot indices */
+  uint64_t slot_overflows;   /* thread starts that found every slot taken */
+  uint64_t start_ns;         /* CLOCK_MONOTONIC at attach */
+  uint64_t start_rss_bytes, start_anon_bytes; /* /proc/self/status at attach */
+  int64_t live_usable_bytes; /* global figure, updated every HS_FLUSH_BYTES per thread */
+  uint64_t peak_usable_bytes;
+  uint64_t peak_ns;
+  uint64_t allocator_id;
+  char allocator_name[32];
+  uint64_t usable_by_header; /* 1: glibc chunk header read directly; 0: malloc_usable_size */
+  uint64_t helper_mallocs;   /* allocations made by the stats thread: must stay 0 */
+  uint64_t stats_hz_milli;
+  uint64_t stats_seq;        /* seqlock over `stats`: odd while being written */
+  hs_alloc_stats_t stats;
+  /* The release probe at exit (state DONE once written). */
+  uint64_t exit_ns, release_ns;
+  uint64_t exit_rss_before, exit_rss_after, exit_anon_before, exit_anon_after;
+  uint64_t exit_release_kind; /* what was called, as HS_ALLOC_* of the allocator */
+  hs_alloc_stats_t exit_stats_before, exit_stats_after;
+  uint64_t slots_offset;      /* byte offset of slots[0], for readers */
+  uint64_t reserved[31];
+  hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
+} hs_segment_t;
+
+#endif

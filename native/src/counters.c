@@ -1,0 +1,109 @@
+/* counters.c: the slow paths behind the inline hot path: a thread claims a slot on its
+ * first allocation and gives it back when it exits; the global live figure and its peak. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "hs_internal.h"
+
+HS_TLS hs_slot_t *_hs_tslot;
+static HS_TLS int t_busy;        /* inside a slow path: do not recurse */
+static HS_TLS int t_exited;      /* our key destructor ran: later calls go to slot 0 */
+HS_TLS int _hs_t_helper;         /* the stats thread: its allocations are a bug to report */
+static pthread_key_t g_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static hs_slot_t g_discard;      /* a sink for calls that must not be counted */
+
+static void release_slot(void *arg) {
+  (void)arg;
+  hs_slot_t *s = _hs_tslot;
+  if (s == NULL || s == &g_discard) return;
+  _hs_flush(s);
+  _hs_tslot = NULL;
+  t_exited = 1;
+  __atomic_store_n(&s->claimed, 0, __ATOMIC_RELEASE); /* totals stay: readers only sum */
+}
+
+static void make_key(void) { pthread_key_create(&g_key, release_slot); }
+
+hs_slot_t *_hs_slot_claim(void) {
+  if (t_busy) return &g_discard;
+  if (_hs_t_helper) {
+    __atomic_fetch_add(&_hs_seg->helper_mallocs, 1, __ATOMIC_RELAXED);
+    return &g_discard;
+  }
+  if (t_exited || _hs_seg == NULL) return NULL;
+  t_busy = 1;
+  hs_segment_t *seg = _hs_seg;
+  hs_slot_t *got = NULL;
+  for (unsigned i = 1; i < HS_MAX_SLOTS && !got; i++) {
+    uint64_t zero = 0;
+    if (seg->slots[i].claimed == 0 &&
+        __atomic_compare_exchange_n(&seg->slots[i].claimed, &zero, 1, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED)) {
+      got = &seg->slots[i];
+      got->tid = (uint64_t)syscall(SYS_gettid);
+      uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
+      while (used < i + 1 && !__atomic_compare_exchange_n(&seg->slots_used, &used, i + 1, 0,
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      }
+    }
+  }
+  if (got) {
+    pthread_once(&g_key_once, make_key);
+    pthread_setspecific(g_key, (void *)1); /* so release_slot runs at thread exit */
+    _hs_tslot = got;
+  } else {
+    __atomic_fetch_add(&seg->slot_overflows, 1, __ATOMIC_RELAXED);
+    t_exited = 1; /* keep using the shared slot: cheaper than rescanning every call */
+  }
+  t_busy = 0;
+  return got;
+}
+
+/* Slot 0 is shared by threads that have no slot of their own: every update is atomic. */
+void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr) {
+  if (_hs_seg == NULL) return;
+  hs_slot_t *s = &_hs_seg->slots[0];
+  unsigned c = hs_class_of(usable);
+  if (is_alloc) {
+    __atomic_fetch_add(&s->n_alloc, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->req_alloc_bytes, req, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->usable_alloc_bytes, usable, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->hist[hs_bucket_of(req)], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->cls_alloc[c], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->cls_waste[c], usable - req, __ATOMIC_RELAXED);
+    if (hdr & 2) __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&_hs_seg->live_usable_bytes, (int64_t)usable, __ATOMIC_RELAXED);
+  } else {
+    __atomic_fetch_add(&s->n_free, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->cls_free[c], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&_hs_seg->live_usable_bytes, (int64_t)usable, __ATOMIC_RELAXED);
+  }
+}
+
+/* Move a thread's pending bytes into the global live figure and raise the peak. The peak
+ * is exact to within HS_FLUSH_BYTES per thread that holds pending bytes. */
+void _hs_flush(hs_slot_t *s) {
+  int64_t d = s->pending_bytes;
+  s->pending_bytes = 0;
+  if (s == &g_discard || _hs_seg == NULL || d == 0) return;
+  hs_segment_t *seg = _hs_seg;
+  int64_t live = __atomic_add_fetch(&seg->live_usable_bytes, d, __ATOMIC_RELAXED);
+  uint64_t peak = __atomic_load_n(&seg->peak_usable_bytes, __ATOMIC_RELAXED);
+  while (live > 0 && (uint64_t)live > peak) {
+    if (__atomic_compare_exchange_n(&seg->peak_usable_bytes, &peak, (uint64_t)live, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      __atomic_store_n(&seg->peak_ns, _hs_now_ns(), __ATOMIC_RELAXED);
+      break;
+    }
+  }
+}
+
+/* The main thread holds slot 1 from the first allocation on; at exit its pending bytes
+ * must still reach the global figure. */
+void _hs_flush_current(void) {
+  if (_hs_tslot) _hs_flush(_hs_tslot);
+}

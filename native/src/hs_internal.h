@@ -1,0 +1,115 @@
+/* hs_internal.h: what the parts of libheapsight share, and the hot path itself (inline,
+ * so each hook compiles to: call the real function, then a few thread-local adds). */
+#ifndef HS_INTERNAL_H
+#define HS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "heapsight.h"
+
+#define HS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HS_TLS __thread __attribute__((tls_model("initial-exec")))
+#define HS_GLIBC_MMAP_THRESHOLD_START (128 * 1024)
+
+/* The functions underneath us (RTLD_NEXT), resolved once in _hs_resolve(). */
+typedef struct hs_real_s {
+  void *(*malloc)(size_t);
+  void (*free)(void *);
+  void *(*calloc)(size_t, size_t);
+  void *(*realloc)(void *, size_t);
+  void *(*reallocarray)(void *, size_t, size_t);
+  int (*posix_memalign)(void **, size_t, size_t);
+  void *(*aligned_alloc)(size_t, size_t);
+  void *(*memalign)(size_t, size_t);
+  void *(*valloc)(size_t);
+  void *(*pvalloc)(size_t);
+  size_t (*malloc_usable_size)(void *);
+} hs_real_t;
+
+extern hs_real_t _hs_real;
+extern hs_segment_t *_hs_seg;      /* never NULL once _hs_resolve() has run */
+extern int _hs_usable_by_header;   /* glibc: read the chunk header instead of calling */
+extern HS_TLS hs_slot_t *_hs_tslot;
+
+void _hs_resolve(void);
+hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call */
+void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr);
+void _hs_flush(hs_slot_t *s);
+void _hs_segment_attach(void);
+void _hs_segment_after_fork_child(void);
+int _hs_is_owner(void);
+void _hs_allocator_detect(void);
+void _hs_allocator_prepare(void);
+void _hs_allocator_describe(hs_segment_t *seg);
+void _hs_flush_current(void);
+extern HS_TLS int _hs_t_helper;
+int _hs_allocator_stats(hs_alloc_stats_t *out);
+int _hs_allocator_release(void);
+void _hs_stats_thread_start(void);
+void _hs_exit_probe(void);
+int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
+uint64_t _hs_now_ns(void);
+
+/* Class of a usable size: exact 16-byte steps below 1 KiB, 8 per power of two above. */
+static inline unsigned hs_class_of(size_t u) {
+  if (u < 1024) return (unsigned)(u >> 4);
+  unsigned e = 63u - (unsigned)__builtin_clzl(u);
+  return HS_FINE_CLASSES + (e - 10) * HS_SUBCLASSES + (unsigned)((u >> (e - 3)) & 7);
+}
+
+static inline unsigned hs_bucket_of(size_t n) {
+  unsigned b = 64u - (unsigned)__builtin_clzl(n | 1);
+  return b < HS_HIST_BUCKETS ? b : HS_HIST_BUCKETS - 1;
+}
+
+/* glibc chunk header (malloc.c: chunksize, chunk_is_mmapped, musable): the size word sits
+ * just before the user pointer; mmapped chunks carry a two-word header. Read only while
+ * the chunk is allocated. */
+static inline size_t hs_glibc_header(const void *p) { return ((const size_t *)p)[-1]; }
+static inline size_t hs_glibc_usable(size_t hdr) {
+  return (hdr & ~(size_t)7) - ((hdr & 2) ? 2 * sizeof(size_t) : sizeof(size_t));
+}
+
+static inline hs_slot_t *hs_slot(void) {
+  hs_slot_t *s = _hs_tslot;
+  return HS_LIKELY(s != NULL) ? s : _hs_slot_claim();
+}
+
+static inline void hs_count_alloc(void *p, size_t req) {
+  size_t hdr = 0, u;
+  if (HS_LIKELY(_hs_usable_by_header)) {
+    hdr = hs_glibc_header(p);
+    u = hs_glibc_usable(hdr);
+  } else {
+    u = _hs_real.malloc_usable_size(p);
+  }
+  hs_slot_t *s = hs_slot();
+  if (HS_UNLIKELY(s == NULL)) { _hs_count_shared(1, u, req, hdr); return; }
+  unsigned c = hs_class_of(u);
+  s->n_alloc++;
+  s->req_alloc_bytes += req;
+  s->usable_alloc_bytes += u;
+  s->hist[hs_bucket_of(req)]++;
+  s->cls_alloc[c]++;
+  s->cls_waste[c] += u - req;
+  if (hdr & 2) s->n_mmapped++;
+  else if (HS_UNLIKELY(req >= HS_GLIBC_MMAP_THRESHOLD_START) && hdr) s->n_large_heap++;
+  s->pending_bytes += (int64_t)u;
+  if (HS_UNLIKELY(s->pending_bytes > HS_FLUSH_BYTES)) _hs_flush(s);
+}
+
+/* Called before the real free, so the chunk is still ours to read. */
+static inline void hs_count_free(void *p) {
+  size_t u = HS_LIKELY(_hs_usable_by_header) ? hs_glibc_usable(hs_glibc_header(p))
+                                             : _hs_real.malloc_usable_size(p);
+  hs_slot_t *s = hs_slot();
+  if (HS_UNLIKELY(s == NULL)) { _hs_count_shared(0, u, 0, 0); return; }
+  s->n_free++;
+  s->usable_free_bytes += u;
+  s->cls_free[hs_class_of(u)]++;
+  s->pending_bytes -= (int64_t)u;
+  if (HS_UNLIKELY(s->pending_bytes < -HS_FLUSH_BYTES)) _hs_flush(s);
+}
+
+#endif

@@ -1,0 +1,40 @@
+/* options.c: the HEAPSIGHT_* environment variables the library reads, in one table.
+ * Booleans accept 1/true/yes/on and 0/false/no/off; anything else warns and keeps the default. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "hs_options.h"
+
+hs_options_t _hs_opt = {.stats_hz = 10, .release_at_exit = 1};
+
+static void warn(const char *name, const char *val, const char *want) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf, "heapsight: ignoring %s=%s (expected %s)\n", name, val, want);
+  if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+static void read_bool(const char *name, int *out) {
+  const char *v = getenv(name);
+  if (!v) return;
+  if (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on")) *out = 1;
+  else if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off")) *out = 0;
+  else warn(name, v, "1/true/yes/on or 0/false/no/off");
+}
+
+static void read_double(const char *name, double *out, double lo, double hi) {
+  const char *v = getenv(name);
+  if (!v) return;
+  char *end;
+  double d = strtod(v, &end);
+  if (end == v || *end || d < lo || d > hi) warn(name, v, "a number in range");
+  else *out = d;
+}
+
+void _hs_options_read(void) {
+  read_double("HEAPSIGHT_STATS_HZ", &_hs_opt.stats_hz, 0, 1000);
+  read_bool("HEAPSIGHT_RELEASE_AT_EXIT", &_hs_opt.release_at_exit);
+}

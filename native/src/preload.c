@@ -1,0 +1,252 @@
+/* preload.c: the interposer. Each hook finds the real function (RTLD_NEXT), forwards, and
+ * hands the result to the counters in hs_internal.h. Nothing here allocates or locks. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hs_internal.h"
+
+hs_real_t _hs_real;
+static volatile int g_resolving;
+
+/* dlsym may call calloc before the real functions are known: a static pool answers those
+ * few calls, and its pointers never reach the real free (heaptrack's DummyPool idea). */
+static char g_pool[64 * 1024] __attribute__((aligned(16)));
+static size_t g_pool_used;
+
+static int in_pool(const void *p) {
+  return (const char *)p >= g_pool && (const char *)p < g_pool + sizeof g_pool;
+}
+
+static void *pool_alloc(size_t n) {
+  size_t need = ((n + 15) & ~(size_t)15) + 16;
+  size_t at = __atomic_fetch_add(&g_pool_used, need, __ATOMIC_RELAXED);
+  if (at + need > sizeof g_pool) {
+    static const char msg[] = "heapsight: bootstrap pool exhausted\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    abort();
+  }
+  *(size_t *)(g_pool + at) = n;
+  return g_pool + at + 16;
+}
+
+static void *must_find(const char *name, int required) {
+  void *f = dlsym(RTLD_NEXT, name);
+  if (!f && required) {
+    char buf[160];
+    int len = snprintf(buf, sizeof buf, "heapsight: cannot find the real %s; "
+                       "is the program statically linked?\n", name);
+    (void)!write(2, buf, (size_t)len);
+    abort();
+  }
+  return f;
+}
+
+void _hs_resolve(void) {
+  if (_hs_real.free) return;
+  g_resolving = 1;
+  hs_real_t r;
+  r.malloc = must_find("malloc", 1);
+  r.free = must_find("free", 1);
+  r.calloc = must_find("calloc", 1);
+  r.realloc = must_find("realloc", 1);
+  r.reallocarray = must_find("reallocarray", 0);
+  r.posix_memalign = must_find("posix_memalign", 1);
+  r.aligned_alloc = must_find("aligned_alloc", 0);
+  r.memalign = must_find("memalign", 0);
+  r.valloc = must_find("valloc", 0);
+  r.pvalloc = must_find("pvalloc", 0);
+  r.malloc_usable_size = must_find("malloc_usable_size", 1);
+  _hs_real = r;
+  g_resolving = 0;
+  _hs_allocator_detect();
+  _hs_segment_attach();
+}
+
+#define HS_READY()                                   \
+  do {                                               \
+    if (HS_UNLIKELY(_hs_real.free == NULL)) {        \
+      if (g_resolving) return pool_alloc(size);      \
+      _hs_resolve();                                 \
+    }                                                \
+  } while (0)
+
+void *malloc(size_t size) {
+  HS_READY();
+  void *p = _hs_real.malloc(size);
+  if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
+  return p;
+}
+
+void free(void *p) {
+  if (p == NULL || HS_UNLIKELY(in_pool(p))) return;
+  hs_count_free(p);
+  _hs_real.free(p);
+}
+
+void *calloc(size_t n, size_t m) {
+  size_t size;
+  if (__builtin_mul_overflow(n, m, &size)) { errno = ENOMEM; return NULL; }
+  if (HS_UNLIKELY(_hs_real.free == NULL)) {
+    if (g_resolving) return pool_alloc(size); /* static pool is zeroed */
+    _hs_resolve();
+  }
+  void *p = _hs_real.calloc(n, m);
+  if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
+  return p;
+}
+
+void *realloc(void *old, size_t size) {
+  HS_READY();
+  if (old != NULL && in_pool(old)) {
+    void *p = malloc(size);
+    size_t had = *(size_t *)((char *)old - 16);
+    if (p) memcpy(p, old, had < size ? had : size);
+    return p;
+  }
+  if (old == NULL) return malloc(size);
+  /* Count the old block as freed before the call: afterwards it may belong to someone else. */
+  hs_count_free(old);
+  void *p = _hs_real.realloc(old, size);
+  if (p != NULL) {
+    hs_count_alloc(p, size);
+    if (_hs_tslot) _hs_tslot->n_realloc++;
+  } else if (size != 0) {
+    hs_count_alloc(old, _hs_real.malloc_usable_size(old)); /* failed: old is still live */
+  }
+  return p;
+}
+
+void *reallocarray(void *old, size_t n, size_t m) {
+  size_t size;
+  if (__builtin_mul_overflow(n, m, &size)) { errno = ENOMEM; return NULL; }
+  return realloc(old, size);
+}
+
+int posix_memalign(void **out, size_t align, size_t size) {
+  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  int rc = _hs_real.posix_memalign(out, align, size);
+  if (rc == 0 && *out != NULL) hs_count_alloc(*out, size);
+  return rc;
+}
+
+/* The aligned entry points an allocator may lack fall back on posix_memalign, which every
+ * allocator we forward to provides. */
+static void *aligned_via(void *(*f)(size_t, size_t), size_t align, size_t size) {
+  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  void *p = NULL;
+  if (f) {
+    p = f(align, size);
+  } else {
+    if (align < sizeof(void *)) align = sizeof(void *);
+    if (_hs_real.posix_memalign(&p, align, size) != 0) p = NULL;
+  }
+  if (p != NULL) hs_count_alloc(p, size);
+  return p;
+}
+
+void *aligned_alloc(size_t align, size_t size) {
+  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  return aligned_via(_hs_real.aligned_alloc, align, size);
+}
+
+void *memalign(size_t align, size_t size) {
+  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  return aligned_via(_hs_real.memalign, align, size);
+}
+
+void *valloc(size_t size) {
+  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  if (_hs_real.valloc) {
+    void *p = _hs_real.valloc(size);
+    if (p) hs_count_alloc(p, size);
+    return p;
+  }
+  return aligned_via(NULL, (size_t)sysconf(_SC_PAGESIZE), size);
+}
+
+void *pvalloc(size_t size) {
+  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (_hs_real.pvalloc) {
+    void *p = _hs_real.pvalloc(size);
+    if (p) hs_count_alloc(p, size);
+    return p;
+  }
+  return aligned_via(NULL, page, (size + page - 1) & ~(page - 1));
+}
+
+/* C++ operator new/delete, all variants (mangled names, Itanium ABI). They forward to the
+ * allocator's malloc; on failure the real operator new runs the new_handler and throws. */
+typedef struct { int unused; } hs_nothrow_t;
+#define HS_REAL_NEW(type, name, ...)                                   \
+  do {                                                                 \
+    static type real;                                                  \
+    if (!real) real = (type)must_find(name, 1);                        \
+    return real(__VA_ARGS__);                                          \
+  } while (0)
+typedef void *(*hs_new_fn)(size_t);
+typedef void *(*hs_new_aligned_fn)(size_t, size_t);
+
+static void *new_aligned(size_t size, size_t align) {
+  return aligned_via(NULL, align, size ? size : 1);
+}
+
+void *_Znwm(size_t size) {
+  void *p = malloc(size ? size : 1);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_fn, "_Znwm", size);
+}
+void *_Znam(size_t size) {
+  void *p = malloc(size ? size : 1);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_fn, "_Znam", size);
+}
+void *_ZnwmRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
+void *_ZnamRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
+void *_ZnwmSt11align_val_t(size_t size, size_t align) {
+  void *p = new_aligned(size, align);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_aligned_fn, "_ZnwmSt11align_val_t", size, align);
+}
+void *_ZnamSt11align_val_t(size_t size, size_t align) {
+  void *p = new_aligned(size, align);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_aligned_fn, "_ZnamSt11align_val_t", size, align);
+}
+void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
+  (void)nt; return new_aligned(size, align);
+}
+void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
+  (void)nt; return new_aligned(size, align);
+}
+
+void _ZdlPv(void *p) { free(p); }
+void _ZdaPv(void *p) { free(p); }
+void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
+void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
+void _ZdlPvRKSt9nothrow_t(void *p, const hs_nothrow_t *nt) { (void)nt; free(p); }
+void _ZdaPvRKSt9nothrow_t(void *p, const hs_nothrow_t *nt) { (void)nt; free(p); }
+void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
+void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
+void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; free(p); }
+void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; free(p); }
+void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_nothrow_t *nt) {
+  (void)a; (void)nt; free(p);
+}
+void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_nothrow_t *nt) {
+  (void)a; (void)nt; free(p);
+}
+
+/* Start-up and exit. The constructor runs before main; the destructor after the program's
+ * own atexit handlers and static destructors, which is when the release probe belongs. */
+__attribute__((constructor)) static void hs_start(void) {
+  _hs_resolve();
+  _hs_stats_thread_start();
+}
+
+__attribute__((destructor)) static void hs_stop(void) { _hs_exit_probe(); }

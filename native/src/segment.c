@@ -1,0 +1,106 @@
+/* segment.c: maps the stats segment the CLI created (HEAPSIGHT_SEGMENT=path). The first
+ * process to attach owns it; its forked children and other descendants count privately,
+ * so no child's figures are ever mixed into the parent's. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hs_internal.h"
+
+hs_segment_t *_hs_seg;
+static int g_fd = -1;
+static int g_owner;
+
+uint64_t _hs_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int _hs_is_owner(void) { return g_owner; }
+
+static hs_segment_t *private_segment(void) {
+  void *p = mmap(NULL, sizeof(hs_segment_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : (hs_segment_t *)p;
+}
+
+static void fill_header(hs_segment_t *s) {
+  s->version = HS_SEGMENT_VERSION;
+  s->size_bytes = sizeof(hs_segment_t);
+  s->slot_bytes = sizeof(hs_slot_t);
+  s->max_slots = HS_MAX_SLOTS;
+  s->n_classes = HS_CLASSES;
+  s->slots_offset = offsetof(hs_segment_t, slots);
+  s->start_ns = _hs_now_ns();
+  _hs_read_status(&s->start_rss_bytes, &s->start_anon_bytes);
+  s->usable_by_header = (uint64_t)_hs_usable_by_header;
+  _hs_allocator_describe(s);
+  __atomic_store_n(&s->state, HS_STATE_RUNNING, __ATOMIC_RELEASE);
+  __atomic_store_n(&s->magic, HS_SEGMENT_MAGIC, __ATOMIC_RELEASE);
+}
+
+static void on_fork_parent(void) {
+  if (g_owner) __atomic_fetch_add(&_hs_seg->forks, 1, __ATOMIC_RELAXED);
+}
+
+/* The child must stop writing to the shared pages at once: map the same file privately
+ * over the same address (copy-on-write), so every pointer into it stays valid. */
+void _hs_segment_after_fork_child(void) {
+  if (!g_owner) return;
+  g_owner = 0;
+  void *p = mmap(_hs_seg, sizeof(hs_segment_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_FIXED, g_fd, 0);
+  if (p == MAP_FAILED) {
+    /* Cannot detach safely: count into a private anonymous copy of nothing. */
+    mmap(_hs_seg, sizeof(hs_segment_t), PROT_READ | PROT_WRITE,
+         MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0);
+  }
+}
+
+void _hs_segment_attach(void) {
+  if (_hs_seg) return;
+  pthread_atfork(NULL, on_fork_parent, _hs_segment_after_fork_child);
+  const char *path = getenv("HEAPSIGHT_SEGMENT");
+  hs_segment_t *seg = NULL;
+  if (path && *path) {
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(hs_segment_t)) {
+      void *p = mmap(NULL, sizeof(hs_segment_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) seg = (hs_segment_t *)p;
+    }
+    if (seg) {
+      uint64_t me = (uint64_t)getpid(), none = 0;
+      if (__atomic_compare_exchange_n(&seg->owner_pid, &none, me, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+        g_owner = 1;
+      } else if (none == me) {
+        /* execve in the owner: the old image and its heap are gone, start over. */
+        uint64_t execs = seg->execs + 1, forks = seg->forks, foreign = seg->foreign_attaches;
+        memset(seg, 0, sizeof(hs_segment_t));
+        seg->owner_pid = me;
+        seg->execs = execs;
+        seg->forks = forks;
+        seg->foreign_attaches = foreign;
+        g_owner = 1;
+      } else {
+        __atomic_fetch_add(&seg->foreign_attaches, 1, __ATOMIC_RELAXED);
+        munmap(seg, sizeof(hs_segment_t));
+        seg = NULL;
+      }
+    }
+    if (seg) g_fd = fd;
+    else if (fd >= 0) close(fd);
+  }
+  if (!seg) seg = private_segment();
+  if (!seg) return; /* no memory for counters at all: run uncounted */
+  fill_header(seg);
+  _hs_seg = seg;
+}

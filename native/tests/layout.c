@@ -1,0 +1,39 @@
+/* layout.c: prints the stats segment's layout as JSON (name: [offset, size]) so the test
+ * suite can check src/heapsight/segment.py against what the compiler laid out. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "heapsight.h"
+
+#define SEG(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
+                      offsetof(hs_segment_t, f), sizeof(((hs_segment_t *)0)->f))
+#define SLOT(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
+                       offsetof(hs_slot_t, f), sizeof(((hs_slot_t *)0)->f))
+#define STATS(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
+                        offsetof(hs_alloc_stats_t, f), sizeof(((hs_alloc_stats_t *)0)->f))
+
+int main(void) {
+  int first = 0;
+  printf("{\"segment_bytes\": %zu, \"slot_bytes\": %zu, \"stats_bytes\": %zu, \"classes\": %d, ",
+         sizeof(hs_segment_t), sizeof(hs_slot_t), sizeof(hs_alloc_stats_t), HS_CLASSES);
+  printf("\"segment\": {");
+  SEG(magic); SEG(version); SEG(size_bytes); SEG(slot_bytes); SEG(max_slots); SEG(n_classes);
+  SEG(owner_pid); SEG(state); SEG(execs); SEG(forks); SEG(foreign_attaches); SEG(slots_used);
+  SEG(slot_overflows); SEG(start_ns); SEG(start_rss_bytes); SEG(start_anon_bytes);
+  SEG(live_usable_bytes); SEG(peak_usable_bytes); SEG(peak_ns); SEG(allocator_id);
+  SEG(allocator_name); SEG(usable_by_header); SEG(helper_mallocs); SEG(stats_hz_milli);
+  SEG(stats_seq); SEG(stats); SEG(exit_ns); SEG(release_ns); SEG(exit_rss_before);
+  SEG(exit_rss_after); SEG(exit_anon_before); SEG(exit_anon_after); SEG(exit_release_kind);
+  SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(slots);
+  first = 0;
+  printf("}, \"slot\": {");
+  SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc); SLOT(req_alloc_bytes);
+  SLOT(usable_alloc_bytes); SLOT(usable_free_bytes); SLOT(n_mmapped); SLOT(n_large_heap);
+  SLOT(pending_bytes); SLOT(hist); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
+  first = 0;
+  printf("}, \"stats\": {");
+  STATS(time_ns); STATS(in_use_bytes); STATS(free_bytes); STATS(mapped_bytes);
+  STATS(resident_bytes); STATS(mmapped_bytes); STATS(arenas); STATS(top_pad_bytes); STATS(raw);
+  printf("}}\n");
+  return 0;
+}

@@ -1,0 +1,75 @@
+/* hs-churn: allocator-overhead benchmark. Each thread frees and re-mallocs random
+ * slots of its own ring (70% 8..128 B, 25% 129..1024 B, 5% 1025..8192 B). Ends with nothing live. */
+#include <pthread.h>
+
+#include "scenario.h"
+
+static long nthreads = 1, ops = 5000000, slots = 4096, seed = 1;
+
+struct job {
+    pthread_t tid;
+    long ops; /* this thread's share of --ops */
+    uint64_t seed;
+};
+
+static size_t pick_size(uint64_t *s)
+{
+    unsigned r = (unsigned)(hs_rand(s) % 100);
+    if (r < 70)
+        return hs_rand_range(s, 8, 128);
+    if (r < 95)
+        return hs_rand_range(s, 129, 1024);
+    return hs_rand_range(s, 1025, 8192);
+}
+
+static void *worker(void *arg)
+{
+    struct job *j = arg;
+    char **ring = calloc(slots, sizeof *ring);
+    if (!ring)
+        abort();
+    for (long i = 0; i < j->ops; i++) {
+        long k = (long)(hs_rand(&j->seed) % (uint64_t)slots);
+        free(ring[k]); /* free(NULL) is fine for empty slots */
+        ring[k] = malloc(pick_size(&j->seed));
+        if (!ring[k])
+            abort();
+        ring[k][0] = 1;
+        KEEP(ring[k]);
+    }
+    for (long k = 0; k < slots; k++)
+        free(ring[k]);
+    free(ring);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const struct hs_opt opts[] = {
+        {"threads", &nthreads, NULL}, {"ops", &ops, NULL},
+        {"slots", &slots, NULL},      {"seed", &seed, NULL},
+    };
+    hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
+    if (nthreads < 1 || slots < 1) {
+        fprintf(stderr, "%s: --threads and --slots must be >= 1\n", argv[0]);
+        return 2;
+    }
+
+    /* --ops is the total across threads, so ops/seconds is overall throughput. */
+    struct job *jobs = calloc(nthreads, sizeof *jobs);
+    double t0 = hs_now();
+    for (long t = 0; t < nthreads; t++) {
+        jobs[t].ops = ops / nthreads + (t < ops % nthreads);
+        jobs[t].seed = (uint64_t)seed * 0x9e3779b97f4a7c15ULL + (uint64_t)t + 1;
+        if (!jobs[t].seed)
+            jobs[t].seed = 1;
+        if (pthread_create(&jobs[t].tid, NULL, worker, &jobs[t]) != 0)
+            abort();
+    }
+    for (long t = 0; t < nthreads; t++)
+        pthread_join(jobs[t].tid, NULL);
+    double secs = hs_now() - t0;
+    free(jobs);
+    printf("churn: threads=%ld ops=%ld seconds=%.6f\n", nthreads, ops, secs);
+    return 0;
+}

@@ -1,0 +1,65 @@
+/* hs-retention: per-thread arenas fill up, then all but every keep_every-th block
+ * is freed. Truth: only kept*block bytes are live, yet RSS stays near --mb. */
+#include <pthread.h>
+
+#include "scenario.h"
+
+static long nthreads = 8, mb = 256, block = 1024, keep_every = 64, hold_ms = 200;
+static long per_thread; /* blocks allocated by each thread */
+static pthread_barrier_t barrier;
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    /* Bookkeeping table; freed below so it is not part of the truth. */
+    void **ptrs = malloc(per_thread * sizeof *ptrs);
+    if (!ptrs)
+        abort();
+    for (long i = 0; i < per_thread; i++) {
+        ptrs[i] = malloc(block);
+        if (!ptrs[i])
+            abort();
+        memset(ptrs[i], 0x5a, block); /* make it resident */
+        KEEP(ptrs[i]);
+    }
+    /* Everyone holds their peak at the same time before freeing. */
+    pthread_barrier_wait(&barrier);
+    /* Keep every keep_every-th block: the survivors pin the arena's pages. */
+    for (long i = 0; i < per_thread; i++)
+        if (i % keep_every != 0)
+            free(ptrs[i]);
+    free(ptrs);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const struct hs_opt opts[] = {
+        {"threads", &nthreads, NULL}, {"mb", &mb, NULL},           {"block", &block, NULL},
+        {"keep-every", &keep_every, NULL}, {"hold-ms", &hold_ms, NULL},
+    };
+    hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
+    if (nthreads < 1 || block < 1 || keep_every < 1) {
+        fprintf(stderr, "%s: --threads, --block and --keep-every must be >= 1\n", argv[0]);
+        return 2;
+    }
+
+    per_thread = mb * MIB / nthreads / block;
+    pthread_barrier_init(&barrier, NULL, (unsigned)nthreads);
+    pthread_t *tids = malloc(nthreads * sizeof *tids);
+    for (long t = 0; t < nthreads; t++)
+        if (pthread_create(&tids[t], NULL, worker, NULL) != 0)
+            abort();
+    for (long t = 0; t < nthreads; t++)
+        pthread_join(tids[t], NULL);
+    free(tids);
+    pthread_barrier_destroy(&barrier);
+
+    long kept_per_thread = (per_thread + keep_every - 1) / keep_every; /* i = 0, k, 2k, ... */
+    long kept = kept_per_thread * nthreads;
+    hs_sleep_ms(hold_ms);
+    /* Return without freeing the kept blocks. */
+    printf("retention: threads=%ld blocks=%ld block_bytes=%ld kept=%ld live_bytes=%ld\n",
+           nthreads, per_thread * nthreads, block, kept, kept * block);
+    return 0;
+}

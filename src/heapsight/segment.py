@@ -1,0 +1,191 @@
+"""The stats segment, read side: a mirror of native/include/heapsight.h (the test suite
+checks this layout against the compiler's) and a reader the sampler calls every tick."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = 0x3147455354485348
+VERSION = 2
+MAX_SLOTS = 256
+HIST_BUCKETS = 64
+CLASSES = 64 + (64 - 10) * 8
+STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
+ALLOCATORS = {0: "unknown", 1: "glibc", 2: "jemalloc", 3: "tcmalloc", 4: "mimalloc", 5: "mmap"}
+
+U8, I8 = np.dtype("<u8"), np.dtype("<i8")
+
+STATS_DTYPE = np.dtype([
+    ("time_ns", U8), ("in_use_bytes", U8), ("free_bytes", U8), ("mapped_bytes", U8),
+    ("resident_bytes", U8), ("mmapped_bytes", U8), ("arenas", U8), ("top_pad_bytes", U8),
+    ("raw", U8, (10,)),
+])
+
+SLOT_DTYPE = np.dtype([
+    ("claimed", U8), ("tid", U8), ("n_alloc", U8), ("n_free", U8), ("n_realloc", U8),
+    ("req_alloc_bytes", U8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
+    ("n_mmapped", U8), ("n_large_heap", U8), ("pending_bytes", I8), ("pad", U8, (5,)),
+    ("hist", U8, (HIST_BUCKETS,)), ("cls_alloc", U8, (CLASSES,)), ("cls_free", U8, (CLASSES,)),
+    ("cls_waste", U8, (CLASSES,)),
+])
+
+_HEADER_FIELDS = [
+    ("magic", U8), ("version", U8), ("size_bytes", U8), ("slot_bytes", U8), ("max_slots", U8),
+    ("n_classes", U8), ("owner_pid", U8), ("state", U8), ("execs", U8), ("forks", U8),
+    ("foreign_attaches", U8), ("slots_used", U8), ("slot_overflows", U8), ("start_ns", U8),
+    ("start_rss_bytes", U8), ("start_anon_bytes", U8), ("live_usable_bytes", I8),
+    ("peak_usable_bytes", U8), ("peak_ns", U8), ("allocator_id", U8), ("allocator_name", "S32"),
+    ("usable_by_header", U8), ("helper_mallocs", U8), ("stats_hz_milli", U8), ("stats_seq", U8),
+    ("stats", STATS_DTYPE), ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
+    ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),
+    ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
+    ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("reserved", U8, (31,)),
+]
+HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
+SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
+SEGMENT_BYTES = SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize
+
+# glibc's usable size for a class's smallest member, used to name histogram classes.
+def class_floor_bytes(c: int) -> int:
+    if c < 64:
+        return c * 16
+    e = 10 + (c - 64) // 8
+    return (1 << e) + ((c - 64) % 8) * (1 << (e - 3))
+
+
+@dataclass(frozen=True)
+class AllocStats:
+    """The allocator's own view (hs_alloc_stats_t)."""
+    in_use_bytes: int
+    free_bytes: int
+    mapped_bytes: int
+    resident_bytes: int
+    mmapped_bytes: int
+    arenas: int
+    top_pad_bytes: int
+    raw: tuple
+
+    @staticmethod
+    def from_record(rec) -> "AllocStats":
+        return AllocStats(int(rec["in_use_bytes"]), int(rec["free_bytes"]), int(rec["mapped_bytes"]),
+                          int(rec["resident_bytes"]), int(rec["mmapped_bytes"]), int(rec["arenas"]),
+                          int(rec["top_pad_bytes"]), tuple(int(x) for x in rec["raw"]))
+
+
+@dataclass(frozen=True)
+class HeapCounters:
+    """Sums over every thread slot at one moment."""
+    n_alloc: int
+    n_free: int
+    requested_bytes_total: int
+    live_usable_bytes: int
+    live_requested_bytes: int
+    live_blocks: int
+    n_mmapped: int
+    n_large_heap: int
+
+    @property
+    def waste_bytes(self) -> int:
+        return self.live_usable_bytes - self.live_requested_bytes
+
+
+def _shm_dir() -> str:
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def remove_stale_segments() -> None:
+    """Segments of heapsight processes that died without cleaning up (kill -9)."""
+    for p in Path(_shm_dir()).glob("heapsight-*-*.seg"):
+        try:
+            pid = int(p.name.split("-")[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            p.unlink(missing_ok=True)
+        except (ValueError, PermissionError, OSError):
+            pass
+
+
+class Segment:
+    """A segment file this process created for one run; removed by close()."""
+
+    def __init__(self) -> None:
+        remove_stale_segments()
+        self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, SEGMENT_BYTES)
+            self._map = mmap.mmap(fd, SEGMENT_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
+        self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
+        self._fast = {f: self.slots[f] for f in
+                      ("n_alloc", "n_free", "req_alloc_bytes", "usable_alloc_bytes",
+                       "usable_free_bytes", "n_mmapped", "n_large_heap")}
+
+    def close(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    # -- reading -----------------------------------------------------------------------
+    def attached(self) -> bool:
+        return int(self.header["magic"]) == MAGIC and int(self.header["owner_pid"]) != 0
+
+    def get(self, name: str) -> int:
+        return int(self.header[name])
+
+    def allocator_name(self) -> str:
+        return bytes(self.header["allocator_name"]).split(b"\0")[0].decode() or "unknown"
+
+    def _used(self) -> int:
+        return min(MAX_SLOTS, max(1, int(self.header["slots_used"])))
+
+    def counters(self, classes: bool = True, waste_ratio: float | None = None) -> HeapCounters:
+        """Totals over the slots. Live requested bytes are estimated per usable-size class
+        (docs/numbers.md); when classes is False the given waste ratio is applied instead."""
+        k = self._used()
+        f = {name: int(arr[:k].sum(dtype=np.uint64)) for name, arr in self._fast.items()}
+        live_usable = f["usable_alloc_bytes"] - f["usable_free_bytes"]
+        live_blocks = f["n_alloc"] - f["n_free"]
+        if classes:
+            live_req = live_usable - self.live_waste_bytes(k)
+        else:
+            live_req = int(live_usable * (1.0 - (waste_ratio or 0.0)))
+        return HeapCounters(f["n_alloc"], f["n_free"], f["req_alloc_bytes"], live_usable,
+                            live_req, live_blocks, f["n_mmapped"], f["n_large_heap"])
+
+    def live_waste_bytes(self, k: int | None = None) -> int:
+        k = k or self._used()
+        s = self.slots[:k]
+        n_alloc = s["cls_alloc"].sum(axis=0, dtype=np.float64)
+        live_n = n_alloc - s["cls_free"].sum(axis=0, dtype=np.float64)
+        waste = s["cls_waste"].sum(axis=0, dtype=np.float64)
+        mean = np.divide(waste, n_alloc, out=np.zeros_like(waste), where=n_alloc > 0)
+        return int(round(float(np.dot(np.clip(live_n, 0, None), mean))))
+
+    def request_histogram(self) -> list[int]:
+        return [int(x) for x in self.slots[: self._used()]["hist"].sum(axis=0, dtype=np.uint64)]
+
+    def alloc_stats(self, field: str = "stats") -> AllocStats | None:
+        """A consistent copy of the allocator figures (seqlock), or None if never sampled."""
+        for _ in range(100):
+            seq = int(self.header["stats_seq"])
+            if seq & 1:
+                continue
+            rec = self.header[field].copy()
+            if int(self.header["stats_seq"]) == seq:
+                break
+        else:
+            return None
+        if field == "stats" and seq == 0:
+            return None
+        return AllocStats.from_record(rec)
