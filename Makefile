@@ -15,12 +15,13 @@ setup: .stamp-install
 	./scripts/install-deps
 	@touch $@
 
-$(PY): .stamp-deps
+.stamp-venv: .stamp-deps
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "pytest>=7"
+	@touch $@
 
-.stamp-install: $(PY) $(SOURCES)
+.stamp-install: .stamp-venv $(SOURCES)
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 	@touch $@
 

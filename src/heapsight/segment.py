@@ -84,7 +84,7 @@ class HeapCounters:
     """Sums over every thread slot at one moment."""
     n_alloc: int
     n_free: int
-    requested_bytes_total: int
+    requested_total_bytes: int
     live_usable_bytes: int
     live_requested_bytes: int
     live_blocks: int

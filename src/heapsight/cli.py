@@ -1,0 +1,50 @@
+"""Command line entry point: parses the subcommand and reports errors in one place."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from heapsight import __version__
+from heapsight.commands import run
+from heapsight.errors import HeapsightError
+
+COMMANDS = {"run": run}
+
+DESCRIPTION = """\
+heapsight tells you why a process's memory did not go back to the OS after free(),
+and what would bring it back. It runs a program under a preload library and a /proc
+sampler and splits its RSS into live bytes, rounding waste, allocator metadata, memory
+freed but retained by the allocator, and non-heap memory.
+
+start with:  heapsight run -- ./your_program args
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="heapsight", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"heapsight {__version__}")
+    sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
+    for name, mod in COMMANDS.items():
+        doc = mod.__doc__ or ""
+        sp = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(sp)
+        sp.set_defaults(module=mod)
+    return p
+
+
+def main(argv: list | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "module", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.module.execute(args)
+    except HeapsightError as e:
+        print(f"heapsight: error: {e.message}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""One module per subcommand; each exposes add_arguments(parser) and execute(args)."""

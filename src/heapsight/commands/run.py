@@ -1,0 +1,275 @@
+"""Run a program under heapsight and explain its memory.
+
+Starts COMMAND with the preload library and samples it from this process; at the end
+prints where the RSS went (live, waste, metadata, retained, non-heap) at the peak and at
+exit, what a release at exit gave back, and a verdict with commands to try. The summary
+goes to stderr so the program's own output is untouched; the run is saved for reports.
+The exit code is the program's (128+N if it died from signal N).
+
+examples:
+  heapsight run -- ./server --port 8080
+  heapsight run --json summary.json -- python3 job.py
+  heapsight run --json - -- ./tool > summary.json      # program stdout goes to stderr
+  MALLOC_ARENA_MAX=2 heapsight run -- ./threaded_app  # try a knob
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from heapsight import analysis, elf, native, record
+from heapsight.errors import HeapsightError
+from heapsight.model import HeapFigures, Release, Summary
+from heapsight.reporters import terminal
+from heapsight.sampler import Sampler, Timeline
+from heapsight.segment import STATE_DONE, Segment
+
+EXIT_NOT_FOUND = 127
+
+
+def add_arguments(p) -> None:
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to save the run record (default: heapsight-PROG.PID.hsrun.json.gz "
+                        "in the current directory)")
+    p.add_argument("--no-save", action="store_true", help="do not save the run record")
+    p.add_argument("--json", metavar="FILE", help="write the summary as JSON to FILE ('-' for "
+                   "stdout; the program's stdout then goes to stderr)")
+    p.add_argument("--hz", type=float, default=100.0,
+                   help="/proc/PID/status samples per second (default 100, at most 1000)")
+    p.add_argument("--smaps-hz", type=float, default=4.0,
+                   help="smaps_rollup samples per second (default 4)")
+    p.add_argument("--stats-hz", type=float, default=10.0,
+                   help="allocator statistics (mallinfo2, arena count) per second, taken in the "
+                        "target by the library's thread (default 10; it slows down by itself when "
+                        "a call gets expensive)")
+    p.add_argument("--no-release", action="store_true",
+                   help="do not call the allocator's release (malloc_trim) at exit")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    p.add_argument("command", nargs="+", metavar="COMMAND [ARGS...]",
+                   help="the program to run (put -- before it)")
+
+
+def resolve_command(argv: list) -> str:
+    prog = argv[0]
+    path = prog if "/" in prog else shutil.which(prog)
+    if path is None or not os.path.exists(path):
+        raise HeapsightError(f"command not found: {prog} (check the name, or give its path, "
+                             f"e.g. ./{prog})", EXIT_NOT_FOUND)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise HeapsightError(f"not executable: {path} (chmod +x it, or run it through its "
+                             "interpreter, e.g. `heapsight run -- python3 script.py`)",
+                             EXIT_NOT_FOUND)
+    return path
+
+
+def default_output(argv: list, pid: int) -> str:
+    name = os.path.basename(argv[0]) or "program"
+    return f"heapsight-{name}.{pid}.hsrun.json.gz"
+
+
+def child_env(segment: Segment | None, args) -> dict:
+    env = dict(os.environ)
+    if segment is not None:
+        lib = str(native.preload_library())
+        env["LD_PRELOAD"] = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        env["HEAPSIGHT_SEGMENT"] = segment.path
+        env["HEAPSIGHT_STATS_HZ"] = str(args.stats_hz)
+        env["HEAPSIGHT_RELEASE_AT_EXIT"] = "0" if args.no_release else "1"
+    return env
+
+
+def validate(args) -> None:
+    if not (0 < args.hz <= 1000):
+        raise HeapsightError(f"--hz {args.hz:g} is out of range: give 1 to 1000 samples per second")
+    if not (0 <= args.smaps_hz <= 100):
+        raise HeapsightError(f"--smaps-hz {args.smaps_hz:g} is out of range: give 0 to 100")
+    if not (0 <= args.stats_hz <= 1000):
+        raise HeapsightError(f"--stats-hz {args.stats_hz:g} is out of range: give 0 to 1000")
+    if args.json and args.json != "-":
+        parent = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(parent):
+            raise HeapsightError(f"--json {args.json}: directory {parent} does not exist")
+    if args.output:
+        parent = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(parent):
+            raise HeapsightError(f"--output {args.output}: directory {parent} does not exist")
+
+
+def execute(args) -> int:
+    validate(args)
+    argv = list(args.command)
+    path = resolve_command(argv)
+    linkage = elf.linkage(path)
+    segment = None if linkage == "static" else Segment()
+    try:
+        return _run(args, argv, linkage, segment)
+    finally:
+        if segment is not None:
+            segment.close()
+
+
+def _run(args, argv: list, linkage: str, segment: Segment | None) -> int:
+    if linkage == "static" and not args.quiet:
+        print(f"heapsight: {argv[0]} is statically linked: the preload library cannot reach its "
+              "malloc. Going on with /proc figures only (RSS, anonymous, file-backed).",
+              file=sys.stderr)
+    stdout = sys.stderr if args.json == "-" else None
+    try:
+        proc = subprocess.Popen(argv, env=child_env(segment, args), stdout=stdout)
+    except OSError as e:
+        raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
+
+    # While the program runs, signals meant for it go to it; we stay to write the summary.
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        timeline = Sampler(proc, segment, hz=args.hz, smaps_hz=args.smaps_hz).run()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    rc = proc.returncode
+    exit_code = 128 - rc if rc < 0 else rc
+    summary = summarize(argv, proc.pid, rc, linkage, segment, timeline, args.hz, args.stats_hz)
+
+    if not args.no_save:
+        out = args.output or default_output(argv, proc.pid)
+        record.save(out, summary, timeline)
+    else:
+        out = None
+    if args.json:
+        text = json.dumps(summary.to_dict(), indent=2, allow_nan=False)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        else:
+            tmp = args.json + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+            os.replace(tmp, args.json)
+    if not args.quiet:
+        terminal.render(summary, sys.stderr, saved_to=out)
+    return exit_code
+
+
+def _row(tl: Timeline, i: int) -> dict:
+    return {c: arr[i] for c, arr in tl.columns.items()}
+
+
+def _num(v, default=0):
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz) -> Summary:
+    attached = segment is not None and segment.attached()
+    allocator = segment.allocator_name() if attached else "unknown"
+    baseline = segment.get("start_anon_bytes") if attached else 0
+    n = len(tl)
+    rss_col = tl.columns["rss"]
+    valid = [i for i in range(n) if not math.isnan(rss_col[i])]
+    # The peak moment: the first sample within 0.5% of the highest RSS (RSS often stays at
+    # its peak; the first such sample is when it got there).
+    top = max((rss_col[i] for i in valid), default=0)
+    peak_i = next((i for i in valid if rss_col[i] >= 0.995 * top), None)
+    stats_every = max(1, int(math.ceil(hz / max(stats_hz, 0.1))))
+    hwm = int(_num(tl.last("hwm"), 0))
+
+    def row_breakdown(i):
+        r = _row(tl, i)
+        if not attached:
+            return analysis.breakdown(r["t"], int(r["rss"]), int(r["anon"]), int(r["anon"]),
+                                      0, 0, 0, allocator)
+        # The allocator's footprint only grows between trims: the largest figure up to the
+        # next statistics sample bounds what it held at this row (its sample may be older).
+        mapped = [x for x in tl.columns["alloc_mapped"][i:i + 2 * stats_every + 1] if not math.isnan(x)]
+        return analysis.breakdown(
+            r["t"], int(r["rss"]), int(r["anon"]), baseline, int(_num(r["live_req"])),
+            int(_num(r["live_usable"])), int(_num(r["n_alloc"]) - _num(r["n_free"])), allocator,
+            max(mapped) if mapped else math.nan)
+
+    peak = row_breakdown(peak_i) if peak_i is not None else None
+    heap = None
+    release = Release(False, "none", "the preload library was not active")
+    final = row_breakdown(valid[-1]) if valid else None
+    if attached:
+        c = segment.counters(classes=True)
+        done = segment.get("state") == STATE_DONE
+        stats_before = segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()
+        mapped_before = analysis.alloc_mapped_nan(stats_before)
+        call = {"glibc": "malloc_trim(0)"}.get(allocator, "none")
+        if done:
+            rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
+            final = analysis.breakdown(
+                round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
+                baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
+                mapped_before)
+            if segment.get("exit_release_kind"):
+                release = Release(True, call, "", rss_b, segment.get("exit_rss_after"), anon_b,
+                                  segment.get("exit_anon_after"), segment.get("release_ns") / 1e9)
+            else:
+                release = Release(False, call, "release at exit was turned off (--no-release)"
+                                  if call != "none" else f"no release call known for {allocator}")
+        else:
+            how = (f"killed by signal {-rc}" if rc < 0 else "it called _exit() or exec'd away")
+            release = Release(False, call, f"the program ended without running exit handlers ({how}); "
+                              "figures are from the last sample")
+        peak_usable = segment.get("peak_usable_bytes")
+        peak_at = (segment.get("peak_ns") - segment.get("start_ns")) / 1e9 if peak_usable else 0.0
+        # Requested bytes at the peak: the usable peak less the waste ratio seen nearest it.
+        ratio = 1.0
+        t = tl.columns["t"]
+        near = [i for i in range(n) if not math.isnan(tl.columns["live_usable"][i])
+                and tl.columns["live_usable"][i] > 0]
+        if near:
+            j = min(near, key=lambda i: abs(t[i] - peak_at))
+            ratio = tl.columns["live_req"][j] / tl.columns["live_usable"][j]
+        arenas = int(_num(tl.last("arenas"), 0))
+        if stats_before is not None:
+            arenas = max(arenas, stats_before.arenas)
+        threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
+        if segment.get("stats_hz_milli") and threads > 1:
+            threads -= 1  # the library's own statistics thread
+        heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
+                           c.live_usable_bytes, peak_usable, int(peak_usable * ratio), round(peak_at, 3),
+                           c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
+                           tuple(segment.request_histogram()), segment.get("helper_mallocs"))
+
+    owner = segment.get("owner_pid") if attached else 0
+    if linkage == "static":
+        preload, note = "static", "statically linked: /proc figures only"
+    elif not attached:
+        preload, note = "not-attached", ("the preload library never started in the program "
+                                         "(setuid, or it clears LD_PRELOAD): /proc figures only")
+    elif owner != started_pid:
+        preload, note = "active", (f"figures are for pid {owner}, a process started by pid "
+                                   f"{started_pid}")
+    else:
+        preload, note = "active", f"figures are for pid {owner}"
+    forks = segment.get("forks") if attached else 0
+    if forks:
+        note += f"; its {forks} forked child process(es) are not counted"
+
+    found = analysis.findings(argv, final, release, allocator, heap.arenas if heap else 0,
+                              heap.threads_seen if heap else 0, heap.n_large_heap if heap else 0,
+                              heap.peak_live_requested_bytes if heap else 0,
+                              heap.request_histogram if heap else ()) if heap else []
+    return Summary(
+        command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
+        exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
+        preload=preload, preload_note=note, duration_s=round(tl.duration_s, 3), samples=n,
+        sample_hz=hz, sampler_cpu_s=round(tl.sampler_cpu_s, 4),
+        peak_rss_bytes=max(hwm, peak.rss_bytes if peak else 0),
+        final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
+        heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
+        other_processes=segment.get("foreign_attaches") if attached else 0,
+        findings=tuple(found), verdict=analysis.verdict(found, final, attached))

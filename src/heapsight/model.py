@@ -1,0 +1,108 @@
+"""The run's data types: what one run measured and what heapsight concludes from it.
+Frozen dataclasses with units in their names; to_dict() gives the JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """RSS at one moment, split so that live + waste + metadata + retained + non_heap is
+    the RSS (less untouched_bytes: allocated blocks whose pages were never touched)."""
+    at_s: float
+    rss_bytes: int
+    live_bytes: int          # requested bytes of blocks still allocated
+    waste_bytes: int         # usable - requested for those blocks (allocator rounding)
+    metadata_bytes: int      # chunk headers and allocator bookkeeping
+    retained_bytes: int      # freed by the program, kept resident by the allocator
+    non_heap_bytes: int      # file_bytes + baseline_anon_bytes + other_anon_bytes
+    file_bytes: int          # code, file mappings, shared memory
+    baseline_anon_bytes: int  # anonymous memory before main() (static data, main stack)
+    other_anon_bytes: int    # anonymous memory malloc does not explain: stacks, own mmaps
+    untouched_bytes: int     # heap blocks counted live but not resident
+
+    def parts(self) -> dict:
+        return {"live": self.live_bytes, "waste": self.waste_bytes,
+                "metadata": self.metadata_bytes, "retained": self.retained_bytes,
+                "non-heap": self.non_heap_bytes}
+
+
+@dataclass(frozen=True)
+class Release:
+    """The release probe at exit: RSS before and after the allocator's release-now call."""
+    measured: bool
+    call: str
+    why_not: str = ""
+    rss_before_bytes: int = 0
+    rss_after_bytes: int = 0
+    anon_before_bytes: int = 0
+    anon_after_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def gave_back_bytes(self) -> int:
+        return max(0, self.rss_before_bytes - self.rss_after_bytes) if self.measured else 0
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str                # leak | retention | fragmentation | waste | non-heap | ok
+    bytes: int
+    title: str
+    detail: str
+    suggestions: tuple = ()  # each a command or a concrete change
+
+
+@dataclass(frozen=True)
+class HeapFigures:
+    allocator: str
+    n_alloc: int
+    n_free: int
+    live_blocks: int
+    live_requested_bytes: int
+    live_usable_bytes: int
+    peak_live_usable_bytes: int
+    peak_live_requested_bytes: int
+    peak_at_s: float
+    requested_total_bytes: int
+    n_mmapped: int
+    n_large_heap: int
+    arenas: int
+    threads_seen: int
+    request_histogram: tuple  # bucket b: sizes in [2^(b-1), 2^b)
+    helper_mallocs: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    command: tuple
+    pid: int                 # the process the figures are for
+    started_pid: int         # the process heapsight started
+    exit_code: int
+    exit_signal: int
+    preload: str             # active | static | not-attached
+    preload_note: str
+    duration_s: float
+    samples: int
+    sample_hz: float
+    sampler_cpu_s: float
+    peak_rss_bytes: int
+    final_rss_bytes: int
+    peak: Breakdown | None
+    final: Breakdown | None
+    release: Release
+    heap: HeapFigures | None
+    forks: int
+    execs: int
+    other_processes: int
+    findings: tuple = field(default_factory=tuple)
+    verdict: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["release"]["gave_back_bytes"] = self.release.gave_back_bytes
+        return d

@@ -1,0 +1,1 @@
+"""One module per output format, each with render(summary, stream, ...)."""

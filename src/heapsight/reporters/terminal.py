@@ -1,0 +1,72 @@
+"""The terminal summary: one screen, read at a glance."""
+
+from __future__ import annotations
+
+import textwrap
+
+from heapsight.analysis import human, pct
+from heapsight.model import Breakdown, Summary
+
+ROWS = (("live (requested, not freed)", "live_bytes"), ("waste (rounding)", "waste_bytes"),
+        ("allocator metadata", "metadata_bytes"), ("retained (freed, kept)", "retained_bytes"),
+        ("non-heap", "non_heap_bytes"))
+
+
+LABEL = 30
+CELL = 20
+
+
+def _cell(b: Breakdown | None, attr: str, share: bool = True) -> str:
+    if b is None:
+        return f"{'-':>{CELL}}"
+    v = getattr(b, attr)
+    return f"{human(v):>12}{pct(v, b.rss_bytes) if share else '':>6}  "
+
+
+def render(s: Summary, out, saved_to: str | None = None) -> None:
+    w = out.write
+    how = (f"killed by signal {s.exit_signal}" if s.exit_signal else f"exited with code {s.exit_code}")
+    alloc = s.heap.allocator if s.heap else "heap not visible"
+    w(f"\nheapsight: {' '.join(s.command)}\n")
+    w(f"  pid {s.pid} {how} after {s.duration_s:.2f} s; {alloc}; {s.samples} samples "
+      f"at {s.sample_hz:g} Hz\n")
+    if s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid:
+        w(f"  note: {s.preload_note}\n")
+    peak_t = f"peak (at {s.peak.at_s:.2f} s)" if s.peak else "peak"
+    w(f"\n  {'':{LABEL}}{peak_t:>{CELL - 2}}  {'at exit':>{CELL - 2}}\n")
+    w(f"  {'RSS':{LABEL}}{_cell(s.peak, 'rss_bytes', False)}{_cell(s.final, 'rss_bytes', False)}\n")
+    if s.preload == "active":
+        for label, attr in ROWS:
+            w(f"    {label:{LABEL - 2}}{_cell(s.peak, attr)}{_cell(s.final, attr)}\n")
+        if s.final and s.final.untouched_bytes > 0:
+            w(f"    ({human(s.final.untouched_bytes)} of the live blocks at exit were never touched, "
+              "so not resident)\n")
+    else:
+        for label, attr in (("anonymous", None), ("file-backed", "file_bytes")):
+            pv = (s.peak.rss_bytes - s.peak.file_bytes) if (s.peak and attr is None) else (getattr(s.peak, attr) if s.peak else 0)
+            fv = (s.final.rss_bytes - s.final.file_bytes) if (s.final and attr is None) else (getattr(s.final, attr) if s.final else 0)
+            w(f"    {label:{LABEL - 2}}{human(pv):>12}{'':8}{human(fv):>12}\n")
+        w("    (/proc figures only: no split into live, waste and retained)\n")
+    w(f"  peak RSS (VmHWM): {human(s.peak_rss_bytes)}\n")
+    r = s.release
+    if r.measured:
+        w(f"\n  release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "
+          f"{r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> {human(r.rss_after_bytes)})\n")
+    else:
+        w(f"\n  release at exit: not measured: {r.why_not}\n")
+    if s.heap:
+        h = s.heap
+        w(f"  heap: {h.n_alloc:,} allocations, {h.n_free:,} frees, {h.live_blocks:,} blocks live at "
+          f"exit; peak live {human(h.peak_live_requested_bytes)} at {h.peak_at_s:.2f} s")
+        w(f"; {h.arenas} arena(s); {h.threads_seen} thread(s)\n" if h.allocator == "glibc"
+          else f"; {h.threads_seen} thread(s)\n")
+    w(f"\n  VERDICT  {s.verdict}\n")
+    for f in s.findings:
+        w(f"\n  * {f.title}\n")
+        for line in textwrap.wrap(f.detail, 86):
+            w(f"    {line}\n")
+        for sug in f.suggestions:
+            w(f"      try: {sug}\n")
+    if saved_to:
+        w(f"\n  run saved to {saved_to}\n")
+    w("\n")
