@@ -1,0 +1,42 @@
+"""The native part on its own: the segment layout both sides agree on, and the counters
+hammered from more threads than there are slots."""
+
+import json
+import subprocess
+
+from conftest import scenario
+from heapsight import segment as S
+
+
+def test_layout_matches_the_compiler():
+    layout = json.loads(subprocess.run([scenario("hs-layout")], capture_output=True, text=True,
+                                       check=True).stdout)
+    assert layout["segment_bytes"] == S.SEGMENT_BYTES
+    assert layout["slot_bytes"] == S.SLOT_DTYPE.itemsize
+    assert layout["stats_bytes"] == S.STATS_DTYPE.itemsize
+    assert layout["classes"] == S.CLASSES
+    for name, (offset, size) in layout["segment"].items():
+        if name == "slots":
+            assert offset == S.SLOTS_OFFSET
+            continue
+        dtype, py_offset = S.HEADER_DTYPE.fields[name][:2]
+        assert (py_offset, dtype.itemsize) == (offset, size), name
+    for name, (offset, size) in layout["slot"].items():
+        dtype, py_offset = S.SLOT_DTYPE.fields[name][:2]
+        assert (py_offset, dtype.itemsize) == (offset, size), name
+    for name, (offset, size) in layout["stats"].items():
+        dtype, py_offset = S.STATS_DTYPE.fields[name][:2]
+        assert (py_offset, dtype.itemsize) == (offset, size), name
+
+
+def test_counters_exact_under_300_threads():
+    p = subprocess.run([scenario("hs-test-counters")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "7 passed, 0 failed" in p.stdout
+
+
+def test_size_classes_cover_every_usable_size():
+    # class_floor_bytes is the inverse the reports use; it must agree with hs_class_of.
+    assert S.class_floor_bytes(0) == 0 and S.class_floor_bytes(63) == 1008
+    assert S.class_floor_bytes(64) == 1024 and S.class_floor_bytes(72) == 2048
+    assert S.class_floor_bytes(S.CLASSES - 1) < 2 ** 64
