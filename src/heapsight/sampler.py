@@ -1,5 +1,6 @@
-"""The sampler: runs in the CLI process, reads /proc/PID/status every tick (100 Hz by
-default), smaps_rollup a few times a second, and the stats segment every tick."""
+"""The sampler: runs in the CLI process and reads, every tick (100 Hz by default, up to
+1 kHz), /proc/PID/status (statm between status reads above 100 Hz), smaps_rollup a few
+times a second, and the stats segment."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from heapsight.segment import Segment
 
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
            "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads")
-CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~30 µs
+CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~20 µs
+STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fills in above this
 
 
 @dataclass
@@ -49,38 +51,54 @@ class Sampler:
         self.pid = proc.pid
         self.timeline = Timeline()
 
-    def _retarget(self, status, rollup):
+    def _open(self, pid: int) -> None:
+        self.pid = pid
+        self.status, self.statm = procfs.status(pid), procfs.Statm(pid)
+        self.rollup = procfs.smaps_rollup(pid)
+
+    def _close(self) -> None:
+        for f in (self.status, self.statm, self.rollup):
+            f.close()
+
+    def _retarget(self) -> None:
         """Follow the process that owns the segment when it is not the one we started
         (a wrapper that forked the real program)."""
         owner = self.segment.get("owner_pid") if self.segment else 0
         if owner and owner != self.pid:
-            status.close(); rollup.close()
-            self.pid = owner
-            return procfs.status(owner), procfs.smaps_rollup(owner)
-        return status, rollup
+            self._close()
+            self._open(owner)
 
     def run(self) -> Timeline:
         tl, seg = self.timeline, self.segment
-        status, rollup = procfs.status(self.pid), procfs.smaps_rollup(self.pid)
+        self._open(self.pid)
         start = time.monotonic()
         cpu0 = time.thread_time()
-        next_tick, next_smaps, next_classes = start, start, start
+        next_tick, next_smaps, next_classes, next_status = start, start, start, start
+        next_poll = start
+        hwm, threads = math.nan, math.nan
         waste_ratio, pss, stats, stats_seq, retargeted = 0.0, math.nan, None, -1, False
         while True:
             now = time.monotonic()
             row = {"t": now - start}
-            st = status.read()
+            if now >= next_status:
+                st = self.status.read()
+                next_status = now + 1.0 / STATUS_PER_S
+                if st is not None:
+                    hwm, threads = st.get("hwm", math.nan), st.get("threads", math.nan)
+            else:
+                st = self.statm.read()
             if st is not None:
                 row.update(st)
+                row["hwm"], row["threads"] = hwm, threads
             if now >= next_smaps:
-                roll = rollup.read()
+                roll = self.rollup.read()
                 if roll is not None:
                     pss = roll.get("pss", math.nan)
                 next_smaps = now + self.smaps_period
             row["pss"] = pss
             if seg is not None and seg.attached():
                 if not retargeted:
-                    status, rollup = self._retarget(status, rollup)
+                    self._retarget()
                     retargeted = True
                 exact = now >= next_classes
                 c = seg.counters(classes=exact, waste_ratio=waste_ratio)
@@ -98,8 +116,12 @@ class Sampler:
             if st is not None or "live_usable" in row:
                 tl.append(row)
             tl.ticks += 1
-            if self.proc.poll() is not None:
+            # waitpid costs as much as a /proc read: ask at most 100 times a second, or at
+            # once when /proc says the process is gone.
+            if (st is None or now >= next_poll) and self.proc.poll() is not None:
                 break
+            if now >= next_poll:
+                next_poll = now + 0.01
             next_tick += self.period
             delay = next_tick - time.monotonic()
             if delay > 0:
@@ -108,5 +130,5 @@ class Sampler:
                 next_tick = time.monotonic()  # fell behind: do not try to catch up in a burst
         tl.duration_s = time.monotonic() - start
         tl.sampler_cpu_s = time.thread_time() - cpu0
-        status.close(); rollup.close()
+        self._close()
         return tl

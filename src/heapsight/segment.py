@@ -49,6 +49,9 @@ _HEADER_FIELDS = [
     ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("reserved", U8, (31,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
+# Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.
+_SCALARS = ("n_alloc", "n_free", "n_realloc", "req_alloc_bytes", "usable_alloc_bytes",
+            "usable_free_bytes", "n_mmapped", "n_large_heap")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 SEGMENT_BYTES = SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize
 
@@ -126,9 +129,10 @@ class Segment:
             os.close(fd)
         self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
         self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
-        self._fast = {f: self.slots[f] for f in
-                      ("n_alloc", "n_free", "req_alloc_bytes", "usable_alloc_bytes",
-                       "usable_free_bytes", "n_mmapped", "n_large_heap")}
+        # The scalar counters of every slot as one 2-D view: one numpy call sums them all.
+        first = SLOT_DTYPE.fields["n_alloc"][1]
+        self._scalars = np.ndarray((MAX_SLOTS, len(_SCALARS)), U8, buffer=self._map,
+                                   offset=SLOTS_OFFSET + first, strides=(SLOT_DTYPE.itemsize, 8))
 
     def close(self) -> None:
         try:
@@ -153,7 +157,7 @@ class Segment:
         """Totals over the slots. Live requested bytes are estimated per usable-size class
         (docs/numbers.md); when classes is False the given waste ratio is applied instead."""
         k = self._used()
-        f = {name: int(arr[:k].sum(dtype=np.uint64)) for name, arr in self._fast.items()}
+        f = dict(zip(_SCALARS, self._scalars[:k].sum(axis=0, dtype=np.uint64).tolist()))
         live_usable = f["usable_alloc_bytes"] - f["usable_free_bytes"]
         live_blocks = f["n_alloc"] - f["n_free"]
         if classes:
