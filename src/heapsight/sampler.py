@@ -26,6 +26,9 @@ class Timeline:
     sampler_cpu_s: float = 0.0
     ticks: int = 0
     duration_s: float = 0.0
+    # requested/usable of live blocks at the sample with the most live usable bytes,
+    # computed exactly there: it converts the library's exact usable peak to requested bytes
+    peak_req_ratio: float = 1.0
 
     def append(self, row: dict) -> None:
         for c, arr in self.columns.items():
@@ -75,7 +78,7 @@ class Sampler:
         cpu0 = time.thread_time()
         next_tick, next_smaps, next_classes, next_status = start, start, start, start
         next_poll = start
-        hwm, threads = math.nan, math.nan
+        hwm, threads, best_usable = math.nan, math.nan, 0
         waste_ratio, pss, stats, stats_seq, retargeted = 0.0, math.nan, None, -1, False
         while True:
             now = time.monotonic()
@@ -102,6 +105,12 @@ class Sampler:
                     retargeted = True
                 exact = now >= next_classes
                 c = seg.counters(classes=exact, waste_ratio=waste_ratio)
+                if c.live_usable_bytes > best_usable:
+                    best_usable = c.live_usable_bytes
+                    if not exact:
+                        c, exact = seg.counters(classes=True), True
+                    if c.live_usable_bytes > 0:
+                        tl.peak_req_ratio = c.live_requested_bytes / c.live_usable_bytes
                 if exact:
                     next_classes = now + 1.0 / CLASS_ESTIMATES_PER_S
                     waste_ratio = c.waste_bytes / c.live_usable_bytes if c.live_usable_bytes > 0 else 0.0

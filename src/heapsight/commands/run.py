@@ -225,14 +225,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                               "figures are from the last sample")
         peak_usable = segment.get("peak_usable_bytes")
         peak_at = (segment.get("peak_ns") - segment.get("start_ns")) / 1e9 if peak_usable else 0.0
-        # Requested bytes at the peak: the usable peak less the waste ratio seen nearest it.
-        ratio = 1.0
-        t = tl.columns["t"]
-        near = [i for i in range(n) if not math.isnan(tl.columns["live_usable"][i])
-                and tl.columns["live_usable"][i] > 0]
-        if near:
-            j = min(near, key=lambda i: abs(t[i] - peak_at))
-            ratio = tl.columns["live_req"][j] / tl.columns["live_usable"][j]
+        # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
+        # of the live blocks at the sample with the most live bytes.
+        ratio = tl.peak_req_ratio
         arenas = int(_num(tl.last("arenas"), 0))
         if stats_before is not None:
             arenas = max(arenas, stats_before.arenas)
