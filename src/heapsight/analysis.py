@@ -12,6 +12,10 @@ from heapsight.segment import AllocStats
 MiB = 1024 * 1024
 GLIBC_CHUNK_HEADER_BYTES = 8
 
+# What the library calls at exit to ask each allocator to give memory back now
+# (native/src/allocators.c does the calling; this names it for people).
+RELEASE_CALLS = {"glibc": "malloc_trim(0)"}
+
 
 def breakdown(at_s: float, rss: int, anon: int, baseline_anon: int, live_req: int,
               live_usable: int, live_blocks: int, allocator: str,

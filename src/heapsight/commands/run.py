@@ -206,7 +206,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         done = segment.get("state") == STATE_DONE
         stats_before = segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()
         mapped_before = analysis.alloc_mapped_nan(stats_before)
-        call = {"glibc": "malloc_trim(0)"}.get(allocator, "none")
+        call = analysis.RELEASE_CALLS.get(allocator, "none")
         if done:
             rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
             final = analysis.breakdown(
