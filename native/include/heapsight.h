@@ -8,9 +8,8 @@
 #include <stdint.h>
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull /* "HSHTSEG1" */
-#define HS_SEGMENT_VERSION 2
+#define HS_SEGMENT_VERSION 3
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
-#define HS_HIST_BUCKETS 64    /* request-size histogram: bucket b holds sizes in [2^(b-1), 2^b) */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
 #define HS_CLASSES (HS_FINE_CLASSES + (64 - 10) * HS_SUBCLASSES)
@@ -43,14 +42,14 @@ typedef struct hs_slot_s {
   uint64_t n_alloc;          /* successful allocations (realloc counts one alloc + one free) */
   uint64_t n_free;
   uint64_t n_realloc;
-  uint64_t req_alloc_bytes;  /* requested bytes, summed at allocation */
   uint64_t usable_alloc_bytes;
   uint64_t usable_free_bytes;
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
   uint64_t n_large_heap;     /* glibc: allocations >= 128 KiB served from an arena */
   int64_t pending_bytes;     /* usable bytes not yet added to the global live figure */
-  uint64_t pad[5];
-  uint64_t hist[HS_HIST_BUCKETS];
+  uint64_t pad[6];
+  /* Per usable-size class; together they are the size histogram, and requested bytes are
+   * derived from them (usable - waste) when read, which keeps the hot path short. */
   uint64_t cls_alloc[HS_CLASSES];  /* per usable-size class: allocations, */
   uint64_t cls_free[HS_CLASSES];   /* frees, */
   uint64_t cls_waste[HS_CLASSES];  /* and (usable - requested) summed at allocation */

@@ -69,9 +69,7 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr) {
   unsigned c = hs_class_of(usable);
   if (is_alloc) {
     __atomic_fetch_add(&s->n_alloc, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&s->req_alloc_bytes, req, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->usable_alloc_bytes, usable, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&s->hist[hs_bucket_of(req)], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_alloc[c], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_waste[c], usable - req, __ATOMIC_RELAXED);
     if (hdr & 2) __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);

@@ -58,11 +58,6 @@ static inline unsigned hs_class_of(size_t u) {
   return HS_FINE_CLASSES + (e - 10) * HS_SUBCLASSES + (unsigned)((u >> (e - 3)) & 7);
 }
 
-static inline unsigned hs_bucket_of(size_t n) {
-  unsigned b = 64u - (unsigned)__builtin_clzl(n | 1);
-  return b < HS_HIST_BUCKETS ? b : HS_HIST_BUCKETS - 1;
-}
-
 /* glibc chunk header (malloc.c: chunksize, chunk_is_mmapped, musable): the size word sits
  * just before the user pointer; mmapped chunks carry a two-word header. Read only while
  * the chunk is allocated. */
@@ -76,7 +71,7 @@ static inline hs_slot_t *hs_slot(void) {
   return HS_LIKELY(s != NULL) ? s : _hs_slot_claim();
 }
 
-static inline void hs_count_alloc(void *p, size_t req) {
+__attribute__((always_inline)) static inline void hs_count_alloc(void *p, size_t req) {
   size_t hdr = 0, u;
   if (HS_LIKELY(_hs_usable_by_header)) {
     hdr = hs_glibc_header(p);
@@ -88,9 +83,7 @@ static inline void hs_count_alloc(void *p, size_t req) {
   if (HS_UNLIKELY(s == NULL)) { _hs_count_shared(1, u, req, hdr); return; }
   unsigned c = hs_class_of(u);
   s->n_alloc++;
-  s->req_alloc_bytes += req;
   s->usable_alloc_bytes += u;
-  s->hist[hs_bucket_of(req)]++;
   s->cls_alloc[c]++;
   s->cls_waste[c] += u - req;
   if (hdr & 2) s->n_mmapped++;
@@ -100,7 +93,7 @@ static inline void hs_count_alloc(void *p, size_t req) {
 }
 
 /* Called before the real free, so the chunk is still ours to read. */
-static inline void hs_count_free(void *p) {
+__attribute__((always_inline)) static inline void hs_count_free(void *p) {
   size_t u = HS_LIKELY(_hs_usable_by_header) ? hs_glibc_usable(hs_glibc_header(p))
                                              : _hs_real.malloc_usable_size(p);
   hs_slot_t *s = hs_slot();

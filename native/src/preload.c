@@ -10,6 +10,8 @@
 
 #include "hs_internal.h"
 
+#define HS_EXPORT __attribute__((visibility("default")))
+
 hs_real_t _hs_real;
 static volatile int g_resolving;
 
@@ -19,7 +21,7 @@ static char g_pool[64 * 1024] __attribute__((aligned(16)));
 static size_t g_pool_used;
 
 static int in_pool(const void *p) {
-  return (const char *)p >= g_pool && (const char *)p < g_pool + sizeof g_pool;
+  return (uintptr_t)p - (uintptr_t)g_pool < sizeof g_pool; /* one compare */
 }
 
 static void *pool_alloc(size_t n) {
@@ -75,20 +77,20 @@ void _hs_resolve(void) {
     }                                                \
   } while (0)
 
-void *malloc(size_t size) {
+HS_EXPORT void *malloc(size_t size) {
   HS_READY();
   void *p = _hs_real.malloc(size);
   if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
   return p;
 }
 
-void free(void *p) {
+HS_EXPORT void free(void *p) {
   if (p == NULL || HS_UNLIKELY(in_pool(p))) return;
   hs_count_free(p);
   _hs_real.free(p);
 }
 
-void *calloc(size_t n, size_t m) {
+HS_EXPORT void *calloc(size_t n, size_t m) {
   size_t size;
   if (__builtin_mul_overflow(n, m, &size)) { errno = ENOMEM; return NULL; }
   if (HS_UNLIKELY(_hs_real.free == NULL)) {
@@ -100,7 +102,7 @@ void *calloc(size_t n, size_t m) {
   return p;
 }
 
-void *realloc(void *old, size_t size) {
+HS_EXPORT void *realloc(void *old, size_t size) {
   HS_READY();
   if (old != NULL && in_pool(old)) {
     void *p = malloc(size);
@@ -121,13 +123,13 @@ void *realloc(void *old, size_t size) {
   return p;
 }
 
-void *reallocarray(void *old, size_t n, size_t m) {
+HS_EXPORT void *reallocarray(void *old, size_t n, size_t m) {
   size_t size;
   if (__builtin_mul_overflow(n, m, &size)) { errno = ENOMEM; return NULL; }
   return realloc(old, size);
 }
 
-int posix_memalign(void **out, size_t align, size_t size) {
+HS_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
   if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
   int rc = _hs_real.posix_memalign(out, align, size);
   if (rc == 0 && *out != NULL) hs_count_alloc(*out, size);
@@ -149,17 +151,17 @@ static void *aligned_via(void *(*f)(size_t, size_t), size_t align, size_t size) 
   return p;
 }
 
-void *aligned_alloc(size_t align, size_t size) {
+HS_EXPORT void *aligned_alloc(size_t align, size_t size) {
   if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
   return aligned_via(_hs_real.aligned_alloc, align, size);
 }
 
-void *memalign(size_t align, size_t size) {
+HS_EXPORT void *memalign(size_t align, size_t size) {
   if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
   return aligned_via(_hs_real.memalign, align, size);
 }
 
-void *valloc(size_t size) {
+HS_EXPORT void *valloc(size_t size) {
   if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
   if (_hs_real.valloc) {
     void *p = _hs_real.valloc(size);
@@ -169,7 +171,7 @@ void *valloc(size_t size) {
   return aligned_via(NULL, (size_t)sysconf(_SC_PAGESIZE), size);
 }
 
-void *pvalloc(size_t size) {
+HS_EXPORT void *pvalloc(size_t size) {
   if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   if (_hs_real.pvalloc) {
@@ -196,49 +198,49 @@ static void *new_aligned(size_t size, size_t align) {
   return aligned_via(NULL, align, size ? size : 1);
 }
 
-void *_Znwm(size_t size) {
+HS_EXPORT void *_Znwm(size_t size) {
   void *p = malloc(size ? size : 1);
   if (HS_LIKELY(p != NULL)) return p;
   HS_REAL_NEW(hs_new_fn, "_Znwm", size);
 }
-void *_Znam(size_t size) {
+HS_EXPORT void *_Znam(size_t size) {
   void *p = malloc(size ? size : 1);
   if (HS_LIKELY(p != NULL)) return p;
   HS_REAL_NEW(hs_new_fn, "_Znam", size);
 }
-void *_ZnwmRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
-void *_ZnamRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
-void *_ZnwmSt11align_val_t(size_t size, size_t align) {
+HS_EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
+HS_EXPORT void *_ZnamRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
+HS_EXPORT void *_ZnwmSt11align_val_t(size_t size, size_t align) {
   void *p = new_aligned(size, align);
   if (HS_LIKELY(p != NULL)) return p;
   HS_REAL_NEW(hs_new_aligned_fn, "_ZnwmSt11align_val_t", size, align);
 }
-void *_ZnamSt11align_val_t(size_t size, size_t align) {
+HS_EXPORT void *_ZnamSt11align_val_t(size_t size, size_t align) {
   void *p = new_aligned(size, align);
   if (HS_LIKELY(p != NULL)) return p;
   HS_REAL_NEW(hs_new_aligned_fn, "_ZnamSt11align_val_t", size, align);
 }
-void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
+HS_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
   (void)nt; return new_aligned(size, align);
 }
-void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
+HS_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
   (void)nt; return new_aligned(size, align);
 }
 
-void _ZdlPv(void *p) { free(p); }
-void _ZdaPv(void *p) { free(p); }
-void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
-void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
-void _ZdlPvRKSt9nothrow_t(void *p, const hs_nothrow_t *nt) { (void)nt; free(p); }
-void _ZdaPvRKSt9nothrow_t(void *p, const hs_nothrow_t *nt) { (void)nt; free(p); }
-void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
-void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
-void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; free(p); }
-void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; free(p); }
-void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_nothrow_t *nt) {
+HS_EXPORT void _ZdlPv(void *p) { free(p); }
+HS_EXPORT void _ZdaPv(void *p) { free(p); }
+HS_EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
+HS_EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
+HS_EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const hs_nothrow_t *nt) { (void)nt; free(p); }
+HS_EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const hs_nothrow_t *nt) { (void)nt; free(p); }
+HS_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
+HS_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
+HS_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; free(p); }
+HS_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; free(p); }
+HS_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_nothrow_t *nt) {
   (void)a; (void)nt; free(p);
 }
-void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_nothrow_t *nt) {
+HS_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_nothrow_t *nt) {
   (void)a; (void)nt; free(p);
 }
 

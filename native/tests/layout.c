@@ -27,9 +27,9 @@ int main(void) {
   SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(slots);
   first = 0;
   printf("}, \"slot\": {");
-  SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc); SLOT(req_alloc_bytes);
+  SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc);
   SLOT(usable_alloc_bytes); SLOT(usable_free_bytes); SLOT(n_mmapped); SLOT(n_large_heap);
-  SLOT(pending_bytes); SLOT(hist); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
+  SLOT(pending_bytes); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
   first = 0;
   printf("}, \"stats\": {");
   STATS(time_ns); STATS(in_use_bytes); STATS(free_bytes); STATS(mapped_bytes);

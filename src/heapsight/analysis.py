@@ -56,7 +56,7 @@ def pct(part: float, whole: float) -> str:
 
 def findings(command: list, final: Breakdown | None, release: Release, allocator: str,
              arenas: int, threads: int, n_large_heap: int, peak_live: int,
-             request_hist: tuple) -> list:
+             size_classes: tuple) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size."""
     if final is None:
         return []
@@ -128,13 +128,13 @@ def findings(command: list, final: Breakdown | None, release: Release, allocator
     # Waste: rounding of small requests.
     usable = final.live_bytes + final.waste_bytes
     if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * usable:
-        common = max(range(len(request_hist)), key=lambda b: request_hist[b]) if any(request_hist) else 0
-        lo, hi = (1 << (common - 1)) if common else 0, (1 << common) - 1
+        top = max(size_classes, key=lambda c: c[2] * c[3], default=(0, 0, 0, 0))
         out.append(Finding(
             "waste", final.waste_bytes,
             f"{human(final.waste_bytes)} lost to rounding: {pct(final.waste_bytes, usable)} "
             "of the usable bytes of live blocks were not requested",
-            f"Most requests are {lo}-{hi} bytes; every block is rounded up to the allocator's "
+            f"Most of it is in blocks of {top[0]}+ usable bytes ({top[2]:,} live), which waste "
+            f"{top[3]:.1f} bytes each on average: every block is rounded up to the allocator's "
             "size class (glibc: 24 usable bytes at least, in steps of 16) and carries a header. "
             "Allocate many small objects together (an array, a pool or arena allocator) "
             "instead of one malloc each.", ()))

@@ -72,7 +72,9 @@ class HeapFigures:
     n_large_heap: int
     arenas: int
     threads_seen: int
-    request_histogram: tuple  # bucket b: sizes in [2^(b-1), 2^b)
+    # the size histogram: (smallest usable size of the class, allocations, live blocks,
+    # mean waste bytes per allocation) for each usable-size class used
+    size_classes: tuple
     helper_mallocs: int
 
 

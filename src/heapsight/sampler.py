@@ -31,8 +31,9 @@ class Timeline:
     peak_req_ratio: float = 1.0
 
     def append(self, row: dict) -> None:
+        get, nan = row.get, math.nan
         for c, arr in self.columns.items():
-            arr.append(row.get(c, math.nan))
+            arr.append(get(c, nan))
 
     def __len__(self) -> int:
         return len(self.columns["t"])
@@ -99,7 +100,7 @@ class Sampler:
                     pss = roll.get("pss", math.nan)
                 next_smaps = now + self.smaps_period
             row["pss"] = pss
-            if seg is not None and seg.attached():
+            if retargeted or (seg is not None and seg.attached()):
                 if not retargeted:
                     self._retarget()
                     retargeted = True

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 
 MAGIC = 0x3147455354485348
-VERSION = 2
+VERSION = 3
 MAX_SLOTS = 256
-HIST_BUCKETS = 64
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
 ALLOCATORS = {0: "unknown", 1: "glibc", 2: "jemalloc", 3: "tcmalloc", 4: "mimalloc", 5: "mmap"}
@@ -30,9 +29,9 @@ STATS_DTYPE = np.dtype([
 
 SLOT_DTYPE = np.dtype([
     ("claimed", U8), ("tid", U8), ("n_alloc", U8), ("n_free", U8), ("n_realloc", U8),
-    ("req_alloc_bytes", U8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
-    ("n_mmapped", U8), ("n_large_heap", U8), ("pending_bytes", I8), ("pad", U8, (5,)),
-    ("hist", U8, (HIST_BUCKETS,)), ("cls_alloc", U8, (CLASSES,)), ("cls_free", U8, (CLASSES,)),
+    ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
+    ("n_mmapped", U8), ("n_large_heap", U8), ("pending_bytes", I8), ("pad", U8, (6,)),
+    ("cls_alloc", U8, (CLASSES,)), ("cls_free", U8, (CLASSES,)),
     ("cls_waste", U8, (CLASSES,)),
 ])
 
@@ -50,7 +49,7 @@ _HEADER_FIELDS = [
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.
-_SCALARS = ("n_alloc", "n_free", "n_realloc", "req_alloc_bytes", "usable_alloc_bytes",
+_SCALARS = ("n_alloc", "n_free", "n_realloc", "usable_alloc_bytes",
             "usable_free_bytes", "n_mmapped", "n_large_heap")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 SEGMENT_BYTES = SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize
@@ -155,29 +154,38 @@ class Segment:
 
     def counters(self, classes: bool = True, waste_ratio: float | None = None) -> HeapCounters:
         """Totals over the slots. Live requested bytes are estimated per usable-size class
-        (docs/numbers.md); when classes is False the given waste ratio is applied instead."""
+        (docs/numbers.md); when classes is False the given waste ratio is applied instead,
+        and the requested total (needed only at the end) is left at 0."""
         k = self._used()
         f = dict(zip(_SCALARS, self._scalars[:k].sum(axis=0, dtype=np.uint64).tolist()))
         live_usable = f["usable_alloc_bytes"] - f["usable_free_bytes"]
         live_blocks = f["n_alloc"] - f["n_free"]
+        requested_total = 0
         if classes:
-            live_req = live_usable - self.live_waste_bytes(k)
+            n_alloc, live_n, waste = self._class_sums(k)
+            mean = np.divide(waste, n_alloc, out=np.zeros_like(waste), where=n_alloc > 0)
+            live_req = live_usable - int(round(float(np.dot(np.clip(live_n, 0, None), mean))))
+            requested_total = f["usable_alloc_bytes"] - int(waste.sum())
         else:
             live_req = int(live_usable * (1.0 - (waste_ratio or 0.0)))
-        return HeapCounters(f["n_alloc"], f["n_free"], f["req_alloc_bytes"], live_usable,
+        return HeapCounters(f["n_alloc"], f["n_free"], requested_total, live_usable,
                             live_req, live_blocks, f["n_mmapped"], f["n_large_heap"])
 
-    def live_waste_bytes(self, k: int | None = None) -> int:
-        k = k or self._used()
+    def _class_sums(self, k: int):
         s = self.slots[:k]
         n_alloc = s["cls_alloc"].sum(axis=0, dtype=np.float64)
         live_n = n_alloc - s["cls_free"].sum(axis=0, dtype=np.float64)
-        waste = s["cls_waste"].sum(axis=0, dtype=np.float64)
-        mean = np.divide(waste, n_alloc, out=np.zeros_like(waste), where=n_alloc > 0)
-        return int(round(float(np.dot(np.clip(live_n, 0, None), mean))))
+        return n_alloc, live_n, s["cls_waste"].sum(axis=0, dtype=np.float64)
 
-    def request_histogram(self) -> list[int]:
-        return [int(x) for x in self.slots[: self._used()]["hist"].sum(axis=0, dtype=np.uint64)]
+    def size_classes(self) -> list:
+        """The size histogram: per usable-size class with any allocation, (smallest usable
+        size of the class, allocations, blocks live now, mean requested size)."""
+        n_alloc, live_n, waste = self._class_sums(self._used())
+        out = []
+        for c in np.nonzero(n_alloc)[0].tolist():
+            out.append((class_floor_bytes(c), int(n_alloc[c]), int(live_n[c]),
+                        round(float(waste[c] / n_alloc[c]), 2)))
+        return out
 
     def alloc_stats(self, field: str = "stats") -> AllocStats | None:
         """A consistent copy of the allocator figures (seqlock), or None if never sampled."""

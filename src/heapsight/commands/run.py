@@ -237,7 +237,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
                            c.live_usable_bytes, peak_usable, int(peak_usable * ratio), round(peak_at, 3),
                            c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
-                           tuple(segment.request_histogram()), segment.get("helper_mallocs"))
+                           tuple(segment.size_classes()), segment.get("helper_mallocs"))
 
     owner = segment.get("owner_pid") if attached else 0
     if linkage == "static":
@@ -257,7 +257,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     found = analysis.findings(argv, final, release, allocator, heap.arenas if heap else 0,
                               heap.threads_seen if heap else 0, heap.n_large_heap if heap else 0,
                               heap.peak_live_requested_bytes if heap else 0,
-                              heap.request_histogram if heap else ()) if heap else []
+                              heap.size_classes if heap else ()) if heap else []
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
