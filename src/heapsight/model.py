@@ -102,6 +102,9 @@ class Summary:
     other_processes: int
     findings: tuple = field(default_factory=tuple)
     verdict: str = ""
+    cpu_user_s: float = 0.0   # the program's CPU time (wait4 rusage, with waited-for children)
+    cpu_sys_s: float = 0.0
+    minor_faults: int = 0
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

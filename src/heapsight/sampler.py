@@ -34,6 +34,9 @@ class Timeline:
     # requested/usable of live blocks at the sample with the most live usable bytes,
     # computed exactly there: it converts the library's exact usable peak to requested bytes
     peak_req_ratio: float = 1.0
+    child_user_s: float = 0.0   # from wait4 when the program ended
+    child_sys_s: float = 0.0
+    child_minflt: int = 0
     _columns: dict | None = None
 
     def append_row(self, row: list) -> None:
@@ -66,6 +69,19 @@ class Sampler:
         self.smaps_period = 1.0 / smaps_hz if smaps_hz > 0 else math.inf
         self.pid = proc.pid
         self.timeline = Timeline()
+
+    def _reaped(self) -> bool:
+        """waitpid with the program's resource usage (CPU time, faults) on the way."""
+        try:
+            pid, status, ru = os.wait4(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            return self.proc.poll() is not None
+        if pid == 0:
+            return False
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        tl = self.timeline
+        tl.child_user_s, tl.child_sys_s, tl.child_minflt = ru.ru_utime, ru.ru_stime, ru.ru_minflt
+        return True
 
     def _open(self, pid: int) -> None:
         self.pid = pid
@@ -147,7 +163,7 @@ class Sampler:
             tl.ticks += 1
             # waitpid costs as much as a /proc read: ask at most 100 times a second, or at
             # once when /proc says the process is gone.
-            if (st is None or now >= next_poll) and self.proc.poll() is not None:
+            if (st is None or now >= next_poll) and self._reaped():
                 break
             if now >= next_poll:
                 next_poll = now + 0.01

@@ -22,7 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+from dataclasses import dataclass, field
 
 from heapsight import analysis, elf, native, record
 from heapsight.errors import HeapsightError
@@ -74,15 +74,68 @@ def default_output(argv: list, pid: int) -> str:
     return f"heapsight-{name}.{pid}.hsrun.json.gz"
 
 
-def child_env(segment: Segment | None, args) -> dict:
+def child_env(segment: Segment | None, opts: "Options") -> dict:
     env = dict(os.environ)
+    env.update(opts.extra_env)
     if segment is not None:
-        lib = str(native.preload_library())
-        env["LD_PRELOAD"] = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        libs = [str(native.preload_library()), *opts.extra_preload]
+        if env.get("LD_PRELOAD"):
+            libs.append(env["LD_PRELOAD"])
+        env["LD_PRELOAD"] = ":".join(libs)
         env["HEAPSIGHT_SEGMENT"] = segment.path
-        env["HEAPSIGHT_STATS_HZ"] = str(args.stats_hz)
-        env["HEAPSIGHT_RELEASE_AT_EXIT"] = "0" if args.no_release else "1"
+        env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
+        env["HEAPSIGHT_RELEASE_AT_EXIT"] = "1" if opts.release else "0"
     return env
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to measure one run (shared by run and compare)."""
+    hz: float = 100.0
+    smaps_hz: float = 4.0
+    stats_hz: float = 10.0
+    release: bool = True
+    extra_env: dict = field(default_factory=dict)
+    extra_preload: tuple = ()   # libraries to preload after heapsight's (an allocator)
+    stdout: object = None       # where the program's stdout goes (None: ours)
+    stderr: object = None
+    warn: bool = True           # say on stderr when a static program limits the figures
+
+
+def measure(argv: list, opts: Options) -> tuple:
+    """Run argv once under the library and the sampler: (Summary, Timeline)."""
+    path = resolve_command(argv)
+    linkage = elf.linkage(path)
+    if linkage == "static" and opts.warn:
+        print(f"heapsight: {argv[0]} is statically linked: the preload library cannot reach its "
+              "malloc. Going on with /proc figures only (RSS, anonymous, file-backed).",
+              file=sys.stderr)
+    segment = None if linkage == "static" else Segment()
+    try:
+        try:
+            proc = subprocess.Popen(argv, env=child_env(segment, opts), stdout=opts.stdout,
+                                    stderr=opts.stderr)
+        except OSError as e:
+            raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
+
+        # While the program runs, signals meant for it go to it; we stay to write the summary.
+        def forward(signum, _frame):
+            try:
+                proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz).run()
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+        summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
+                            opts.hz, opts.stats_hz)
+        return summary, timeline
+    finally:
+        if segment is not None:
+            segment.close()
 
 
 def validate(args) -> None:
@@ -105,45 +158,15 @@ def validate(args) -> None:
 def execute(args) -> int:
     validate(args)
     argv = list(args.command)
-    path = resolve_command(argv)
-    linkage = elf.linkage(path)
-    segment = None if linkage == "static" else Segment()
-    try:
-        return _run(args, argv, linkage, segment)
-    finally:
-        if segment is not None:
-            segment.close()
-
-
-def _run(args, argv: list, linkage: str, segment: Segment | None) -> int:
-    if linkage == "static" and not args.quiet:
-        print(f"heapsight: {argv[0]} is statically linked: the preload library cannot reach its "
-              "malloc. Going on with /proc figures only (RSS, anonymous, file-backed).",
-              file=sys.stderr)
-    stdout = sys.stderr if args.json == "-" else None
-    try:
-        proc = subprocess.Popen(argv, env=child_env(segment, args), stdout=stdout)
-    except OSError as e:
-        raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
-
-    # While the program runs, signals meant for it go to it; we stay to write the summary.
-    def forward(signum, _frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        timeline = Sampler(proc, segment, hz=args.hz, smaps_hz=args.smaps_hz).run()
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-    rc = proc.returncode
-    exit_code = 128 - rc if rc < 0 else rc
-    summary = summarize(argv, proc.pid, rc, linkage, segment, timeline, args.hz, args.stats_hz)
+    opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
+                   release=not args.no_release, warn=not args.quiet,
+                   stdout=sys.stderr if args.json == "-" else None)
+    summary, timeline = measure(argv, opts)
+    exit_code = summary.exit_code
+    proc_pid = summary.started_pid
 
     if not args.no_save:
-        out = args.output or default_output(argv, proc.pid)
+        out = args.output or default_output(argv, proc_pid)
         record.save(out, summary, timeline)
     else:
         out = None
@@ -267,4 +290,6 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
         heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
-        findings=tuple(found), verdict=analysis.verdict(found, final, attached))
+        findings=tuple(found), verdict=analysis.verdict(found, final, attached),
+        cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
+        minor_faults=tl.child_minflt)
