@@ -1,0 +1,75 @@
+"""`heapsight compare`: the matrix of allocators and tunables on one program."""
+
+import json
+import subprocess
+import sys
+
+from conftest import scenario
+
+
+def compare(*args, timeout=600):
+    p = subprocess.run([sys.executable, "-m", "heapsight", "compare", "--no-save", "--json", "-",
+                        *args], capture_output=True, text=True, timeout=timeout)
+    doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else None
+    return p, doc
+
+
+def rows(doc):
+    return {r["name"]: r for r in doc["configs"]}
+
+
+def final(row):
+    return row["stats"]["final_rss"]["median"]
+
+
+def test_retention_scenario_orders_allocators_as_the_field_notes_say():
+    # GIVEN the retention scenario (128 MiB allocated, 63 of 64 blocks freed)
+    p, doc = compare("--repeat", "1", "--configs", "glibc,jemalloc-eager,tcmalloc,mmap", "--",
+                     scenario("hs-retention"), "--mb", "128")
+    assert p.returncode == 0, p.stderr
+    r = rows(doc)
+    assert all(x["ok"] for x in r.values()), [x["error"] for x in r.values()]
+    # THEN eager jemalloc and the mmap baseline end far below glibc's default,
+    assert final(r["jemalloc-eager"]) < 0.5 * final(r["glibc"])
+    assert final(r["mmap"]) < 0.5 * final(r["glibc"])
+    # tcmalloc's default keeps its page heap,
+    assert final(r["tcmalloc"]) > 0.8 * final(r["glibc"])
+    # each row is the allocator it asked for, and the recommendation names a better one
+    assert doc["recommendation"].split(":")[0] in ("jemalloc-eager", "mmap")
+    assert "RSS at exit" in p.stderr and "recommendation:" in p.stderr
+
+
+def test_ignored_preload_is_an_error_row_not_a_number():
+    p, doc = compare("--repeat", "1", "--configs", "glibc,jemalloc", "--", scenario("hs-static"))
+    r = rows(doc)
+    for name in ("glibc", "jemalloc"):
+        assert not r[name]["ok"] and "preload was ignored" in r[name]["error"]
+        assert "stats" not in r[name]
+    assert "ERROR: the preload was ignored" in p.stderr
+    assert p.returncode == 1  # nothing could be compared
+
+
+def test_missing_allocator_library_names_the_fix_and_the_rest_runs():
+    p, doc = compare("--repeat", "1", "--configs", "glibc",
+                     "--config", "mine:/nonexistent/libjemalloc.so.2:MALLOC_CONF=narenas:2",
+                     "--", scenario("hs-leak"), "--mb", "5")
+    assert p.returncode == 0, p.stderr
+    r = rows(doc)
+    assert r["glibc"]["ok"] and not r["mine"]["ok"]
+    assert "missing" in r["mine"]["error"]
+    assert r["mine"]["env"] == {"MALLOC_CONF": "narenas:2"}
+
+
+def test_a_real_program_nobody_here_wrote():
+    p, doc = compare("--repeat", "1", "--configs", "glibc,jemalloc-eager", "--",
+                     "perl", "-e", "my %h; $h{$_} = 'x' x 200 for 1..300000; undef %h; sleep 0;")
+    assert p.returncode == 0, p.stderr
+    r = rows(doc)
+    assert r["glibc"]["ok"] and r["jemalloc-eager"]["ok"], p.stderr
+    assert r["glibc"]["stats"]["peak_rss"]["median"] > 50 * 1024 * 1024
+
+
+def test_bad_config_is_refused():
+    p = subprocess.run([sys.executable, "-m", "heapsight", "compare", "--config", "nocolon",
+                        "--", "true"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "expected NAME:ALLOC" in p.stderr
