@@ -43,6 +43,8 @@ static void publish_stats(const hs_alloc_stats_t *st) {
 }
 
 static volatile int g_stop;
+static pthread_t g_stats_thread;
+static int g_stats_started;
 
 static void sleep_ns(uint64_t ns) {
   struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
@@ -82,12 +84,10 @@ void _hs_stats_thread_start(void) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
-  pthread_create(&t, &attr, stats_main, NULL);
+  pthread_attr_setstacksize(&attr, 64 * 1024); /* joinable: the exit probe waits for it */
+  g_stats_started = pthread_create(&g_stats_thread, &attr, stats_main, NULL) == 0;
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
@@ -98,6 +98,18 @@ void _hs_exit_probe(void) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !_hs_is_owner()) return;
   g_stop = 1;
+  /* Let the statistics thread finish before measuring: a thread that ends runs the
+   * allocator's thread cleanup (jemalloc flushes its tcache and may start purging its
+   * arena; a purge already under way makes arena.<i>.purge return at once, so the release
+   * below would look smaller than it is). Bounded, in case it is stuck behind a lock. */
+  if (g_stats_started) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 200000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_timedjoin_np(g_stats_thread, NULL, &until);
+    g_stats_started = 0;
+  }
   _hs_flush_current();
   __atomic_store_n(&seg->state, HS_STATE_EXITING, __ATOMIC_RELEASE);
   seg->exit_ns = _hs_now_ns();
