@@ -14,7 +14,6 @@ import pytest
 
 from heapsight.native import BIN_DIR
 
-OUTPUT_DIR = Path(__file__).resolve().parent.parent / "test-output"
 
 
 @dataclass
