@@ -35,8 +35,11 @@ def test_counters_exact_under_300_threads():
     assert "7 passed, 0 failed" in p.stdout
 
 
-def test_size_classes_cover_every_usable_size():
-    # class_floor_bytes is the inverse the reports use; it must agree with hs_class_of.
-    assert S.class_floor_bytes(0) == 0 and S.class_floor_bytes(63) == 1008
-    assert S.class_floor_bytes(64) == 1024 and S.class_floor_bytes(72) == 2048
-    assert S.class_floor_bytes(S.CLASSES - 1) < 2 ** 64
+def test_size_class_floors_match_hs_class_of():
+    # class_floor_bytes names the classes of hs_class_of (hs_internal.h): 16-byte steps
+    # below 1 KiB, then 8 per power of two, strictly increasing, the last one below 2^64
+    floors = [S.class_floor_bytes(c) for c in range(S.CLASSES)]
+    assert floors[:3] == [0, 16, 32] and floors[63] == 1008
+    assert floors[64] == 1024 and floors[65] == 1024 + 128 and floors[72] == 2048
+    assert all(a < b for a, b in zip(floors, floors[1:]))
+    assert floors[-1] == (1 << 63) + 7 * (1 << 60)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from heapsight.model import Breakdown, Finding, Release
+from heapsight.model import Breakdown, Finding, HeapFigures, Release
 from heapsight.segment import AllocStats
 
 MiB = 1024 * 1024
@@ -65,12 +65,13 @@ def pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole > 0 else "n/a"
 
 
-def findings(command: list, final: Breakdown | None, release: Release, allocator: str,
-             arenas: int, threads: int, n_large_heap: int, peak_live: int,
-             size_classes: tuple) -> list:
+def findings(command: list, final: Breakdown | None, release: Release,
+             heap: HeapFigures) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size."""
     if final is None:
         return []
+    allocator, arenas, threads = heap.allocator, heap.arenas, heap.threads_seen
+    n_large_heap, size_classes = heap.n_large_heap, heap.size_classes
     cmd = shlex.join(command)
     out = []
     rss = max(final.rss_bytes, 1)

@@ -277,10 +277,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     if forks:
         note += f"; its {forks} forked child process(es) are not counted"
 
-    found = analysis.findings(argv, final, release, allocator, heap.arenas if heap else 0,
-                              heap.threads_seen if heap else 0, heap.n_large_heap if heap else 0,
-                              heap.peak_live_requested_bytes if heap else 0,
-                              heap.size_classes if heap else ()) if heap else []
+    found = analysis.findings(argv, final, release, heap) if heap else []
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
