@@ -4,7 +4,7 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 HS     := $(VENV)/bin/heapsight
-SOURCES := $(shell find src native scenarios -type f) CMakeLists.txt pyproject.toml
+SOURCES := $(shell find src native scenarios lab -type f) CMakeLists.txt pyproject.toml
 
 .PHONY: all setup demo test test-native bench clean
 

@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from heapsight import __version__
-from heapsight.commands import compare, run
+from heapsight.commands import compare, lab, run
 from heapsight.errors import HeapsightError
 
-COMMANDS = {"run": run, "compare": compare}
+COMMANDS = {"run": run, "compare": compare, "lab": lab}
 
 DESCRIPTION = """\
 heapsight tells you why a process's memory did not go back to the OS after free(),

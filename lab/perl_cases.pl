@@ -1,0 +1,3 @@
+#!/usr/bin/perl
+# placeholder: being written
+exit 2;

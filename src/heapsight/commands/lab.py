@@ -1,0 +1,144 @@
+"""Re-run the classic allocator experiments here and check what their write-ups claimed.
+
+Five experiments, each from a published write-up, each run across allocators:
+  release     size sweep 2 KB .. 2 GB: which freed blocks go back to the OS, in which order
+  waste       the internal-fragmentation table: requested vs allocated for tiny blocks
+  arenas      threads that allocate and free: per-thread arenas, malloc_trim, arena_max
+  containers  C++ vector/list/deque of strings, std::allocator vs __pool_alloc
+  perl        Perl scalars, arrays and hashes: when does leaving a block give memory back
+Each prints the table its write-up printed, then every claim with a verdict (holds,
+fails, or depends on ...) computed from this run's numbers, and the figures behind it.
+The results are saved for `heapsight report`.
+
+examples:
+  heapsight lab --quick                  # all five, small sizes (a few minutes)
+  heapsight lab release waste            # two experiments, full size
+  heapsight lab arenas --configs glibc,glibc-arena2,jemalloc
+  heapsight lab --quick --json - > lab.json
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import sys
+import time
+
+from heapsight import lab
+from heapsight.commands.compare import PRESET, PRESETS
+from heapsight.errors import HeapsightError
+from heapsight.lab.common import Context, Table, say_stderr
+
+SCHEMA_VERSION = 1
+
+
+def add_arguments(p) -> None:
+    p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
+                   help=f"which to run: {', '.join(lab.NAMES)} (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller sizes and fewer cases: all five in a few minutes")
+    p.add_argument("--configs", metavar="A,B,...",
+                   help="run every experiment under these configurations instead of each "
+                        "experiment's own set (names from `heapsight compare --list`)")
+    p.add_argument("--json", metavar="FILE", help="the results as JSON ('-' for stdout)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to save the results for reports (default heapsight-lab.PID.json.gz)")
+    p.add_argument("--no-save", action="store_true", help="do not save the results")
+    p.add_argument("--list", action="store_true", help="list the experiments and exit")
+
+
+def machine() -> dict:
+    return {"cores": os.cpu_count(), "kernel": platform.release(),
+            "libc": " ".join(platform.libc_ver()), "python": platform.python_version()}
+
+
+def select(args) -> tuple:
+    names = args.experiments or list(lab.NAMES)
+    bad = [n for n in names if n not in lab.NAMES]
+    if bad:
+        raise HeapsightError(f"unknown experiment {bad[0]!r}; known: {', '.join(lab.NAMES)}")
+    configs = None
+    if args.configs:
+        configs = []
+        for n in [x.strip() for x in args.configs.split(",") if x.strip()]:
+            if n not in PRESET:
+                raise HeapsightError(f"unknown configuration {n!r}; known: "
+                                     f"{', '.join(c.name for c in PRESETS)}")
+            configs.append(PRESET[n])
+        if not configs:
+            raise HeapsightError("--configs is empty")
+    return list(dict.fromkeys(names)), configs
+
+
+def run_one(name: str, ctx: Context) -> dict:
+    mod = lab.experiment(name)
+    t0 = time.monotonic()
+    data = mod.collect(ctx)
+    return {"name": name, "title": mod.TITLE, "source": mod.SOURCE, "about": mod.ABOUT,
+            "quick": ctx.quick, "duration_s": round(time.monotonic() - t0, 2), "data": data,
+            "tables": [t.to_dict() for t in mod.tables(data)],
+            "claims": [c.to_dict() for c in mod.claims(data)],
+            "charts": mod.charts(data)}
+
+
+def render(result: dict, out) -> None:
+    w = out.write
+    w(f"\n== {result['name']}: {result['title']} ==\n")
+    w(f"   after \"{result['source']}\" ({result['duration_s']:.1f} s)\n\n")
+    for t in result["tables"]:
+        w(Table(**t).render() + "\n\n")
+    w("claims:\n")
+    for c in result["claims"]:
+        verdict = c["verdict"].upper()
+        if c["verdict"] == "depends" and c.get("depends_on"):
+            verdict += f" on {c['depends_on']}"
+        w(f"  [{verdict}] \"{c['text']}\"\n      {c['evidence']}\n")
+
+
+def execute(args) -> int:
+    if args.list:
+        for n in lab.NAMES:
+            mod = lab.experiment(n)
+            print(f"{n:12}{mod.TITLE}\n{'':12}after \"{mod.SOURCE}\"")
+        return 0
+    names, configs = select(args)
+    ctx = Context(quick=args.quick, configs=configs, progress=say_stderr)
+    doc = {"kind": "heapsight-lab", "schema_version": SCHEMA_VERSION, "quick": args.quick,
+           "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "experiments": []}
+    failed = []
+    for i, name in enumerate(names, 1):
+        say_stderr(f"[{i}/{len(names)}] {name}{' (quick)' if args.quick else ''}")
+        try:
+            result = run_one(name, ctx)
+        except HeapsightError as e:
+            say_stderr(f"{name} failed: {e.message}")
+            failed.append(name)
+            doc["experiments"].append({"name": name, "error": e.message})
+            continue
+        doc["experiments"].append(result)
+        render(result, sys.stderr)
+    totals = {}
+    for r in doc["experiments"]:
+        for c in r.get("claims", []):
+            totals[c["verdict"]] = totals.get(c["verdict"], 0) + 1
+    sys.stderr.write("\nclaims: " + ", ".join(f"{n} {v}" for v, n in sorted(totals.items()))
+                     + (f"; experiments that failed to run: {', '.join(failed)}" if failed else "")
+                     + "\n")
+    if args.json:
+        text = json.dumps(doc, indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+    if not args.no_save:
+        out = args.output or f"heapsight-lab.{os.getpid()}.json.gz"
+        tmp = out + ".tmp"
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, out)
+        sys.stderr.write(f"results saved to {out}\n")
+    return 1 if failed else 0

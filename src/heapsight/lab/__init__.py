@@ -1,0 +1,17 @@
+"""The lab: re-runs five classic allocator experiments here and checks their claims.
+
+Each experiment lives in its own module (see heapsight.lab.common for the interface).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+NAMES = ("release", "waste", "arenas", "containers", "perl")
+
+
+def experiment(name: str):
+    """The module of one experiment, by name."""
+    if name not in NAMES:
+        raise KeyError(name)
+    return importlib.import_module(f"heapsight.lab.{name}")
