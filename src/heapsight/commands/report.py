@@ -1,0 +1,52 @@
+"""Turn saved runs, comparisons and lab results into one HTML page with charts.
+
+Each FILE gets a section: a run record (from `heapsight run`) shows its RSS split over
+time, allocation rate, arenas, the breakdown at the peak and at exit, and the verdict; a
+comparison (`heapsight compare`) shows memory and time per configuration with the spread
+of the repeats; lab results (`heapsight lab`) show each experiment's charts, tables and
+claims. The page is one self-contained file (no network); hover a chart for its values,
+drag across a timeline to zoom, double-click to zoom out. --png also writes every chart
+as a PNG image (needs Chromium: Debian package chromium).
+
+examples:
+  heapsight report heapsight-app.1234.hsrun.json.gz -o app.html
+  heapsight report run.hsrun.json.gz compare.json.gz heapsight-lab.99.json.gz -o all.html
+  heapsight report lab.json.gz -o lab.html --png charts/ --title "allocators on this box"
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from heapsight import report
+from heapsight.errors import HeapsightError
+from heapsight.report import png
+
+
+def add_arguments(p) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="run records (.hsrun.json.gz), comparisons or lab results, in any mix")
+    p.add_argument("-o", "--output", metavar="FILE", default="heapsight-report.html",
+                   help="the HTML page to write (default heapsight-report.html)")
+    p.add_argument("--png", metavar="DIR",
+                   help="also write each chart as DIR/CHART_ID.png (drawn by headless Chromium)")
+    p.add_argument("--title", metavar="T", help="the page's title")
+
+
+def execute(args) -> int:
+    # Everything that can fail on the inputs fails before anything is written.
+    docs = [(path, report.load(path)) for path in args.files]
+    report.check_output(args.output, "--output")
+    if args.png:
+        png.chromium()
+        if os.path.exists(args.png) and not os.path.isdir(args.png):
+            raise HeapsightError(f"--png {args.png} exists and is not a directory")
+    page = report.write_html(args.output, docs, args.title)
+    size = len(page.html.encode("utf-8"))
+    print(f"heapsight report: wrote {args.output} ({len(docs)} file(s), {len(page.charts)} "
+          f"chart(s), {size / 1024:,.0f} KiB)", file=sys.stderr)
+    if args.png and page.charts:
+        paths = png.write_pngs(args.output, [c["id"] for c in page.charts], args.png)
+        print(f"heapsight report: wrote {len(paths)} PNG image(s) to {args.png}", file=sys.stderr)
+    return 0

@@ -1,0 +1,297 @@
+"""Chart descriptions for the report, built from run records and comparisons; lab
+experiments bring their own. Every chart on the page, whatever made it, uses the CHARTS
+format of heapsight.lab.common, which the renderer (assets/report.js) draws. The report
+adds to that format:
+
+  kind "stacked"     series drawn as areas stacked bottom-up in the order given; they
+                     share their x values (the first series' x is used for all). A series
+                     with "stack": false is drawn as a line over the stack (e.g. RSS).
+  "markers"          [{"x": 1.25, "label": "release at exit"}]: labelled vertical lines on
+                     line and stacked charts.
+  series "color"     a CSS colour for that series (otherwise the renderer's palette).
+  series "step"      true: drawn as steps (a value holds until the next sample).
+  series "dash"      true: a dashed line.
+  unit "/s"          a rate: counts per second (y of the allocation-rate chart).
+  x/y "min"          the axis starts at this value at most (e.g. 0 for a bar of bytes).
+
+Values may be null (not measured): lines break there, stacked areas count it as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from heapsight import analysis
+from heapsight.commands.run import Options
+from heapsight.report.decimate import BUCKETS, as_array, bucket_rates, extreme_rows
+
+# The page's colours for the parts of RSS: one meaning, one colour, on every chart.
+PART_COLORS = {"live": "#4e79a7", "waste": "#f28e2b", "retained": "#e15759",
+               "non-heap": "#a0a4a8", "rss": "#222222"}
+# The allocator statistics rate of the run: the record does not keep it, so `heapsight run`'s
+# default (a run with another --stats-hz gets a slightly wider or narrower window below).
+STATS_HZ = Options().stats_hz
+
+
+def clean(v):
+    """JSON-safe: NaN and infinities become None, numpy numbers plain numbers."""
+    if isinstance(v, dict):
+        return {str(k): clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return clean(v.tolist())
+    if isinstance(v, (np.floating, float)):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+def _nums(arr: np.ndarray, digits: int | None = None) -> list:
+    """An array as a JSON list: rounded (None for NaN) to keep the page small."""
+    out = np.round(arr, digits) if digits is not None else np.round(arr)
+    vals = out.tolist()
+    if digits is None:
+        return [None if x != x else int(x) for x in vals]
+    return [None if x != x else x for x in vals]
+
+
+def chart_id(*parts) -> str:
+    """An id usable as an HTML id and a file name."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", "-".join(str(p) for p in parts if p)).strip("-") or "chart"
+
+
+# ---------------------------------------------------------------------------- run records
+
+def columns(doc: dict, names) -> dict:
+    tl = doc.get("timeline") or {}
+    n = len(tl.get("t") or [])
+    return {c: as_array(tl[c]) if c in tl else np.full(n, np.nan) for c in names}
+
+
+def split_rows(doc: dict, rows: np.ndarray, cols: dict | None = None) -> dict:
+    """The RSS of each chosen sample split into live, waste, metadata, retained and
+    non-heap by analysis.breakdown itself (one definition for the terminal, the summary and
+    the page), fed the same inputs `heapsight run` gives it: the pre-main baseline, the
+    allocator, live blocks, and the largest allocator footprint up to the next statistics
+    sample. The inputs are gathered as arrays; breakdown is mapped over the rows.
+    Returns {field of Breakdown: array} for the rows."""
+    s = doc.get("summary") or {}
+    heap = s.get("heap")
+    cols = cols or columns(doc, ("t", "rss", "anon", "live_req", "live_usable", "n_alloc",
+                                 "n_free", "alloc_mapped"))
+    rows = np.asarray(rows, dtype=int)
+    t, rss, anon = cols["t"][rows], cols["rss"][rows], cols["anon"][rows]
+    anon = np.where(np.isnan(anon), rss, anon)
+    if heap is None:
+        # no heap figures: every sample is its own baseline, as `heapsight run` does
+        args = (t, rss, anon, anon, 0, 0, 0, "unknown", math.nan)
+    else:
+        baseline = max((s.get(k) or {}).get("baseline_anon_bytes", 0) for k in ("peak", "final"))
+        every = max(1, math.ceil(float(s.get("sample_hz") or 100.0) / STATS_HZ))
+        mapped = cols["alloc_mapped"]
+        n = len(mapped)
+        if n:
+            window = np.minimum(rows[:, None] + np.arange(2 * every + 1)[None, :], n - 1)
+            w = mapped[window]
+            top = np.where(np.isnan(w), -np.inf, w).max(axis=1)
+            peak_mapped = np.where(np.isinf(top), np.nan, top)   # no figure yet: NaN
+        else:
+            peak_mapped = np.full(len(rows), np.nan)
+
+        def z(col):  # counters before the library attached: 0
+            return np.nan_to_num(cols[col][rows], nan=0.0)
+        args = (t, rss, anon, baseline, z("live_req"), z("live_usable"),
+                z("n_alloc") - z("n_free"), heap.get("allocator", "unknown"), peak_mapped)
+
+    def one(at, r, a, base, req, usable, blk, alloc, mp):
+        return analysis.breakdown(float(at), int(r), int(a), int(base), int(req), int(usable),
+                                  int(blk), alloc, float(mp))
+    parts = np.frompyfunc(one, 9, 1)(*args)
+    parts = np.atleast_1d(parts)
+    fields = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "retained_bytes",
+              "non_heap_bytes", "file_bytes", "other_anon_bytes", "untouched_bytes")
+    return {f: np.array([getattr(b, f) for b in parts], dtype=float) for f in fields} | {"t": t}
+
+
+def _fmt_release(rel: dict) -> str:
+    return (f"release at exit: {rel.get('call')} {analysis.human(rel.get('rss_before_bytes', 0))}"
+            f" \u2192 {analysis.human(rel.get('rss_after_bytes', 0))}")
+
+
+def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") -> list:
+    """The charts of one run: RSS split over time, allocation rate, arenas and threads."""
+    s = doc.get("summary") or {}
+    cols = columns(doc, ("t", "rss", "anon", "live_req", "live_usable", "n_alloc", "n_free",
+                         "alloc_mapped", "arenas", "threads"))
+    t, rss = cols["t"], cols["rss"]
+    valid = ~np.isnan(rss) & ~np.isnan(t)
+    idx = np.flatnonzero(valid)
+    what = f" ({label})" if label else ""
+    out = []
+    if len(idx):
+        keep = idx[extreme_rows([rss[idx], cols["live_req"][idx]], buckets)]
+        parts = split_rows(doc, keep, cols)
+        x = _nums(parts["t"], 4)
+        if s.get("heap") is not None:
+            bands = (("live", parts["live_bytes"], PART_COLORS["live"]),
+                     ("waste + metadata", parts["waste_bytes"] + parts["metadata_bytes"],
+                      PART_COLORS["waste"]),
+                     ("retained (freed, kept)", parts["retained_bytes"], PART_COLORS["retained"]),
+                     ("non-heap", parts["non_heap_bytes"], PART_COLORS["non-heap"]))
+        else:
+            bands = (("anonymous", parts["rss_bytes"] - parts["file_bytes"], "#76b7b2"),
+                     ("file-backed", parts["file_bytes"], PART_COLORS["non-heap"]))
+        series = [{"name": n, "x": x, "y": _nums(v), "color": c} for n, v, c in bands]
+        series.append({"name": "RSS", "x": x, "y": _nums(parts["rss_bytes"]), "stack": False,
+                       "color": PART_COLORS["rss"]})
+        markers = []
+        peak = s.get("peak")
+        if peak:
+            markers.append({"x": peak["at_s"], "label": f"peak {analysis.human(peak['rss_bytes'])}"})
+        rel = s.get("release") or {}
+        fin = s.get("final")
+        if rel.get("measured") and fin:
+            markers.append({"x": fin["at_s"], "label": _fmt_release(rel)})
+            # the drop the release made, measured by the library around its call
+            end = fin["at_s"] + max(float(rel.get("seconds") or 0), 1e-3)
+            series.append({"name": "RSS through the release", "x": [fin["at_s"], round(end, 4)],
+                           "y": [rel.get("rss_before_bytes"), rel.get("rss_after_bytes")],
+                           "stack": False, "dash": True, "color": PART_COLORS["rss"]})
+        elif fin:
+            markers.append({"x": fin["at_s"], "label": "exit"})
+        note = ("Each sample's RSS split as in the summary; the solid line is RSS"
+                + (", the dashed one its drop through the release at exit. " if rel.get("measured") else ". ")
+                if s.get("heap") is not None else
+                "The preload library was not active: /proc figures only. ")
+        if len(keep) < len(idx):
+            note += f"{len(idx):,} samples thinned to {len(keep):,} (the lowest and highest of each stretch kept)."
+        out.append({"id": chart_id(prefix, "memory"), "title": f"Where the RSS went, over time{what}",
+                    "kind": "stacked",
+                    "x": {"label": "time", "unit": "s", "log": False, "min": 0},
+                    "y": {"label": "resident memory", "unit": "bytes", "log": False, "min": 0},
+                    "series": series, "markers": markers, "note": note.strip()})
+    if s.get("heap") is not None:
+        ra = [bucket_rates(t, cols[c], buckets) for c in ("n_alloc", "n_free")]
+        if len(ra[0][0]):
+            out.append({"id": chart_id(prefix, "rate"), "title": f"Allocation rate{what}",
+                        "kind": "line",
+                        "x": {"label": "time", "unit": "s", "log": False, "min": 0},
+                        "y": {"label": "calls per second", "unit": "/s", "log": False, "min": 0},
+                        "series": [{"name": "allocations", "x": _nums(ra[0][0], 4), "y": _nums(ra[0][1]),
+                                    "color": "#4e79a7"},
+                                   {"name": "frees", "x": _nums(ra[1][0], 4), "y": _nums(ra[1][1]),
+                                    "color": "#e15759"}],
+                        "note": "Change of the allocation and free counters between samples."})
+    series = []
+    for c, name, color in (("arenas", "malloc arenas", "#59a14f"), ("threads", "threads", "#9c755f")):
+        v = cols[c]
+        ok = np.flatnonzero(~np.isnan(v) & ~np.isnan(t))
+        if len(ok) and np.nanmax(v[ok]) > 0:
+            k = ok[extreme_rows([v[ok]], buckets)]
+            series.append({"name": name, "x": _nums(t[k], 4), "y": _nums(v[k]), "step": True,
+                           "color": color})
+    arenas = any(x["name"] == "malloc arenas" for x in series)
+    busy = any(max((v for v in x["y"] if v is not None), default=0) > 1 for x in series)
+    if series and (arenas or busy):
+        out.append({"id": chart_id(prefix, "arenas"),
+                    "title": (f"Arenas and threads{what}" if arenas else f"Threads{what}"),
+                    "kind": "line",
+                    "x": {"label": "time", "unit": "s", "log": False, "min": 0},
+                    "y": {"label": "count", "unit": "count", "log": False, "min": 0},
+                    "series": series,
+                    "note": ("glibc gives each thread that allocates an arena of its own, up to 8 per core."
+                             if arenas else "Threads of the process, from /proc.")})
+    return out
+
+
+# ---------------------------------------------------------------------------- comparisons
+
+def compare_charts(doc: dict, prefix: str, buckets: int = BUCKETS) -> list:
+    """Grouped bars of memory and time per configuration (medians, whiskers at the min and
+    max of the repeats), and each configuration's RSS over its first run."""
+    rows = [r for r in doc.get("configs") or [] if r.get("ok") and r.get("stats")]
+    out = []
+    if rows:
+        names = [r["name"] for r in rows]
+        def bars(metrics):
+            return [{"name": label, "x": names,
+                     "y": [r["stats"][k]["median"] for r in rows],
+                     "lo": [r["stats"][k]["min"] for r in rows],
+                     "hi": [r["stats"][k]["max"] for r in rows], "color": color}
+                    for k, label, color in metrics]
+        rep = doc.get("repeat", 1)
+        spread = f"medians of {rep} runs, whiskers at the lowest and highest" if rep > 1 else "one run each"
+        failed = [r.get("name", "?") for r in doc.get("configs") or [] if r not in rows]
+        if failed:
+            spread += f"; not shown (no figures, see the table): {', '.join(failed)}"
+        out.append({"id": chart_id(prefix, "memory"), "title": "Memory per configuration",
+                    "kind": "bar",
+                    "x": {"label": "configuration", "unit": "", "log": False, "categories": names},
+                    "y": {"label": "bytes", "unit": "bytes", "log": False, "min": 0},
+                    "series": bars((("peak_rss", "peak RSS", "#4e79a7"),
+                                    ("final_rss", "RSS at exit", "#f28e2b"),
+                                    ("retained", "retained at exit", "#e15759"))),
+                    "note": f"{spread}."})
+        out.append({"id": chart_id(prefix, "time"), "title": "Time per configuration",
+                    "kind": "bar",
+                    "x": {"label": "configuration", "unit": "", "log": False, "categories": names},
+                    "y": {"label": "time", "unit": "s", "log": False, "min": 0},
+                    "series": bars((("wall_s", "wall", "#76b7b2"), ("cpu_s", "CPU", "#b07aa1"))),
+                    "note": f"{spread}; includes heapsight's own work in the program."})
+    series = []
+    seen = set()
+    for rec in doc.get("runs") or []:
+        name = rec.get("config")
+        if name in seen or not rec.get("timeline"):
+            continue
+        seen.add(name)
+        cols = columns(rec, ("t", "rss"))
+        ok = np.flatnonzero(~np.isnan(cols["rss"]) & ~np.isnan(cols["t"]))
+        if not len(ok):
+            continue
+        k = ok[extreme_rows([cols["rss"][ok]], buckets)]
+        series.append({"name": name, "x": _nums(cols["t"][k], 4), "y": _nums(cols["rss"][k])})
+    if series:
+        out.append({"id": chart_id(prefix, "rss"), "title": "RSS over time, first run of each configuration",
+                    "kind": "line",
+                    "x": {"label": "time", "unit": "s", "log": False, "min": 0},
+                    "y": {"label": "RSS", "unit": "bytes", "log": False, "min": 0},
+                    "series": series,
+                    "note": "RSS as sampled from /proc during the first run of each configuration."})
+    return out
+
+
+# ---------------------------------------------------------------------------- lab
+
+def lab_charts(experiment: dict, prefix: str) -> list:
+    """An experiment's own charts, with ids made unique on the page; anything that is not a
+    chart description is dropped here rather than breaking the page."""
+    out = []
+    name = str(experiment.get("name") or "")
+    for i, ch in enumerate(experiment.get("charts") or []):
+        if not isinstance(ch, dict) or not isinstance(ch.get("series"), list):
+            continue
+        c = clean(ch)
+        own = str(ch.get("id") or f"chart{i + 1}")
+        if name and own.startswith(name + "-"):
+            own = own[len(name) + 1:]  # "release-glibc" in experiment release: prefix says it
+        c["id"] = chart_id(prefix, own)
+        out.append(c)
+    return out
+
+
+def unique_ids(charts: list) -> list:
+    seen = {}
+    for c in charts:
+        base = c["id"]
+        if base in seen:
+            seen[base] += 1
+            c["id"] = f"{base}-{seen[base]}"
+        else:
+            seen[base] = 1
+    return charts

@@ -1,0 +1,352 @@
+"""The report page: one self-contained HTML file (inline CSS and JS, no network, no
+external fonts). Text from the records - command lines, program names, verdicts, lab
+tables - goes through html.escape here, or textContent in the renderer; the charts travel
+as JSON in a <script type="application/json"> element with every "<", ">" and "&" written
+as a \\u escape, so nothing in the data can end that element or open another."""
+
+from __future__ import annotations
+
+import html
+import json
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from heapsight import __version__
+from heapsight.analysis import human, pct
+from heapsight.report import charts as ch
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+# The page's first script: from here on every uncaught error and console.error is kept in a
+# list, which the renderer writes into <body data-errors> and #hs-errors when it has drawn.
+HEALTH_JS = """
+window.__hs = {errors: [], onerror: null};
+(function () {
+  var E = window.__hs.errors;
+  function note(s) {
+    E.push(s);
+    if (window.__hs.onerror) try { window.__hs.onerror(); } catch (_) {}
+  }
+  window.addEventListener('error', function (e) {
+    var what = e.message || ('failed to load ' + ((e.target && (e.target.src || e.target.href)) || 'a resource'));
+    note(String(what) + (e.filename ? ' (' + e.filename.split('/').pop() + ':' + e.lineno + ')' : ''));
+  }, true);
+  window.addEventListener('unhandledrejection', function (e) { note('unhandled rejection: ' + String(e.reason)); });
+  var ce = console.error;
+  console.error = function () {
+    note(Array.prototype.map.call(arguments, String).join(' '));
+    return ce.apply(console, arguments);
+  };
+})();
+"""
+
+
+def esc(v) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def script_json(data) -> str:
+    """JSON that is safe inside a <script> element whatever its strings hold."""
+    text = json.dumps(ch.clean(data), separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def asset(name: str, closing: str) -> str:
+    text = (ASSETS / name).read_text(encoding="utf-8")
+    if closing in text.lower():
+        raise ValueError(f"{name} contains {closing}")  # it would end its element early
+    return text
+
+
+@dataclass
+class Page:
+    html: str
+    charts: list    # the chart descriptions, in page order (ids are unique)
+
+
+def figure(c: dict) -> str:
+    return f'<figure class="chart" id="fig-{esc(c["id"])}" data-chart="{esc(c["id"])}"></figure>'
+
+
+def figures(cs: list) -> str:
+    return '<div class="charts">' + "".join(figure(c) for c in cs) + "</div>"
+
+
+def table(columns: list, rows: list, caption: str = "", cls: str = "data") -> str:
+    out = [f'<div class="scroll"><table class="{cls}">']
+    if caption:
+        out.append(f"<caption>{esc(caption)}</caption>")
+    out.append("<thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in columns) + "</tr></thead><tbody>")
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in r) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------- run
+
+PARTS = (("live (requested, not freed)", "live_bytes"), ("waste (rounding)", "waste_bytes"),
+         ("allocator metadata", "metadata_bytes"), ("retained (freed, kept)", "retained_bytes"),
+         ("non-heap", "non_heap_bytes"))
+
+
+def _cell(b, key, share=True) -> str:
+    """A value and its share of that moment's RSS, as two cells."""
+    if not b:
+        return "<td>-</td><td></td>"
+    v = b.get(key, 0)
+    p = esc(pct(v, b.get("rss_bytes", 0))) if share else ""
+    return f'<td>{esc(human(v))}</td><td class="share">{p}</td>'
+
+
+
+def breakdown_table(s: dict) -> str:
+    peak, fin = s.get("peak"), s.get("final")
+    head = f"peak (at {peak['at_s']:.2f} s)" if peak else "peak"
+    tail = f"at exit ({fin['at_s']:.2f} s)" if fin else "at exit"
+    rows = [f"<tr><td>RSS</td>{_cell(peak, 'rss_bytes', False)}{_cell(fin, 'rss_bytes', False)}</tr>"]
+    if s.get("preload") == "active":
+        for label, key in PARTS:
+            rows.append(f'<tr><td class="sub">{esc(label)}</td>{_cell(peak, key)}{_cell(fin, key)}</tr>')
+        if fin and fin.get("untouched_bytes", 0) > 0:
+            rows.append(f'<tr><td class="sub">never touched (not resident)</td><td></td><td></td>'
+                        f'<td>{esc(human(fin["untouched_bytes"]))}</td><td></td></tr>')
+    else:
+        for label, key in (("file-backed", "file_bytes"),):
+            rows.append(f'<tr><td class="sub">{esc(label)}</td>{_cell(peak, key)}{_cell(fin, key)}</tr>')
+    return (f'<div class="scroll"><table class="data breakdown"><caption>Where the RSS went</caption>'
+            f'<thead><tr><th></th><th colspan="2">{esc(head)}</th><th colspan="2">{esc(tail)}</th></tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def run_facts(s: dict) -> list:
+    heap = s.get("heap") or {}
+    how = (f"killed by signal {s.get('exit_signal')} (exit code {s.get('exit_code')})"
+           if s.get("exit_signal") else f"{s.get('exit_code')}")
+    facts = [("command", f'<code class="cmd">{esc(shlex.join(s.get("command") or []))}</code>'),
+             ("exit code", esc(how)),
+             ("duration", esc(f"{s.get('duration_s', 0):.2f} s wall, "
+                              f"{s.get('cpu_user_s', 0) + s.get('cpu_sys_s', 0):.2f} s CPU, "
+                              f"{s.get('minor_faults', 0):,} minor faults")),
+             ("allocator", esc(heap.get("allocator", "heap not visible"))),
+             ("samples", esc(f"{s.get('samples', 0):,} at {s.get('sample_hz', 0):g} Hz")),
+             ("process", esc(f"pid {s.get('pid')}: {s.get('preload_note', '')}")),
+             ("peak RSS (VmHWM)", esc(human(s.get("peak_rss_bytes", 0))))]
+    rel = s.get("release") or {}
+    if rel.get("measured"):
+        facts.append(("release at exit", esc(
+            f"{rel.get('call')} gave back {human(rel.get('gave_back_bytes', 0))} in "
+            f"{rel.get('seconds', 0) * 1000:.1f} ms (RSS {human(rel.get('rss_before_bytes', 0))} "
+            f"\u2192 {human(rel.get('rss_after_bytes', 0))})")))
+    else:
+        facts.append(("release at exit", esc(f"not measured: {rel.get('why_not', '')}")))
+    if heap:
+        facts.append(("heap", esc(
+            f"{heap.get('n_alloc', 0):,} allocations, {heap.get('n_free', 0):,} frees, "
+            f"{heap.get('live_blocks', 0):,} blocks live at exit; peak live "
+            f"{human(heap.get('peak_live_requested_bytes', 0))} at {heap.get('peak_at_s', 0):.2f} s; "
+            f"{heap.get('arenas', 0)} arena(s); {heap.get('threads_seen', 0)} thread(s)")))
+    return facts
+
+
+def facts_html(facts: list) -> str:
+    return '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
+
+
+def findings_html(s: dict) -> str:
+    out = []
+    for f in s.get("findings") or []:
+        sug = "".join(f"<li>try: <code>{esc(x)}</code></li>" for x in f.get("suggestions") or [])
+        out.append(f'<div class="finding"><h4>{esc(f.get("title", ""))}</h4>'
+                   f'<p>{esc(f.get("detail", ""))}</p>{"<ul>" + sug + "</ul>" if sug else ""}</div>')
+    return f'<div class="findings">{"".join(out)}</div>' if out else ""
+
+
+def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
+    s = doc.get("summary") or {}
+    cs = ch.run_charts(doc, sid)
+    prog = (s.get("command") or ["?"])[0]
+    kind = (s.get("findings") or [{}])[0].get("kind", "healthy" if s.get("heap") else "")
+    body = [f'<section class="doc run" id="{sid}">',
+            f'<h2><span class="kind">run</span>{esc(prog)}{esc(" " + label) if label else ""}</h2>',
+            f'<div class="from">{esc(source)}</div>',
+            f'<div class="verdict v-{esc(kind)}">{esc(s.get("verdict", ""))}</div>',
+            figures(cs), breakdown_table(s), facts_html(run_facts(s)), findings_html(s), "</section>"]
+    return "".join(body), cs
+
+
+# ---------------------------------------------------------------------------- comparison
+
+METRICS = (("peak_rss", "peak RSS"), ("final_rss", "RSS at exit"), ("retained", "retained"),
+           ("given_back", "given back"), ("wall_s", "wall"), ("cpu_s", "CPU"),
+           ("minor_faults", "minor faults"))
+
+
+def _metric(key: str, v) -> str:
+    if v is None:
+        return "-"
+    if key in ("wall_s", "cpu_s"):
+        return f"{v:.3f} s"
+    if key == "minor_faults":
+        return f"{v:,.0f}"
+    return human(v)
+
+
+def compare_table(doc: dict) -> str:
+    rows = doc.get("configs") or []
+    base = next((r for r in rows if r.get("name") == "glibc" and r.get("ok") and r.get("stats")), None)
+    rep = doc.get("repeat", 1)
+    head = "".join(f"<th>{esc(h)}</th>" for h in ["configuration"] + [h for _, h in METRICS])
+    out = [f'<div class="scroll"><table class="data compare"><thead><tr>{head}</tr></thead><tbody>']
+    for r in rows:
+        name = f'{esc(r.get("name", "?"))}<span class="range">{esc(r.get("about", ""))}</span>'
+        if not r.get("ok") or not r.get("stats"):
+            out.append(f'<tr class="err"><td>{name}</td><td class="text" colspan="{len(METRICS)}">'
+                       f'error: {esc(r.get("error") or "no figures")}</td></tr>')
+            continue
+        cells = []
+        for key, _ in METRICS:
+            st = r["stats"].get(key) or {}
+            med = st.get("median")
+            rel = ""
+            if base is not None and r is not base and med is not None:
+                b = base["stats"].get(key, {}).get("median")
+                if b:
+                    rel = f" {100 * (med / b - 1):+.0f}%"
+            span = (f'<span class="range">{esc(_metric(key, st.get("min")))} \u2013 '
+                    f'{esc(_metric(key, st.get("max")))}</span>') if rep > 1 else ""
+            cells.append(f"<td>{esc(_metric(key, med) + rel)}{span}</td>")
+        out.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
+    out.append("</tbody></table></div>")
+    out.append(f'<p class="table-note">{esc(f"medians of {rep} run(s)" + (", lowest and highest below" if rep > 1 else ""))}'
+               f'{esc("; percentages against glibc defaults" if base else "")}</p>')
+    return "".join(out)
+
+
+def compare_section(sid: str, source: str, doc: dict) -> tuple:
+    cs = ch.compare_charts(doc, sid)
+    cmd = shlex.join(doc.get("command") or [])
+    prog = (doc.get("command") or ["?"])[0]
+    body = [f'<section class="doc compare" id="{sid}">',
+            f'<h2><span class="kind">comparison</span>{esc(prog)}</h2>',
+            f'<div class="from">{esc(source)}</div>',
+            facts_html([("command", f'<code class="cmd">{esc(cmd)}</code>'),
+                        ("repeats", esc(doc.get("repeat", 1))),
+                        ("configurations", esc(len(doc.get("configs") or [])))]),
+            f'<div class="recommend"><b>recommendation:</b> {esc(doc.get("recommendation", ""))}</div>',
+            figures(cs), compare_table(doc), "</section>"]
+    return "".join(body), cs
+
+
+# ---------------------------------------------------------------------------- lab
+
+def claim_html(c: dict) -> str:
+    v = str(c.get("verdict", "")).lower()
+    cls = v if v in ("holds", "fails", "depends") else "depends"
+    on = (f' <span class="on">on {esc(c["depends_on"])}</span>' if v == "depends" and c.get("depends_on") else "")
+    return (f'<div class="claim"><span class="badge {cls}">{esc(v or "?")}{on}</span>'
+            f'<div class="text">\u201c{esc(c.get("text", ""))}\u201d</div>'
+            f'<div class="evidence">{esc(c.get("evidence", ""))}</div></div>')
+
+
+def lab_table(t: dict) -> str:
+    from heapsight.lab.common import fmt_cell
+    rows = [[fmt_cell(x) for x in r] for r in t.get("rows") or []]
+    note = f'<p class="table-note">{esc(t["note"])}</p>' if t.get("note") else ""
+    return table(t.get("columns") or [], rows, t.get("title", "")) + note
+
+
+def lab_section(sid: str, source: str, doc: dict) -> tuple:
+    m = doc.get("machine") or {}
+    exps = doc.get("experiments") or []
+    counts = {}
+    for e in exps:
+        for c in e.get("claims") or []:
+            counts[c.get("verdict")] = counts.get(c.get("verdict"), 0) + 1
+    links = ", ".join(f'<a href="#{esc(sid)}-{esc(ch.chart_id(e.get("name") or f"e{i}"))}">'
+                      f'{esc(e.get("name", "?"))}</a>' for i, e in enumerate(exps, 1))
+    facts = [("experiments", links),
+             ("claims", esc(", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=str)) or "none")),
+             ("mode", esc("quick (small sizes)" if doc.get("quick") else "full size")),
+             ("machine", esc(f"{m.get('cores', '?')} cores, kernel {m.get('kernel', '?')}, "
+                             f"{m.get('libc', '?')}")),
+             ("started", esc(doc.get("started", "?")))]
+    body = [f'<section class="doc lab" id="{sid}">', '<h2><span class="kind">lab</span>allocator experiments</h2>',
+            f'<div class="from">{esc(source)}</div>', facts_html(facts)]
+    all_charts = []
+    for i, e in enumerate(exps, 1):
+        eid = f"{sid}-{ch.chart_id(e.get('name') or f'e{i}')}"
+        body.append(f'<h3 id="{esc(eid)}">{esc(e.get("name", "?"))}'
+                    f'{": " + esc(e["title"]) if e.get("title") else ""}</h3>')
+        if e.get("source"):
+            took = e.get("duration_s")
+            took = f" ({took:.1f} s)" if isinstance(took, (int, float)) else ""
+            body.append(f'<div class="from">after \u201c{esc(e["source"])}\u201d{esc(took)}</div>')
+        if e.get("about"):
+            body.append(f'<p class="about">{esc(e["about"])}</p>')
+        if e.get("error"):
+            body.append(f'<p class="error">this experiment failed to run: {esc(e["error"])}</p>')
+            continue
+        cs = ch.lab_charts(e, eid)
+        ch.unique_ids(all_charts + cs)  # renames in place: ids must be final before the figures
+        all_charts += cs
+        claims = "".join(claim_html(c) for c in e.get("claims") or [])
+        body.append(f'<div class="lab-grid"><div class="charts">{"".join(figure(c) for c in cs)}</div>'
+                    f'<div class="claims">{claims}</div></div>')
+        body.append("".join(lab_table(t) for t in e.get("tables") or []))
+    body.append("</section>")
+    return "".join(body), all_charts
+
+
+# ---------------------------------------------------------------------------- page
+
+def section_title(doc: dict) -> str:
+    k = doc.get("kind")
+    if k == "heapsight-run":
+        return "run: " + ((doc.get("summary") or {}).get("command") or ["?"])[0].rsplit("/", 1)[-1]
+    if k == "heapsight-compare":
+        return "comparison: " + (doc.get("command") or ["?"])[0].rsplit("/", 1)[-1]
+    return "lab"
+
+
+def build(items: list, title: str | None = None) -> Page:
+    """items: (source name, document) pairs, each a run record, a comparison or a lab."""
+    sections, all_charts, toc = [], [], []
+    for n, (source, doc) in enumerate(items, 1):
+        sid = f"s{n}"
+        kind = doc.get("kind")
+        if kind == "heapsight-run":
+            part, cs = run_section(sid, source, doc)
+        elif kind == "heapsight-compare":
+            part, cs = compare_section(sid, source, doc)
+        elif kind == "heapsight-lab":
+            part, cs = lab_section(sid, source, doc)
+        else:
+            raise ValueError(f"{source}: not a heapsight document (kind {kind!r})")
+        sections.append(part)
+        all_charts += cs
+        toc.append(f'<a href="#{sid}">{esc(section_title(doc))}</a>')
+    title = title or ("heapsight report: " + ", ".join(section_title(d) for _, d in items))
+    data = {"charts": all_charts, "generated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "version": __version__}
+    sub = (f"heapsight {__version__} \u00b7 {time.strftime('%Y-%m-%d %H:%M')} \u00b7 "
+           f"{len(items)} file(s), {len(all_charts)} chart(s) \u00b7 hover a chart for values, drag "
+           "across a timeline to zoom, double-click to zoom out")
+    page = "".join([
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f"<script>{HEALTH_JS}</script>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{asset('report.css', '</style')}</style></head>",
+        '<body data-charts="0 drawn" data-errors="0"><main>',
+        f'<header class="page"><h1>{esc(title)}</h1><div class="sub">{esc(sub)}</div></header>',
+        '<div id="hs-errors" role="alert"></div>',
+        f'<nav class="toc">{"".join(toc)}</nav>' if len(toc) > 1 else "",
+        "".join(sections), "</main>",
+        f'<script type="application/json" id="hs-data">{script_json(data)}</script>',
+        f"<script>{asset('report.js', '</script')}</script>",
+        "</body></html>\n"])
+    return Page(page, all_charts)
