@@ -10,12 +10,15 @@
  * operator new. The strings' own character buffers always use std::allocator<char>.
  *
  *   hs-lab-containers --container vector|list|deque --alloc std|pool --n N
- *                     --k-list 8,16,... [--zero 0|1] [--seed S]
+ *                     --k-list 8,16,... [--zero 0|1] [--seed S] [--pad B]
+ *
+ * --pad B keeps a B-byte block allocated from the start, which moves every later heap
+ * address by a few bytes: the results should not depend on that, and sometimes do.
  *
  * Output, one JSON object per line: first {"phase": "baseline", ...} with the RSS before
  * any container exists and the sizes involved, then one {"phase": "k", "k": ..., "rss_in",
- * "rss_out", "vm_in", "vm_out", ...} per k, then {"phase": "end", ...}. Exit 2 on bad
- * arguments. */
+ * "rss_out", "vm_in", "vm_out", ...} per k, then {"phase": "end", "allocator": ...}. Exit 2
+ * on bad arguments. */
 #include <ext/pool_allocator.h>
 
 #include <cstddef>
@@ -27,10 +30,7 @@
 #include <type_traits>
 #include <vector>
 
-/* lab.h names C's _Bool in one declaration; in C++ that type is bool. */
-#define _Bool bool
 #include "lab.h"
-#undef _Bool
 
 namespace {
 
@@ -86,10 +86,9 @@ struct Options {
     long n = 1000000;
     long zero = 0;
     long seed = 1;
+    long pad = 0;
     std::vector<long> ks;
 };
-
-const char *g_allocator = "glibc";
 
 void print_mem(const char *phase, long k, lab_mem_t in, lab_mem_t out, long long checksum,
                double fill_s, double free_s)
@@ -106,17 +105,16 @@ void print_mem(const char *phase, long k, lab_mem_t in, lab_mem_t out, long long
     lab_json_num("pool_large_bytes", g_req.large_bytes);
     lab_json_num("pool_large_count", g_req.large_count);
     lab_json_num("max_request", g_req.max_request);
-    if (strcmp(g_allocator, "glibc") == 0) {
-        /* glibc's own view after the destruction: free bytes it holds in the heap and
-         * in fastbins (mallinfo2 walks the bins; it does not allocate). */
-        struct mallinfo2 mi = mallinfo2();
-        lab_json_num("heap_arena", (long long)mi.arena);
-        lab_json_num("heap_in_use", (long long)mi.uordblks);
-        lab_json_num("heap_free", (long long)mi.fordblks);
-        lab_json_num("heap_fastbin_free", (long long)mi.fsmblks);
-        lab_json_num("heap_top_free", (long long)mi.keepcost);
-        lab_json_num("heap_mmapped", (long long)mi.hblkhd);
-    }
+    /* glibc's own view after the destruction: bytes in use, free in the heap and in
+     * fastbins, mmapped (mallinfo2 walks the bins; it does not allocate). Under another
+     * allocator these describe glibc's unused heap; the end line says which one ran. */
+    struct mallinfo2 mi = mallinfo2();
+    lab_json_num("heap_arena", (long long)mi.arena);
+    lab_json_num("heap_in_use", (long long)mi.uordblks);
+    lab_json_num("heap_free", (long long)mi.fordblks);
+    lab_json_num("heap_fastbin_free", (long long)mi.fsmblks);
+    lab_json_num("heap_top_free", (long long)mi.keepcost);
+    lab_json_num("heap_mmapped", (long long)mi.hblkhd);
     lab_json_num("checksum", checksum);
     lab_json_real("fill_s", fill_s);
     lab_json_real("free_s", free_s);
@@ -204,6 +202,7 @@ int main(int argc, char **argv)
     struct hs_opt opts[] = {
         {"container", NULL, &container}, {"alloc", NULL, &alloc}, {"n", &o.n, NULL},
         {"k-list", NULL, &klist},        {"zero", &o.zero, NULL}, {"seed", &o.seed, NULL},
+        {"pad", &o.pad, NULL},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     hs_parse(argc, argv, opts, nopts);
@@ -219,19 +218,28 @@ int main(int argc, char **argv)
         hs_usage_exit(argv[0], "--alloc takes std or pool, not", alloc, opts, nopts);
     if (strcmp(container, "vector") && strcmp(container, "list") && strcmp(container, "deque"))
         hs_usage_exit(argv[0], "--container takes vector, list or deque, not", container, opts, nopts);
-    g_allocator = lab_allocator();
+    if (o.pad > 1024 * 1024)
+        hs_usage_exit(argv[0], "--pad takes 0..1048576 bytes, not", std::to_string(o.pad).c_str(),
+                      opts, nopts);
+    /* A block kept for the whole run, allocated before anything else: it shifts every later
+     * heap address by a few bytes, to show how much the results depend on the layout. */
+    char *pad = o.pad ? (char *)malloc((size_t)o.pad) : NULL;
+    if (pad) {
+        memset(pad, 1, (size_t)o.pad);
+        KEEP(pad);
+    }
 
     /* The sizes that decide what the pool sees: the element, a list node, a deque block. */
     lab_json_begin();
     lab_json_str("phase", "baseline");
     lab_json_num("rss", base.rss);
     lab_json_num("vm", base.vm);
-    lab_json_str("allocator", g_allocator);
     lab_json_str("container", container);
     lab_json_str("alloc", alloc);
     lab_json_num("n", o.n);
     lab_json_num("zero", o.zero);
     lab_json_num("seed", o.seed);
+    lab_json_num("pad", o.pad);
     lab_json_num("string_object_bytes", (long long)sizeof(std::string));
     lab_json_num("sso_capacity", (long long)std::string().capacity());
     lab_json_num("list_node_bytes", (long long)sizeof(std::_List_node<std::string>));
@@ -244,11 +252,16 @@ int main(int argc, char **argv)
     if (!(pool ? run_container<true>(container, o) : run_container<false>(container, o)))
         return 2;
     lab_mem_t end = lab_mem();
+    double seconds = hs_now() - t0;
     lab_json_begin();
     lab_json_str("phase", "end");
     lab_json_num("rss", end.rss);
     lab_json_num("vm", end.vm);
-    lab_json_real("seconds", hs_now() - t0);
+    lab_json_real("seconds", seconds);
+    /* Asked only now: a failed dlsym leaves an error message on the heap whose length
+     * depends on the program's path, and that alone can change what the fills keep. */
+    lab_json_str("allocator", lab_allocator());
     lab_json_end();
+    free(pad);
     return 0;
 }

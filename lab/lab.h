@@ -83,6 +83,12 @@ static inline struct mallinfo2 lab_mallinfo2(void)
     return mi;
 }
 
+#ifdef __cplusplus
+typedef bool lab_bool;
+#else
+typedef _Bool lab_bool;
+#endif
+
 /* The allocator's "give free memory back now": malloc_trim(0), jemalloc's purge of all
  * arenas, tcmalloc's ReleaseFreeMemory, mimalloc's mi_collect(true). Returns 1 if called. */
 static inline int lab_release(void)
@@ -104,7 +110,7 @@ static inline int lab_release(void)
         return rel != NULL;
     }
     if (strcmp(a, "mimalloc") == 0) {
-        void (*col)(_Bool) = (void (*)(_Bool))dlsym(RTLD_DEFAULT, "mi_collect");
+        void (*col)(lab_bool) = (void (*)(lab_bool))dlsym(RTLD_DEFAULT, "mi_collect");
         if (col)
             col(1);
         return col != NULL;

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from heapsight import native, record
+from heapsight import native, record, report
 from heapsight.analysis import human
 from heapsight.commands import run
 from heapsight.errors import HeapsightError
@@ -87,6 +87,8 @@ def add_arguments(p) -> None:
                    help="save every run (summaries and timelines) for reports "
                         "(default heapsight-compare-PROG.PID.json.gz)")
     p.add_argument("--no-save", action="store_true", help="do not save the runs")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write the comparison as a self-contained HTML page")
     p.add_argument("--show-output", action="store_true",
                    help="let the program's stdout through (default: discarded)")
     p.add_argument("--list", action="store_true", help="list the built-in configurations and exit")
@@ -257,6 +259,8 @@ def execute(args) -> int:
     argv = list(args.command)
     run.resolve_command(argv)  # fail before any work when the command does not exist
     configs = select_configs(args)
+    if args.html:
+        report.check_output(args.html)
     rows, records = [], []
     total = len(configs) * args.repeat
     done = 0
@@ -303,4 +307,7 @@ def execute(args) -> int:
             json.dump({**doc, "runs": records}, f, separators=(",", ":"))
         os.replace(tmp, out)
         sys.stderr.write(f"runs saved to {out}\n")
+    if args.html:
+        report.write_html(args.html, [{**doc, "runs": records}])
+        sys.stderr.write(f"page written to {args.html}\n")
     return 0 if any(r["ok"] for r in rows) else 1

@@ -26,7 +26,7 @@ import platform
 import sys
 import time
 
-from heapsight import lab
+from heapsight import lab, report
 from heapsight.commands.compare import PRESET, PRESETS
 from heapsight.errors import HeapsightError
 from heapsight.lab.common import Context, Table, say_stderr
@@ -46,6 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="where to save the results for reports (default heapsight-lab.PID.json.gz)")
     p.add_argument("--no-save", action="store_true", help="do not save the results")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write the results as a self-contained HTML page with the charts")
     p.add_argument("--list", action="store_true", help="list the experiments and exit")
 
 
@@ -104,6 +106,8 @@ def execute(args) -> int:
             print(f"{n:12}{mod.TITLE}\n{'':12}after \"{mod.SOURCE}\"")
         return 0
     names, configs = select(args)
+    if args.html:
+        report.check_output(args.html)
     ctx = Context(quick=args.quick, configs=configs, progress=say_stderr)
     doc = {"kind": "heapsight-lab", "schema_version": SCHEMA_VERSION, "quick": args.quick,
            "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -141,4 +145,7 @@ def execute(args) -> int:
             json.dump(doc, f, separators=(",", ":"))
         os.replace(tmp, out)
         sys.stderr.write(f"results saved to {out}\n")
+    if args.html:
+        report.write_html(args.html, [doc])
+        sys.stderr.write(f"page written to {args.html}\n")
     return 1 if failed else 0

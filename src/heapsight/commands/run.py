@@ -24,7 +24,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from heapsight import analysis, elf, native, record
+from heapsight import analysis, elf, native, record, report
 from heapsight.errors import HeapsightError
 from heapsight.model import HeapFigures, Release, Summary
 from heapsight.reporters import terminal
@@ -51,6 +51,8 @@ def add_arguments(p) -> None:
                         "a call gets expensive)")
     p.add_argument("--no-release", action="store_true",
                    help="do not call the allocator's release (malloc_trim) at exit")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     p.add_argument("command", nargs="+", metavar="COMMAND [ARGS...]",
                    help="the program to run (put -- before it)")
@@ -153,6 +155,8 @@ def validate(args) -> None:
         parent = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(parent):
             raise HeapsightError(f"--output {args.output}: directory {parent} does not exist")
+    if args.html:
+        report.check_output(args.html)
 
 
 def execute(args) -> int:
@@ -180,8 +184,12 @@ def execute(args) -> int:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
             os.replace(tmp, args.json)
+    if args.html:
+        report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
     if not args.quiet:
         terminal.render(summary, sys.stderr, saved_to=out)
+        if args.html:
+            sys.stderr.write(f"heapsight: page written to {args.html}\n")
     return exit_code
 
 
