@@ -51,3 +51,22 @@ def test_saved_results_carry_tables_claims_and_charts(tmp_path):
     # and the terminal shows the same claims
     assert p.stderr.count("[HOLDS") + p.stderr.count("[FAILS") + p.stderr.count("[DEPENDS") \
         == len(exp["claims"])
+
+
+def test_quick_lab_runs_all_five_within_five_minutes_and_draws_them(tmp_path):
+    # GIVEN the whole quick lab, saved and drawn as a page
+    out, page = tmp_path / "lab.json.gz", tmp_path / "lab.html"
+    p = hs_lab("--quick", "-o", str(out), "--html", str(page), cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(gzip.open(out, "rt").read())
+    # THEN every experiment ran, within the five minutes the quick lab promises,
+    assert [e["name"] for e in doc["experiments"]] == list(lab.NAMES)
+    assert sum(e["duration_s"] for e in doc["experiments"]) < 300
+    # each with claims and charts, and the page holds every chart
+    html = page.read_text()
+    for e in doc["experiments"]:
+        assert e["claims"] and e["charts"], e["name"]
+        for chart in e["charts"]:
+            assert chart["id"] in html
+    # and the progress said what was running
+    assert "[5/5] perl" in p.stderr
