@@ -101,11 +101,12 @@ def inputs(tmp_path_factory):
     """A real run, a real comparison and a hand-made lab document, saved as files."""
     d = tmp_path_factory.mktemp("report-inputs")
     run = d / "retention.hsrun.json.gz"
-    p = hs("run", "-q", "-o", str(run), "--", scenario("hs-retention"), "--mb", "64")
+    p = hs("run", "-q", "-o", str(run), "--html", str(d / "run.html"), "--",
+           scenario("hs-retention"), "--mb", "64")
     assert p.returncode == 0, p.stderr
     cmp_ = d / "compare.json.gz"
-    p = hs("compare", "--repeat", "1", "--configs", "glibc,mmap", "-o", str(cmp_), "--",
-           scenario("hs-retention"), "--mb", "32")
+    p = hs("compare", "--repeat", "1", "--configs", "glibc,mmap", "-o", str(cmp_),
+           "--html", str(d / "compare.html"), "--", scenario("hs-retention"), "--mb", "32")
     assert p.returncode == 0, p.stderr
     lab = d / "lab.json"
     lab.write_text(json.dumps(lab_doc()))
@@ -375,6 +376,16 @@ def test_other_commands_write_a_page_from_what_they_save(inputs, tmp_path):
     assert "this run" in text
     with pytest.raises(HeapsightError):
         report.write_html(str(tmp_path / "no-such-dir" / "run.html"), [doc])
+
+
+def test_run_and_compare_html_options_write_the_same_charts_as_report(inputs):
+    # GIVEN the pages `run --html` and `compare --html` wrote next to their saved files
+    for kind, charts in (("run", ["s1-memory", "s1-rate", "s1-arenas"]),
+                         ("compare", ["s1-memory", "s1-time", "s1-rss"])):
+        html = (inputs["dir"] / f"{kind}.html").read_text()
+        # THEN each holds its section's charts, as `heapsight report` draws them
+        for chart_id in charts:
+            assert f'"{chart_id}"' in html, (kind, chart_id)
 
 
 def test_missing_file_is_an_error_and_writes_nothing(inputs, tmp_path):
