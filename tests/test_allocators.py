@@ -89,7 +89,7 @@ def test_jemalloc_purge_gives_back_the_dirty_pages(hs, tmp_path):
 
 def test_tcmalloc_release_free_memory_returns_the_page_heap(hs, tmp_path):
     r, s, tl = run_retention(hs, tmp_path, "tcmalloc")
-    h, f, rel = s["heap"], s["final"], s["release"]
+    f, rel = s["final"], s["release"]
     # tcmalloc keeps the freed spans in its page heap: retention (bounded by
     # generic.heap_size at exit: the figure arrived), and
     # MallocExtension_ReleaseFreeMemory() returns most of it

@@ -2,10 +2,8 @@
 summary, never a crash, a hang or a half-written file."""
 
 import json
-import os
 import subprocess
 import sys
-import time
 
 import pytest
 

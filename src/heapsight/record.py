@@ -41,6 +41,30 @@ def save(path: str, summary: Summary, timeline: Timeline) -> None:
         raise HeapsightError(f"cannot write the run record {path}: {e.strerror}", 1) from e
 
 
+def write_json(path: str, doc: dict, indent: int = 2) -> None:
+    """The --json FILE of the commands: indented JSON to FILE, or to stdout for '-'."""
+    text = json.dumps(doc, indent=indent)
+    if path == "-":
+        print(text, flush=True)
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    os.replace(tmp, path)
+
+
+def save_doc(path: str, doc: dict) -> None:
+    """A comparison or lab document, gzip'd compact JSON, written whole or not at all."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise HeapsightError(f"cannot write {path}: {e.strerror}", 1) from e
+
+
 def load(path: str) -> dict:
     opener = gzip.open if path.endswith(".gz") else open
     try:

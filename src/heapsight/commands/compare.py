@@ -15,8 +15,6 @@ examples:
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import statistics
 import subprocess
@@ -183,7 +181,9 @@ def stats_of(runs: list) -> dict:
     return out
 
 
-def fmt(key: str, v: float) -> str:
+def fmt(key: str, v: float | None) -> str:
+    if v is None:
+        return "-"
     if key in ("wall_s", "cpu_s"):
         return f"{v:.3f} s"
     if key == "minor_faults":
@@ -294,18 +294,10 @@ def execute(args) -> int:
     doc = {"kind": "heapsight-compare", "schema_version": 1, "command": argv,
            "repeat": args.repeat, "configs": rows, "recommendation": rec}
     if args.json:
-        text = json.dumps(doc, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+        record.write_json(args.json, doc)
     if not args.no_save:
         out = args.output or f"heapsight-compare-{os.path.basename(argv[0])}.{os.getpid()}.json.gz"
-        tmp = out + ".tmp"
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
-            json.dump({**doc, "runs": records}, f, separators=(",", ":"))
-        os.replace(tmp, out)
+        record.save_doc(out, {**doc, "runs": records})
         sys.stderr.write(f"runs saved to {out}\n")
     if args.html:
         report.write_html(args.html, [{**doc, "runs": records}])

@@ -19,14 +19,12 @@ examples:
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import platform
 import sys
 import time
 
-from heapsight import lab, report
+from heapsight import lab, record, report
 from heapsight.commands.compare import PRESET, PRESETS
 from heapsight.errors import HeapsightError
 from heapsight.lab.common import Context, Table, say_stderr
@@ -132,18 +130,10 @@ def execute(args) -> int:
                      + (f"; experiments that failed to run: {', '.join(failed)}" if failed else "")
                      + "\n")
     if args.json:
-        text = json.dumps(doc, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+        record.write_json(args.json, doc, indent=1)
     if not args.no_save:
         out = args.output or f"heapsight-lab.{os.getpid()}.json.gz"
-        tmp = out + ".tmp"
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, out)
+        record.save_doc(out, doc)
         sys.stderr.write(f"results saved to {out}\n")
     if args.html:
         report.write_html(args.html, [doc])

@@ -28,7 +28,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from heapsight import native
 from heapsight.commands.compare import PRESET, Config, library_for

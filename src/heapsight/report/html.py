@@ -15,6 +15,7 @@ from pathlib import Path
 
 from heapsight import __version__
 from heapsight.analysis import human, pct
+from heapsight.commands import compare
 from heapsight.report import charts as ch
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -180,35 +181,22 @@ def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
 
 # ---------------------------------------------------------------------------- comparison
 
-METRICS = (("peak_rss", "peak RSS"), ("final_rss", "RSS at exit"), ("retained", "retained"),
-           ("given_back", "given back"), ("wall_s", "wall"), ("cpu_s", "CPU"),
-           ("minor_faults", "minor faults"))
-
-
-def _metric(key: str, v) -> str:
-    if v is None:
-        return "-"
-    if key in ("wall_s", "cpu_s"):
-        return f"{v:.3f} s"
-    if key == "minor_faults":
-        return f"{v:,.0f}"
-    return human(v)
 
 
 def compare_table(doc: dict) -> str:
     rows = doc.get("configs") or []
     base = next((r for r in rows if r.get("name") == "glibc" and r.get("ok") and r.get("stats")), None)
     rep = doc.get("repeat", 1)
-    head = "".join(f"<th>{esc(h)}</th>" for h in ["configuration"] + [h for _, h in METRICS])
+    head = "".join(f"<th>{esc(h)}</th>" for h in ["configuration"] + [h for _, h in compare.METRICS])
     out = [f'<div class="scroll"><table class="data compare"><thead><tr>{head}</tr></thead><tbody>']
     for r in rows:
         name = f'{esc(r.get("name", "?"))}<span class="range">{esc(r.get("about", ""))}</span>'
         if not r.get("ok") or not r.get("stats"):
-            out.append(f'<tr class="err"><td>{name}</td><td class="text" colspan="{len(METRICS)}">'
+            out.append(f'<tr class="err"><td>{name}</td><td class="text" colspan="{len(compare.METRICS)}">'
                        f'error: {esc(r.get("error") or "no figures")}</td></tr>')
             continue
         cells = []
-        for key, _ in METRICS:
+        for key, _ in compare.METRICS:
             st = r["stats"].get(key) or {}
             med = st.get("median")
             rel = ""
@@ -216,9 +204,9 @@ def compare_table(doc: dict) -> str:
                 b = base["stats"].get(key, {}).get("median")
                 if b:
                     rel = f" {100 * (med / b - 1):+.0f}%"
-            span = (f'<span class="range">{esc(_metric(key, st.get("min")))} \u2013 '
-                    f'{esc(_metric(key, st.get("max")))}</span>') if rep > 1 else ""
-            cells.append(f"<td>{esc(_metric(key, med) + rel)}{span}</td>")
+            span = (f'<span class="range">{esc(compare.fmt(key, st.get("min")))} \u2013 '
+                    f'{esc(compare.fmt(key, st.get("max")))}</span>') if rep > 1 else ""
+            cells.append(f"<td>{esc(compare.fmt(key, med) + rel)}{span}</td>")
         out.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
     out.append("</tbody></table></div>")
     out.append(f'<p class="table-note">{esc(f"medians of {rep} run(s)" + (", lowest and highest below" if rep > 1 else ""))}'
