@@ -118,9 +118,9 @@ def collect(ctx: common.Context) -> dict:
             if summary is None:
                 entry["errors"].append(f"{case['id']}: no summary line")
                 continue
-            if cfg.allocator != "unknown" and summary.get("allocator") != cfg.allocator:
-                entry["errors"].append(f"asked for {cfg.allocator}, but "
-                                       f"{summary.get('allocator')} answered")
+            wrong = common.wrong_allocator(cfg.allocator, summary.get("allocator"))
+            if wrong:
+                entry["errors"].append(wrong)
                 break
             run = {k: v for k, v in summary.items() if k != "event"}
             for phase in ("after_workers", "after_release"):

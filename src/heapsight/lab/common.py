@@ -147,6 +147,14 @@ def run_program(argv: list, cfg: Config, extra_env: dict | None = None,
     return out
 
 
+def wrong_allocator(asked: str, answered) -> str | None:
+    """Why a run does not count when another allocator answered than the one asked for
+    (the preload did not take), else None. A user's library of unknown kind is not checked."""
+    if asked == "unknown" or answered == asked:
+        return None
+    return f"asked for {asked}, but {answered} answered (the preload did not take)"
+
+
 def lab_program(name: str) -> str:
     """A bundled lab program by name ('hs-lab-release', 'hs-lab-perl.pl'...)."""
     return str(native.program(name))

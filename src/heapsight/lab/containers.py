@@ -145,8 +145,9 @@ def measure(ctx: common.Context, n: int, ks, zero_containers=CONTAINERS,
                             + ("" if base else ", no baseline") + ("" if end else ", no end line"))
             continue
         answered = end.get("allocator")
-        if cfg.allocator != "unknown" and answered != cfg.allocator:
-            run["error"] = f"asked for {cfg.allocator}, but {answered} answered"
+        wrong = common.wrong_allocator(cfg.allocator, answered)
+        if wrong:
+            run["error"] = wrong
             continue
         if answered != "glibc":  # mallinfo2 then describes glibc's idle heap, not the run
             points = [{k: v for k, v in p.items() if not k.startswith("heap_")} for p in points]

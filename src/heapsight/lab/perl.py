@@ -106,11 +106,7 @@ def perl_facts(perl: str) -> dict:
 
 
 def check_answer(rec: dict, cfg) -> str | None:
-    if cfg.allocator in ("glibc", "jemalloc", "tcmalloc", "mimalloc", "mmap") \
-            and rec.get("allocator") != cfg.allocator:
-        return (f"asked for {cfg.allocator}, but {rec.get('allocator')} answered "
-                "(the preload did not take)")
-    return None
+    return common.wrong_allocator(cfg.allocator, rec.get("allocator"))
 
 
 def mem3(rec: dict) -> dict:

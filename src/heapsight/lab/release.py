@@ -85,10 +85,8 @@ def parse_run(lines: list, allocator: str) -> dict:
                       for b in blocks]}
     if start is None or done is None or len(blocks) != start.get("blocks"):
         run["error"] = "the program's output was incomplete"
-    elif allocator in ("glibc", "jemalloc", "tcmalloc", "mimalloc", "mmap") \
-            and run["answered"] != allocator:
-        run["error"] = (f"asked for {allocator}, but {run['answered']} answered "
-                        "(the preload did not take)")
+    else:
+        run["error"] = common.wrong_allocator(allocator, run["answered"])
     return run
 
 

@@ -72,8 +72,9 @@ def collect(ctx: common.Context) -> dict:
                 continue
             meta = next((x for x in lines if x.get("kind") == "meta"), {})
             answered = meta.get("allocator")
-            if cfg.allocator != "unknown" and answered != cfg.allocator:
-                entry["errors"].append(f"asked for {cfg.allocator}, but {answered} answered")
+            wrong = common.wrong_allocator(cfg.allocator, answered)
+            if wrong:
+                entry["errors"].append(wrong)
                 break
             cases = [{k: v for k, v in x.items() if k != "kind"}
                      for x in lines if x.get("kind") == "case"]
