@@ -4,7 +4,8 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 HS     := $(VENV)/bin/heapsight
-SOURCES := $(shell find src native scenarios lab -type f) CMakeLists.txt pyproject.toml
+# Only the native sources: the install is editable, so a .py edit needs no rebuild.
+NATIVE := $(shell find native scenarios lab -type f) CMakeLists.txt pyproject.toml
 
 .PHONY: all setup demo test test-native bench clean
 
@@ -21,8 +22,8 @@ setup: .stamp-install
 	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "pytest>=7"
 	@touch $@
 
-.stamp-install: .stamp-venv $(SOURCES)
-	$(PY) -m pip install -q --no-build-isolation --no-deps .
+.stamp-install: .stamp-venv $(NATIVE)
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	@touch $@
 
 demo: setup

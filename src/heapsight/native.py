@@ -2,9 +2,19 @@
 
 from pathlib import Path
 
+import heapsight
 from heapsight.errors import HeapsightError
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+
+def _package_dir() -> Path:
+    """The directory that holds the built parts (_lib, _bin): the package's own in a
+    wheel install; in an editable install the Python files stay in src/ and the built
+    parts are in site-packages, both on the package's __path__."""
+    dirs = [Path(d).resolve() for d in heapsight.__path__]
+    return next((d for d in dirs if (d / "_lib").is_dir()), dirs[0])
+
+
+PACKAGE_DIR = _package_dir()
 LIB_PATH = PACKAGE_DIR / "_lib" / "libheapsight.so"
 BIN_DIR = PACKAGE_DIR / "_bin"
 
