@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scenario
-from heapsight import analysis, record
+from heapsight import allocators, analysis, record
 from heapsight.native import BIN_DIR, LIB_PATH
 
 MiB = 1024 * 1024
@@ -61,7 +61,7 @@ def check_common(r, s, timeline, allocator):
     assert any(x for x in timeline["alloc_mapped"] if x), "no allocator statistics"
     # the release at exit ran and is named for the allocator
     assert s["release"]["measured"]
-    assert s["release"]["call"] == analysis.RELEASE_CALLS[allocator]
+    assert s["release"]["call"] == allocators.release_call(allocator)
     # the breakdown adds up to the RSS
     f = s["final"]
     parts = f["live_bytes"] + f["waste_bytes"] + f["metadata_bytes"] + f["retained_bytes"] + f["non_heap_bytes"]

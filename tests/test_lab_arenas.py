@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from heapsight.commands.compare import PRESET
+from heapsight.allocators import PRESET
 from heapsight.lab import arenas, common
 from heapsight.lab.common import DEPENDS, FAILS, HOLDS
+from heapsight.reporters import terminal
 
 MIB = 1024 * 1024
 CAP = 8 * (os.cpu_count() or 1)
@@ -128,7 +129,7 @@ def test_tables_claims_charts_survive_missing_runs(cli_doc):
     claims = arenas.claims(data)
     charts = arenas.charts(data)
     # THEN the gaps show as n/a and errors, and the pairs that remain still give verdicts
-    text = "\n".join(t.render() for t in tables)
+    text = "\n".join(terminal.render_table(t.to_dict()) for t in tables)
     assert "n/a" in text and "library missing" in text
     hundred = next(c for c in claims if "100 MB" in c.text)
     assert "4x100" not in hundred.evidence and "1x100" in hundred.evidence

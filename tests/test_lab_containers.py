@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from heapsight.commands.compare import PRESET, Config
+from heapsight.allocators import PRESET, Config
 from heapsight.lab import containers
 from heapsight.lab.common import FAILS, HOLDS, Context
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from heapsight.commands.compare import PRESET, Config
+from heapsight.allocators import PRESET, Config
 from heapsight.lab import common
 from heapsight.lab import perl as lab
 from heapsight.lab.common import Context

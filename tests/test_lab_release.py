@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from heapsight.commands.compare import PRESET, Config
+from heapsight.allocators import PRESET, Config
 from heapsight.lab import release
 from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Context
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scenario
-from heapsight.commands.compare import PRESET, Config
+from heapsight.allocators import PRESET, Config
 from heapsight.errors import HeapsightError
 from heapsight.lab import common, waste
 

@@ -6,26 +6,12 @@ from __future__ import annotations
 import math
 import shlex
 
+from heapsight import allocators
+from heapsight.fmt import human, pct
 from heapsight.model import Breakdown, Finding, HeapFigures, Release
 from heapsight.segment import AllocStats
 
 MiB = 1024 * 1024
-GLIBC_CHUNK_HEADER_BYTES = 8
-# Bytes of header in front of every block, for the allocators that have a fixed one:
-# glibc's chunk size word, libheapsight_mmap's mapping length and offset. jemalloc,
-# tcmalloc and mimalloc keep no per-block header (size classes live in slab/page
-# metadata), so their metadata counts 0 here.
-HEADER_BYTES = {"glibc": GLIBC_CHUNK_HEADER_BYTES, "mmap": 16}
-
-# What the library calls at exit to ask each allocator to give memory back now
-# (native/src/allocators.c does the calling; this names it for people).
-RELEASE_CALLS = {
-    "glibc": "malloc_trim(0)",
-    "jemalloc": 'mallctl("arena.4096.purge")',
-    "tcmalloc": "MallocExtension_ReleaseFreeMemory()",
-    "mimalloc": "mi_collect(true)",
-    "mmap": "none needed (every free unmaps)",
-}
 
 
 def breakdown(at_s: float, rss: int, anon: int, baseline_anon: int, live_req: int,
@@ -36,7 +22,7 @@ def breakdown(at_s: float, rss: int, anon: int, baseline_anon: int, live_req: in
     file_bytes = max(0, rss - anon)
     heap_anon = max(0, anon - baseline_anon)
     waste = max(0, live_usable - live_req)
-    metadata = HEADER_BYTES.get(allocator, 0) * max(0, live_blocks)
+    metadata = allocators.header_bytes(allocator) * max(0, live_blocks)
     unexplained = heap_anon - live_req - waste - metadata
     if not math.isnan(alloc_mapped):
         # malloc can hold at most what it obtained from the OS less what is live; anonymous
@@ -50,19 +36,6 @@ def breakdown(at_s: float, rss: int, anon: int, baseline_anon: int, live_req: in
     non_heap = file_bytes + min(baseline_anon, anon) + other_anon
     return Breakdown(round(at_s, 3), rss, live_req, waste, metadata, retained, non_heap,
                      file_bytes, min(baseline_anon, anon), other_anon, untouched)
-
-
-def human(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def pct(part: float, whole: float) -> str:
-    return f"{100.0 * part / whole:.0f}%" if whole > 0 else "n/a"
 
 
 def findings(command: list, final: Breakdown | None, release: Release,

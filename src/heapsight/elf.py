@@ -1,5 +1,6 @@
-"""Is a program dynamically linked? A preload library only reaches programs that the
-dynamic loader starts: an ELF file with a PT_INTERP header, or a script whose interpreter is one."""
+"""What an ELF file is, read from its headers: is a program dynamically linked (a preload
+library only reaches programs that the dynamic loader starts: an ELF file with a PT_INTERP
+header, or a script whose interpreter is one), and does a shared library define malloc."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import shutil
 import struct
 
 PT_INTERP = 3
+ET_DYN = 3
+SHT_DYNSYM = 11
+SHN_UNDEF = 0
 
 
 def _interpreter_of_script(path: str) -> str | None:
@@ -45,3 +49,53 @@ def linkage(path: str, depth: int = 0) -> str:
         if p_type == PT_INTERP:
             return "dynamic"
     return "static"
+
+
+def defined_symbols(path: str, names: set) -> set:
+    """Which of names the ELF file defines in its dynamic symbol table (raises OSError,
+    ValueError for a file that is not a 64-bit little-endian ELF shared object)."""
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)
+    if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or data[5] != 1:
+        raise ValueError("is not a 64-bit ELF file")
+    e_type, = struct.unpack_from("<H", data, 16)
+    if e_type != ET_DYN:
+        raise ValueError("is not a shared library")
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    found = set()
+    for i in range(shnum):
+        sh = shoff + i * shentsize
+        sh_type, = struct.unpack_from("<I", data, sh + 4)
+        if sh_type != SHT_DYNSYM:
+            continue
+        sym_off, sym_size, link, _info, _align, entsize = struct.unpack_from("<QQIIQQ", data, sh + 24)
+        str_sh = shoff + link * shentsize
+        str_off, = struct.unpack_from("<Q", data, str_sh + 24)
+        for j in range(sym_size // max(entsize, 1)):
+            st_name, _st_info, _other, st_shndx = struct.unpack_from("<IBBH", data, sym_off + j * entsize)
+            if st_shndx == SHN_UNDEF:
+                continue
+            end = data.index(b"\0", str_off + st_name)
+            name = data[str_off + st_name:end].decode(errors="replace")
+            if name in names:
+                found.add(name)
+    return found
+
+
+def not_an_allocator(path: str) -> str | None:
+    """Why the file cannot serve as an allocator to preload, or None if it can (a shared
+    library that defines malloc and free)."""
+    try:
+        found = defined_symbols(path, {"malloc", "free"})
+    except FileNotFoundError:
+        return "does not exist"
+    except IsADirectoryError:
+        return "is a directory"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    except (ValueError, struct.error, IndexError):
+        return "is not a shared library (not a 64-bit ELF shared object)"
+    if found != {"malloc", "free"}:
+        return "is a shared library that does not define malloc and free"
+    return None

@@ -105,6 +105,7 @@ class Summary:
     cpu_user_s: float = 0.0   # the program's CPU time (wait4 rusage, with waited-for children)
     cpu_sys_s: float = 0.0
     minor_faults: int = 0
+    interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP came while it ran
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

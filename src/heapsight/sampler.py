@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import time
 from array import array
 from dataclasses import dataclass, field
 
-from heapsight import procfs
+from heapsight import interrupts, procfs
 from heapsight.segment import Segment
 
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
@@ -21,6 +22,7 @@ STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fil
 
 
 IDX = {c: i for i, c in enumerate(COLUMNS)}
+WAKE = interrupts.WATCHED | {signal.SIGCHLD}
 
 
 @dataclass
@@ -63,8 +65,12 @@ class Timeline:
 
 class Sampler:
     def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
-                 smaps_hz: float = 4.0):
+                 smaps_hz: float = 4.0, on_signal=None):
+        """on_signal(siginfo) is called for each of interrupts.WATCHED that arrives while
+        the program runs; the caller blocks them (and SIGCHLD, which ends a wait at once
+        when the program exits) before starting the program."""
         self.proc, self.segment = proc, segment
+        self.on_signal = on_signal
         self.period = 1.0 / hz
         self.smaps_period = 1.0 / smaps_hz if smaps_hz > 0 else math.inf
         self.pid = proc.pid
@@ -82,6 +88,21 @@ class Sampler:
         tl = self.timeline
         tl.child_user_s, tl.child_sys_s, tl.child_minflt = ru.ru_utime, ru.ru_stime, ru.ru_minflt
         return True
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleeps until the next tick, taking the signals the caller blocked; True when
+        SIGCHLD came (the program may have ended: no need to sleep out a long period)."""
+        if self.on_signal is None:
+            time.sleep(seconds)
+            return False
+        deadline = time.monotonic() + seconds
+        while True:
+            info = signal.sigtimedwait(WAKE, max(0.0, deadline - time.monotonic()))
+            if info is None:
+                return False
+            if info.si_signo == signal.SIGCHLD:
+                return True
+            self.on_signal(info)
 
     def _open(self, pid: int) -> None:
         self.pid = pid
@@ -169,10 +190,10 @@ class Sampler:
                 next_poll = now + 0.01
             next_tick += self.period
             delay = next_tick - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
+            if delay <= 0:
                 next_tick = time.monotonic()  # fell behind: do not try to catch up in a burst
+            if self._wait(max(0.0, delay)):
+                next_poll = 0.0  # the program (or a child of it) changed state: reap now
         tl.duration_s = time.monotonic() - start
         tl.sampler_cpu_s = time.thread_time() - cpu0
         self._close()

@@ -25,11 +25,10 @@ import sys
 import time
 
 from heapsight import lab, record, report
-from heapsight.commands.compare import PRESET, PRESETS
+from heapsight.allocators import presets
 from heapsight.errors import HeapsightError
-from heapsight.lab.common import Context, Table, say_stderr
-
-SCHEMA_VERSION = 1
+from heapsight.lab.common import Context, say_stderr
+from heapsight.reporters import terminal
 
 
 def add_arguments(p) -> None:
@@ -60,15 +59,10 @@ def select(args) -> tuple:
     if bad:
         raise HeapsightError(f"unknown experiment {bad[0]!r}; known: {', '.join(lab.NAMES)}")
     configs = None
-    if args.configs:
-        configs = []
-        for n in [x.strip() for x in args.configs.split(",") if x.strip()]:
-            if n not in PRESET:
-                raise HeapsightError(f"unknown configuration {n!r}; known: "
-                                     f"{', '.join(c.name for c in PRESETS)}")
-            configs.append(PRESET[n])
+    if args.configs is not None:
+        configs = presets(args.configs)
         if not configs:
-            raise HeapsightError("--configs is empty")
+            raise HeapsightError("--configs is empty: give configuration names, e.g. glibc,jemalloc")
     return list(dict.fromkeys(names)), configs
 
 
@@ -83,20 +77,6 @@ def run_one(name: str, ctx: Context) -> dict:
             "charts": mod.charts(data)}
 
 
-def render(result: dict, out) -> None:
-    w = out.write
-    w(f"\n== {result['name']}: {result['title']} ==\n")
-    w(f"   after \"{result['source']}\" ({result['duration_s']:.1f} s)\n\n")
-    for t in result["tables"]:
-        w(Table(**t).render() + "\n\n")
-    w("claims:\n")
-    for c in result["claims"]:
-        verdict = c["verdict"].upper()
-        if c["verdict"] == "depends" and c.get("depends_on"):
-            verdict += f" on {c['depends_on']}"
-        w(f"  [{verdict}] \"{c['text']}\"\n      {c['evidence']}\n")
-
-
 def execute(args) -> int:
     if args.list:
         for n in lab.NAMES:
@@ -107,21 +87,26 @@ def execute(args) -> int:
     if args.html:
         report.check_output(args.html)
     ctx = Context(quick=args.quick, configs=configs, progress=say_stderr)
-    doc = {"kind": "heapsight-lab", "schema_version": SCHEMA_VERSION, "quick": args.quick,
+    doc = {"kind": "heapsight-lab", "schema_version": record.SCHEMA_VERSION, "quick": args.quick,
            "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "experiments": []}
-    failed = []
-    for i, name in enumerate(names, 1):
-        say_stderr(f"[{i}/{len(names)}] {name}{' (quick)' if args.quick else ''}")
-        try:
-            result = run_one(name, ctx)
-        except HeapsightError as e:
-            say_stderr(f"{name} failed: {e.message}")
-            failed.append(name)
-            doc["experiments"].append({"name": name, "error": e.message})
-            continue
-        doc["experiments"].append(result)
-        render(result, sys.stderr)
+    failed, interrupted = [], False
+    try:
+        for i, name in enumerate(names, 1):
+            say_stderr(f"[{i}/{len(names)}] {name}{' (quick)' if args.quick else ''}")
+            try:
+                result = run_one(name, ctx)
+            except HeapsightError as e:
+                say_stderr(f"{name} failed: {e.message}")
+                failed.append(name)
+                doc["experiments"].append({"name": name, "error": e.message})
+                continue
+            doc["experiments"].append(result)
+            terminal.render_lab(result, sys.stderr)
+    except KeyboardInterrupt:
+        interrupted = doc["interrupted"] = True
+        say_stderr(f"interrupted: {len(doc['experiments'])} experiment(s) finished and are kept; "
+                   "the one in progress and the rest did not run")
     totals = {}
     for r in doc["experiments"]:
         for c in r.get("claims", []):
@@ -138,4 +123,6 @@ def execute(args) -> int:
     if args.html:
         report.write_html(args.html, [doc])
         sys.stderr.write(f"page written to {args.html}\n")
+    if interrupted:
+        return 130
     return 1 if failed else 0

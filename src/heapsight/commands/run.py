@@ -15,23 +15,13 @@ examples:
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import shutil
-import signal
-import subprocess
 import sys
-from dataclasses import dataclass, field
 
-from heapsight import analysis, elf, native, record, report
+from heapsight import record, report
 from heapsight.errors import HeapsightError
-from heapsight.model import HeapFigures, Release, Summary
+from heapsight.measure import Options, measure
 from heapsight.reporters import terminal
-from heapsight.sampler import Sampler, Timeline
-from heapsight.segment import STATE_DONE, Segment
-
-EXIT_NOT_FOUND = 127
 
 
 def add_arguments(p) -> None:
@@ -58,90 +48,13 @@ def add_arguments(p) -> None:
                    help="the program to run (put -- before it)")
 
 
-def resolve_command(argv: list) -> str:
-    prog = argv[0]
-    path = prog if "/" in prog else shutil.which(prog)
-    if path is None or not os.path.exists(path):
-        raise HeapsightError(f"command not found: {prog} (check the name, or give its path, "
-                             f"e.g. ./{prog})", EXIT_NOT_FOUND)
-    if os.path.isdir(path) or not os.access(path, os.X_OK):
-        raise HeapsightError(f"not executable: {path} (chmod +x it, or run it through its "
-                             "interpreter, e.g. `heapsight run -- python3 script.py`)",
-                             EXIT_NOT_FOUND)
-    return path
-
-
 def default_output(argv: list, pid: int) -> str:
     name = os.path.basename(argv[0]) or "program"
     return f"heapsight-{name}.{pid}.hsrun.json.gz"
 
 
-def child_env(segment: Segment | None, opts: "Options") -> dict:
-    env = dict(os.environ)
-    env.update(opts.extra_env)
-    if segment is not None:
-        libs = [str(native.preload_library()), *opts.extra_preload]
-        if env.get("LD_PRELOAD"):
-            libs.append(env["LD_PRELOAD"])
-        env["LD_PRELOAD"] = ":".join(libs)
-        env["HEAPSIGHT_SEGMENT"] = segment.path
-        env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
-        env["HEAPSIGHT_RELEASE_AT_EXIT"] = "1" if opts.release else "0"
-    return env
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to measure one run (shared by run and compare)."""
-    hz: float = 100.0
-    smaps_hz: float = 4.0
-    stats_hz: float = 10.0
-    release: bool = True
-    extra_env: dict = field(default_factory=dict)
-    extra_preload: tuple = ()   # libraries to preload after heapsight's (an allocator)
-    stdout: object = None       # where the program's stdout goes (None: ours)
-    stderr: object = None
-    warn: bool = True           # say on stderr when a static program limits the figures
-
-
-def measure(argv: list, opts: Options) -> tuple:
-    """Run argv once under the library and the sampler: (Summary, Timeline)."""
-    path = resolve_command(argv)
-    linkage = elf.linkage(path)
-    if linkage == "static" and opts.warn:
-        print(f"heapsight: {argv[0]} is statically linked: the preload library cannot reach its "
-              "malloc. Going on with /proc figures only (RSS, anonymous, file-backed).",
-              file=sys.stderr)
-    segment = None if linkage == "static" else Segment()
-    try:
-        try:
-            proc = subprocess.Popen(argv, env=child_env(segment, opts), stdout=opts.stdout,
-                                    stderr=opts.stderr)
-        except OSError as e:
-            raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
-
-        # While the program runs, signals meant for it go to it; we stay to write the summary.
-        def forward(signum, _frame):
-            try:
-                proc.send_signal(signum)
-            except ProcessLookupError:
-                pass
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        try:
-            timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz).run()
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-        summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
-                            opts.hz, opts.stats_hz)
-        return summary, timeline
-    finally:
-        if segment is not None:
-            segment.close()
-
-
 def validate(args) -> None:
-    if not (0 < args.hz <= 1000):
+    if not (1 <= args.hz <= 1000):
         raise HeapsightError(f"--hz {args.hz:g} is out of range: give 1 to 1000 samples per second")
     if not (0 <= args.smaps_hz <= 100):
         raise HeapsightError(f"--smaps-hz {args.smaps_hz:g} is out of range: give 0 to 100")
@@ -175,126 +88,13 @@ def execute(args) -> int:
     else:
         out = None
     if args.json:
-        text = json.dumps(summary.to_dict(), indent=2, allow_nan=False)
-        if args.json == "-":
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
-        else:
-            tmp = args.json + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-            os.replace(tmp, args.json)
+        record.write_json(args.json, summary.to_dict())
     if args.html:
         report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
     if not args.quiet:
-        terminal.render(summary, sys.stderr, saved_to=out)
+        terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:
             sys.stderr.write(f"heapsight: page written to {args.html}\n")
     return exit_code
 
 
-def _row(tl: Timeline, i: int) -> dict:
-    return {c: arr[i] for c, arr in tl.columns.items()}
-
-
-def _num(v, default=0):
-    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-
-def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz) -> Summary:
-    attached = segment is not None and segment.attached()
-    allocator = segment.allocator_name() if attached else "unknown"
-    baseline = segment.get("start_anon_bytes") if attached else 0
-    n = len(tl)
-    rss_col = tl.columns["rss"]
-    valid = [i for i in range(n) if not math.isnan(rss_col[i])]
-    # The peak moment: the first sample within 0.5% of the highest RSS (RSS often stays at
-    # its peak; the first such sample is when it got there).
-    top = max((rss_col[i] for i in valid), default=0)
-    peak_i = next((i for i in valid if rss_col[i] >= 0.995 * top), None)
-    stats_every = max(1, int(math.ceil(hz / max(stats_hz, 0.1))))
-    hwm = int(_num(tl.last("hwm"), 0))
-
-    def row_breakdown(i):
-        r = _row(tl, i)
-        if not attached:
-            return analysis.breakdown(r["t"], int(r["rss"]), int(r["anon"]), int(r["anon"]),
-                                      0, 0, 0, allocator)
-        # The allocator's footprint only grows between trims: the largest figure up to the
-        # next statistics sample bounds what it held at this row (its sample may be older).
-        mapped = [x for x in tl.columns["alloc_mapped"][i:i + 2 * stats_every + 1] if not math.isnan(x)]
-        return analysis.breakdown(
-            r["t"], int(r["rss"]), int(r["anon"]), baseline, int(_num(r["live_req"])),
-            int(_num(r["live_usable"])), int(_num(r["n_alloc"]) - _num(r["n_free"])), allocator,
-            max(mapped) if mapped else math.nan)
-
-    peak = row_breakdown(peak_i) if peak_i is not None else None
-    heap = None
-    release = Release(False, "none", "the preload library was not active")
-    final = row_breakdown(valid[-1]) if valid else None
-    if attached:
-        c = segment.counters(classes=True)
-        done = segment.get("state") == STATE_DONE
-        stats_before = segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()
-        mapped_before = analysis.alloc_mapped_nan(stats_before)
-        call = analysis.RELEASE_CALLS.get(allocator, "none")
-        if done:
-            rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
-            final = analysis.breakdown(
-                round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
-                baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
-                mapped_before)
-            if segment.get("exit_release_kind"):
-                release = Release(True, call, "", rss_b, segment.get("exit_rss_after"), anon_b,
-                                  segment.get("exit_anon_after"), segment.get("release_ns") / 1e9)
-            else:
-                release = Release(False, call, "release at exit was turned off (--no-release)"
-                                  if call != "none" else f"no release call known for {allocator}")
-        else:
-            how = (f"killed by signal {-rc}" if rc < 0 else "it called _exit() or exec'd away")
-            release = Release(False, call, f"the program ended without running exit handlers ({how}); "
-                              "figures are from the last sample")
-        peak_usable = segment.get("peak_usable_bytes")
-        peak_at = (segment.get("peak_ns") - segment.get("start_ns")) / 1e9 if peak_usable else 0.0
-        # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
-        # of the live blocks at the sample with the most live bytes.
-        ratio = tl.peak_req_ratio
-        arenas = int(_num(tl.last("arenas"), 0))
-        if stats_before is not None:
-            arenas = max(arenas, stats_before.arenas)
-        threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
-        if segment.get("stats_hz_milli") and threads > 1:
-            threads -= 1  # the library's own statistics thread
-        heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
-                           c.live_usable_bytes, peak_usable, int(peak_usable * ratio), round(peak_at, 3),
-                           c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
-                           tuple(segment.size_classes()), segment.get("helper_mallocs"))
-
-    owner = segment.get("owner_pid") if attached else 0
-    if linkage == "static":
-        preload, note = "static", "statically linked: /proc figures only"
-    elif not attached:
-        preload, note = "not-attached", ("the preload library never started in the program "
-                                         "(setuid, or it clears LD_PRELOAD): /proc figures only")
-    elif owner != started_pid:
-        preload, note = "active", (f"figures are for pid {owner}, a process started by pid "
-                                   f"{started_pid}")
-    else:
-        preload, note = "active", f"figures are for pid {owner}"
-    forks = segment.get("forks") if attached else 0
-    if forks:
-        note += f"; its {forks} forked child process(es) are not counted"
-
-    found = analysis.findings(argv, final, release, heap) if heap else []
-    return Summary(
-        command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
-        exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
-        preload=preload, preload_note=note, duration_s=round(tl.duration_s, 3), samples=n,
-        sample_hz=hz, sampler_cpu_s=round(tl.sampler_cpu_s, 4),
-        peak_rss_bytes=max(hwm, peak.rss_bytes if peak else 0),
-        final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
-        heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
-        other_processes=segment.get("foreign_attaches") if attached else 0,
-        findings=tuple(found), verdict=analysis.verdict(found, final, attached),
-        cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
-        minor_faults=tl.child_minflt)

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from heapsight import native
-from heapsight.commands.compare import PRESET, Config, library_for
+from heapsight.allocators import PRESET, Config, library_for
 from heapsight.errors import HeapsightError
 
 HOLDS, FAILS, DEPENDS = "holds", "fails", "depends"
@@ -59,32 +59,6 @@ class Table:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    def render(self) -> str:
-        cells = [[str(c) for c in self.columns]] + [[fmt_cell(c) for c in r] for r in self.rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(self.columns))]
-        lines = [self.title]
-        for n, r in enumerate(cells):
-            lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                          for i, (c, w) in enumerate(zip(r, widths))))
-            if n == 0:
-                lines.append("  " + "  ".join("-" * w for w in widths))
-        if self.note:
-            lines.append(f"  {self.note}")
-        return "\n".join(lines)
-
-
-def fmt_cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:,.2f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
-
-
-def kib(n: float) -> str:
-    """Bytes as the write-ups printed them: whole KiB with thousands separators."""
-    return f"{n / 1024:,.0f} kB"
 
 
 @dataclass

@@ -7,7 +7,7 @@ import re
 import shutil
 import subprocess
 
-from heapsight.commands.compare import PRESET
+from heapsight.allocators import PRESET
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
 from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table

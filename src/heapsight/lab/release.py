@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from heapsight import fmt
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
 from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table
@@ -172,7 +173,7 @@ def cell(data: dict, name: str, order: str, size: int, kind: str = "rss") -> str
     b = by_size(run).get(size)
     if b is None:
         return "-"
-    return common.kib(kept(b, run["page"], kind))
+    return fmt.kib(kept(b, run["page"], kind))
 
 
 def errors_note(data: dict) -> str:
@@ -236,7 +237,7 @@ def claims(data: dict) -> list:
 
 
 def share_text(b: dict, page: int, kind: str = "rss") -> str:
-    return f"{size_label(b['size'])} kept {common.kib(kept(b, page, kind))}"
+    return f"{size_label(b['size'])} kept {fmt.kib(kept(b, page, kind))}"
 
 
 def claim_glibc_cutoff(data: dict):
@@ -308,8 +309,8 @@ def claim_tunables(data: dict):
                 compared += 1
                 if outcome(r, base[order]["page"]) != outcome(b, run["page"]):
                     changed.setdefault(name, []).append(
-                        f"{order} {size_label(b['size'])} {common.kib(kept(r, base[order]['page']))}"
-                        f" -> {common.kib(kept(b, run['page']))}")
+                        f"{order} {size_label(b['size'])} {fmt.kib(kept(r, base[order]['page']))}"
+                        f" -> {fmt.kib(kept(b, run['page']))}")
     if not compared:
         return None
     if changed:
@@ -360,7 +361,7 @@ def claim_jemalloc_virtual(data: dict):
 
 def span(values: list) -> str:
     lo, hi = min(values), max(values)
-    return common.kib(lo) if lo == hi else f"{common.kib(lo)}-{common.kib(hi)}"
+    return fmt.kib(lo) if lo == hi else f"{fmt.kib(lo)}-{fmt.kib(hi)}"
 
 
 def claim_jemalloc_200k(data: dict):
@@ -372,7 +373,7 @@ def claim_jemalloc_200k(data: dict):
     for order, run in runs.items():
         b = by_size(run).get(200 * 1024)
         if b:
-            res[order] = (outcome(b, run["page"]), common.kib(kept(b, run["page"])))
+            res[order] = (outcome(b, run["page"]), fmt.kib(kept(b, run["page"])))
     if not res:
         return None
     detail = "; ".join(f"{o}: kept {k} ({r})" for o, (r, k) in res.items())
@@ -397,7 +398,7 @@ def claim_mmap_allocator(data: dict):
             total += 1
             if outcome(b, page) != "returned" or outcome(b, page, "vm") != "returned":
                 bad.append(f"{name} {order}: {size_label(b['size'])} RSS kept "
-                           f"{common.kib(kept(b, page))}, VM kept {common.kib(kept(b, page, 'vm'))}")
+                           f"{fmt.kib(kept(b, page))}, VM kept {fmt.kib(kept(b, page, 'vm'))}")
     if not bad:
         return Claim(text, SOURCE, HOLDS,
                      f"all {total} blocks (2 KB up, every order) gave back their pages and "

@@ -25,7 +25,8 @@ import re
 import numpy as np
 
 from heapsight import analysis
-from heapsight.commands.run import Options
+from heapsight.fmt import human
+from heapsight.measure import Options
 from heapsight.report.decimate import BUCKETS, as_array, bucket_rates, extreme_rows
 
 # The page's colours for the parts of RSS: one meaning, one colour, on every chart.
@@ -119,8 +120,8 @@ def split_rows(doc: dict, rows: np.ndarray, cols: dict | None = None) -> dict:
 
 
 def _fmt_release(rel: dict) -> str:
-    return (f"release at exit: {rel.get('call')} {analysis.human(rel.get('rss_before_bytes', 0))}"
-            f" \u2192 {analysis.human(rel.get('rss_after_bytes', 0))}")
+    return (f"release at exit: {rel.get('call')} {human(rel.get('rss_before_bytes', 0))}"
+            f" \u2192 {human(rel.get('rss_after_bytes', 0))}")
 
 
 def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") -> list:
@@ -152,7 +153,7 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
         markers = []
         peak = s.get("peak")
         if peak:
-            markers.append({"x": peak["at_s"], "label": f"peak {analysis.human(peak['rss_bytes'])}"})
+            markers.append({"x": peak["at_s"], "label": f"peak {human(peak['rss_bytes'])}"})
         rel = s.get("release") or {}
         fin = s.get("final")
         if rel.get("measured") and fin:

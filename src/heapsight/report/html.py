@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heapsight import __version__
-from heapsight.analysis import human, pct
-from heapsight.commands import compare
+from heapsight.comparison import METRICS
+from heapsight.fmt import cell, human, metric, pct
 from heapsight.report import charts as ch
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -187,16 +187,16 @@ def compare_table(doc: dict) -> str:
     rows = doc.get("configs") or []
     base = next((r for r in rows if r.get("name") == "glibc" and r.get("ok") and r.get("stats")), None)
     rep = doc.get("repeat", 1)
-    head = "".join(f"<th>{esc(h)}</th>" for h in ["configuration"] + [h for _, h in compare.METRICS])
+    head = "".join(f"<th>{esc(h)}</th>" for h in ["configuration"] + [h for _, h in METRICS])
     out = [f'<div class="scroll"><table class="data compare"><thead><tr>{head}</tr></thead><tbody>']
     for r in rows:
         name = f'{esc(r.get("name", "?"))}<span class="range">{esc(r.get("about", ""))}</span>'
         if not r.get("ok") or not r.get("stats"):
-            out.append(f'<tr class="err"><td>{name}</td><td class="text" colspan="{len(compare.METRICS)}">'
+            out.append(f'<tr class="err"><td>{name}</td><td class="text" colspan="{len(METRICS)}">'
                        f'error: {esc(r.get("error") or "no figures")}</td></tr>')
             continue
         cells = []
-        for key, _ in compare.METRICS:
+        for key, _ in METRICS:
             st = r["stats"].get(key) or {}
             med = st.get("median")
             rel = ""
@@ -204,9 +204,9 @@ def compare_table(doc: dict) -> str:
                 b = base["stats"].get(key, {}).get("median")
                 if b:
                     rel = f" {100 * (med / b - 1):+.0f}%"
-            span = (f'<span class="range">{esc(compare.fmt(key, st.get("min")))} \u2013 '
-                    f'{esc(compare.fmt(key, st.get("max")))}</span>') if rep > 1 else ""
-            cells.append(f"<td>{esc(compare.fmt(key, med) + rel)}{span}</td>")
+            span = (f'<span class="range">{esc(metric(key, st.get("min")))} \u2013 '
+                    f'{esc(metric(key, st.get("max")))}</span>') if rep > 1 else ""
+            cells.append(f"<td>{esc(metric(key, med) + rel)}{span}</td>")
         out.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
     out.append("</tbody></table></div>")
     out.append(f'<p class="table-note">{esc(f"medians of {rep} run(s)" + (", lowest and highest below" if rep > 1 else ""))}'
@@ -241,8 +241,7 @@ def claim_html(c: dict) -> str:
 
 
 def lab_table(t: dict) -> str:
-    from heapsight.lab.common import fmt_cell
-    rows = [[fmt_cell(x) for x in r] for r in t.get("rows") or []]
+    rows = [[cell(x) for x in r] for r in t.get("rows") or []]
     note = f'<p class="table-note">{esc(t["note"])}</p>' if t.get("note") else ""
     return table(t.get("columns") or [], rows, t.get("title", "")) + note
 

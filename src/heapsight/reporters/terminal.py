@@ -1,10 +1,13 @@
-"""The terminal summary: one screen, read at a glance."""
+"""What the commands print on the terminal: run's summary (one screen, read at a glance),
+compare's table and lab's tables and claims."""
 
 from __future__ import annotations
 
 import textwrap
 
-from heapsight.analysis import human, pct
+from heapsight import fmt
+from heapsight.comparison import METRICS, baseline
+from heapsight.fmt import human, pct
 from heapsight.model import Breakdown, Summary
 
 ROWS = (("live (requested, not freed)", "live_bytes"), ("waste (rounding)", "waste_bytes"),
@@ -23,7 +26,7 @@ def _cell(b: Breakdown | None, attr: str, share: bool = True) -> str:
     return f"{human(v):>12}{pct(v, b.rss_bytes) if share else '':>6}  "
 
 
-def render(s: Summary, out, saved_to: str | None = None) -> None:
+def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     w = out.write
     how = (f"killed by signal {s.exit_signal}" if s.exit_signal else f"exited with code {s.exit_code}")
     alloc = s.heap.allocator if s.heap else "heap not visible"
@@ -70,3 +73,60 @@ def render(s: Summary, out, saved_to: str | None = None) -> None:
     if saved_to:
         w(f"\n  run saved to {saved_to}\n")
     w("\n")
+
+
+def render_compare(doc: dict, out) -> None:
+    """compare's table: medians with min-max below, each against glibc's defaults."""
+    rows, repeat = doc["configs"], doc["repeat"]
+    base = baseline(rows)
+    w = out.write
+    heads = ["configuration"] + [h for _, h in METRICS]
+    w(f"\n{heads[0]:22}" + "".join(f"{h:>22}" for h in heads[1:]) + "\n")
+    for r in rows:
+        if not r["ok"]:
+            w(f"{r['name']:22}  ERROR: {r['error']}\n")
+            continue
+        cells, spans = [], []
+        for key, _ in METRICS:
+            st = r["stats"][key]
+            rel = ""
+            if base is not None and r is not base and base["stats"][key]["median"]:
+                rel = f" {100 * (st['median'] / base['stats'][key]['median'] - 1):+.0f}%"
+            cells.append(f"{fmt.metric(key, st['median']) + rel:>22}")
+            spans.append(f"{'(' + fmt.metric(key, st['min']) + '-' + fmt.metric(key, st['max']) + ')':>22}"
+                         if repeat > 1 else f"{'':>22}")
+        w(f"{r['name']:22}" + "".join(cells) + "\n")
+        if repeat > 1:
+            w(f"{'':22}" + "".join(spans) + "\n")
+    w(f"\nmedians of {repeat} run(s), min-max below; percentages against glibc's defaults\n")
+    w(f"recommendation: {doc['recommendation']}\n")
+
+
+def render_table(t: dict) -> str:
+    """A lab table (lab.common.Table as a dict): title, aligned columns, note."""
+    cells = [[str(c) for c in t["columns"]]] + [[fmt.cell(c) for c in r] for r in t["rows"]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(t["columns"]))]
+    lines = [t["title"]]
+    for n, r in enumerate(cells):
+        lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                      for i, (c, w) in enumerate(zip(r, widths))))
+        if n == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    if t.get("note"):
+        lines.append(f"  {t['note']}")
+    return "\n".join(lines)
+
+
+def render_lab(result: dict, out) -> None:
+    """One experiment's tables and claims, as lab prints them after it ran."""
+    w = out.write
+    w(f"\n== {result['name']}: {result['title']} ==\n")
+    w(f"   after \"{result['source']}\" ({result['duration_s']:.1f} s)\n\n")
+    for t in result["tables"]:
+        w(render_table(t) + "\n\n")
+    w("claims:\n")
+    for c in result["claims"]:
+        verdict = c["verdict"].upper()
+        if c["verdict"] == "depends" and c.get("depends_on"):
+            verdict += f" on {c['depends_on']}"
+        w(f"  [{verdict}] \"{c['text']}\"\n      {c['evidence']}\n")

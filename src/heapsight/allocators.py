@@ -1,0 +1,145 @@
+"""The allocator catalogue: one entry per allocator heapsight knows (its library, the
+Debian package that ships it, its release-now call, its per-block header), and the
+configurations (an allocator plus tunables) that compare and lab run.
+
+Adding an allocator: one row in ALLOCATORS here, one adapter row in
+native/src/allocators.c, and a line in docs/numbers.md (see docs/allocators.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from heapsight import elf, native
+from heapsight.errors import HeapsightError
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+
+@dataclass(frozen=True)
+class Allocator:
+    name: str
+    library: str | None        # what to preload after heapsight's; None: the C library's malloc
+    package: str | None        # the Debian package that ships the library
+    release_call: str          # what the preload library calls at exit to give memory back now
+    header_bytes: int = 0      # bytes in front of every block (0: sizes live in slab metadata)
+
+
+ALLOCATORS = {a.name: a for a in (
+    # glibc's chunk size word (malloc/malloc.c: the chunk header's mchunk_size)
+    Allocator("glibc", None, None, "malloc_trim(0)", header_bytes=8),
+    Allocator("jemalloc", f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
+              'mallctl("arena.4096.purge")'),
+    Allocator("tcmalloc", f"{LIBDIR}/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4",
+              "MallocExtension_ReleaseFreeMemory()"),
+    Allocator("mimalloc", f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)"),
+    # libheapsight_mmap: one mapping per block; its header holds the mapping length and offset
+    Allocator("mmap", str(native.PACKAGE_DIR / "_lib" / "libheapsight_mmap.so"), None,
+              "none needed (every free unmaps)", header_bytes=16),
+)}
+
+
+def release_call(allocator: str) -> str:
+    a = ALLOCATORS.get(allocator)
+    return a.release_call if a else "none"
+
+
+def header_bytes(allocator: str) -> int:
+    a = ALLOCATORS.get(allocator)
+    return a.header_bytes if a else 0
+
+
+@dataclass(frozen=True)
+class Config:
+    """An allocator and the environment that tunes it: one row of compare, one run of lab."""
+    name: str
+    allocator: str
+    env: dict = field(default_factory=dict)
+    about: str = ""
+    library: str | None = None  # a user's own build instead of the catalogue's library
+
+
+PRESETS = [
+    Config("glibc", "glibc", {}, "glibc malloc, default settings (the baseline)"),
+    Config("glibc-arena2", "glibc", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, "at most 2 arenas"),
+    Config("glibc-arena1", "glibc", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}, "one arena"),
+    Config("glibc-mmap128k", "glibc", {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"},
+           "fixed 128 KiB mmap threshold (no dynamic raise)"),
+    Config("glibc-trim128k", "glibc", {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"},
+           "trim the heap top above 128 KiB free"),
+    Config("jemalloc", "jemalloc", {}, "jemalloc 5.3, default decay"),
+    Config("jemalloc-eager", "jemalloc", {"MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"},
+           "jemalloc returning freed pages at once"),
+    Config("jemalloc-bg", "jemalloc", {"MALLOC_CONF": "background_thread:true"},
+           "jemalloc with its background purging thread"),
+    Config("tcmalloc", "tcmalloc", {}, "gperftools tcmalloc (minimal), default"),
+    Config("tcmalloc-aggressive", "tcmalloc", {"TCMALLOC_AGGRESSIVE_DECOMMIT": "true"},
+           "tcmalloc decommitting free spans at once"),
+    Config("mimalloc", "mimalloc", {}, "mimalloc 2.0, default"),
+    Config("mimalloc-eager", "mimalloc", {"MIMALLOC_DECOMMIT_DELAY": "0"}, "mimalloc decommitting at once"),
+    Config("mmap", "mmap", {}, "one mmap per allocation, munmap on free: the retention-free baseline"),
+]
+PRESET = {c.name: c for c in PRESETS}
+DEFAULT_CONFIGS = ("glibc,glibc-arena2,glibc-mmap128k,jemalloc,jemalloc-eager,tcmalloc,"
+                   "tcmalloc-aggressive,mimalloc,mmap")
+
+
+def presets(names: str, option: str = "--configs") -> list:
+    """The preset configurations named in a comma-separated list, in order."""
+    out = []
+    for name in [n.strip() for n in names.split(",") if n.strip()]:
+        if name not in PRESET:
+            raise HeapsightError(f"{option}: unknown configuration {name!r}; known: "
+                                 f"{', '.join(PRESET)} (see heapsight compare --list)")
+        out.append(PRESET[name])
+    return out
+
+
+def parse_config(text: str) -> Config:
+    """A user's configuration, NAME:ALLOC[:ENV=VAL,...]; ALLOC is a catalogue name or the
+    path of an allocator library (checked: a shared library that defines malloc)."""
+    parts = text.split(":", 2)
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise HeapsightError(f"--config {text!r}: expected NAME:ALLOC[:ENV=VAL,...], "
+                             "e.g. mine:jemalloc:MALLOC_CONF=narenas:2")
+    name, alloc = parts[0], parts[1]
+    env = {}
+    if len(parts) == 3 and parts[2]:
+        # values may contain ':' and ',' (MALLOC_CONF=a:1,b:2): split on ',' before NAME=
+        current = None
+        for piece in parts[2].split(","):
+            key, eq, val = piece.partition("=")
+            if eq and key.replace("_", "").isalnum() and key.upper() == key:
+                current = key
+                env[key] = val
+            elif current:
+                env[current] += "," + piece
+            else:
+                raise HeapsightError(f"--config {text!r}: {piece!r} is not ENV=VAL")
+    if alloc in ALLOCATORS:
+        return Config(name, alloc, env, "user-defined")
+    if "/" in alloc or alloc.endswith(".so") or ".so." in alloc:
+        # a missing library is its row's error (the others still run); a file that is
+        # there but is no allocator is refused before anything runs
+        why = elf.not_an_allocator(alloc) if os.path.exists(alloc) else None
+        if why:
+            raise HeapsightError(f"--config {text!r}: {alloc} {why}; give the path of an "
+                                 "allocator's shared library (e.g. libjemalloc.so.2)")
+        kind = next((a for a in ("jemalloc", "tcmalloc", "mimalloc") if a in os.path.basename(alloc)),
+                    "unknown")
+        return Config(name, kind, env, f"user-defined, {alloc}", library=alloc)
+    raise HeapsightError(f"--config {text!r}: unknown allocator {alloc!r}; use "
+                         f"{', '.join(ALLOCATORS)} or a library path")
+
+
+def library_for(cfg: Config) -> tuple:
+    """(library to preload or None, None) or (None, why it cannot run here)."""
+    a = ALLOCATORS.get(cfg.allocator)
+    lib = cfg.library or (a.library if a else None)
+    if lib and not os.path.exists(lib):
+        how = (f"install the Debian package {a.package} (apt-get install {a.package})"
+               if a and a.package and not cfg.library
+               else "check the path" if cfg.library else "reinstall heapsight")
+        return None, f"{cfg.allocator} library {lib} is missing: {how}"
+    return lib, None

@@ -1,0 +1,145 @@
+"""One program under several configurations: the runs, their medians and spread, and the
+recommendation. `heapsight compare` drives it; the report draws what it returns."""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+
+from heapsight import record
+from heapsight.allocators import Config, library_for
+from heapsight.measure import Options, measure
+
+SCHEMA_KIND = "heapsight-compare"
+METRICS = (("peak_rss", "peak RSS"), ("final_rss", "RSS at exit"), ("retained", "retained"),
+           ("given_back", "given back"), ("wall_s", "wall"), ("cpu_s", "CPU"),
+           ("minor_faults", "minor faults"))
+
+
+def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool) -> tuple:
+    """(summary, timeline, metrics or None, error or None, interrupted) for one run."""
+    opts = Options(extra_env=cfg.env, extra_preload=(lib,) if lib else (), warn=False,
+                   stdout=None if show_output else subprocess.DEVNULL)
+    summary, timeline = measure(argv, opts)
+    heap = summary.heap
+    if heap is None:
+        return summary, timeline, None, (f"the preload was ignored ({summary.preload_note}); "
+                                         "no allocator figures")
+    if cfg.allocator != "unknown" and heap.allocator != cfg.allocator:
+        return summary, timeline, None, (f"asked for {cfg.allocator}, but {heap.allocator} answered "
+                                         "(the program links its own allocator or drops LD_PRELOAD)")
+    if summary.exit_code != 0:
+        how = (f"was killed by signal {summary.exit_signal}" if summary.exit_signal
+               else f"exited with code {summary.exit_code}")
+        return summary, timeline, None, f"the program {how}"
+    metrics = {
+        "peak_rss": summary.peak_rss_bytes,
+        "final_rss": summary.final_rss_bytes,
+        "retained": summary.final.retained_bytes if summary.final else 0,
+        "given_back": summary.release.gave_back_bytes,
+        "wall_s": summary.duration_s,
+        "cpu_s": round(summary.cpu_user_s + summary.cpu_sys_s, 4),
+        "minor_faults": summary.minor_faults,
+    }
+    return summary, timeline, metrics, None
+
+
+def stats_of(runs: list) -> dict:
+    out = {}
+    for key, _ in METRICS:
+        vals = [r[key] for r in runs]
+        out[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+    return out
+
+
+def how_to_run(cfg: Config, lib: str | None, argv: list) -> str:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in cfg.env.items())
+    pre = f"LD_PRELOAD={lib} " if lib else ""
+    return f"{pre}{env + ' ' if env else ''}{shlex.join(argv)}".strip()
+
+
+def baseline(rows: list) -> dict | None:
+    """The row the others are measured against: glibc's defaults, if they ran."""
+    return next((r for r in rows if r["name"] == "glibc" and r["ok"]), None)
+
+
+def recommend(rows: list) -> str:
+    base = baseline(rows)
+    if base is None:
+        listed = next((r for r in rows if r["name"] == "glibc"), None)
+        if listed is None:
+            return "no recommendation: add glibc to --configs to have a baseline to compare with"
+        return f"no recommendation: the glibc baseline failed ({listed['error']})"
+    b = base["stats"]
+    ok = [r for r in rows if r["ok"] and r is not base]
+
+    def change(r, key):
+        return (r["stats"][key]["median"] - b[key]["median"]) / b[key]["median"] if b[key]["median"] else 0.0
+    # the lowest RSS at exit among those costing at most 25% more time; else the lowest
+    better = [r for r in ok if change(r, "final_rss") <= -0.10]
+    if not better:
+        return "keep glibc's defaults: no configuration lowered the RSS at exit by 10% or more"
+    affordable = [r for r in better if change(r, "wall_s") <= 0.25] or better
+    pick = min(affordable, key=lambda r: r["stats"]["final_rss"]["median"])
+    return (f"{pick['name']}: {change(pick, 'final_rss') * 100:+.0f}% RSS at exit, "
+            f"{change(pick, 'peak_rss') * 100:+.0f}% peak RSS, {change(pick, 'wall_s') * 100:+.0f}% "
+            f"wall time against glibc's defaults ({pick['about']}); run it with: {pick['how']}")
+
+
+@dataclass
+class Comparison:
+    """What compare measured: a row per configuration, every run's record, and whether an
+    interrupt stopped it before the end."""
+    argv: list
+    repeat: int
+    rows: list = field(default_factory=list)
+    records: list = field(default_factory=list)
+    interrupted: bool = False
+
+    def doc(self, with_runs: bool = True) -> dict:
+        d = {"kind": SCHEMA_KIND, "schema_version": record.SCHEMA_VERSION, "command": self.argv,
+             "repeat": self.repeat, "configs": self.rows, "recommendation": recommend(self.rows),
+             "interrupted": self.interrupted}
+        if with_runs:
+            d["runs"] = self.records
+        return d
+
+
+def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
+            progress=lambda msg: None) -> Comparison:
+    """Runs every configuration repeat times, interleaved (machine noise hits every
+    configuration alike). An interrupt (Ctrl-C, SIGTERM) ends the run in progress and
+    stops the matrix; what finished is kept and cmp.interrupted is set."""
+    cmp = Comparison(list(argv), repeat)
+    for cfg in configs:
+        lib, err = library_for(cfg)
+        cmp.rows.append({"name": cfg.name, "allocator": cfg.allocator, "about": cfg.about,
+                         "env": cfg.env, "library": lib, "ok": err is None, "error": err,
+                         "runs": [], "how": how_to_run(cfg, lib, argv)})
+    total, done = len(configs) * repeat, 0
+    try:
+        for i in range(repeat):
+            for cfg, row in zip(configs, cmp.rows):
+                done += 1
+                if not row["ok"]:
+                    continue
+                progress(f"[{done}/{total}] {cfg.name} (run {i + 1} of {repeat})")
+                summary, timeline, metrics, err = one_run(argv, cfg, row["library"], show_output)
+                if summary.interrupted:
+                    raise KeyboardInterrupt
+                cmp.records.append({"config": cfg.name, "repeat": i,
+                                    **record.to_json_dict(summary, timeline)})
+                if err:
+                    row["ok"], row["error"] = False, err
+                else:
+                    row["runs"].append(metrics)
+    except KeyboardInterrupt:
+        cmp.interrupted = True  # the run in progress is dropped; the finished ones count
+    for r in cmp.rows:
+        if r["ok"] and r["runs"]:
+            r["stats"] = stats_of(r["runs"])
+        elif r["ok"]:
+            r["ok"], r["error"] = False, "interrupted before its first run finished"
+    return cmp

@@ -1,0 +1,50 @@
+"""Interrupts while heapsight measures: Ctrl-C, SIGTERM and SIGHUP are meant for the
+program, and heapsight stays to save what it measured.
+
+While the program runs these signals are blocked in heapsight and taken synchronously by
+the sampler (sigtimedwait), so each comes with its origin: one the terminal sent (the
+program, in the same foreground process group, got it too) is not sent again; one sent
+to heapsight alone (kill PID) is forwarded. Either way the run is marked interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+WATCHED = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+SI_KERNEL = 0x80   # si_code of a signal the kernel raised: the terminal's ^C, ^\, hang-up
+
+
+@contextlib.contextmanager
+def deferred(signals=WATCHED):
+    """Holds signals until the block ends (then a pending one is delivered): what must be
+    finished whole, such as saving a measured run, is."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def drain(signals=WATCHED) -> list:
+    """Takes the pending (blocked) signals among signals, without waiting."""
+    got = []
+    while signals & signal.sigpending():
+        info = signal.sigtimedwait(signals, 0)
+        if info is None:
+            break
+        got.append(info)
+    return got
+
+
+def program_received(info, child_pid: int) -> bool:
+    """Did the program get this signal already? A terminal-generated signal goes to the
+    whole foreground process group, which holds the program unless it left it."""
+    if info.si_code != SI_KERNEL:
+        return False
+    try:
+        return os.getpgid(child_pid) == os.getpgrp()
+    except OSError:
+        return False
