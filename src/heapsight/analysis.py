@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import shlex
 
+import numpy as np
+
 from heapsight import allocators
 from heapsight.fmt import human, pct
 from heapsight.model import Breakdown, Finding, HeapFigures, Release
@@ -14,28 +16,89 @@ from heapsight.segment import AllocStats
 MiB = 1024 * 1024
 
 
+PART_FIELDS = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "retained_bytes",
+               "non_heap_bytes", "file_bytes", "baseline_anon_bytes", "other_anon_bytes",
+               "untouched_bytes")
+
+
+def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocator: str,
+          alloc_mapped) -> dict:
+    """Split RSS into its parts, for one moment or a whole timeline at once (numbers or
+    numpy arrays, element by element): {field of PART_FIELDS: value}. The one definition
+    of the breakdown, used by the summary, the JSON and the charts (docs/numbers.md).
+
+    Anonymous memory above the pre-main baseline is the heap's unless the allocator cannot
+    account for it; file-backed memory is never the heap's. alloc_mapped (NaN: unknown)
+    bounds what the allocator can hold: anonymous memory beyond it is not malloc's."""
+    rss, anon = np.asarray(rss, dtype=float), np.asarray(anon, dtype=float)
+    live_req, live_usable = np.asarray(live_req, dtype=float), np.asarray(live_usable, dtype=float)
+    alloc_mapped = np.asarray(alloc_mapped, dtype=float)
+    file_bytes = np.maximum(0, rss - anon)
+    base = np.minimum(baseline_anon, anon)
+    heap_anon = np.maximum(0, anon - baseline_anon)
+    waste = np.maximum(0, live_usable - live_req)
+    metadata = allocators.header_bytes(allocator) * np.maximum(0, np.asarray(live_blocks, dtype=float))
+    unexplained = heap_anon - live_req - waste - metadata
+    held = np.maximum(0.0, alloc_mapped - live_usable - metadata)
+    retained = np.where(np.isnan(alloc_mapped), np.maximum(0, unexplained),
+                        np.minimum(np.maximum(0, unexplained), np.nan_to_num(held, nan=0.0)))
+    other_anon = np.maximum(0, unexplained - retained)
+    untouched = np.maximum(0, -unexplained)
+    return {"rss_bytes": rss, "live_bytes": live_req, "waste_bytes": waste,
+            "metadata_bytes": metadata, "retained_bytes": retained,
+            "non_heap_bytes": file_bytes + base + other_anon, "file_bytes": file_bytes,
+            "baseline_anon_bytes": base, "other_anon_bytes": other_anon,
+            "untouched_bytes": untouched}
+
+
 def breakdown(at_s: float, rss: int, anon: int, baseline_anon: int, live_req: int,
               live_usable: int, live_blocks: int, allocator: str,
               alloc_mapped: float = math.nan) -> Breakdown:
-    """Split one moment's RSS. Anonymous memory above the pre-main baseline is the heap's
-    unless the allocator cannot account for it; file-backed memory is never the heap's."""
-    file_bytes = max(0, rss - anon)
-    heap_anon = max(0, anon - baseline_anon)
-    waste = max(0, live_usable - live_req)
-    metadata = allocators.header_bytes(allocator) * max(0, live_blocks)
-    unexplained = heap_anon - live_req - waste - metadata
-    if not math.isnan(alloc_mapped):
-        # malloc can hold at most what it obtained from the OS less what is live; anonymous
-        # memory beyond that is not malloc's (stacks, the program's own mmap).
-        held = max(0.0, alloc_mapped - live_usable - metadata)
-        retained = int(min(max(0, unexplained), held))
-    else:
-        retained = max(0, unexplained)
-    other_anon = max(0, unexplained - retained)
-    untouched = max(0, -unexplained)
-    non_heap = file_bytes + min(baseline_anon, anon) + other_anon
-    return Breakdown(round(at_s, 3), rss, live_req, waste, metadata, retained, non_heap,
-                     file_bytes, min(baseline_anon, anon), other_anon, untouched)
+    """The split of one moment, as a Breakdown."""
+    parts = split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocator,
+                  alloc_mapped)
+    return Breakdown(round(at_s, 3), **{f: int(parts[f]) for f in PART_FIELDS})
+
+
+def mapped_bound(alloc_mapped, final_mapped: float = math.nan) -> np.ndarray:
+    """For each sample, the most the allocator can have held from the OS at that moment:
+    the larger of the statistics readings just before and just after it (the allocator's
+    mapped memory only grows between releases, so the next reading bounds it; the one
+    before covers a release in between). Readings are the non-NaN entries, taken at
+    whatever rate the library managed (it slows down when a reading gets expensive), and
+    final_mapped, taken at exit, is the reading after the last sample."""
+    m = np.asarray(alloc_mapped, dtype=float)
+    n = len(m)
+    if n == 0:
+        return m
+    idx = np.arange(n)
+    have = ~np.isnan(m)
+    prev_i = np.maximum.accumulate(np.where(have, idx, -1))
+    prev = np.where(prev_i >= 0, m[np.maximum(prev_i, 0)], np.nan)
+    ext = np.append(m, final_mapped)
+    have_ext = ~np.isnan(ext)
+    next_i = np.minimum.accumulate(np.where(have_ext, np.arange(n + 1), n + 1)[::-1])[::-1][:n]
+    nxt = np.where(next_i <= n, ext[np.minimum(next_i, n)], np.nan)
+    return np.fmax(prev, nxt)   # fmax: NaN only where neither reading exists
+
+
+def timeline_split(cols: dict, baseline_anon: int, allocator: str | None,
+                   final_mapped: float = math.nan) -> dict:
+    """Every sample of a timeline split (split() over the columns of a run record or a
+    Timeline). allocator None: the library was not active, /proc figures only (each
+    sample's anonymous memory is its own baseline)."""
+    rss = np.asarray(cols["rss"], dtype=float)
+    anon = np.asarray(cols["anon"], dtype=float)
+    anon = np.where(np.isnan(anon), rss, anon)
+    if allocator is None:
+        zero = np.zeros(len(rss))
+        return split(rss, anon, anon, zero, zero, zero, "unknown", np.full(len(rss), np.nan))
+
+    def counter(c):  # before the library attached: 0
+        return np.nan_to_num(np.asarray(cols[c], dtype=float), nan=0.0)
+    return split(rss, anon, baseline_anon, counter("live_req"), counter("live_usable"),
+                 counter("n_alloc") - counter("n_free"), allocator,
+                 mapped_bound(cols["alloc_mapped"], final_mapped))
 
 
 def findings(command: list, final: Breakdown | None, release: Release,

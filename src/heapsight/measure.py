@@ -15,6 +15,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from heapsight import allocators, analysis, elf, interrupts, native
 from heapsight.errors import HeapsightError
 from heapsight.model import HeapFigures, Release, Summary
@@ -99,7 +101,7 @@ def measure(argv: list, opts: Options) -> tuple:
                            on_signal=on_signal).run()
         interrupted = bool(forwarded) or bool(interrupts.drain())
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
-                            opts.hz, opts.stats_hz)
+                            opts.hz, opts.stats_hz, opts.smaps_hz)
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -107,50 +109,54 @@ def measure(argv: list, opts: Options) -> tuple:
             segment.close()
 
 
-def _row(tl: Timeline, i: int) -> dict:
-    return {c: arr[i] for c, arr in tl.columns.items()}
-
-
 def _num(v, default=0):
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz) -> Summary:
+def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
+              smaps_hz=math.nan) -> Summary:
     attached = segment is not None and segment.attached()
     allocator = segment.allocator_name() if attached else "unknown"
     baseline = segment.get("start_anon_bytes") if attached else 0
-    n = len(tl)
-    rss_col = tl.columns["rss"]
-    valid = [i for i in range(n) if not math.isnan(rss_col[i])]
-    # The peak moment: the first sample within 0.5% of the highest RSS (RSS often stays at
-    # its peak; the first such sample is when it got there).
-    top = max((rss_col[i] for i in valid), default=0)
-    peak_i = next((i for i in valid if rss_col[i] >= 0.995 * top), None)
-    stats_every = max(1, int(math.ceil(hz / max(stats_hz, 0.1))))
+    done = attached and segment.get("state") == STATE_DONE
+    # The program's own time ends where the library's exit probe begins: samples after it
+    # show heapsight's release, not the program, and its time is reported apart.
+    duration_s, probe_s = tl.duration_s, 0.0
+    if done and tl.start_ns:
+        end_s = max(0.0, (segment.get("exit_ns") - tl.start_ns) / 1e9)
+        if end_s < tl.duration_s:
+            duration_s, probe_s = end_s, tl.duration_s - end_s
+            tl.cut_after(end_s)
+    stats_before = (segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()) \
+        if attached else None
+    mapped_before = analysis.alloc_mapped_nan(stats_before)
+    cols = tl.columns
+    parts = analysis.timeline_split(cols, baseline, allocator if attached else None,
+                                    mapped_before if done else math.nan)
+    rss_col = np.asarray(cols["rss"], dtype=float)
+    valid = np.flatnonzero(~np.isnan(rss_col))
     hwm = int(_num(tl.last("hwm"), 0))
+    live_col = np.nan_to_num(np.asarray(cols["live_usable"], dtype=float), nan=0.0)
+    # The peak moment: the sample with the most live bytes (the first, if several), so the
+    # same program gives the same column every run; without heap figures, the highest RSS.
+    if len(valid) and attached and live_col[valid].max() > 0:
+        peak_i = int(valid[np.argmax(live_col[valid])])
+    elif len(valid):
+        peak_i = int(valid[np.argmax(rss_col[valid])])
+    else:
+        peak_i = None
+    peak_rss_i = int(valid[np.argmax(rss_col[valid])]) if len(valid) else None
 
     def row_breakdown(i):
-        r = _row(tl, i)
-        if not attached:
-            return analysis.breakdown(r["t"], int(r["rss"]), int(r["anon"]), int(r["anon"]),
-                                      0, 0, 0, allocator)
-        # The allocator's footprint only grows between trims: the largest figure up to the
-        # next statistics sample bounds what it held at this row (its sample may be older).
-        mapped = [x for x in tl.columns["alloc_mapped"][i:i + 2 * stats_every + 1] if not math.isnan(x)]
-        return analysis.breakdown(
-            r["t"], int(r["rss"]), int(r["anon"]), baseline, int(_num(r["live_req"])),
-            int(_num(r["live_usable"])), int(_num(r["n_alloc"]) - _num(r["n_free"])), allocator,
-            max(mapped) if mapped else math.nan)
+        return analysis.Breakdown(round(float(cols["t"][i]), 3),
+                                  **{f: int(parts[f][i]) for f in analysis.PART_FIELDS})
 
     peak = row_breakdown(peak_i) if peak_i is not None else None
     heap = None
     release = Release(False, "none", "the preload library was not active")
-    final = row_breakdown(valid[-1]) if valid else None
+    final = row_breakdown(int(valid[-1])) if len(valid) else None
     if attached:
         c = segment.counters(classes=True)
-        done = segment.get("state") == STATE_DONE
-        stats_before = segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()
-        mapped_before = analysis.alloc_mapped_nan(stats_before)
         call = allocators.release_call(allocator)
         if done:
             rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
@@ -182,7 +188,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
                            c.live_usable_bytes, peak_usable, int(peak_usable * ratio), round(peak_at, 3),
                            c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
-                           tuple(segment.size_classes()), segment.get("helper_mallocs"))
+                           tuple(segment.size_classes()), segment.get("helper_mallocs"),
+                           None if math.isnan(mapped_before) or not done else int(mapped_before))
 
     owner = segment.get("owner_pid") if attached else 0
     if linkage == "static":
@@ -199,16 +206,29 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     if forks:
         note += f"; its {forks} forked child process(es) are not counted"
 
+    if done and heap and (peak_i is None or c.live_usable_bytes > live_col[peak_i]):
+        peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
     found = analysis.findings(argv, final, release, heap) if heap else []
+    # Peak RSS: the kernel's high-water mark, and never below any reading taken (the exit
+    # reading comes after the last status read; a short program may have no VmHWM yet).
+    readings = [(hwm, None)]
+    if peak_rss_i is not None:
+        readings.append((int(rss_col[peak_rss_i]), float(cols["t"][peak_rss_i])))
+    if final is not None:
+        readings.append((final.rss_bytes, final.at_s))
+    peak_rss, peak_rss_at = max(readings, key=lambda r: (r[0], r[1] is not None))
+    if peak_rss_at is None:  # VmHWM above every reading: it happened between two samples
+        peak_rss_at = float(cols["t"][peak_rss_i]) if peak_rss_i is not None else 0.0
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
-        preload=preload, preload_note=note, duration_s=round(tl.duration_s, 3), samples=n,
+        preload=preload, preload_note=note, duration_s=round(duration_s, 3), samples=len(tl),
         sample_hz=hz, sampler_cpu_s=round(tl.sampler_cpu_s, 4),
-        peak_rss_bytes=max(hwm, peak.rss_bytes if peak else 0),
+        peak_rss_bytes=peak_rss,
         final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
         heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
         findings=tuple(found), verdict=analysis.verdict(found, final, attached),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
-        minor_faults=tl.child_minflt)
+        minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
+        stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4))

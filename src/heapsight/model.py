@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 SCHEMA_VERSION = 1
 
 
@@ -25,9 +27,20 @@ class Breakdown:
     untouched_bytes: int     # heap blocks counted live but not resident
 
     def parts(self) -> dict:
-        return {"live": self.live_bytes, "waste": self.waste_bytes,
-                "metadata": self.metadata_bytes, "retained": self.retained_bytes,
-                "non-heap": self.non_heap_bytes}
+        """The resident parts, which add up to rss_bytes (see resident())."""
+        live, waste, metadata = resident(self.live_bytes, self.waste_bytes, self.metadata_bytes,
+                                         self.untouched_bytes)
+        return {"live": int(live), "waste": int(waste), "metadata": int(metadata),
+                "retained": self.retained_bytes, "non-heap": self.non_heap_bytes}
+
+
+def resident(live, waste, metadata, untouched) -> tuple:
+    """live, waste and metadata less what of them was never touched (so not in RSS), taken
+    from live first: with retained and non-heap they add up to RSS. Numbers or arrays."""
+    cut_live = np.minimum(live, untouched)
+    cut_waste = np.minimum(waste, untouched - cut_live)
+    cut_meta = np.minimum(metadata, untouched - cut_live - cut_waste)
+    return live - cut_live, waste - cut_waste, metadata - cut_meta
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,9 @@ class HeapFigures:
     # mean waste bytes per allocation) for each usable-size class used
     size_classes: tuple
     helper_mallocs: int
+    # the allocator's mapped memory read at exit, before the release (None: not read);
+    # the last reading that bounds the timeline's retained memory (analysis.mapped_bound)
+    mapped_at_exit_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,11 @@ class Summary:
     cpu_sys_s: float = 0.0
     minor_faults: int = 0
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP came while it ran
+    peak_rss_at_s: float = 0.0  # when RSS was highest (the peak column is at peak live bytes)
+    stats_hz: float = 0.0       # the rates asked for: the allocator's statistics (the library
+    smaps_hz: float = 0.0       # slows them down when a reading gets expensive) and smaps_rollup
+    exit_probe_s: float = 0.0   # wall time after the program's end: heapsight's exit probe
+                                # (statistics, the release) and the process teardown
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -39,6 +39,7 @@ class Timeline:
     child_user_s: float = 0.0   # from wait4 when the program ended
     child_sys_s: float = 0.0
     child_minflt: int = 0
+    start_ns: int = 0           # CLOCK_MONOTONIC at the first sample (the library's clock too)
     _columns: dict | None = None
 
     def append_row(self, row: list) -> None:
@@ -54,6 +55,13 @@ class Timeline:
 
     def __len__(self) -> int:
         return len(self.flat) // len(COLUMNS)
+
+    def cut_after(self, t_s: float) -> None:
+        """Drops the samples taken after t_s (seconds from the first sample)."""
+        n = len(COLUMNS)
+        keep = sum(1 for v in self.flat[0::n] if v <= t_s)
+        del self.flat[keep * n:]
+        self._columns = None
 
     def last(self, column: str, default=None):
         arr = self.columns[column]
@@ -124,12 +132,13 @@ class Sampler:
     def run(self) -> Timeline:
         tl, seg = self.timeline, self.segment
         self._open(self.pid)
-        start = time.monotonic()
+        tl.start_ns = time.monotonic_ns()
+        start = tl.start_ns / 1e9
         cpu0 = time.thread_time()
         next_tick, next_smaps, next_classes, next_status = start, start, start, start
         next_poll = start
         hwm, threads, best_usable = math.nan, math.nan, 0
-        waste_ratio, pss, stats, stats_seq, retargeted = 0.0, math.nan, None, -1, False
+        waste_ratio, pss, stats_seq, retargeted = 0.0, math.nan, -1, False
         blank = [math.nan] * len(COLUMNS)
         I = IDX
         while True:
@@ -173,12 +182,15 @@ class Sampler:
                 row[I["live_usable"]], row[I["live_req"]] = c.live_usable_bytes, c.live_requested_bytes
                 row[I["n_alloc"]], row[I["n_free"]] = c.n_alloc, c.n_free
                 counted = True
+                # the allocator's statistics go in the row that first sees a new reading
+                # only (NaN elsewhere), so the record shows the rate they were taken at
                 seq = seg.get("stats_seq")
                 if seq != stats_seq:
-                    stats, stats_seq = seg.alloc_stats(), seq
-                if stats is not None:
-                    row[I["alloc_in_use"]], row[I["alloc_free"]] = stats.in_use_bytes, stats.free_bytes
-                    row[I["alloc_mapped"]], row[I["arenas"]] = stats.mapped_bytes, stats.arenas
+                    stats = seg.alloc_stats()
+                    if stats is not None:   # None: torn by a writer, read it next tick
+                        stats_seq = seq
+                        row[I["alloc_in_use"]], row[I["alloc_free"]] = stats.in_use_bytes, stats.free_bytes
+                        row[I["alloc_mapped"]], row[I["arenas"]] = stats.mapped_bytes, stats.arenas
             if st is not None or counted:
                 tl.append_row(row)
             tl.ticks += 1

@@ -26,15 +26,12 @@ import numpy as np
 
 from heapsight import analysis
 from heapsight.fmt import human
-from heapsight.measure import Options
+from heapsight.model import resident
 from heapsight.report.decimate import BUCKETS, as_array, bucket_rates, extreme_rows
 
 # The page's colours for the parts of RSS: one meaning, one colour, on every chart.
 PART_COLORS = {"live": "#4e79a7", "waste": "#f28e2b", "retained": "#e15759",
                "non-heap": "#a0a4a8", "rss": "#222222"}
-# The allocator statistics rate of the run: the record does not keep it, so `heapsight run`'s
-# default (a run with another --stats-hz gets a slightly wider or narrower window below).
-STATS_HZ = Options().stats_hz
 
 
 def clean(v):
@@ -75,48 +72,19 @@ def columns(doc: dict, names) -> dict:
 
 
 def split_rows(doc: dict, rows: np.ndarray, cols: dict | None = None) -> dict:
-    """The RSS of each chosen sample split into live, waste, metadata, retained and
-    non-heap by analysis.breakdown itself (one definition for the terminal, the summary and
-    the page), fed the same inputs `heapsight run` gives it: the pre-main baseline, the
-    allocator, live blocks, and the largest allocator footprint up to the next statistics
-    sample. The inputs are gathered as arrays; breakdown is mapped over the rows.
-    Returns {field of Breakdown: array} for the rows."""
+    """The RSS of each chosen sample split by analysis.timeline_split, the one definition
+    the summary uses too, over the whole timeline (the allocator's readings around each
+    sample bound its retained memory), then taken at rows. {field: array} plus "t"."""
     s = doc.get("summary") or {}
     heap = s.get("heap")
     cols = cols or columns(doc, ("t", "rss", "anon", "live_req", "live_usable", "n_alloc",
                                  "n_free", "alloc_mapped"))
     rows = np.asarray(rows, dtype=int)
-    t, rss, anon = cols["t"][rows], cols["rss"][rows], cols["anon"][rows]
-    anon = np.where(np.isnan(anon), rss, anon)
-    if heap is None:
-        # no heap figures: every sample is its own baseline, as `heapsight run` does
-        args = (t, rss, anon, anon, 0, 0, 0, "unknown", math.nan)
-    else:
-        baseline = max((s.get(k) or {}).get("baseline_anon_bytes", 0) for k in ("peak", "final"))
-        every = max(1, math.ceil(float(s.get("sample_hz") or 100.0) / STATS_HZ))
-        mapped = cols["alloc_mapped"]
-        n = len(mapped)
-        if n:
-            window = np.minimum(rows[:, None] + np.arange(2 * every + 1)[None, :], n - 1)
-            w = mapped[window]
-            top = np.where(np.isnan(w), -np.inf, w).max(axis=1)
-            peak_mapped = np.where(np.isinf(top), np.nan, top)   # no figure yet: NaN
-        else:
-            peak_mapped = np.full(len(rows), np.nan)
-
-        def z(col):  # counters before the library attached: 0
-            return np.nan_to_num(cols[col][rows], nan=0.0)
-        args = (t, rss, anon, baseline, z("live_req"), z("live_usable"),
-                z("n_alloc") - z("n_free"), heap.get("allocator", "unknown"), peak_mapped)
-
-    def one(at, r, a, base, req, usable, blk, alloc, mp):
-        return analysis.breakdown(float(at), int(r), int(a), int(base), int(req), int(usable),
-                                  int(blk), alloc, float(mp))
-    parts = np.frompyfunc(one, 9, 1)(*args)
-    parts = np.atleast_1d(parts)
-    fields = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "retained_bytes",
-              "non_heap_bytes", "file_bytes", "other_anon_bytes", "untouched_bytes")
-    return {f: np.array([getattr(b, f) for b in parts], dtype=float) for f in fields} | {"t": t}
+    baseline = max((s.get(k) or {}).get("baseline_anon_bytes", 0) for k in ("peak", "final"))
+    final_mapped = (heap or {}).get("mapped_at_exit_bytes")
+    parts = analysis.timeline_split(cols, baseline, heap.get("allocator", "unknown") if heap else None,
+                                    math.nan if final_mapped is None else float(final_mapped))
+    return {f: np.asarray(v, dtype=float)[rows] for f, v in parts.items()} | {"t": cols["t"][rows]}
 
 
 def _fmt_release(rel: dict) -> str:
@@ -139,9 +107,10 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
         parts = split_rows(doc, keep, cols)
         x = _nums(parts["t"], 4)
         if s.get("heap") is not None:
-            bands = (("live", parts["live_bytes"], PART_COLORS["live"]),
-                     ("waste + metadata", parts["waste_bytes"] + parts["metadata_bytes"],
-                      PART_COLORS["waste"]),
+            live, waste, metadata = resident(parts["live_bytes"], parts["waste_bytes"],
+                                             parts["metadata_bytes"], parts["untouched_bytes"])
+            bands = (("live", live, PART_COLORS["live"]),
+                     ("waste + metadata", waste + metadata, PART_COLORS["waste"]),
                      ("retained (freed, kept)", parts["retained_bytes"], PART_COLORS["retained"]),
                      ("non-heap", parts["non_heap_bytes"], PART_COLORS["non-heap"]))
         else:

@@ -10,19 +10,22 @@ from heapsight.comparison import METRICS, baseline
 from heapsight.fmt import human, pct
 from heapsight.model import Breakdown, Summary
 
-ROWS = (("live (requested, not freed)", "live_bytes"), ("waste (rounding)", "waste_bytes"),
-        ("allocator metadata", "metadata_bytes"), ("retained (freed, kept)", "retained_bytes"),
-        ("non-heap", "non_heap_bytes"))
+ROWS = (("live (requested, not freed)", "live"), ("waste (rounding)", "waste"),
+        ("allocator metadata", "metadata"), ("retained (freed, kept)", "retained"),
+        ("non-heap", "non-heap"))
 
 
+MiB = 1 << 20
 LABEL = 30
 CELL = 20
 
 
-def _cell(b: Breakdown | None, attr: str, share: bool = True) -> str:
+def _cell(b: Breakdown | None, part: str, share: bool = True) -> str:
+    """One column's cell: a resident part (Breakdown.parts) with its share of RSS, or a
+    Breakdown field without a share."""
     if b is None:
         return f"{'-':>{CELL}}"
-    v = getattr(b, attr)
+    v = b.parts()[part] if share else getattr(b, part)
     return f"{human(v):>12}{pct(v, b.rss_bytes) if share else '':>6}  "
 
 
@@ -31,26 +34,29 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     how = (f"killed by signal {s.exit_signal}" if s.exit_signal else f"exited with code {s.exit_code}")
     alloc = s.heap.allocator if s.heap else "heap not visible"
     w(f"\nheapsight: {' '.join(s.command)}\n")
-    w(f"  pid {s.pid} {how} after {s.duration_s:.2f} s; {alloc}; {s.samples} samples "
+    probe = f" (then {s.exit_probe_s * 1000:.0f} ms in heapsight's exit probe)" if s.exit_probe_s >= 0.0005 else ""
+    w(f"  pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} samples "
       f"at {s.sample_hz:g} Hz\n")
     if s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid:
         w(f"  note: {s.preload_note}\n")
-    peak_t = f"peak (at {s.peak.at_s:.2f} s)" if s.peak else "peak"
+    peak_t = f"at peak live ({s.peak.at_s:.2f} s)" if s.peak else "at peak"
     w(f"\n  {'':{LABEL}}{peak_t:>{CELL - 2}}  {'at exit':>{CELL - 2}}\n")
     w(f"  {'RSS':{LABEL}}{_cell(s.peak, 'rss_bytes', False)}{_cell(s.final, 'rss_bytes', False)}\n")
     if s.preload == "active":
-        for label, attr in ROWS:
-            w(f"    {label:{LABEL - 2}}{_cell(s.peak, attr)}{_cell(s.final, attr)}\n")
-        if s.final and s.final.untouched_bytes > 0:
-            w(f"    ({human(s.final.untouched_bytes)} of the live blocks at exit were never touched, "
-              "so not resident)\n")
+        for label, part in ROWS:
+            w(f"    {label:{LABEL - 2}}{_cell(s.peak, part)}{_cell(s.final, part)}\n")
+        # below a MiB this is the skew between a /proc read and a counters read
+        if any(b and b.untouched_bytes >= max(MiB, b.rss_bytes / 100) for b in (s.peak, s.final)):
+            w(f"    {'allocated, never touched':{LABEL - 2}}{_cell(s.peak, 'untouched_bytes', False)}"
+              f"{_cell(s.final, 'untouched_bytes', False)}\n")
+            w("    (blocks allocated but never written: counted live, not in RSS, so not above)\n")
     else:
         for label, attr in (("anonymous", None), ("file-backed", "file_bytes")):
             pv = (s.peak.rss_bytes - s.peak.file_bytes) if (s.peak and attr is None) else (getattr(s.peak, attr) if s.peak else 0)
             fv = (s.final.rss_bytes - s.final.file_bytes) if (s.final and attr is None) else (getattr(s.final, attr) if s.final else 0)
             w(f"    {label:{LABEL - 2}}{human(pv):>12}{'':8}{human(fv):>12}\n")
         w("    (/proc figures only: no split into live, waste and retained)\n")
-    w(f"  peak RSS (VmHWM): {human(s.peak_rss_bytes)}\n")
+    w(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s\n")
     r = s.release
     if r.measured:
         w(f"\n  release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "

@@ -1,0 +1,95 @@
+"""The breakdown at every moment, not only at exit: the peak column, each sample of the
+timeline, peak RSS, and blocks that were allocated but never touched."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import scenario
+from heapsight import report
+from heapsight.model import Breakdown
+
+MiB = 1 << 20
+
+
+def run(tmp_path, *command, opts=()):
+    rec = tmp_path / f"r{len(list(tmp_path.iterdir()))}.hsrun.json.gz"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "-o", str(rec), *opts,
+                        "--", *command], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(gzip.open(rec, "rt").read())
+
+
+def resident_sum(b: dict) -> int:
+    return sum(Breakdown(**b).parts().values())
+
+
+def test_the_peak_column_is_the_same_every_run(tmp_path):
+    # GIVEN the retention scenario, whose RSS stays high after it frees 63 of 64 blocks
+    shares = []
+    for _ in range(4):
+        s = run(tmp_path, scenario("hs-retention"))["summary"]
+        peak = s["peak"]
+        shares.append(peak["live_bytes"] / peak["rss_bytes"])
+        # THEN the column is at the moment of peak live bytes: live, not yet retained
+        assert peak["retained_bytes"] < 0.05 * peak["rss_bytes"], peak
+    assert min(shares) > 0.85 and max(shares) - min(shares) < 0.1, shares
+
+
+def test_rows_add_up_to_rss_when_blocks_are_never_touched(tmp_path):
+    # GIVEN sort, which mallocs a buffer far larger than it touches
+    data = tmp_path / "nums.txt"
+    data.write_text("\n".join(str((i * 7919) % 1000003) for i in range(400_000)) + "\n")
+    s = run(tmp_path, "sort", str(data), "-o", str(tmp_path / "out.txt"))["summary"]
+    peak, final = s["peak"], s["final"]
+    # THEN live at the peak exceeds RSS, and the untouched part is said, not hidden
+    assert peak["live_bytes"] > peak["rss_bytes"]
+    assert peak["untouched_bytes"] >= peak["live_bytes"] - peak["rss_bytes"]
+    # and in every column the resident parts add up to the RSS
+    for b in (peak, final):
+        assert resident_sum(b) == b["rss_bytes"], b
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "--", "sort",
+                        str(data), "-o", str(tmp_path / "out2.txt")],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert "allocated, never touched" in p.stderr
+    live_line = next(line for line in p.stderr.splitlines() if line.strip().startswith("live"))
+    shares = [int(w[:-1]) for w in live_line.split() if w.endswith("%")]
+    assert shares and max(shares) <= 100, live_line
+
+
+@pytest.mark.parametrize("command", [["true"], ["hs-peak"]])
+def test_peak_rss_is_never_below_a_reading(tmp_path, command):
+    if command[0].startswith("hs-"):
+        command = [scenario(command[0])]
+    doc = run(tmp_path, *command)
+    s = doc["summary"]
+    rss = [v for v in doc["timeline"]["rss"] if v is not None]
+    readings = rss + [s["final"]["rss_bytes"], s["peak"]["rss_bytes"]]
+    if s["release"]["measured"]:
+        readings.append(s["release"]["rss_before_bytes"])
+    assert s["peak_rss_bytes"] >= max(readings)
+    assert 0 <= s["peak_rss_at_s"] <= s["duration_s"] + 0.5
+
+
+def test_every_sample_of_the_hold_phase_shows_the_retained_memory(tmp_path):
+    # GIVEN the retention scenario holding 252 MiB of freed memory for a second, with the
+    # allocator's statistics read rarely (the library also backs off by itself when a
+    # reading gets expensive): few readings fall in the hold
+    doc = run(tmp_path, scenario("hs-retention"), "--hold-ms", "1000", opts=("--stats-hz", "1"))
+    page = report.build_page([doc])
+    mem = next(c for c in page.charts if c["id"].endswith("memory"))
+    by_name = {s["name"]: np.array(s["y"], dtype=float) for s in mem["series"]}
+    t = np.array(mem["series"][0]["x"], dtype=float)
+    live, retained = by_name["live"], by_name["retained (freed, kept)"]
+    # WHEN the program has freed (live fell below a tenth of its peak) and until exit
+    after = np.flatnonzero(live < 0.1 * np.nanmax(live))
+    after = after[after > np.nanargmax(live)]
+    assert len(after) >= 20, "the hold phase should be sampled"
+    # THEN each of those samples shows the retained memory as retained, not non-heap
+    assert np.nanmin(retained[after]) > 200 * MiB, list(zip(t[after], retained[after]))
