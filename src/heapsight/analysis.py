@@ -102,7 +102,7 @@ def timeline_split(cols: dict, baseline_anon: int, allocator: str | None,
 
 
 def findings(command: list, final: Breakdown | None, release: Release,
-             heap: HeapFigures) -> list:
+             heap: HeapFigures, live_over_time: tuple = ()) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size."""
     if final is None:
         return []
@@ -113,14 +113,22 @@ def findings(command: list, final: Breakdown | None, release: Release,
     rss = max(final.rss_bytes, 1)
     heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
 
-    # Leak: blocks still allocated when the program ended.
+    # Never freed: blocks still allocated when the program ended. A leak, or data kept
+    # until exit on purpose: how live bytes grew over the run is what tells them apart.
     if final.live_bytes >= MiB and final.live_bytes >= 0.5 * (heap_total or 1):
+        grew = ""
+        if len(live_over_time) >= 2:
+            steps = ", ".join(f"{human(v)} at {t:.2f} s" for t, v in live_over_time)
+            grew = f"Live bytes over the run: {steps}. "
         out.append(Finding(
-            "leak", final.live_bytes,
-            f"{human(final.live_bytes)} was still allocated at exit (never freed)",
-            "These blocks were malloc'ed and not freed before the program ended. That is a leak, "
-            "or data the program keeps until exit on purpose; no allocator setting can give it "
-            "back. Find where it was allocated:",
+            "never-freed", final.live_bytes,
+            f"{human(final.live_bytes)} still allocated at exit",
+            "These blocks were allocated and not freed before the program ended. "
+            + grew
+            + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
+            "with it, a working set levels off) or if the program lost every pointer to it; "
+            "many programs (git, compilers) keep their data until exit on purpose. No allocator "
+            "setting can give it back. Where it was allocated, and whether it is reachable:",
             (f"heaptrack {cmd}",
              f"valgrind --leak-check=full --show-leak-kinds=definite {cmd}")))
 
@@ -205,9 +213,9 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
         return ("heap figures unavailable (the preload library was not active); RSS only: "
                 f"final {human(final.rss_bytes)}")
     if not found:
-        return (f"healthy: no leak, little retention or waste (final RSS {human(final.rss_bytes)}, "
+        return (f"healthy: little memory left allocated, retained or wasted (final RSS {human(final.rss_bytes)}, "
                 f"of which {human(final.live_bytes)} live)")
-    words = {"leak": "LEAK", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
+    words = {"never-freed": "NEVER FREED", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
              "waste": "SMALL-OBJECT WASTE", "non-heap": "NON-HEAP MEMORY"}
     top = found[0]
     rest = ", ".join(words[f.kind].lower() for f in found[1:])

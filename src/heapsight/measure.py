@@ -109,6 +109,22 @@ def measure(argv: list, opts: Options) -> tuple:
             segment.close()
 
 
+def live_over_time(cols: dict, final) -> tuple:
+    """Live bytes at a quarter, half and three quarters of the run, and at exit: how what
+    was never freed grew (a leak grows with the work; a working set levels off)."""
+    t = np.asarray(cols["t"], dtype=float)
+    live = np.asarray(cols["live_req"], dtype=float)
+    ok = np.flatnonzero(~np.isnan(live))
+    if final is None or len(ok) < 4:
+        return ()
+    end = final.at_s
+    out = []
+    for q in (0.25, 0.5, 0.75):
+        i = ok[np.searchsorted(t[ok], q * end, side="left").clip(0, len(ok) - 1)]
+        out.append((float(t[i]), int(live[i])))
+    return tuple(out) + ((end, final.live_bytes),)
+
+
 def _num(v, default=0):
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
@@ -208,7 +224,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
 
     if done and heap and (peak_i is None or c.live_usable_bytes > live_col[peak_i]):
         peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
-    found = analysis.findings(argv, final, release, heap) if heap else []
+    found = analysis.findings(argv, final, release, heap, live_over_time(cols, final)) if heap else []
     # Peak RSS: the kernel's high-water mark, and never below any reading taken (the exit
     # reading comes after the last status read; a short program may have no VmHWM yet).
     readings = [(hwm, None)]

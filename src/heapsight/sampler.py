@@ -12,6 +12,8 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from heapsight import interrupts, procfs
 from heapsight.segment import Segment
 
@@ -22,6 +24,10 @@ STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fil
 
 
 IDX = {c: i for i, c in enumerate(COLUMNS)}
+# At most this many samples are kept (16 columns of 8 bytes: 15 MiB); past it the older
+# half is thinned (Timeline.compact), so an hour at 1 kHz stays within it.
+MAX_ROWS = 120_000
+THIN_BUCKET = 8
 WAKE = interrupts.WATCHED | {signal.SIGCHLD}
 
 
@@ -42,8 +48,39 @@ class Timeline:
     start_ns: int = 0           # CLOCK_MONOTONIC at the first sample (the library's clock too)
     _columns: dict | None = None
 
+    thinned: int = 0            # samples dropped by thinning (see compact)
+    max_rows: int = MAX_ROWS
+
     def append_row(self, row: list) -> None:
         self.flat.extend(row)
+        self._columns = None
+        if len(self.flat) > self.max_rows * len(COLUMNS):
+            self.compact()
+
+    def compact(self) -> None:
+        """Keeps memory bounded however long the run: the older half of the samples is
+        thinned to, per stretch of THIN_BUCKET samples, its first sample and the samples
+        where RSS, live bytes and the allocator's mapped memory are lowest and highest. Every extreme of the run stays exact (it is an extreme of its
+        stretch) and the kept samples are real ones, so their columns still agree."""
+        n = len(COLUMNS)
+        rows = len(self.flat) // n
+        half = rows // 2 // THIN_BUCKET * THIN_BUCKET
+        if half == 0:
+            return
+        old = np.frombuffer(self.flat, dtype=float, count=half * n).reshape(half, n)
+        keep = np.zeros(half, dtype=bool)
+        keep[::THIN_BUCKET] = True
+        base = np.arange(0, half, THIN_BUCKET)
+        for c in ("rss", "live_usable", "alloc_mapped"):
+            col = old[:, IDX[c]].reshape(-1, THIN_BUCKET)
+            if np.isnan(col).all():
+                continue
+            for fill, pick in ((-np.inf, np.argmax), (np.inf, np.argmin)):
+                keep[base + pick(np.where(np.isnan(col), fill, col), axis=1)] = True
+        kept = old[keep].ravel().tolist()
+        self.thinned += half - int(keep.sum())
+        del old
+        self.flat = array("d", kept) + self.flat[half * n:]
         self._columns = None
 
     @property
