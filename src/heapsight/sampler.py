@@ -24,9 +24,9 @@ STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fil
 
 
 IDX = {c: i for i, c in enumerate(COLUMNS)}
-# At most this many samples are kept (16 columns of 8 bytes: 15 MiB); past it the older
+# At most this many samples are kept (16 columns of 8 bytes: 12 MiB); past it the older
 # half is thinned (Timeline.compact), so an hour at 1 kHz stays within it.
-MAX_ROWS = 120_000
+MAX_ROWS = 100_000
 THIN_BUCKET = 8
 WAKE = interrupts.WATCHED | {signal.SIGCHLD}
 
