@@ -170,3 +170,16 @@ def test_ctrl_c_stops_lab_keeps_what_finished_and_exits_130(tmp_path):
     doc = json.loads(gzip.open(out, "rt").read())
     assert doc["interrupted"] is True
     assert [e["name"] for e in doc["experiments"]] == ["waste"]
+
+
+def test_everything_after_the_program_name_belongs_to_the_program(tmp_path):
+    # `heapsight run ls -la` as with time(1): no '--' needed, -la is ls's
+    for argv in (["run", "-q", "--no-save", "ls", "-la", str(tmp_path)],
+                 ["run", "-q", "--no-save", "--", "ls", "-la", str(tmp_path)]):
+        p = subprocess.run([*HS, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "total" in p.stdout  # ls -l's first line
+    p = subprocess.run([*HS, "run"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and "no program given" in p.stderr
+    p = subprocess.run([*HS, "-V"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("heapsight ")

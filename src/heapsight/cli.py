@@ -24,11 +24,12 @@ start with:  heapsight run -- ./your_program args
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="heapsight", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"heapsight {__version__}")
+    p.add_argument("-V", "--version", action="version", version=f"heapsight {__version__}")
     sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name, mod in COMMANDS.items():
         doc = mod.__doc__ or ""
         sp = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
+                            usage=getattr(mod, "USAGE", None),
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(sp)
         sp.set_defaults(module=mod)

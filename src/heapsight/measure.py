@@ -26,6 +26,14 @@ from heapsight.segment import STATE_DONE, Segment
 EXIT_NOT_FOUND = 127
 
 
+def program_argv(words: list, command: str) -> list:
+    """The program's argv from what follows the options ('--' before it is optional)."""
+    argv = list(words[1:] if words[:1] == ["--"] else words)
+    if not argv:
+        raise HeapsightError(f"no program given: heapsight {command} [options] [--] PROGRAM [ARGS...]")
+    return argv
+
+
 def resolve_command(argv: list) -> str:
     prog = argv[0]
     path = prog if "/" in prog else shutil.which(prog)

@@ -15,6 +15,7 @@ examples:
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -22,6 +23,8 @@ from heapsight import comparison, measure, record, report
 from heapsight.allocators import DEFAULT_CONFIGS, PRESETS, library_for, parse_config, presets
 from heapsight.errors import HeapsightError
 from heapsight.reporters import terminal
+
+USAGE = "heapsight compare [options] [--] PROGRAM [ARGS...]"
 
 
 def add_arguments(p) -> None:
@@ -41,7 +44,8 @@ def add_arguments(p) -> None:
     p.add_argument("--show-output", action="store_true",
                    help="let the program's stdout through (default: discarded)")
     p.add_argument("--list", action="store_true", help="list the built-in configurations and exit")
-    p.add_argument("command", nargs="*", metavar="COMMAND [ARGS...]")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
+                   help="the program and its arguments ('--' before it is optional)")
 
 
 def select_configs(args) -> list:
@@ -66,11 +70,9 @@ def execute(args) -> int:
     if args.list:
         list_configs(sys.stdout)
         return 0
-    if not args.command:
-        raise HeapsightError("no command given: heapsight compare [options] -- COMMAND [ARGS...]")
     if not 1 <= args.repeat <= 100:
         raise HeapsightError(f"--repeat {args.repeat} is out of range: give 1 to 100")
-    argv = list(args.command)
+    argv = measure.program_argv(args.command, "compare")
     measure.resolve_command(argv)  # fail before any work when the command does not exist
     configs = select_configs(args)
     if args.html:

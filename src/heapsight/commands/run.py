@@ -15,13 +15,16 @@ examples:
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 from heapsight import record, report
 from heapsight.errors import HeapsightError
-from heapsight.measure import Options, measure
+from heapsight.measure import Options, measure, program_argv
 from heapsight.reporters import terminal
+
+USAGE = "heapsight run [options] [--] PROGRAM [ARGS...]"
 
 
 def add_arguments(p) -> None:
@@ -44,8 +47,9 @@ def add_arguments(p) -> None:
     p.add_argument("--html", metavar="FILE",
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
-    p.add_argument("command", nargs="+", metavar="COMMAND [ARGS...]",
-                   help="the program to run (put -- before it)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
+                   help="the program and its arguments: everything from the program's name on "
+                        "belongs to it ('--' before it is optional)")
 
 
 def default_output(argv: list, pid: int) -> str:
@@ -74,7 +78,7 @@ def validate(args) -> None:
 
 def execute(args) -> int:
     validate(args)
-    argv = list(args.command)
+    argv = program_argv(args.command, "run")
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
                    release=not args.no_release, warn=not args.quiet,
                    stdout=sys.stderr if args.json == "-" else None)
