@@ -53,7 +53,9 @@ def test_missing_allocator_library_names_the_fix_and_the_rest_runs():
     p, doc = compare("--repeat", "1", "--configs", "glibc",
                      "--config", "mine:/nonexistent/libjemalloc.so.2:MALLOC_CONF=narenas:2",
                      "--", scenario("hs-leak"), "--mb", "5")
-    assert p.returncode == 0, p.stderr
+    # a row that errors makes the exit code 1 (for CI), and the others still ran
+    assert p.returncode == 1, p.stderr
+    assert "1 configuration(s) failed: mine" in p.stderr
     r = rows(doc)
     assert r["glibc"]["ok"] and not r["mine"]["ok"]
     assert "missing" in r["mine"]["error"]
@@ -73,3 +75,17 @@ def test_bad_config_is_refused():
     p = subprocess.run([sys.executable, "-m", "heapsight", "compare", "--config", "nocolon",
                         "--", "true"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "expected NAME:ALLOC" in p.stderr
+
+
+def test_csv_has_one_row_per_configuration_in_base_units(tmp_path):
+    out = tmp_path / "cmp.csv"
+    p, _ = compare("--repeat", "2", "--configs", "glibc,glibc-arena2", "--csv", str(out), "--",
+                   scenario("hs-leak"), "--mb", "5")
+    assert p.returncode == 0, p.stderr
+    import csv
+    table = list(csv.DictReader(out.open()))
+    assert [r["configuration"] for r in table] == ["glibc", "glibc-arena2"]
+    for r in table:
+        assert r["ok"] == "1" and r["runs"] == "2"
+        assert float(r["final_rss_min"]) <= float(r["final_rss_median"]) <= float(r["final_rss_max"])
+        assert float(r["peak_rss_median"]) > 5 * 1024 * 1024   # bytes, not MiB

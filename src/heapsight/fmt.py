@@ -56,3 +56,24 @@ def metric(key: str, v: float | None) -> str:
     if key == "minor_faults":
         return count(v)
     return human(v)
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1000, "KIB": 1 << 10, "M": 1 << 20, "MB": 1000 ** 2,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1000 ** 3, "GIB": 1 << 30, "T": 1 << 40,
+          "TB": 1000 ** 4, "TIB": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'512', '64K', '1.5MiB', '2GB' as bytes (K, M, G alone and KiB... are powers of 1024;
+    KB, MB, GB powers of 1000). ValueError with the accepted forms otherwise."""
+    t = text.strip().upper().replace(" ", "")
+    num = t.rstrip("KMGTIB")
+    unit = t[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or not (value >= 0) or value == float("inf"):
+        raise ValueError(f"{text!r} is not a size: give bytes, or a number with K, M, G "
+                         "(KiB, MiB, GiB) or KB, MB, GB, e.g. 512M")
+    return int(value * _UNITS[unit])

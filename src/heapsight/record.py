@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from heapsight.errors import HeapsightError
@@ -50,6 +51,18 @@ def write_json(path: str, doc: dict, indent: int = 2) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text + "\n")
+    os.replace(tmp, path)
+
+
+def write_text(path: str, text: str) -> None:
+    """A text output (--csv FILE): to FILE whole, or to stdout for '-'."""
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
     os.replace(tmp, path)
 
 

@@ -67,3 +67,4 @@ def test_timeline_split_rows_add_up_to_rss():
     total = sum(parts[f] for f in ("live_bytes", "waste_bytes", "metadata_bytes",
                                    "retained_bytes", "non_heap_bytes")) - parts["untouched_bytes"]
     assert total.tolist() == [100, 200, 150]
+

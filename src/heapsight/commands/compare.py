@@ -22,7 +22,7 @@ import sys
 from heapsight import comparison, measure, record, report
 from heapsight.allocators import DEFAULT_CONFIGS, PRESETS, library_for, parse_config, presets
 from heapsight.errors import HeapsightError
-from heapsight.reporters import terminal
+from heapsight.reporters import csv, terminal
 
 USAGE = "heapsight compare [options] [--] PROGRAM [ARGS...]"
 
@@ -35,6 +35,8 @@ def add_arguments(p) -> None:
                         "path of an allocator library; ENV=VAL pairs are set for the program")
     p.add_argument("--repeat", type=int, default=3, help="runs per configuration (default 3)")
     p.add_argument("--json", metavar="FILE", help="the comparison as JSON ('-' for stdout)")
+    p.add_argument("--csv", metavar="FILE", help="the table as CSV, one row per configuration, "
+                   "numbers in bytes and seconds ('-' for stdout)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="save every run (summaries and timelines) for reports "
                         "(default heapsight-compare-PROG.PID.json.gz)")
@@ -93,6 +95,12 @@ def execute(args) -> int:
     if args.html:
         report.write_html(args.html, [cmp.doc()])
         sys.stderr.write(f"page written to {args.html}\n")
+    if args.csv:
+        record.write_text(args.csv, csv.render_compare(doc))
     if cmp.interrupted:
         return 130
-    return 0 if any(r["ok"] for r in cmp.rows) else 1
+    failed = [r["name"] for r in cmp.rows if not r["ok"]]
+    if failed:
+        sys.stderr.write(f"heapsight compare: {len(failed)} configuration(s) failed: "
+                         f"{', '.join(failed)} (exit 1)\n")
+    return 1 if failed else 0

@@ -28,7 +28,7 @@ from heapsight import lab, record, report
 from heapsight.allocators import presets
 from heapsight.errors import HeapsightError
 from heapsight.lab.common import Context, say_stderr
-from heapsight.reporters import terminal
+from heapsight.reporters import csv, terminal
 
 
 def add_arguments(p) -> None:
@@ -40,6 +40,7 @@ def add_arguments(p) -> None:
                    help="run every experiment under these configurations instead of each "
                         "experiment's own set (names from `heapsight compare --list`)")
     p.add_argument("--json", metavar="FILE", help="the results as JSON ('-' for stdout)")
+    p.add_argument("--csv", metavar="FILE", help="every table as CSV rows ('-' for stdout)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="where to save the results for reports (default heapsight-lab.PID.json.gz)")
     p.add_argument("--no-save", action="store_true", help="do not save the results")
@@ -116,6 +117,8 @@ def execute(args) -> int:
                      + "\n")
     if args.json:
         record.write_json(args.json, doc, indent=1)
+    if args.csv:
+        record.write_text(args.csv, csv.render_lab(doc))
     if not args.no_save:
         out = args.output or f"heapsight-lab.{os.getpid()}.json.gz"
         record.save_doc(out, doc)

@@ -6,8 +6,12 @@ exit, what a release at exit gave back, and a verdict with commands to try. The 
 goes to stderr so the program's own output is untouched; the run is saved for reports.
 The exit code is the program's (128+N if it died from signal N).
 
+A gate turns a figure into a CI check: when the program succeeded but a figure is above
+its limit, heapsight says which and exits with 90 (EXIT_GATE).
+
 examples:
-  heapsight run -- ./server --port 8080
+  heapsight run ./server --port 8080
+  heapsight run --fail-if-retained 64M --fail-if-rss 1G -- ./batch_job   # in CI
   heapsight run --json summary.json -- python3 job.py
   heapsight run --json - -- ./tool > summary.json      # program stdout goes to stderr
   MALLOC_ARENA_MAX=2 heapsight run -- ./threaded_app  # try a knob
@@ -19,8 +23,9 @@ import argparse
 import os
 import sys
 
-from heapsight import record, report
+from heapsight import interrupts, record, report
 from heapsight.errors import HeapsightError
+from heapsight.fmt import human, parse_size
 from heapsight.measure import Options, measure, program_argv
 from heapsight.reporters import terminal
 
@@ -47,9 +52,37 @@ def add_arguments(p) -> None:
     p.add_argument("--html", metavar="FILE",
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    gates = p.add_argument_group("CI gates (exit 90 when the program succeeded but a figure is "
+                                 "above its limit; SIZE like 512M, 2G, 100MB)")
+    gates.add_argument("--fail-if-retained", metavar="SIZE", type=size_arg,
+                       help="memory freed but kept by the allocator at exit")
+    gates.add_argument("--fail-if-rss", metavar="SIZE", type=size_arg, help="peak RSS")
+    gates.add_argument("--fail-if-never-freed", metavar="SIZE", type=size_arg,
+                       help="bytes still allocated at exit (never freed)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
                    help="the program and its arguments: everything from the program's name on "
                         "belongs to it ('--' before it is optional)")
+
+
+EXIT_GATE = 90
+
+
+def size_arg(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def gate_failures(args, summary) -> list:
+    """The gates the run failed: (what, figure, limit) for each figure above its limit."""
+    figures = (("retained at exit", args.fail_if_retained,
+                summary.final.retained_bytes if summary.final else 0),
+               ("peak RSS", args.fail_if_rss, summary.peak_rss_bytes),
+               ("never freed at exit", args.fail_if_never_freed,
+                summary.final.live_bytes if summary.final else 0))
+    return [(what, value, limit) for what, limit, value in figures
+            if limit is not None and value > limit]
 
 
 def default_output(argv: list, pid: int) -> str:
@@ -82,23 +115,27 @@ def execute(args) -> int:
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
                    release=not args.no_release, warn=not args.quiet,
                    stdout=sys.stderr if args.json == "-" else None)
-    summary, timeline = measure(argv, opts)
-    exit_code = summary.exit_code
-    proc_pid = summary.started_pid
-
-    if not args.no_save:
-        out = args.output or default_output(argv, proc_pid)
-        record.save(out, summary, timeline)
-    else:
+    # An interrupt after the program ended waits until the run is saved (then ends heapsight).
+    with interrupts.deferred():
+        summary, timeline = measure(argv, opts)
         out = None
-    if args.json:
-        record.write_json(args.json, summary.to_dict())
-    if args.html:
-        report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
+        if not args.no_save:
+            out = args.output or default_output(argv, summary.started_pid)
+            record.save(out, summary, timeline)
+        if args.json:
+            record.write_json(args.json, summary.to_dict())
+        if args.html:
+            report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
     if not args.quiet:
         terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:
             sys.stderr.write(f"heapsight: page written to {args.html}\n")
-    return exit_code
+    failed = gate_failures(args, summary)
+    for what, value, limit in failed:
+        sys.stderr.write(f"heapsight: gate failed: {what} {human(value)} is above the limit "
+                         f"{human(limit)}\n")
+    if failed and summary.exit_code == 0:
+        return EXIT_GATE
+    return summary.exit_code
 
 

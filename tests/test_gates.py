@@ -1,0 +1,43 @@
+"""`heapsight run`'s CI gates: a figure above its limit fails the run with exit 90, only
+when the program itself succeeded; a bad SIZE is refused before the program runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import scenario
+
+HS = [sys.executable, "-m", "heapsight", "run", "-q", "--no-save"]
+
+
+def hs(*args, cwd):
+    return subprocess.run([*HS, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("gate,limit,fails", [
+    ("--fail-if-retained", "64M", True),      # 256 MiB retained at exit
+    ("--fail-if-retained", "1G", False),
+    ("--fail-if-rss", "100MiB", True),        # ~260 MiB peak
+    ("--fail-if-rss", "2GB", False),
+    ("--fail-if-never-freed", "1M", True),    # 4 MiB kept on purpose
+    ("--fail-if-never-freed", "8M", False),
+])
+def test_a_gate_fails_the_run_with_exit_90(tmp_path, gate, limit, fails):
+    p = hs(gate, limit, "--", scenario("hs-retention"), cwd=tmp_path)
+    assert p.returncode == (90 if fails else 0), p.stderr
+    assert ("gate failed" in p.stderr) == fails
+
+
+def test_the_programs_own_failure_wins_over_a_gate(tmp_path):
+    p = hs("--fail-if-rss", "1K", "--", "sh", "-c", "exit 3", cwd=tmp_path)
+    assert p.returncode == 3 and "gate failed: peak RSS" in p.stderr
+
+
+def test_a_bad_size_is_refused_before_the_program_runs(tmp_path):
+    marker = tmp_path / "ran"
+    p = hs("--fail-if-rss", "lots", "--", "touch", str(marker), cwd=tmp_path)
+    assert p.returncode == 2 and "'lots' is not a size" in p.stderr
+    assert not marker.exists()
