@@ -10,7 +10,7 @@ import numpy as np
 
 from heapsight import allocators
 from heapsight.fmt import human, pct
-from heapsight.model import Breakdown, Finding, HeapFigures, Release
+from heapsight.model import Breakdown, Finding, HeapFigures, Hold, Release
 from heapsight.segment import AllocStats
 
 MiB = 1024 * 1024
@@ -99,6 +99,81 @@ def timeline_split(cols: dict, baseline_anon: int, allocator: str | None,
     return split(rss, anon, baseline_anon, counter("live_req"), counter("live_usable"),
                  counter("n_alloc") - counter("n_free"), allocator,
                  mapped_bound(cols["alloc_mapped"], final_mapped))
+
+
+# The hold rule (docs/numbers.md): a sample holds when its RSS beyond its resident live
+# bytes (retained + anonymous memory malloc did not give) is at least HOLD_SHARE of the
+# peak RSS and HOLD_MIN_BYTES; a hold is a stretch of such samples lasting at least
+# HOLD_MIN_S and HOLD_MIN_SHARE of the run. Gaps of a sample or two are bridged.
+HOLD_SHARE = 0.25
+HOLD_MIN_BYTES = 8 * MiB
+HOLD_MIN_S = 0.2
+HOLD_MIN_SHARE = 0.05
+HOLD_GAP_S = 0.05
+
+
+def holds(t, parts: dict, duration_s: float) -> list:
+    """The stretches of the run that held much more memory than the live bytes, whatever
+    happened at exit. t and parts (timeline_split's arrays) are the run's samples."""
+    t = np.asarray(t, dtype=float)
+    if len(t) == 0:
+        return []
+    rss = np.asarray(parts["rss_bytes"], dtype=float)
+    retained = np.asarray(parts["retained_bytes"], dtype=float)
+    other = np.asarray(parts["other_anon_bytes"], dtype=float)
+    held = retained + other
+    peak = np.nanmax(rss) if np.isfinite(rss).any() else 0.0
+    holding = np.nan_to_num(held) >= max(HOLD_MIN_BYTES, HOLD_SHARE * peak)
+    out, i, n = [], 0, len(t)
+    while i < n:
+        if not holding[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and (holding[j + 1] or (
+                j + 2 < n and holding[j + 2] and t[j + 2] - t[j] <= HOLD_GAP_S)):
+            j += 1
+        span = t[j] - t[i]
+        if span >= max(HOLD_MIN_S, HOLD_MIN_SHARE * duration_s):
+            sl = slice(i, j + 1)
+            med_ret, med_other = float(np.median(retained[sl])), float(np.median(other[sl]))
+            out.append(Hold(round(float(t[i]), 3), round(float(t[j]), 3),
+                            int(np.median(held[sl])), int(np.max(held[sl])),
+                            int(np.median(np.asarray(parts["live_bytes"], dtype=float)[sl])),
+                            int(med_ret), int(med_other),
+                            "retained" if med_ret >= med_other else "non-heap"))
+        i = j + 1
+    return out
+
+
+def hold_findings(found_holds: list, allocator: str, command: list) -> list:
+    """A finding for each hold: what held the memory, from when to when."""
+    cmd = shlex.join(command)
+    out = []
+    for h in found_holds:
+        when = f"from {h.start_s:.2f} s to {h.end_s:.2f} s"
+        if h.cause == "retained":
+            detail = (f"While the program ran, {human(h.held_bytes)} (up to {human(h.max_held_bytes)}) "
+                      f"was held beyond its {human(h.live_bytes)} of live bytes {when}: memory it had "
+                      f"freed and {allocator} kept. A release at that moment (malloc_trim for glibc) "
+                      "would have given back the whole free pages among it.")
+            sugg = ((f"GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- {cmd}",
+                     f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
+                    if allocator == "glibc" else ())
+        else:
+            detail = (f"While the program ran, {human(h.held_bytes)} (up to {human(h.max_held_bytes)}) "
+                      f"of anonymous memory that did not come from malloc was held {when}, beyond "
+                      f"its {human(h.live_bytes)} of live malloc bytes: an interpreter's own allocator "
+                      "(Python's pymalloc keeps a 1 MiB arena until every object in it is gone), "
+                      "thread stacks, or the program's own mmap. How much of it is live objects and "
+                      "how much free space inside such an allocator cannot be told from outside; "
+                      "sending its objects to malloc makes it visible.")
+            sugg = ((f"PYTHONMALLOC=malloc heapsight run -- {cmd}   # CPython: objects from malloc, "
+                     "which heapsight can see and trim",)
+                    if "python" in cmd else ())
+        out.append(Finding("hold", h.held_bytes,
+                           f"{human(h.held_bytes)} held beyond live bytes {when}", detail, sugg))
+    return out
 
 
 def findings(command: list, final: Breakdown | None, release: Release,
@@ -215,7 +290,7 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
     if not found:
         return (f"healthy: little memory left allocated, retained or wasted (final RSS {human(final.rss_bytes)}, "
                 f"of which {human(final.live_bytes)} live)")
-    words = {"never-freed": "NEVER FREED", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
+    words = {"hold": "HELD WHILE RUNNING", "never-freed": "NEVER FREED", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
              "waste": "SMALL-OBJECT WASTE", "non-heap": "NON-HEAP MEMORY"}
     top = found[0]
     rest = ", ".join(words[f.kind].lower() for f in found[1:])

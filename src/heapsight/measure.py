@@ -233,6 +233,12 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     if done and heap and (peak_i is None or c.live_usable_bytes > live_col[peak_i]):
         peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
     found = analysis.findings(argv, final, release, heap, live_over_time(cols, final)) if heap else []
+    held = analysis.holds(cols["t"], parts, duration_s) if heap else []
+    # a hold that the exit findings already describe (same cause, as large) is not repeated
+    kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
+    news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
+                                       for f in found)]
+    found = sorted(found + analysis.hold_findings(news, allocator, argv), key=lambda f: -f.bytes)
     # Peak RSS: the kernel's high-water mark, and never below any reading taken (the exit
     # reading comes after the last status read; a short program may have no VmHWM yet).
     readings = [(hwm, None)]
@@ -252,7 +258,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
         heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
-        findings=tuple(found), verdict=analysis.verdict(found, final, attached),
+        findings=tuple(found), verdict=analysis.verdict(found, final, attached), holds=tuple(held),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
         stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4))

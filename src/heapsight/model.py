@@ -62,11 +62,25 @@ class Release:
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str                # leak | retention | fragmentation | waste | non-heap | ok
+    kind: str                # never-freed | retention | fragmentation | waste | non-heap | hold
     bytes: int
     title: str
     detail: str
     suggestions: tuple = ()  # each a command or a concrete change
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A stretch of the run where the process held much more memory than its live bytes
+    (analysis.holds gives the rule): when, how much, and whose."""
+    start_s: float
+    end_s: float
+    held_bytes: int          # the median, over the stretch, of RSS less the resident live bytes
+    max_held_bytes: int
+    live_bytes: int          # the median live bytes over the stretch
+    retained_bytes: int      # of held_bytes (median): freed, kept by the allocator
+    other_anon_bytes: int    # of held_bytes (median): anonymous memory malloc did not give
+    cause: str               # "retained" | "non-heap"
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,7 @@ class Summary:
     cpu_sys_s: float = 0.0
     minor_faults: int = 0
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP came while it ran
+    holds: tuple = ()          # Hold: the stretches that held much more than live bytes
     peak_rss_at_s: float = 0.0  # when RSS was highest (the peak column is at peak live bytes)
     stats_hz: float = 0.0       # the rates asked for: the allocator's statistics (the library
     smaps_hz: float = 0.0       # slows them down when a reading gets expensive) and smaps_rollup

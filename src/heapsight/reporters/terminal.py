@@ -57,6 +57,10 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
             w(f"    {label:{LABEL - 2}}{human(pv):>12}{'':8}{human(fv):>12}\n")
         w("    (/proc figures only: no split into live, waste and retained)\n")
     w(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s\n")
+    for h in s.holds:
+        whose = "freed, kept by the allocator" if h.cause == "retained" else "not from malloc"
+        w(f"  held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
+          f"{h.end_s:.2f} s ({whose}; up to {human(h.max_held_bytes)})\n")
     r = s.release
     if r.measured:
         w(f"\n  release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "
