@@ -19,7 +19,7 @@ setup: .stamp-install
 .stamp-venv: .stamp-deps
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "pytest>=7"
+	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "rich>=12" "pytest>=7"
 	@touch $@
 
 .stamp-install: .stamp-venv $(NATIVE)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import statistics
 import subprocess
+import time
 from dataclasses import dataclass, field
 
 from heapsight import record
@@ -119,18 +120,24 @@ def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
                          "env": cfg.env, "library": lib, "ok": err is None, "error": err,
                          "runs": [], "how": how_to_run(cfg, lib, argv)})
     total, done = len(configs) * repeat, 0
+    started, finished = time.monotonic(), 0
     try:
         for i in range(repeat):
             for cfg, row in zip(configs, cmp.rows):
                 done += 1
                 if not row["ok"]:
                     continue
-                progress(f"[{done}/{total}] {cfg.name} (run {i + 1} of {repeat})")
+                eta = ""
+                if finished:
+                    left = (time.monotonic() - started) / finished * (total - done + 1)
+                    eta = f", about {left:.0f} s left" if left >= 1 else ""
+                progress(f"[{done}/{total}] {cfg.name} (run {i + 1} of {repeat}{eta})")
                 summary, timeline, metrics, err = one_run(argv, cfg, row["library"], show_output)
                 if summary.interrupted:
                     raise KeyboardInterrupt
                 cmp.records.append({"config": cfg.name, "repeat": i,
                                     **record.to_json_dict(summary, timeline)})
+                finished += 1
                 if err:
                     row["ok"], row["error"] = False, err
                 else:

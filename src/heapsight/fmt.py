@@ -14,6 +14,19 @@ def human(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def human_short(n: float) -> str:
+    """Bytes in IEC units with three significant digits, for narrow table cells: 264MiB,
+    59.7MiB, 6.1KiB."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1000 or unit == "TiB":
+            if unit == "B" or abs(n) >= 100:
+                return f"{n:.0f}{unit}"
+            return f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.0f}TiB"
+
+
 def pct(part: float, whole: float) -> str:
     """part as a share of whole: '42%', or 'n/a' when whole is not positive."""
     return f"{100.0 * part / whole:.0f}%" if whole > 0 else "n/a"
@@ -46,16 +59,16 @@ def count(v: float) -> str:
     return f"{v:,.0f}"
 
 
-def metric(key: str, v: float | None) -> str:
+def metric(key: str, v: float | None, short: bool = False) -> str:
     """A figure of compare's table (comparison.METRICS) for a cell: times in seconds,
-    faults as a count, the rest in bytes."""
+    faults as a count, the rest in bytes (short: for a narrow terminal)."""
     if v is None:
         return "-"
     if key.endswith("_s"):
-        return seconds(v)
+        return f"{v:.2f}s" if short else seconds(v)
     if key == "minor_faults":
         return count(v)
-    return human(v)
+    return human_short(v) if short else human(v)
 
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1000, "KIB": 1 << 10, "M": 1 << 20, "MB": 1000 ** 2,

@@ -43,6 +43,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-save", action="store_true", help="do not save the runs")
     p.add_argument("--html", metavar="FILE",
                    help="also write the comparison as a self-contained HTML page")
+    p.add_argument("--spread", action="store_true",
+                   help="show each figure's min-max over the repeats under its median")
     p.add_argument("--show-output", action="store_true",
                    help="let the program's stdout through (default: discarded)")
     p.add_argument("--list", action="store_true", help="list the built-in configurations and exit")
@@ -82,7 +84,7 @@ def execute(args) -> int:
     cmp = comparison.run_all(argv, configs, args.repeat, args.show_output,
                              progress=lambda msg: print(f"heapsight compare: {msg}", file=sys.stderr))
     doc = cmp.doc(with_runs=False)
-    terminal.render_compare(doc, sys.stderr)
+    terminal.render_compare(doc, sys.stderr, spread=args.spread)
     if cmp.interrupted:
         sys.stderr.write("heapsight compare: interrupted: the runs that finished are kept below; "
                          "the rest did not run\n")

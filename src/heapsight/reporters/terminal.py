@@ -1,9 +1,21 @@
 """What the commands print on the terminal: run's summary (one screen, read at a glance),
-compare's table and lab's tables and claims."""
+compare's table and lab's tables and claims.
+
+Drawn with rich: tables fit the terminal's width (COLUMNS, else the terminal's, else 100),
+prose wraps, and colour is used only on a terminal and never under NO_COLOR (rich reads
+NO_COLOR and FORCE_COLOR itself)."""
 
 from __future__ import annotations
 
+import os
+import re
 import textwrap
+
+from rich import box
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
 
 from heapsight import fmt
 from heapsight.comparison import METRICS, baseline
@@ -13,130 +25,239 @@ from heapsight.model import Breakdown, Summary
 ROWS = (("live (requested, not freed)", "live"), ("waste (rounding)", "waste"),
         ("allocator metadata", "metadata"), ("retained (freed, kept)", "retained"),
         ("non-heap", "non-heap"))
-
-
+VERDICT_STYLE = {"hold": "bold yellow", "never-freed": "bold red", "retention": "bold yellow",
+                 "fragmentation": "bold red", "waste": "bold yellow", "non-heap": "bold yellow"}
+# compare's figures where less is better (given back is neither: it depends on what was kept)
+LOWER_IS_BETTER = {"peak_rss", "final_rss", "retained", "wall_s", "cpu_s", "minor_faults"}
 MiB = 1 << 20
-LABEL = 30
-CELL = 20
 
 
-def _cell(b: Breakdown | None, part: str, share: bool = True) -> str:
-    """One column's cell: a resident part (Breakdown.parts) with its share of RSS, or a
+def console(out) -> Console:
+    """A console on out: the terminal's width (COLUMNS first), 100 when out is no terminal."""
+    width = None
+    if os.environ.get("COLUMNS", "").isdigit():
+        width = int(os.environ["COLUMNS"])
+    elif not (hasattr(out, "isatty") and out.isatty()):
+        width = 100
+    # NO_COLOR: no escape codes at all (rich alone would still print bold)
+    plain = {"color_system": None} if os.environ.get("NO_COLOR") else {}
+    return Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False, **plain)
+
+
+def _cells(b: Breakdown | None, part: str, share: bool = True) -> tuple:
+    """A column's two cells: a resident part (Breakdown.parts) and its share of RSS, or a
     Breakdown field without a share."""
     if b is None:
-        return f"{'-':>{CELL}}"
+        return "-", ""
     v = b.parts()[part] if share else getattr(b, part)
-    return f"{human(v):>12}{pct(v, b.rss_bytes) if share else '':>6}  "
+    return human(v), (pct(v, b.rss_bytes) if share else "")
 
 
 def render_run(s: Summary, out, saved_to: str | None = None) -> None:
-    w = out.write
+    c = console(out)
     how = (f"killed by signal {s.exit_signal}" if s.exit_signal else f"exited with code {s.exit_code}")
     alloc = s.heap.allocator if s.heap else "heap not visible"
-    w(f"\nheapsight: {' '.join(s.command)}\n")
-    probe = f" (then {s.exit_probe_s * 1000:.0f} ms in heapsight's exit probe)" if s.exit_probe_s >= 0.0005 else ""
-    w(f"  pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} samples "
-      f"at {s.sample_hz:g} Hz\n")
+    probe = (f" (then {s.exit_probe_s * 1000:.0f} ms in heapsight's exit probe)"
+             if s.exit_probe_s >= 0.0005 else "")
+    c.print()
+    c.print(Text(f"heapsight: {' '.join(s.command)}", style="bold"), soft_wrap=True)
+    _indent(c, f"pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} "
+               f"samples at {s.sample_hz:g} Hz", 2)
     if s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid:
-        w(f"  note: {s.preload_note}\n")
+        _indent(c, f"note: {s.preload_note}", 2, style="dim")
+
+    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+    t.add_column("", no_wrap=True)
     peak_t = f"at peak live ({s.peak.at_s:.2f} s)" if s.peak else "at peak"
-    w(f"\n  {'':{LABEL}}{peak_t:>{CELL - 2}}  {'at exit':>{CELL - 2}}\n")
-    w(f"  {'RSS':{LABEL}}{_cell(s.peak, 'rss_bytes', False)}{_cell(s.final, 'rss_bytes', False)}\n")
+    for head in (peak_t, "at exit"):
+        t.add_column(head, justify="right", no_wrap=True)
+        t.add_column("", justify="right", no_wrap=True, style="dim")
+    t.add_row("RSS", *_cells(s.peak, "rss_bytes", False), *_cells(s.final, "rss_bytes", False),
+              style="bold")
     if s.preload == "active":
         for label, part in ROWS:
-            w(f"    {label:{LABEL - 2}}{_cell(s.peak, part)}{_cell(s.final, part)}\n")
+            t.add_row("  " + label, *_cells(s.peak, part), *_cells(s.final, part))
         # below a MiB this is the skew between a /proc read and a counters read
         if any(b and b.untouched_bytes >= max(MiB, b.rss_bytes / 100) for b in (s.peak, s.final)):
-            w(f"    {'allocated, never touched':{LABEL - 2}}{_cell(s.peak, 'untouched_bytes', False)}"
-              f"{_cell(s.final, 'untouched_bytes', False)}\n")
-            w("    (blocks allocated but never written: counted live, not in RSS, so not above)\n")
+            t.add_row("  allocated, never touched", *_cells(s.peak, "untouched_bytes", False),
+                      *_cells(s.final, "untouched_bytes", False), style="dim")
     else:
-        for label, attr in (("anonymous", None), ("file-backed", "file_bytes")):
-            pv = (s.peak.rss_bytes - s.peak.file_bytes) if (s.peak and attr is None) else (getattr(s.peak, attr) if s.peak else 0)
-            fv = (s.final.rss_bytes - s.final.file_bytes) if (s.final and attr is None) else (getattr(s.final, attr) if s.final else 0)
-            w(f"    {label:{LABEL - 2}}{human(pv):>12}{'':8}{human(fv):>12}\n")
-        w("    (/proc figures only: no split into live, waste and retained)\n")
-    w(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s\n")
+        for label, attr in (("  anonymous", None), ("  file-backed", "file_bytes")):
+            cells = []
+            for b in (s.peak, s.final):
+                v = 0 if b is None else (b.rss_bytes - b.file_bytes if attr is None else getattr(b, attr))
+                cells += [human(v), ""]
+            t.add_row(label, *cells)
+    c.print()
+    _print(c, Padding(t, (0, 0, 0, 2), expand=False))
+    if s.preload == "active" and any(b and b.untouched_bytes >= max(MiB, b.rss_bytes / 100)
+                                     for b in (s.peak, s.final)):
+        c.print("  (blocks allocated but never written: counted live, not in RSS, so not above)",
+                style="dim")
+    if s.preload != "active":
+        c.print("  (/proc figures only: no split into live, waste and retained)", style="dim")
+    c.print(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s")
     for h in s.holds:
         whose = "freed, kept by the allocator" if h.cause == "retained" else "not from malloc"
-        w(f"  held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
-          f"{h.end_s:.2f} s ({whose}; up to {human(h.max_held_bytes)})\n")
+        _indent(c, f"held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
+                   f"{h.end_s:.2f} s ({whose}; up to {human(h.max_held_bytes)})", 2)
     r = s.release
+    c.print()
     if r.measured:
-        w(f"\n  release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "
-          f"{r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> {human(r.rss_after_bytes)})\n")
+        _indent(c, f"release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "
+                   f"{r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> "
+                   f"{human(r.rss_after_bytes)})", 2)
     else:
-        w(f"\n  release at exit: not measured: {r.why_not}\n")
+        _indent(c, f"release at exit: not measured: {r.why_not}", 2)
     if s.heap:
         h = s.heap
-        w(f"  heap: {h.n_alloc:,} allocations, {h.n_free:,} frees, {h.live_blocks:,} blocks live at "
-          f"exit; peak live {human(h.peak_live_requested_bytes)} at {h.peak_at_s:.2f} s")
-        w(f"; {h.arenas} arena(s); {h.threads_seen} thread(s)\n" if h.allocator == "glibc"
-          else f"; {h.threads_seen} thread(s)\n")
-    w(f"\n  VERDICT  {s.verdict}\n")
+        tail = f"; {h.arenas} arena(s); {h.threads_seen} thread(s)" if h.allocator == "glibc" \
+            else f"; {h.threads_seen} thread(s)"
+        _indent(c, f"heap: {h.n_alloc:,} allocations, {h.n_free:,} frees, {h.live_blocks:,} blocks "
+                   f"live at exit; peak live {human(h.peak_live_requested_bytes)} at "
+                   f"{h.peak_at_s:.2f} s{tail}", 2)
+    c.print()
+    style = VERDICT_STYLE.get(s.findings[0].kind, "bold") if s.findings else "bold green"
+    words = textwrap.wrap(s.verdict, max(20, c.width - 11)) or [""]
+    c.print(Text.assemble("  VERDICT  ", (words[0], style)), no_wrap=True, overflow="ignore")
+    for more in words[1:]:
+        c.print(Text(" " * 11 + more, style=style), no_wrap=True, overflow="ignore")
     for f in s.findings:
-        w(f"\n  * {f.title}\n")
-        for line in textwrap.wrap(f.detail, 86):
-            w(f"    {line}\n")
+        c.print()
+        c.print(Text(f"  * {f.title}", style="bold"))
+        _indent(c, f.detail, 4)
         for sug in f.suggestions:
-            w(f"      try: {sug}\n")
+            _command(c, sug, 6)
     if saved_to:
-        w(f"\n  run saved to {saved_to}\n")
-    w("\n")
+        c.print()
+        c.print(f"  run saved to {saved_to}", overflow="fold")
+    c.print()
 
 
-def render_compare(doc: dict, out) -> None:
-    """compare's table: medians with min-max below, each against glibc's defaults."""
+_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
+
+
+def _print(c: Console, renderable) -> None:
+    """A table without the spaces rich pads its last cells with."""
+    with c.capture() as cap:
+        c.print(renderable)
+    c.file.write("".join(_TRAILING.sub(r"\1", line) + "\n" for line in cap.get().splitlines()))
+
+
+def _indent(c: Console, text: str, n: int, style: str | None = None) -> None:
+    """Prose wrapped to the width and indented by n."""
+    for line in textwrap.wrap(text, max(20, c.width - n), break_on_hyphens=False) or [""]:
+        c.print(Text(" " * n + line, style=style or ""), no_wrap=True, overflow="ignore")
+
+
+def _command(c: Console, text: str, n: int) -> None:
+    """A command to copy: one line whatever its length (the terminal wraps it, not us)."""
+    c.print(Text(" " * n + "try: ", style="dim") + Text(text, style="cyan"), soft_wrap=True)
+
+
+def _delta(key: str, value: float, base: float | None) -> Text:
+    """A median and its change against glibc's, coloured better (green) or worse (red)."""
+    cell = Text(fmt.metric(key, value, short=True))
+    if base is None or not base or key == "given_back":
+        return cell
+    change = value / base - 1
+    if abs(change) < 0.005:
+        return cell
+    style = ""
+    if key in LOWER_IS_BETTER and abs(change) >= 0.05:
+        style = "green" if change < 0 else "red"
+    cell.append(f" {change * 100:+.0f}%", style=style or "dim")
+    return cell
+
+
+def render_compare(doc: dict, out, spread: bool = False) -> None:
+    """compare's table: one row per configuration, medians against glibc's defaults; with
+    spread, each cell's min-max below it, dimmed."""
+    c = console(out)
     rows, repeat = doc["configs"], doc["repeat"]
     base = baseline(rows)
-    w = out.write
-    heads = ["configuration"] + [h for _, h in METRICS]
-    w(f"\n{heads[0]:22}" + "".join(f"{h:>22}" for h in heads[1:]) + "\n")
+    # minor faults only where there is room: the rest fits in 100 columns
+    metrics = [(k, h) for k, h in METRICS if k != "minor_faults" or c.width >= 120]
+    t = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False, show_edge=False)
+    t.add_column("configuration", no_wrap=True, overflow="fold")
+    for _, head in metrics:
+        t.add_column(head, justify="right", no_wrap=True)
+    errors = []
     for r in rows:
         if not r["ok"]:
-            w(f"{r['name']:22}  ERROR: {r['error']}\n")
+            t.add_row(Text(r["name"], style="red"), Text("failed (below)", style="red"),
+                      *[""] * (len(metrics) - 1))
+            errors.append(r)
             continue
-        cells, spans = [], []
-        for key, _ in METRICS:
+        cells = []
+        for key, _ in metrics:
             st = r["stats"][key]
-            rel = ""
-            if base is not None and r is not base and base["stats"][key]["median"]:
-                rel = f" {100 * (st['median'] / base['stats'][key]['median'] - 1):+.0f}%"
-            cells.append(f"{fmt.metric(key, st['median']) + rel:>22}")
-            spans.append(f"{'(' + fmt.metric(key, st['min']) + '-' + fmt.metric(key, st['max']) + ')':>22}"
-                         if repeat > 1 else f"{'':>22}")
-        w(f"{r['name']:22}" + "".join(cells) + "\n")
-        if repeat > 1:
-            w(f"{'':22}" + "".join(spans) + "\n")
-    w(f"\nmedians of {repeat} run(s), min-max below; percentages against glibc's defaults\n")
-    w(f"recommendation: {doc['recommendation']}\n")
+            b = base["stats"][key]["median"] if base is not None and r is not base else None
+            cell = _delta(key, st["median"], b)
+            if spread and repeat > 1:   # half the min-max range, against the median
+                half = (st["max"] - st["min"]) / 2
+                cell.append(f"\n\u00b1{100 * half / st['median']:.0f}%" if st["median"] else
+                            f"\n\u00b1{fmt.metric(key, half, True)}", style="dim")
+            cells.append(cell)
+        t.add_row(r["name"], *cells)
+    c.print()
+    _print(c, t)
+    for r in errors:
+        _indent(c, f"{r['name']}: {r['error']}", 2, style="red")
+    what = f"medians of {repeat} run(s)" + (", \u00b1 half their min-max range below each"
+                                            if spread and repeat > 1 else
+                                            (" (--spread shows min-max)" if repeat > 1 else ""))
+    _indent(c, f"{what}; changes against glibc's defaults, green better, red worse "
+               "(5% or more); 'given back' is what the release at exit returned", 0, style="dim")
+    c.print()
+    _indent(c, f"recommendation: {doc['recommendation']}", 0, style="bold")
 
 
-def render_table(t: dict) -> str:
-    """A lab table (lab.common.Table as a dict): title, aligned columns, note."""
-    cells = [[str(c) for c in t["columns"]]] + [[fmt.cell(c) for c in r] for r in t["rows"]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(t["columns"]))]
-    lines = [t["title"]]
-    for n, r in enumerate(cells):
-        lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                      for i, (c, w) in enumerate(zip(r, widths))))
-        if n == 0:
-            lines.append("  " + "  ".join("-" * w for w in widths))
+def table(t: dict) -> Table:
+    """A lab table (lab.common.Table as a dict) as a rich Table."""
+    out = Table(title=t["title"], title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                padding=(0, 0, 0, 1), pad_edge=False, show_edge=False)
+    first = max([len(str(t["columns"][0]))] + [len(fmt.cell(r[0])) for r in t["rows"] if r])
+    for i, col in enumerate(t["columns"]):
+        # figures never break across lines; the first column (labels) folds when short of room
+        out.add_column(str(col), justify="left" if i == 0 else "right",
+                       overflow="fold" if i == 0 else "ellipsis", no_wrap=i > 0,
+                       min_width=min(first, 16) if i == 0 else None)
+    for row in t["rows"]:
+        out.add_row(*[fmt.cell(v) for v in row])
     if t.get("note"):
-        lines.append(f"  {t['note']}")
-    return "\n".join(lines)
+        out.caption, out.caption_justify, out.caption_style = t["note"], "left", "dim"
+    return out
+
+
+def render_table(t: dict, width: int = 100) -> str:
+    """A lab table as plain text (for tests and logs)."""
+    import io
+    buf = io.StringIO()
+    Console(file=buf, width=width, no_color=True, highlight=False).print(table(t))
+    return buf.getvalue().rstrip("\n")
+
+
+VERDICT_WORD = {"holds": "green", "fails": "red", "depends": "yellow"}
 
 
 def render_lab(result: dict, out) -> None:
     """One experiment's tables and claims, as lab prints them after it ran."""
-    w = out.write
-    w(f"\n== {result['name']}: {result['title']} ==\n")
-    w(f"   after \"{result['source']}\" ({result['duration_s']:.1f} s)\n\n")
+    c = console(out)
+    c.print()
+    c.print(Text(f"== {result['name']}: {result['title']} ==", style="bold"))
+    c.print(f"   after \"{result['source']}\" ({result['duration_s']:.1f} s)", style="dim")
     for t in result["tables"]:
-        w(render_table(t) + "\n\n")
-    w("claims:\n")
-    for c in result["claims"]:
-        verdict = c["verdict"].upper()
-        if c["verdict"] == "depends" and c.get("depends_on"):
-            verdict += f" on {c['depends_on']}"
-        w(f"  [{verdict}] \"{c['text']}\"\n      {c['evidence']}\n")
+        c.print()
+        _print(c, table(t))
+    c.print()
+    c.print("claims:")
+    for cl in result["claims"]:
+        verdict = cl["verdict"].upper()
+        if cl["verdict"] == "depends" and cl.get("depends_on"):
+            verdict += f" on {cl['depends_on']}"
+        line = Text("  ")
+        line.append(f"[{verdict}]", style=VERDICT_WORD.get(cl["verdict"], ""))
+        line.append(f" \"{cl['text']}\"")
+        c.print(line, soft_wrap=True)   # a claim is one line to grep for; its evidence wraps
+        _indent(c, cl["evidence"], 6, style="dim")

@@ -1,0 +1,66 @@
+"""The terminal output: fits the width, colour only on a terminal and never under NO_COLOR."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+
+from conftest import scenario
+
+ESC = re.compile(r"\x1b\[")
+
+
+def hs(args, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "heapsight", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd,
+                          env={**{k: v for k, v in os.environ.items()
+                                  if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS")},
+                               **(env or {})})
+
+
+def in_a_terminal(args, env) -> str:
+    """What the command writes to a terminal (a pty), as bytes decoded."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(env)
+        os.execv(sys.executable, [sys.executable, "-m", "heapsight", *args])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    return out.decode(errors="replace")
+
+
+def test_run_and_compare_fit_in_100_columns(tmp_path):
+    prog = scenario("hs-retention")
+    for args in (["run", "--no-save", prog],
+                 ["compare", "--no-save", "--repeat", "2", "--spread", "--configs",
+                  "glibc,glibc-arena2,tcmalloc-aggressive,mimalloc", prog]):
+        p = hs(args, env={"COLUMNS": "100"}, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        long = [line for line in p.stderr.splitlines()
+                if len(line) > 100 and "try:" not in line and not line.startswith("heapsight: /")]
+        assert long == [], long
+        assert not any(line != line.rstrip() for line in p.stderr.splitlines())  # no trailing spaces
+    # compare: one row per configuration (names whole, nothing cut with an ellipsis)
+    rows = [line for line in p.stderr.splitlines() if line.startswith(("glibc", "tcmalloc", "mimalloc"))]
+    assert [r.split()[0] for r in rows] == ["glibc", "glibc-arena2", "tcmalloc-aggressive", "mimalloc"]
+    assert "\u2026" not in p.stderr
+    assert "\u00b1" in p.stderr   # --spread
+
+
+def test_colour_only_on_a_terminal_and_never_under_no_color(tmp_path):
+    args = ["run", "--no-save", "--", scenario("hs-leak"), "--mb", "2"]
+    assert ESC.search(in_a_terminal(args, {"TERM": "xterm-256color"}))
+    assert not ESC.search(in_a_terminal(args, {"TERM": "xterm-256color", "NO_COLOR": "1"}))
+    p = hs(args, cwd=tmp_path)   # a pipe
+    assert p.returncode == 0 and not ESC.search(p.stderr)
