@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from heapsight import comparison, measure, record, report
+from heapsight import comparison, measure, output, report
 from heapsight.allocators import DEFAULT_CONFIGS, PRESETS, library_for, parse_config, presets
 from heapsight.errors import HeapsightError
 from heapsight.reporters import csv, terminal
@@ -79,8 +79,11 @@ def execute(args) -> int:
     argv = measure.program_argv(args.command, "compare")
     measure.resolve_command(argv)  # fail before any work when the command does not exist
     configs = select_configs(args)
-    if args.html:
-        report.check_output(args.html)
+    for path, option, stdout in ((args.json, "--json", True), (args.csv, "--csv", True),
+                                 (None if args.no_save else args.output, "--output", False),
+                                 (args.html, "--html", False)):
+        if path:
+            output.check(path, option, allow_stdout=stdout)
     cmp = comparison.run_all(argv, configs, args.repeat, args.show_output,
                              progress=lambda msg: print(f"heapsight compare: {msg}", file=sys.stderr))
     doc = cmp.doc(with_runs=False)
@@ -89,16 +92,16 @@ def execute(args) -> int:
         sys.stderr.write("heapsight compare: interrupted: the runs that finished are kept below; "
                          "the rest did not run\n")
     if args.json:
-        record.write_json(args.json, doc)
+        output.write_json(args.json, doc)
     if not args.no_save:
         out = args.output or f"heapsight-compare-{os.path.basename(argv[0])}.{os.getpid()}.json.gz"
-        record.save_doc(out, cmp.doc())
+        output.save_doc(out, cmp.doc())
         sys.stderr.write(f"runs saved to {out}\n")
     if args.html:
         report.write_html(args.html, [cmp.doc()])
         sys.stderr.write(f"page written to {args.html}\n")
     if args.csv:
-        record.write_text(args.csv, csv.render_compare(doc))
+        output.write(args.csv, csv.render_compare(doc), gzip=False)
     if cmp.interrupted:
         return 130
     failed = [r["name"] for r in cmp.rows if not r["ok"]]

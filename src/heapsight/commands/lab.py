@@ -24,10 +24,11 @@ import platform
 import sys
 import time
 
-from heapsight import lab, record, report
+from heapsight import lab, output, report
 from heapsight.allocators import presets
 from heapsight.errors import HeapsightError
 from heapsight.lab.common import Context, say_stderr
+from heapsight.model import SCHEMA_VERSION
 from heapsight.reporters import csv, terminal
 
 
@@ -85,10 +86,13 @@ def execute(args) -> int:
             print(f"{n:12}{mod.TITLE}\n{'':12}after \"{mod.SOURCE}\"")
         return 0
     names, configs = select(args)
-    if args.html:
-        report.check_output(args.html)
+    for path, option, stdout in ((args.json, "--json", True), (args.csv, "--csv", True),
+                                 (None if args.no_save else args.output, "--output", False),
+                                 (args.html, "--html", False)):
+        if path:
+            output.check(path, option, allow_stdout=stdout)
     ctx = Context(quick=args.quick, configs=configs, progress=say_stderr)
-    doc = {"kind": "heapsight-lab", "schema_version": record.SCHEMA_VERSION, "quick": args.quick,
+    doc = {"kind": "heapsight-lab", "schema_version": SCHEMA_VERSION, "quick": args.quick,
            "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "experiments": []}
     failed, interrupted = [], False
@@ -116,12 +120,12 @@ def execute(args) -> int:
                      + (f"; experiments that failed to run: {', '.join(failed)}" if failed else "")
                      + "\n")
     if args.json:
-        record.write_json(args.json, doc, indent=1)
+        output.write_json(args.json, doc, indent=1)
     if args.csv:
-        record.write_text(args.csv, csv.render_lab(doc))
+        output.write(args.csv, csv.render_lab(doc), gzip=False)
     if not args.no_save:
         out = args.output or f"heapsight-lab.{os.getpid()}.json.gz"
-        record.save_doc(out, doc)
+        output.save_doc(out, doc)
         sys.stderr.write(f"results saved to {out}\n")
     if args.html:
         report.write_html(args.html, [doc])

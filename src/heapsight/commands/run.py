@@ -23,7 +23,7 @@ import argparse
 import os
 import sys
 
-from heapsight import interrupts, record, report
+from heapsight import interrupts, output, record, report
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, parse_size
 from heapsight.measure import Options, measure, program_argv
@@ -97,16 +97,17 @@ def validate(args) -> None:
         raise HeapsightError(f"--smaps-hz {args.smaps_hz:g} is out of range: give 0 to 100")
     if not (0 <= args.stats_hz <= 1000):
         raise HeapsightError(f"--stats-hz {args.stats_hz:g} is out of range: give 0 to 1000")
-    if args.json and args.json != "-":
-        parent = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(parent):
-            raise HeapsightError(f"--json {args.json}: directory {parent} does not exist")
-    if args.output:
-        parent = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(parent):
-            raise HeapsightError(f"--output {args.output}: directory {parent} does not exist")
+    check_outputs(args)
+
+
+def check_outputs(args) -> None:
+    """Every output path, before the program runs."""
+    if args.json:
+        output.check(args.json, "--json", allow_stdout=True)
+    if args.output and not args.no_save:
+        output.check(args.output, "--output")
     if args.html:
-        report.check_output(args.html)
+        output.check(args.html, "--html")
 
 
 def execute(args) -> int:
@@ -123,7 +124,7 @@ def execute(args) -> int:
             out = args.output or default_output(argv, summary.started_pid)
             record.save(out, summary, timeline)
         if args.json:
-            record.write_json(args.json, summary.to_dict())
+            output.write_json(args.json, summary.to_dict())
         if args.html:
             report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
     if not args.quiet:

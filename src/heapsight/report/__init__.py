@@ -10,49 +10,17 @@ path that cannot be written, before a long run rather than after it.
 
 from __future__ import annotations
 
-import gzip
-import json
-import os
-from pathlib import Path
-
-from heapsight.errors import HeapsightError
+from heapsight import output, record
 from heapsight.report.html import Page, build
 
 KINDS = {"heapsight-run": ("a run record", "summary", dict),
          "heapsight-compare": ("a comparison", "configs", list),
          "heapsight-lab": ("lab results", "experiments", list)}
-SCHEMA_VERSION = 1   # the newest schema of every kind this reader knows
 
 
 def load(path: str) -> dict:
-    """A saved document (gzip'd or plain JSON) of one of KINDS, or a HeapsightError (exit 2)
-    saying why not."""
-    what = "a heapsight run record, comparison or lab results file"
-    p = Path(path)
-    if not p.exists():
-        raise HeapsightError(f"{path}: no such file", 2)
-    if p.is_dir():
-        raise HeapsightError(f"{path} is a directory, not {what}", 2)
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = json.loads(raw)
-    except OSError as e:
-        raise HeapsightError(f"{path}: cannot read it ({e.strerror or e})", 2) from e
-    except (EOFError, ValueError) as e:  # bad gzip, bad JSON, bad UTF-8
-        raise HeapsightError(f"{path} is not {what} (it is not JSON: {e})", 2) from e
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    if kind not in KINDS:
-        raise HeapsightError(f"{path} is not {what} (its kind is {kind!r})", 2)
-    name, key, typ = KINDS[kind]
-    if not isinstance(doc.get(key), typ):
-        raise HeapsightError(f"{path} is {name} without its {key!r}: damaged or cut short", 2)
-    version = doc.get("schema_version", 0)
-    if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise HeapsightError(f"{path} was written by a newer heapsight (schema {version}); "
-                             "upgrade heapsight to read it", 2)
-    return doc
+    """A saved document, checked (record.load: one loader for every reader)."""
+    return record.load(path)
 
 
 def _items(docs: list) -> list:
@@ -71,26 +39,20 @@ def build_page(docs: list, title: str | None = None) -> Page:
 
 
 def check_output(path: str, option: str = "--html") -> None:
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise HeapsightError(f"{option} {path}: directory {parent} does not exist", 2)
-    if os.path.isdir(path):
-        raise HeapsightError(f"{option} {path} is a directory", 2)
+    output.check(path, option)
+
+
+def printable(text: str) -> str:
+    """Text whose undecodable bytes (a program's arguments can be any bytes: Python holds
+    them as surrogate escapes) are shown as \\xNN, so the page is valid UTF-8."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def write_html(path: str, docs: list, title: str | None = None) -> Page:
     """Writes the page for docs to path (whole or not at all) and returns it; the `--html
     FILE` of run, compare and lab."""
-    check_output(path)
     page = build_page(docs, title)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(page.html)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise HeapsightError(f"cannot write {path}: {e.strerror}", 1) from e
+    output.write(path, printable(page.html), gzip=False)
     return page
 
 
