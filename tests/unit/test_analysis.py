@@ -1,0 +1,292 @@
+"""analysis: the split of RSS at one moment (breakdown), and the findings and verdict drawn
+from hand-built figures, at and around each threshold of docs/numbers.md."""
+
+import math
+
+import pytest
+
+from heapsight import analysis
+from heapsight.model import Breakdown, HeapFigures, Release
+
+MiB = 1 << 20
+GLIBC_HEADER = 8
+CMD = ["./server", "--port", "80"]
+
+
+def bd(**kw) -> Breakdown:
+    """A final breakdown: zero everywhere but what is given; rss the sum of the parts."""
+    f = dict(live_bytes=0, waste_bytes=0, metadata_bytes=0, retained_bytes=0, file_bytes=0,
+             baseline_anon_bytes=0, other_anon_bytes=0, untouched_bytes=0)
+    f.update(kw)
+    f.setdefault("non_heap_bytes", f["file_bytes"] + f["baseline_anon_bytes"] + f["other_anon_bytes"])
+    f.setdefault("rss_bytes", f["live_bytes"] + f["waste_bytes"] + f["metadata_bytes"]
+                 + f["retained_bytes"] + f["non_heap_bytes"])
+    return Breakdown(at_s=1.0, **f)
+
+
+def heap(allocator="glibc", arenas=1, threads=1, n_large_heap=0, size_classes=()) -> HeapFigures:
+    return HeapFigures(allocator=allocator, n_alloc=1000, n_free=900, live_blocks=100,
+                       live_requested_bytes=0, live_usable_bytes=0, peak_live_usable_bytes=0,
+                       peak_live_requested_bytes=0, peak_at_s=0.5, requested_total_bytes=0,
+                       n_mmapped=0, n_large_heap=n_large_heap, arenas=arenas, threads_seen=threads,
+                       size_classes=size_classes, helper_mallocs=0)
+
+
+NOT_MEASURED = Release(False, "malloc_trim(0)", why_not="the program was killed")
+
+
+def released(gave_back: int) -> Release:
+    return Release(True, "malloc_trim(0)", rss_before_bytes=100 * MiB,
+                   rss_after_bytes=100 * MiB - gave_back)
+
+
+def kinds(final, release=NOT_MEASURED, figures=None, **kw) -> list:
+    return [(f.kind, f.bytes) for f in analysis.findings(CMD, final, release, figures or heap(), **kw)]
+
+
+def resident_total(b: Breakdown) -> int:
+    return sum(b.parts().values())
+
+
+# breakdown ----------------------------------------------------------------------------
+
+def test_rows_add_up_to_rss_when_nothing_is_untouched():
+    # GIVEN 100 MiB resident, 80 MiB of it anonymous, 2 MiB of that before main();
+    # 1000 live blocks holding 40 MiB requested, 42 MiB usable; the allocator's mapped
+    # memory unknown
+    b = analysis.breakdown(1.23456, rss=100 * MiB, anon=80 * MiB, baseline_anon=2 * MiB,
+                           live_req=40 * MiB, live_usable=42 * MiB, live_blocks=1000,
+                           allocator="glibc")
+    # THEN every byte of anonymous heap memory malloc does not explain is retained
+    assert b == Breakdown(at_s=1.235, rss_bytes=100 * MiB, live_bytes=40 * MiB,
+                          waste_bytes=2 * MiB, metadata_bytes=1000 * GLIBC_HEADER,
+                          retained_bytes=36 * MiB - 8000, non_heap_bytes=22 * MiB,
+                          file_bytes=20 * MiB, baseline_anon_bytes=2 * MiB,
+                          other_anon_bytes=0, untouched_bytes=0)
+    # and the rows add up to RSS
+    assert (b.live_bytes + b.waste_bytes + b.metadata_bytes + b.retained_bytes
+            + b.non_heap_bytes) == b.rss_bytes
+    assert b.parts() == {"live": 40 * MiB, "waste": 2 * MiB, "metadata": 8000,
+                         "retained": 36 * MiB - 8000, "non-heap": 22 * MiB}
+
+
+def test_alloc_mapped_bounds_retained_and_the_rest_is_non_heap():
+    # GIVEN the same moment, but the allocator says it holds only 60 MiB from the OS
+    b = analysis.breakdown(1.0, 100 * MiB, 80 * MiB, 2 * MiB, 40 * MiB, 42 * MiB, 1000,
+                           "glibc", alloc_mapped=60 * MiB)
+    # THEN retained is at most mapped - usable - headers; the other anonymous memory
+    # (stacks, the program's own mmap) is non-heap
+    assert b.retained_bytes == 60 * MiB - 42 * MiB - 8000
+    assert b.other_anon_bytes == 18 * MiB
+    assert b.non_heap_bytes == 20 * MiB + 2 * MiB + 18 * MiB
+    assert (b.live_bytes + b.waste_bytes + b.metadata_bytes + b.retained_bytes
+            + b.non_heap_bytes) == b.rss_bytes == 100 * MiB
+
+
+def test_alloc_mapped_above_the_anonymous_memory_changes_nothing():
+    unbounded = analysis.breakdown(1.0, 100 * MiB, 80 * MiB, 2 * MiB, 40 * MiB, 42 * MiB, 1000, "glibc")
+    loose = analysis.breakdown(1.0, 100 * MiB, 80 * MiB, 2 * MiB, 40 * MiB, 42 * MiB, 1000, "glibc",
+                               alloc_mapped=500 * MiB)
+    assert loose == unbounded
+
+
+def test_alloc_mapped_below_live_leaves_nothing_retained():
+    b = analysis.breakdown(1.0, 100 * MiB, 80 * MiB, 2 * MiB, 40 * MiB, 42 * MiB, 1000, "glibc",
+                           alloc_mapped=10 * MiB)
+    assert b.retained_bytes == 0 and b.other_anon_bytes == 36 * MiB - 8000
+
+
+def test_live_beyond_anonymous_memory_is_untouched():
+    # GIVEN 50 MiB allocated in one block, of which the program touched only a little:
+    # 12 MiB resident, 10 MiB anonymous, 1 MiB before main()
+    b = analysis.breakdown(2.0, 12 * MiB, 10 * MiB, 1 * MiB, 50 * MiB, 50 * MiB, 1, "glibc")
+    # THEN what live bytes exceed the heap's anonymous memory by is untouched, nothing retained
+    assert b.untouched_bytes == 50 * MiB + GLIBC_HEADER - 9 * MiB
+    assert b.retained_bytes == 0 and b.other_anon_bytes == 0
+    assert b.live_bytes == 50 * MiB > b.rss_bytes
+    # and the resident parts (live less untouched) still add up to RSS
+    assert b.parts() == {"live": 9 * MiB - GLIBC_HEADER, "waste": 0, "metadata": GLIBC_HEADER,
+                         "retained": 0, "non-heap": 3 * MiB}
+    assert resident_total(b) == b.rss_bytes
+
+
+@pytest.mark.parametrize("allocator, header", [("glibc", 8), ("mmap", 16), ("jemalloc", 0),
+                                               ("tcmalloc", 0), ("mimalloc", 0), ("unknown", 0)])
+def test_metadata_is_the_allocators_header_per_live_block(allocator, header):
+    b = analysis.breakdown(0.0, 64 * MiB, 60 * MiB, 0, MiB, MiB, 4096, allocator)
+    assert b.metadata_bytes == header * 4096
+    assert resident_total(b) == b.rss_bytes
+
+
+def test_file_backed_memory_is_never_the_heaps():
+    # all of RSS is file-backed (a program that maps a file and allocates nothing)
+    b = analysis.breakdown(0.0, 30 * MiB, 0, 0, 0, 0, 0, "glibc")
+    assert b.file_bytes == b.non_heap_bytes == 30 * MiB
+    assert b.retained_bytes == b.live_bytes == b.baseline_anon_bytes == 0
+
+
+def test_anonymous_memory_below_the_baseline_is_all_baseline():
+    b = analysis.breakdown(0.0, 5 * MiB, 1 * MiB, 3 * MiB, 0, 0, 0, "glibc")
+    assert b.baseline_anon_bytes == 1 * MiB and b.retained_bytes == 0
+    assert b.non_heap_bytes == 5 * MiB
+
+
+def test_split_works_element_by_element():
+    # two moments at once, the second with the mapped figure unknown (NaN)
+    parts = analysis.split([100 * MiB, 100 * MiB], [80 * MiB, 80 * MiB], 2 * MiB,
+                           [40 * MiB, 40 * MiB], [42 * MiB, 42 * MiB], [1000, 1000], "glibc",
+                           [60 * MiB, math.nan])
+    assert list(parts["retained_bytes"]) == [18 * MiB - 8000, 36 * MiB - 8000]
+    assert list(parts["other_anon_bytes"]) == [18 * MiB, 0]
+
+
+# findings -----------------------------------------------------------------------------
+
+def test_no_final_breakdown_no_findings():
+    assert analysis.findings(CMD, None, NOT_MEASURED, heap()) == []
+
+
+def test_never_freed_from_one_mib_and_half_of_the_heap():
+    assert kinds(bd(live_bytes=MiB, retained_bytes=MiB // 2)) == [("never-freed", MiB)]
+    assert kinds(bd(live_bytes=MiB - 1)) == []                  # under 1 MiB
+    # live is half the heap (live + waste + metadata + retained): still a finding
+    half = bd(live_bytes=2 * MiB, waste_bytes=MiB // 4, metadata_bytes=MiB // 4,
+              retained_bytes=3 * MiB // 2, file_bytes=100 * MiB)
+    assert kinds(half) == [("never-freed", 2 * MiB)]
+    # less than half: not
+    assert "never-freed" not in dict(kinds(bd(live_bytes=2 * MiB, waste_bytes=2 * MiB + 1)))
+
+
+def test_never_freed_tells_how_live_bytes_grew():
+    final = bd(live_bytes=8 * MiB)
+    f, = analysis.findings(CMD, final, NOT_MEASURED, heap(),
+                           live_over_time=((0.5, 2 * MiB), (1.25, 8 * MiB)))
+    assert f.title == "8.0 MiB still allocated at exit"
+    assert "Live bytes over the run: 2.0 MiB at 0.50 s, 8.0 MiB at 1.25 s. " in f.detail
+    assert f.suggestions == ("heaptrack ./server --port 80",
+                             "valgrind --leak-check=full --show-leak-kinds=definite ./server --port 80")
+    # a single point says nothing about growth
+    f, = analysis.findings(CMD, final, NOT_MEASURED, heap(), live_over_time=((1.0, 8 * MiB),))
+    assert "Live bytes over the run" not in f.detail
+
+
+def test_retention_from_one_mib_and_a_tenth_of_rss():
+    # GIVEN retained memory and a large non-heap part setting RSS
+    def with_retained(r, rss):
+        return bd(retained_bytes=r, file_bytes=rss - r)
+    assert kinds(with_retained(MiB, 10 * MiB)) == [("retention", MiB)]
+    assert kinds(with_retained(MiB - 1, 5 * MiB)) == []            # under 1 MiB
+    assert kinds(with_retained(2 * MiB, 20 * MiB)) == [("retention", 2 * MiB)]   # exactly 10%
+    assert kinds(with_retained(2 * MiB, 20 * MiB + 1)) == []        # just under 10%
+
+
+def test_release_that_gave_back_half_is_retention_less_is_fragmentation():
+    final = bd(retained_bytes=40 * MiB, live_bytes=MiB // 2, file_bytes=10 * MiB)
+    gave_half, = analysis.findings(CMD, final, released(20 * MiB), heap())
+    assert gave_half.kind == "retention"
+    assert "gave back 20.0 MiB (50% of it)" in gave_half.detail
+    assert gave_half.title == "40.0 MiB freed by the program but kept by glibc"
+    gave_little, = analysis.findings(CMD, final, released(20 * MiB - 1), heap())
+    assert gave_little.kind == "fragmentation"
+    assert "gave back only 20.0 MiB" in gave_little.detail and "fragmentation" in gave_little.detail
+    # a release that grew RSS gave back nothing
+    assert Release(True, "x", rss_before_bytes=MiB, rss_after_bytes=2 * MiB).gave_back_bytes == 0
+
+
+def test_unmeasured_release_is_retention_with_the_reason():
+    f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), NOT_MEASURED, heap())
+    assert f.kind == "retention"
+    assert "no release could be measured (the program was killed)" in f.detail
+
+
+def test_glibc_retention_names_arenas_and_large_heap_blocks():
+    # GIVEN 8 arenas for 16 threads and 3 large blocks that came from the heap
+    f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB),
+                           heap(arenas=8, threads=16, n_large_heap=3))
+    assert "8 malloc arenas" in f.detail and "16 threads seen" in f.detail
+    assert "3 blocks of 128 KiB or more came from the heap" in f.detail
+    assert f.suggestions[0].startswith("call malloc_trim(0)")
+    assert "MALLOC_ARENA_MAX=2 heapsight run -- ./server --port 80" in f.suggestions
+    assert ("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 heapsight run -- ./server --port 80"
+            in f.suggestions)
+    assert f.suggestions[-1].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ")
+    # one arena and no large heap block: neither is named nor suggested
+    f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB), heap())
+    assert "malloc arenas" not in f.detail and "came from the heap" not in f.detail
+    assert len(f.suggestions) == 2
+
+
+def test_other_allocators_retention_has_no_glibc_advice():
+    f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB),
+                           heap(allocator="jemalloc", arenas=4))
+    assert f.title == "40.0 MiB freed by the program but kept by jemalloc"
+    assert f.suggestions == () and "Why it stayed" not in f.detail
+
+
+def test_waste_from_one_mib_and_a_quarter_of_the_usable_bytes():
+    classes = ((32, 5000, 4000, 20.0), (48, 100, 90, 30.0), (1024, 10, 10, 1000.0))
+    # 1 MiB wasted of 4 MiB usable: 25%, a finding
+    final = bd(live_bytes=3 * MiB, waste_bytes=MiB, retained_bytes=0, file_bytes=20 * MiB)
+    f = [x for x in analysis.findings(CMD, final, NOT_MEASURED, heap(size_classes=classes))
+         if x.kind == "waste"]
+    assert len(f) == 1 and f[0].bytes == MiB
+    assert f[0].title == ("1.0 MiB lost to rounding: 25% of the usable bytes of live blocks "
+                          "were not requested")
+    # the class named is the one wasting most in total (live blocks x mean waste)
+    assert "blocks of 32+ usable bytes (4,000 live), which waste 20.0 bytes each" in f[0].detail
+    # just under a quarter, or under 1 MiB: none
+    assert "waste" not in dict(kinds(bd(live_bytes=3 * MiB + 1, waste_bytes=MiB)))
+    assert "waste" not in dict(kinds(bd(live_bytes=0, waste_bytes=MiB - 1)))
+
+
+def test_waste_without_size_classes_still_reads():
+    f, = analysis.findings(CMD, bd(live_bytes=0, waste_bytes=2 * MiB, metadata_bytes=0),
+                           NOT_MEASURED, heap())
+    assert f.kind == "waste" and "blocks of 0+ usable bytes (0 live)" in f.detail
+
+
+def test_non_heap_from_four_mib_and_a_tenth_of_rss():
+    assert kinds(bd(other_anon_bytes=4 * MiB, file_bytes=36 * MiB)) == [("non-heap", 4 * MiB)]
+    assert kinds(bd(other_anon_bytes=4 * MiB - 1)) == []
+    assert kinds(bd(other_anon_bytes=4 * MiB, file_bytes=36 * MiB + 1)) == []
+
+
+EVERYTHING = dict(live_bytes=40 * MiB, waste_bytes=14 * MiB, retained_bytes=20 * MiB,
+                  other_anon_bytes=100 * MiB)
+
+
+def test_findings_are_sorted_by_size():
+    # GIVEN each of the four over its threshold, non-heap (the last one looked at) largest
+    assert kinds(bd(**EVERYTHING)) == [("non-heap", 100 * MiB), ("never-freed", 40 * MiB),
+                                       ("retention", 20 * MiB), ("waste", 14 * MiB)]
+
+
+# verdict ------------------------------------------------------------------------------
+
+def test_verdict_without_samples_or_without_the_library():
+    assert analysis.verdict([], None, True) == \
+        "no samples: the program ended before the first measurement"
+    assert analysis.verdict([], bd(file_bytes=3 * MiB), False) == (
+        "heap figures unavailable (the preload library was not active); RSS only: final 3.0 MiB")
+
+
+def test_verdict_healthy_names_rss_and_live():
+    final = bd(live_bytes=512 * 1024, file_bytes=10 * MiB)
+    assert analysis.findings(CMD, final, NOT_MEASURED, heap()) == []
+    assert analysis.verdict([], final, True) == (
+        "healthy: little memory left allocated, retained or wasted (final RSS 10.5 MiB, "
+        "of which 512.0 KiB live)")
+
+
+def test_verdict_leads_with_the_largest_finding_and_lists_the_rest():
+    final = bd(**dict(EVERYTHING, other_anon_bytes=MiB))
+    found = analysis.findings(CMD, final, released(MiB), heap())
+    assert analysis.verdict(found, final, True) == (
+        "NEVER FREED: 40.0 MiB still allocated at exit (also: fragmentation, small-object waste)")
+    found = analysis.findings(CMD, bd(**EVERYTHING), released(MiB), heap())
+    assert analysis.verdict(found, bd(**EVERYTHING), True) == (
+        "NON-HEAP MEMORY: 100.0 MiB of anonymous memory did not come from malloc "
+        "(also: never freed, fragmentation, small-object waste)")
+    one = analysis.findings(CMD, bd(retained_bytes=8 * MiB), NOT_MEASURED, heap())
+    assert analysis.verdict(one, bd(retained_bytes=8 * MiB), True) == \
+        "RETENTION: 8.0 MiB freed by the program but kept by glibc"
