@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from heapsight import __version__
-from heapsight.commands import compare, lab, report, run
+from heapsight.commands import attach, compare, lab, report, run
 from heapsight.errors import HeapsightError
 
-COMMANDS = {"run": run, "compare": compare, "lab": lab, "report": report}
+COMMANDS = {"run": run, "attach": attach, "compare": compare, "lab": lab, "report": report}
 
 DESCRIPTION = """\
 heapsight tells you why a process's memory did not go back to the OS after free(),

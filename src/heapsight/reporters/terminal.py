@@ -261,3 +261,50 @@ def render_lab(result: dict, out) -> None:
         line.append(f" \"{cl['text']}\"")
         c.print(line, soft_wrap=True)   # a claim is one line to grep for; its evidence wraps
         _indent(c, cl["evidence"], 6, style="dim")
+
+
+def render_attach(a, out) -> None:
+    """attach's summary: the split of a running process's RSS, the allocator's arenas, the
+    release estimate and, with --trim, the measured release."""
+    c = console(out)
+    c.print()
+    c.print(Text(f"heapsight attach: pid {a.pid}: {a.command}", style="bold"), soft_wrap=True)
+    _indent(c, f"allocator: {a.allocator}; RSS {human(a.rss_bytes)}", 2)
+    for note in a.notes:
+        _indent(c, f"note: {note}", 2, style="dim")
+    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+    t.add_column("", no_wrap=True)
+    t.add_column("now", justify="right", no_wrap=True)
+    t.add_column("", justify="right", no_wrap=True, style="dim")
+    t.add_row("RSS", human(a.rss_bytes), "", style="bold")
+    if a.in_use_bytes is not None:
+        t.add_row("  in use (live, rounding, headers, caches)", human(a.in_use_bytes),
+                  pct(a.in_use_bytes, a.rss_bytes))
+        t.add_row("  retained (freed, kept)", human(a.retained_bytes),
+                  pct(a.retained_bytes, a.rss_bytes))
+    for name, v in a.non_heap.items():
+        t.add_row(f"  {name}", human(v), pct(v, a.rss_bytes))
+    c.print()
+    _print(c, Padding(t, (0, 0, 0, 2), expand=False))
+    if a.arenas:
+        busy = sorted(a.arenas, key=lambda x: -x["system_bytes"])
+        _indent(c, f"{len(a.arenas)} arena(s): " + ", ".join(
+            f"#{x['nr']} {human(x['system_bytes'])} ({human(x['free_bytes'])} free in "
+            f"{x['free_chunks']:,} chunks)" for x in busy[:4])
+            + (f", and {len(busy) - 4} more" if len(busy) > 4 else ""), 2)
+        if a.allocator_figures.get("mmapped_chunks"):
+            _indent(c, f"{a.allocator_figures['mmapped_chunks']:,} mmapped chunk(s) of "
+                       f"{human(a.allocator_figures['mmapped_bytes'])} in all", 2)
+    if a.release_estimate_bytes is not None:
+        _indent(c, f"a release now would give back about {human(a.release_estimate_bytes)} "
+                   "(the whole pages inside free chunks)", 2)
+    if a.trim:
+        r = a.trim
+        _indent(c, f"release: {r['call']} gave back {human(r['gave_back_bytes'])} in "
+                   f"{r['seconds'] * 1000:.0f} ms (RSS {human(r['rss_before_bytes'])} -> "
+                   f"{human(r['rss_after_bytes'])})", 2, style="bold")
+    c.print()
+    first, _, rest = a.verdict.partition(": ")
+    style = "bold green" if a.verdict.startswith("healthy") else "bold yellow"
+    c.print(Text.assemble("  VERDICT  ", (a.verdict, style)), soft_wrap=True)
+    c.print()

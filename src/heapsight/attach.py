@@ -1,0 +1,290 @@
+"""The memory of a process heapsight did not start: its mappings classified from
+/proc/PID/smaps, the allocator found from the libraries it maps, and the allocator's own
+figures read by calling into it through gdb (glibc: malloc_info; jemalloc: mallctl;
+tcmalloc: MallocExtension_GetNumericProperty). From these, the same split as `run`
+(in use by the program, freed but kept, non-heap by owner), an estimate of what a
+release would give back, and, when asked, the release itself, measured.
+
+What cannot be known from outside: live bytes apart from the allocator's own overhead
+(in use includes chunk headers, rounding and the per-thread caches); a process started
+with libheapsight preloaded has exact figures in its stats segment (see docs/attach.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+from heapsight import gdbcall, mappings
+from heapsight.errors import HeapsightError
+from heapsight.fmt import human, pct
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MiB = 1 << 20
+RELEASE_CALLS = {"glibc": "malloc_trim(0)", "jemalloc": 'mallctl("arena.4096.purge")',
+                 "tcmalloc": "MallocExtension_ReleaseFreeMemory()", "mimalloc": "mi_collect(true)"}
+
+
+@dataclass
+class Attached:
+    pid: int
+    command: str
+    allocator: str
+    rss_bytes: int
+    by_kind: dict                  # resident bytes per mappings.KINDS
+    in_use_bytes: int | None = None        # held by the program: live + rounding + headers + caches
+    retained_bytes: int | None = None      # freed by the program, kept resident by the allocator
+    release_estimate_bytes: int | None = None
+    non_heap: dict = field(default_factory=dict)   # owner -> resident bytes
+    allocator_figures: dict = field(default_factory=dict)
+    arenas: list = field(default_factory=list)
+    trim: dict | None = None
+    notes: list = field(default_factory=list)
+    verdict: str = ""
+    taken_at: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"kind": "heapsight-attach", **asdict(self)}
+
+
+def check_target(pid: int) -> str:
+    """The process's command line, or a refusal with the fix."""
+    if pid <= 0:
+        raise HeapsightError(f"{pid} is not a process id")
+    if pid == os.getpid():
+        raise HeapsightError("that is heapsight itself")
+    try:
+        raw = open(f"/proc/{pid}/cmdline", "rb").read()
+    except FileNotFoundError:
+        raise HeapsightError(f"no process {pid} (it ended, or is in another PID namespace: run "
+                             "heapsight inside the same container)", gdbcall.EXIT_REFUSED) from None
+    except PermissionError:
+        raise HeapsightError(f"process {pid} belongs to another user: run heapsight as that user "
+                             "or as root", gdbcall.EXIT_REFUSED) from None
+    if not raw:
+        raise HeapsightError(f"process {pid} is a kernel thread or a zombie: nothing to attach to",
+                             gdbcall.EXIT_REFUSED)
+    return " ".join(os.fsdecode(a) for a in raw.rstrip(b"\0").split(b"\0"))
+
+
+# ---------------------------------------------------------------- glibc: malloc_info
+
+_HEAP = re.compile(r'<heap nr="(\d+)">(.*?)</heap>', re.S)
+_TOTAL = re.compile(r'<total type="(\w+)" count="(\d+)" size="(\d+)"/>')
+_SYSTEM = re.compile(r'<system type="current" size="(\d+)"/>')
+_SIZE = re.compile(r'<(?:size|unsorted) from="(\d+)" to="(\d+)" total="(\d+)" count="(\d+)"/>')
+
+
+def parse_malloc_info(xml: str) -> dict:
+    """malloc_info's XML (malloc/malloc.c: __malloc_info): per arena the free bytes (fast
+    bins, and the rest: bins and the top chunk), its memory from the OS; mmapped chunks."""
+    arenas = []
+    for nr, body in _HEAP.findall(xml):
+        totals = {t: (int(c), int(s)) for t, c, s in _TOTAL.findall(body)}
+        system = _SYSTEM.search(body)
+        buckets = [tuple(map(int, b)) for b in _SIZE.findall(body)]
+        binned = sum(b[2] for b in buckets)
+        free = totals.get("fast", (0, 0))[1] + totals.get("rest", (0, 0))[1]
+        # a free chunk gives back its whole pages: about its size less a page (the partial
+        # pages at its two ends); chunks under two pages on average give back nothing
+        pages = sum(max(0, total - count * PAGE) for lo, hi, total, count in buckets
+                    if count and total >= 2 * PAGE * count)
+        arenas.append({"nr": int(nr), "free_bytes": free, "binned_bytes": binned,
+                       "top_bytes": max(0, totals.get("rest", (0, 0))[1] - binned
+                                        + totals.get("fast", (0, 0))[1] - 0),
+                       "system_bytes": int(system.group(1)) if system else 0,
+                       "free_chunks": sum(c for c, _ in totals.values()),
+                       "whole_free_pages_bytes": pages})
+    tail = _HEAP.sub("", xml)
+    totals = {t: (int(c), int(s)) for t, c, s in _TOTAL.findall(tail)}
+    return {"arenas": arenas, "mmapped_chunks": totals.get("mmap", (0, 0))[0],
+            "mmapped_bytes": totals.get("mmap", (0, 0))[1]}
+
+
+def glibc_figures(pid: int) -> dict:
+    d = tempfile.mkdtemp(prefix="heapsight-attach-")
+    os.chmod(d, 0o1733)   # the process (perhaps another user) writes its file here
+    path = os.path.join(d, "malloc_info.xml")
+    try:
+        got = gdbcall.call(pid, [f'(int)open("{path}", 577, 384)', "(long)fdopen($1, \"w\")",
+                                 "(int)malloc_info(0, (void*)$2)", "(int)fclose((void*)$2)"])
+        if gdbcall.number(got[2]) != 0 or not os.path.exists(path):
+            raise HeapsightError(f"malloc_info failed in process {pid}: its glibc malloc did not "
+                                 "answer (a static binary, or another allocator)", 1)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return parse_malloc_info(f.read())
+    finally:
+        for p in (path,):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        os.rmdir(d)
+
+
+# ---------------------------------------------------------------- jemalloc, tcmalloc
+
+JEMALLOC_STATS = ("stats.allocated", "stats.active", "stats.metadata", "stats.resident",
+                  "stats.mapped", "stats.arenas.4096.pdirty", "stats.arenas.4096.pmuzzy")
+
+
+def jemalloc_figures(pid: int) -> dict:
+    # a 64-byte buffer in the process: [0] epoch, [8] value, [56] size; freed at the end
+    exprs = ["(long)malloc(64)", "*(long*)$1 = 1", "*(long*)($1 + 56) = 8",
+             '(int)mallctl("epoch", 0, 0, (void*)$1, 8)']
+    for name in JEMALLOC_STATS:
+        exprs += [f'(int)mallctl("{name}", (void*)($1 + 8), (void*)($1 + 56), 0, 0)',
+                  "*(unsigned long*)($1 + 8)"]
+    exprs.append("(void)free((void*)$1)")
+    got = gdbcall.call(pid, exprs)
+    out, k = {}, 4
+    for name in JEMALLOC_STATS:
+        ok, value = gdbcall.number(got[k]), gdbcall.number(got[k + 1])
+        out[name.replace("stats.", "").replace("arenas.4096.", "")] = value if ok == 0 else None
+        k += 2
+    return out
+
+
+TCMALLOC_STATS = ("generic.current_allocated_bytes", "generic.heap_size",
+                  "tcmalloc.pageheap_free_bytes", "tcmalloc.pageheap_unmapped_bytes")
+
+
+def tcmalloc_figures(pid: int) -> dict:
+    exprs = ["(long)malloc(16)"]
+    for name in TCMALLOC_STATS:
+        exprs += [f'(int)MallocExtension_GetNumericProperty("{name}", (void*)$1)', "*(unsigned long*)$1"]
+    exprs.append("(void)free((void*)$1)")
+    got = gdbcall.call(pid, exprs)
+    out, k = {}, 1
+    for name in TCMALLOC_STATS:
+        ok, value = gdbcall.number(got[k]), gdbcall.number(got[k + 1])
+        out[name.split(".", 1)[1]] = value if ok else None
+        k += 2
+    return out
+
+
+# ---------------------------------------------------------------- the split
+
+def split(a: Attached) -> None:
+    """in use, retained and the release estimate from the allocator's figures and the
+    mappings; non-heap by owner."""
+    k = a.by_kind
+    heap_rss = k["heap"] + k["arena"]
+    other = k["anon"]
+    f = a.allocator_figures
+    if a.allocator == "glibc" and a.arenas:
+        system = sum(x["system_bytes"] for x in a.arenas)
+        free = sum(x["free_bytes"] for x in a.arenas)
+        # pages of the heaps not resident are free ones (a trim madvised them away)
+        a.retained_bytes = int(min(heap_rss, max(0, free - max(0, system - heap_rss))))
+        mmapped = min(f.get("mmapped_bytes", 0), other)
+        a.in_use_bytes = heap_rss - a.retained_bytes + mmapped
+        other -= mmapped
+        main = next((x for x in a.arenas if x["nr"] == 0), None)
+        estimate = sum(x["whole_free_pages_bytes"] for x in a.arenas)
+        if main:   # the main arena's top chunk goes back by sbrk (a thread arena's does not)
+            estimate += max(0, main["top_bytes"] - 128 * 1024) // PAGE * PAGE
+        # pages a release already returned are not resident: they cannot go back again
+        estimate -= max(0, system - heap_rss)
+        a.release_estimate_bytes = int(min(max(0, estimate), a.retained_bytes))
+    elif a.allocator == "jemalloc" and f.get("resident") is not None:
+        # jemalloc's heaps are anonymous mappings of its own: resident = active + dirty +
+        # metadata; dirty and muzzy pages are what a purge returns
+        resident = min(f["resident"], other)
+        a.in_use_bytes = min(resident, (f.get("allocated") or 0) + (f.get("metadata") or 0))
+        a.retained_bytes = max(0, resident - a.in_use_bytes)
+        other -= resident
+        a.release_estimate_bytes = min(a.retained_bytes,
+                                       ((f.get("pdirty") or 0) + (f.get("pmuzzy") or 0)) * PAGE)
+    elif a.allocator == "tcmalloc" and f.get("heap_size") is not None:
+        held = max(0, f["heap_size"] - (f.get("pageheap_unmapped_bytes") or 0))
+        resident = min(held, other)
+        a.in_use_bytes = min(resident, f.get("current_allocated_bytes") or 0)
+        a.retained_bytes = max(0, resident - a.in_use_bytes)
+        other -= resident
+        a.release_estimate_bytes = min(a.retained_bytes, f.get("pageheap_free_bytes") or 0)
+    else:
+        a.in_use_bytes = None
+    a.non_heap = {"stacks": k["stack"], "file-backed": k["file"], "shared memory": k["shared"],
+                  "other anonymous": max(0, other)}
+    if a.in_use_bytes is None:
+        a.non_heap["allocator heaps ([heap], arenas)"] = heap_rss
+
+
+def verdict(a: Attached) -> str:
+    if a.retained_bytes is None:
+        return (f"RSS {human(a.rss_bytes)}; the allocator's own figures were not read "
+                f"({'; '.join(a.notes) or 'unknown allocator'})")
+    if a.retained_bytes >= MiB and a.retained_bytes >= 0.1 * a.rss_bytes:
+        est = a.release_estimate_bytes or 0
+        kind = "RETENTION" if est >= 0.5 * a.retained_bytes else "FRAGMENTATION"
+        return (f"{kind}: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} of RSS) "
+                f"freed by the program and kept by {a.allocator}; a release would give back about "
+                f"{human(est)} (heapsight attach {a.pid} --trim does it and measures)")
+    other = a.non_heap.get("other anonymous", 0)
+    if other >= 4 * MiB and other >= 0.25 * a.rss_bytes:
+        return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not give "
+                "(a runtime's own heap, the program's mmap)")
+    return (f"healthy: {human(a.in_use_bytes)} in use by the program, {human(a.retained_bytes)} "
+            f"kept by {a.allocator} (RSS {human(a.rss_bytes)})")
+
+
+def inspect(pid: int, use_gdb: bool = True) -> Attached:
+    """One look at the process: mappings, allocator, its figures, the split."""
+    command = check_target(pid)
+    try:
+        maps = mappings.read(pid)
+    except FileNotFoundError:
+        raise HeapsightError(f"process {pid} ended", gdbcall.EXIT_REFUSED) from None
+    except PermissionError:
+        raise HeapsightError(f"cannot read /proc/{pid}/smaps: another user's process; run "
+                             "heapsight as that user or as root", gdbcall.EXIT_REFUSED) from None
+    alloc = mappings.allocator_of(maps)
+    a = Attached(pid, command, alloc, sum(m.rss for m in maps), mappings.resident_by_kind(maps),
+                 taken_at=time.time())
+    if alloc == "static":
+        a.notes.append("a static binary (or a Go program): no allocator to call, /proc figures only")
+    elif not use_gdb:
+        a.notes.append("--no-gdb: /proc figures only")
+    elif alloc in ("glibc", "jemalloc", "tcmalloc"):
+        if alloc == "glibc":
+            info = glibc_figures(pid)
+            a.arenas = info.pop("arenas")
+            a.allocator_figures = info
+        elif alloc == "jemalloc":
+            a.allocator_figures = jemalloc_figures(pid)
+        else:
+            a.allocator_figures = tcmalloc_figures(pid)
+    else:
+        a.notes.append(f"{alloc}: heapsight does not read its figures in a running process yet")
+    split(a)
+    a.verdict = verdict(a)
+    return a
+
+
+def trim(pid: int, allocator: str) -> dict:
+    """The allocator's release-now call in the process, with RSS before and after."""
+    call = {"glibc": "(int)malloc_trim(0)",
+            "jemalloc": '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
+            "tcmalloc": "(void)MallocExtension_ReleaseFreeMemory()",
+            "mimalloc": "(void)mi_collect(1)"}.get(allocator)
+    if call is None:
+        raise HeapsightError(f"no release call known for {allocator}")
+    before = _rss(pid)
+    t0 = time.monotonic()
+    gdbcall.call(pid, [call])
+    seconds = time.monotonic() - t0
+    after = _rss(pid)
+    return {"call": RELEASE_CALLS[allocator], "rss_before_bytes": before, "rss_after_bytes": after,
+            "gave_back_bytes": max(0, before - after), "seconds": round(seconds, 3)}
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0

@@ -1,0 +1,112 @@
+"""Explain the memory of a running process, without restarting it.
+
+Reads /proc/PID/smaps (every mapping classified: the allocator's heaps, stacks,
+file-backed, shared, other anonymous), finds the allocator from the libraries the
+process maps, and reads the allocator's own figures by calling into the process through
+gdb (glibc: malloc_info; jemalloc: mallctl; tcmalloc: MallocExtension). It prints the
+same split as `heapsight run` (in use by the program, freed but kept by the allocator,
+non-heap by owner) and how much a release would give back.
+
+The process stops only while gdb reads (tens of milliseconds) and is otherwise left as it
+was: gdb places its string arguments in the process's memory (a few dozen bytes) and
+malloc_info opens and closes a FILE. Nothing else changes unless you ask for --trim,
+which calls the allocator's release (malloc_trim(0), jemalloc's purge, tcmalloc's
+ReleaseFreeMemory) and measures RSS before and after.
+
+exit codes: 0 done; 3 cannot attach (the line says why and how to allow it); 2 bad input.
+
+examples:
+  heapsight attach 4242
+  heapsight attach 4242 --trim                 # give the memory back now, measured
+  heapsight attach 4242 --watch 60 -o svc.hsrun.json.gz   # a minute of samples for report
+  heapsight attach 4242 --watch --openmetrics-port 9464   # Prometheus scrapes /metrics
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from heapsight import attach, interrupts, output, record
+from heapsight.errors import HeapsightError
+from heapsight.reporters import terminal
+
+USAGE = "heapsight attach [options] PID"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("pid", type=int, metavar="PID", help="the process to explain")
+    p.add_argument("--trim", action="store_true",
+                   help="call the allocator's release in the process and measure what it gave back")
+    p.add_argument("--no-gdb", action="store_true",
+                   help="do not call into the process: /proc figures only")
+    p.add_argument("--json", metavar="FILE", help="the figures as JSON ('-' for stdout)")
+    p.add_argument("--watch", nargs="?", type=float, const=0.0, metavar="SECONDS",
+                   help="sample the process over time (for SECONDS, or until Ctrl-C or its exit) "
+                        "into a run record for `heapsight report`")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+                   help="seconds between /proc samples when watching (default 1)")
+    p.add_argument("--stats-every", type=float, default=30.0, metavar="S",
+                   help="seconds between the allocator's figures (each stops the process for "
+                        "tens of milliseconds) when watching (default 30)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where --watch saves its record (default heapsight-attach-PID.hsrun.json.gz)")
+    p.add_argument("--openmetrics-port", type=int, metavar="PORT",
+                   help="with --watch: serve the figures to Prometheus on http://127.0.0.1:PORT/metrics")
+    p.add_argument("--openmetrics-addr", default="127.0.0.1", metavar="ADDR",
+                   help="the address to serve /metrics on (default 127.0.0.1)")
+
+
+def execute(args) -> int:
+    if args.json:
+        output.check(args.json, "--json", allow_stdout=True)
+    if args.watch is not None and args.output:
+        output.check(args.output, "--output")
+    if args.interval <= 0 or args.stats_every <= 0:
+        raise HeapsightError("--interval and --stats-every must be positive")
+    if args.openmetrics_port is not None and args.watch is None:
+        raise HeapsightError("--openmetrics-port serves figures while watching: add --watch")
+    if args.watch is not None:   # an interrupt from here on ends the watch, keeping its record
+        with interrupts.deferred():
+            return _execute(args)
+    return _execute(args)
+
+
+def _execute(args) -> int:
+    a = attach.inspect(args.pid, use_gdb=not args.no_gdb)
+    if args.trim:
+        if a.allocator not in attach.RELEASE_CALLS or args.no_gdb:
+            raise HeapsightError(f"--trim: no release call for {a.allocator} "
+                                 f"{'(--no-gdb)' if args.no_gdb else ''}".strip())
+        a.trim = attach.trim(args.pid, a.allocator)
+    terminal.render_attach(a, sys.stderr)
+    if args.json:
+        output.write_json(args.json, a.to_dict())
+    if args.watch is not None:
+        return watch(args, a)
+    return 0
+
+
+def watch(args, first: attach.Attached) -> int:
+    from heapsight import watching
+    exporter = None
+    if args.openmetrics_port is not None:
+        from heapsight.reporters import openmetrics
+        exporter = openmetrics.serve(args.openmetrics_addr, args.openmetrics_port)
+    out = args.output or f"heapsight-attach-{args.pid}.hsrun.json.gz"
+    w = watching.Watch(args.pid, first, interval_s=args.interval, stats_every_s=args.stats_every,
+                       use_gdb=not args.no_gdb, on_sample=exporter.update if exporter else None)
+    print(f"heapsight attach: watching {args.pid} every {args.interval:g} s"
+          + (f" for {args.watch:g} s" if args.watch else " until Ctrl-C or its exit")
+          + (f"; /metrics on {args.openmetrics_addr}:{args.openmetrics_port}" if exporter else ""),
+          file=sys.stderr)
+    w.run(args.watch or None)
+    with interrupts.deferred():
+        output.save_doc(out, w.record())
+    print(f"heapsight attach: {len(w.timeline)} samples over {w.timeline.duration_s:.1f} s "
+          f"saved to {out}" + (" (stopped by Ctrl-C)" if w.interrupted else "")
+          + (" (the process ended)" if w.ended else ""), file=sys.stderr)
+    if exporter:
+        exporter.close()
+    return 130 if w.interrupted else 0

@@ -1,0 +1,95 @@
+"""Calling into a running process through gdb, in batch, with a time limit.
+
+gdb attaches (the process stops for the duration: tens of milliseconds), evaluates the
+expressions, and detaches; the process then goes on as before. Interrupts wait until gdb
+has detached, so the process is never left stopped. What the calls leave behind is said
+where they are made: gdb places each string argument in the process's memory with its
+malloc and never frees it (a few dozen bytes a call), and malloc_info's FILE is opened and
+closed again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from heapsight import interrupts
+from heapsight.errors import HeapsightError
+
+VALUE = re.compile(r"^\$(\d+) = (.*)$")
+EXIT_REFUSED = 3
+
+
+def gdb() -> str:
+    path = shutil.which("gdb")
+    if path is None:
+        raise HeapsightError("gdb is not installed; heapsight attach calls into the process "
+                             "through it: apt-get install gdb (or use --no-gdb for the /proc "
+                             "figures alone)", EXIT_REFUSED)
+    return path
+
+
+def refusal(pid: int, text: str) -> str | None:
+    """Why gdb could not attach, with the fix, or None."""
+    if "No such process" in text or "does not exist" in text:
+        return f"process {pid} ended (or never existed)"
+    if "Operation not permitted" in text or "ptrace" in text and "denied" in text:
+        try:
+            scope = open("/proc/sys/kernel/yama/ptrace_scope").read().strip()
+        except OSError:
+            scope = None
+        if scope and scope != "0":
+            return (f"cannot attach to {pid}: kernel.yama.ptrace_scope is {scope}; run as root, "
+                    "give heapsight CAP_SYS_PTRACE, or lower it: sysctl kernel.yama.ptrace_scope=0")
+        return (f"cannot attach to {pid}: not permitted (another user's process, or one in "
+                "another PID namespace or container); run heapsight as that user or as root, "
+                "in the same container")
+    return None
+
+
+def call(pid: int, exprs: list, timeout_s: float = 30.0) -> list:
+    """Evaluates each of exprs in the process (gdb `print`) and returns their values as
+    text, in order (None for one that failed). Raises HeapsightError when gdb cannot
+    attach."""
+    argv = [gdb(), "-p", str(pid), "-batch", "-nx", "-q",
+            "-ex", "set confirm off", "-ex", "set unwindonsignal on",
+            "-ex", "set print elements 0"]
+    for i, e in enumerate(exprs):   # a marker before each: a failed one prints no value
+        argv += ["-ex", f"echo @@{i}\\n", "-ex", f"print {e}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HEAPSIGHT_SEGMENT")}
+    with interrupts.deferred():   # gdb detaches before heapsight goes away
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
+                               stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            raise HeapsightError(f"gdb did not finish within {timeout_s:.0f} s on process {pid}; "
+                                 "it was stopped and the process detached", 1) from e
+    out = p.stdout + "\n" + p.stderr
+    why = refusal(pid, out)
+    if why and not VALUE.search(p.stdout):
+        raise HeapsightError(why, EXIT_REFUSED)
+    got, current = [None] * len(exprs), None
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("@@") and line[2:].isdigit():
+            current = int(line[2:])
+            continue
+        m = VALUE.match(line)
+        if m and current is not None and got[current] is None:
+            got[current] = m.group(2)
+    errors = [line for line in p.stderr.splitlines() if line and not line.startswith(("[", "warning"))]
+    if exprs and all(v is None for v in got):
+        raise HeapsightError(f"gdb could not call into process {pid}: "
+                             + (errors[-1] if errors else "no output"), 1)
+    return got
+
+
+def number(v: str | None) -> int | None:
+    if v is None:
+        return None
+    try:
+        return int(v.split()[0], 0)
+    except (ValueError, IndexError):
+        return None

@@ -1,0 +1,118 @@
+"""A process's memory read from /proc/PID/smaps, mapping by mapping, and classified: the
+allocator's heaps (glibc's [heap] and its thread arenas), thread stacks, file-backed and
+shared memory, and other anonymous memory (mmapped malloc chunks, other allocators'
+heaps, runtimes' heaps, the program's own mmap). Also: which allocator the process uses,
+from the libraries it has mapped.
+
+The layout rules (glibc 2.36, x86-64):
+- a thread arena is a heap of HEAP_MAX_SIZE (64 MiB) reserved at a 64 MiB-aligned
+  address: its used part is an anonymous rw-p mapping starting on that boundary, its
+  rest a ---p mapping right after (malloc/arena.c: new_heap);
+- a thread stack (nptl/allocatestack.c) is an anonymous rw-p mapping right above a ---p
+  guard of a few pages.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+HEAP_MAX = 64 << 20
+GUARD_MAX = 1 << 20
+KINDS = ("heap", "arena", "stack", "file", "shared", "anon")
+KIND_NAMES = {"heap": "main heap ([heap])", "arena": "glibc thread arenas",
+              "stack": "stacks", "file": "file-backed (code, mapped files)",
+              "shared": "shared memory", "anon": "other anonymous"}
+ALLOCATOR_LIBS = (("libjemalloc", "jemalloc"), ("libtcmalloc", "tcmalloc"),
+                  ("libmimalloc", "mimalloc"), ("libheapsight_mmap", "mmap"))
+
+
+@dataclass
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    path: str
+    rss: int = 0
+    anonymous: int = 0
+    swap: int = 0
+    kind: str = "anon"
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def parse_smaps(text: str) -> list:
+    """The mappings of an smaps file's text, each with its Rss, Anonymous and Swap."""
+    maps, cur = [], None
+    for line in text.splitlines():
+        if not line:
+            continue
+        head = line.split(None, 5)
+        if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            lo, hi = head[0].split("-")
+            cur = Mapping(int(lo, 16), int(hi, 16), head[1], head[5] if len(head) > 5 else "")
+            maps.append(cur)
+        elif cur is not None and len(head) >= 2 and head[0] in ("Rss:", "Anonymous:", "Swap:"):
+            setattr(cur, {"Rss:": "rss", "Anonymous:": "anonymous", "Swap:": "swap"}[head[0]],
+                    int(head[1]) * 1024)
+    classify(maps)
+    return maps
+
+
+def classify(maps: list) -> None:
+    """Sets each mapping's kind (KINDS), by the layout rules above."""
+    for i, m in enumerate(maps):
+        anon = m.path == "" or m.path.startswith("[anon")
+        if m.path == "[heap]":
+            m.kind = "heap"
+        elif m.path == "[stack]":
+            m.kind = "stack"
+        elif m.perms[3:4] == "s" or m.path.startswith(("/dev/shm/", "/memfd:", "/SYSV")):
+            m.kind = "shared"
+        elif not anon:
+            m.kind = "file"     # includes [vdso], [vvar]: the kernel's, tiny
+        elif m.perms.startswith("rw"):
+            before = maps[i - 1] if i else None
+            after = maps[i + 1] if i + 1 < len(maps) else None
+            if (m.start % HEAP_MAX == 0 and after is not None and after.start == m.end
+                    and after.perms.startswith("---") and after.end - m.start <= HEAP_MAX):
+                m.kind = "arena"
+            elif (before is not None and before.end == m.start and before.perms.startswith("---")
+                  and before.size <= GUARD_MAX and before.path == ""):
+                m.kind = "stack"
+            else:
+                m.kind = "anon"
+        else:
+            m.kind = "anon"
+
+
+def read(pid: int) -> list:
+    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as f:
+        return parse_smaps(f.read())
+
+
+def resident_by_kind(maps: list) -> dict:
+    out = dict.fromkeys(KINDS, 0)
+    for m in maps:
+        out[m.kind] += m.rss
+    return out
+
+
+def allocator_of(maps: list) -> str:
+    """The allocator that answers malloc: a known allocator's library if one is mapped,
+    else glibc's when libc is mapped, else 'static' (nothing from the dynamic loader)."""
+    paths = {os.path.basename(m.path) for m in maps if m.kind == "file"}
+    for part, name in ALLOCATOR_LIBS:
+        if any(p.startswith(part) for p in paths):
+            return name
+    if any(p.startswith("libc.so") or p.startswith("libc-") for p in paths):
+        return "glibc"
+    if not any(p.startswith("ld-linux") for p in paths):
+        return "static"
+    return "unknown"
+
+
+def has_library(maps: list, prefix: str) -> bool:
+    return any(os.path.basename(m.path).startswith(prefix) for m in maps if m.kind == "file")

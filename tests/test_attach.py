@@ -1,0 +1,154 @@
+"""heapsight attach on real long-running processes: the split agrees with `heapsight run`
+on the same program at the same phase, the release estimate with the measured release,
+and the process is alive and behaves the same afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import scenario
+
+MiB = 1 << 20
+HS = [sys.executable, "-m", "heapsight"]
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def hs(*args, cwd=None, timeout=120):
+    return subprocess.run([*HS, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def holder(env=None):
+    """The retention scenario holding 256 MiB of freed memory for a minute."""
+    p = subprocess.Popen([scenario("hs-retention"), "--hold-ms", "60000"], stdout=subprocess.PIPE,
+                         text=True, env={**os.environ, **(env or {})})
+    deadline = time.time() + 30
+    while time.time() < deadline:   # wait for the frees (RSS stops climbing, threads gone)
+        time.sleep(0.3)
+        status = open(f"/proc/{p.pid}/status").read()
+        if "Threads:\t1\n" in status:
+            time.sleep(0.3)
+            return p
+    p.kill()
+    raise AssertionError("the scenario did not reach its hold phase")
+
+
+def attach_json(pid, *extra, cwd):
+    out = os.path.join(cwd, f"a{time.monotonic_ns()}.json")
+    p = hs("attach", str(pid), "--json", out, *extra, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    return json.load(open(out)), p.stderr
+
+
+@pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
+def test_attach_agrees_with_run_and_trim_with_its_estimate(tmp_path, allocator):
+    env = {"LD_PRELOAD": JEMALLOC} if allocator == "jemalloc" else {}
+    # GIVEN what `heapsight run` says of the same program at exit (before its release)
+    ran = hs("run", "-q", "--no-save", "--json", str(tmp_path / "r.json"), "--",
+             scenario("hs-retention"), cwd=tmp_path) if allocator == "glibc" else None
+    p = holder(env)
+    try:
+        a, err = attach_json(p.pid, cwd=tmp_path)
+        assert a["allocator"] == allocator
+        assert a["retained_bytes"] > 30 * MiB and "RETENTION" in a["verdict"]
+        if ran is not None:
+            assert ran.returncode == 0, ran.stderr
+            r = json.load(open(tmp_path / "r.json"))["final"]
+            assert abs(a["retained_bytes"] - r["retained_bytes"]) <= 0.05 * r["retained_bytes"]
+            in_use = r["live_bytes"] + r["waste_bytes"] + r["metadata_bytes"]
+            assert abs(a["in_use_bytes"] - in_use) <= 0.05 * in_use + 256 * 1024
+        # WHEN asked to trim THEN the measured release is what the estimate said (10%)
+        t, _ = attach_json(p.pid, "--trim", cwd=tmp_path)
+        given = t["trim"]["gave_back_bytes"]
+        assert given > 20 * MiB
+        assert abs(given - a["release_estimate_bytes"]) <= 0.1 * given
+        # and the process is alive, and not stopped
+        state = open(f"/proc/{p.pid}/stat").read().split(")")[1].split()[0]
+        assert state in ("S", "R"), state
+    finally:
+        p.kill()
+        p.wait()
+
+
+ECHO = {"perl": ["perl", "-e", '$|=1; my @keep; while (my $l = <STDIN>) { push @keep, "x" x 1000 '
+                               'for 1..2000; print "echo:$l" }'],
+        "python3": ["/usr/bin/python3", "-u", "-c",
+                    "import sys\nkeep=[]\nfor l in sys.stdin:\n    keep.append([dict(a=i) for i in "
+                    "range(20000)])\n    print('echo:' + l, end='')\n"]}
+
+
+@pytest.mark.parametrize("runtime", ["perl", "python3"])
+def test_a_runtime_keeps_answering_after_attach(tmp_path, runtime):
+    p = subprocess.Popen(ECHO[runtime], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write("one\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "echo:one\n"
+        a, err = attach_json(p.pid, cwd=tmp_path)
+        assert a["allocator"] == "glibc" and a["in_use_bytes"] > 0
+        assert sum(a["non_heap"].values()) + a["in_use_bytes"] + a["retained_bytes"] \
+            == pytest.approx(a["rss_bytes"], rel=0.02)
+        p.stdin.write("two\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "echo:two\n"   # alive and the same after attach
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_refusals_are_one_line_with_exit_3(tmp_path):
+    p = hs("attach", "999999", cwd=tmp_path)
+    assert p.returncode == 3 and "no process 999999" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_watch_ends_on_ctrl_c_and_keeps_its_record(tmp_path):
+    target = holder()
+    out = tmp_path / "w.hsrun.json.gz"
+    try:
+        w = subprocess.Popen([*HS, "attach", str(target.pid), "--watch", "--interval", "0.2",
+                              "--stats-every", "0.5", "-o", str(out), "--openmetrics-port", "0"],
+                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        time.sleep(2.5)
+        w.send_signal(signal.SIGINT)
+        _, err = w.communicate(timeout=60)
+        assert w.returncode == 130, err
+        assert "stopped by Ctrl-C" in err
+        rep = hs("report", str(out), "-o", str(tmp_path / "w.html"), cwd=tmp_path)
+        assert rep.returncode == 0, rep.stderr
+        doc = json.loads(__import__("gzip").open(out).read())
+        assert doc["summary"]["samples"] >= 5 and len(doc["attach"]) >= 2
+        assert os.path.exists(f"/proc/{target.pid}")
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_the_exporter_serves_prometheus_metrics(tmp_path):
+    from heapsight import attach
+    from heapsight.reporters import openmetrics
+    target = holder()
+    try:
+        a = attach.inspect(target.pid)
+        ex = openmetrics.serve("127.0.0.1", 0)
+        try:
+            ex.update(a)
+            port = ex.server.server_port
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        finally:
+            ex.close()
+    finally:
+        target.kill()
+        target.wait()
+    line = next(x for x in text.splitlines()
+                if x.startswith("heapsight_memory_bytes{") and 'kind="retained"' in x)
+    assert f'pid="{target.pid}"' in line and 'allocator="glibc"' in line
+    assert float(line.split()[-1]) > 200 * MiB
+    assert "heapsight_release_estimate_bytes{" in text
