@@ -152,3 +152,50 @@ def test_the_exporter_serves_prometheus_metrics(tmp_path):
     assert f'pid="{target.pid}"' in line and 'allocator="glibc"' in line
     assert float(line.split()[-1]) > 200 * MiB
     assert "heapsight_release_estimate_bytes{" in text
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_real_prometheus_scrapes_heapsight(tmp_path):
+    # GIVEN heapsight watching a process and serving /metrics, and Prometheus scraping it
+    target = holder()
+    port, prom_port = free_port(), free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: heapsight\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
+    watch = subprocess.Popen([*HS, "attach", str(target.pid), "--watch", "--interval", "0.5",
+                              "--stats-every", "5", "-o", str(tmp_path / "w.hsrun.json.gz"),
+                              "--openmetrics-port", str(port)], stderr=subprocess.PIPE,
+                             text=True, cwd=tmp_path)
+    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        # WHEN Prometheus has scraped a few times THEN its API gives heapsight's series back
+        query = (f"http://127.0.0.1:{prom_port}/api/v1/query?query="
+                 "heapsight_memory_bytes%7Bkind%3D%22retained%22%7D")
+        result, deadline = [], time.time() + 60
+        while not result and time.time() < deadline:
+            time.sleep(1)
+            try:
+                result = json.loads(urllib.request.urlopen(query, timeout=5).read())["data"]["result"]
+            except OSError:
+                continue
+        assert result, "Prometheus never scraped the series"
+        (series,) = result
+        assert series["metric"]["pid"] == str(target.pid)
+        assert series["metric"]["allocator"] == "glibc" and series["metric"]["job"] == "heapsight"
+        assert float(series["value"][1]) > 200 * MiB
+    finally:
+        prom.terminate()
+        watch.send_signal(signal.SIGINT)
+        watch.communicate(timeout=60)
+        prom.wait(timeout=30)
+        target.kill()
+        target.wait()
