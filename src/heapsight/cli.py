@@ -25,6 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="heapsight", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-V", "--version", action="version", version=f"heapsight {__version__}")
+    p.add_argument("--print-man", action="store_true",
+                   help="print the man page (roff) and exit: heapsight --print-man > heapsight.1")
+    try:   # shell completion: heapsight --print-completion bash > /etc/bash_completion.d/heapsight
+        import shtab
+        shtab.add_argument_to(p, ["--print-completion"], help="print a shell completion script "
+                              "(bash, zsh, tcsh) and exit")
+    except ImportError:
+        pass
     sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name, mod in COMMANDS.items():
         doc = mod.__doc__ or ""
@@ -39,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.print_man:
+        from heapsight import manpage
+        sys.stdout.write(manpage.render(parser, __version__))
+        return 0
     if not getattr(args, "module", None):
         parser.print_help(sys.stderr)
         return 2

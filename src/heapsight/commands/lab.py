@@ -11,7 +11,8 @@ fails, or depends on ...) computed from this run's numbers, and the figures behi
 The results are saved for `heapsight report`.
 
 examples:
-  heapsight lab --quick                  # all five, small sizes (a few minutes)
+  heapsight lab --quick                  # all five, small sizes (about 1 minute on 2 cores)
+  heapsight lab                          # full size, as published (about 11 minutes)
   heapsight lab release waste            # two experiments, full size
   heapsight lab arenas --configs glibc,glibc-arena2,jemalloc
   heapsight lab --quick --json - > lab.json
@@ -36,7 +37,7 @@ def add_arguments(p) -> None:
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                    help=f"which to run: {', '.join(lab.NAMES)} (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="smaller sizes and fewer cases: all five in a few minutes")
+                   help="smaller sizes and fewer cases: all five in about 1 minute on 2 cores")
     p.add_argument("--configs", metavar="A,B,...",
                    help="run every experiment under these configurations instead of each "
                         "experiment's own set (names from `heapsight compare --list`)")
