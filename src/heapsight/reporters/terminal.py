@@ -210,7 +210,10 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
     _indent(c, f"{what}; changes against glibc's defaults, green better, red worse "
                "(5% or more); 'given back' is what the release at exit returned", 0, style="dim")
     c.print()
-    _indent(c, f"recommendation: {doc['recommendation']}", 0, style="bold")
+    text, _, how = doc["recommendation"].partition("; run it with: ")
+    _indent(c, f"recommendation: {text}" + ("; run it with:" if how else ""), 0, style="bold")
+    if how:
+        _command(c, how, 2)
 
 
 def table(t: dict) -> Table:
