@@ -89,3 +89,21 @@ def test_csv_has_one_row_per_configuration_in_base_units(tmp_path):
         assert r["ok"] == "1" and r["runs"] == "2"
         assert float(r["final_rss_min"]) <= float(r["final_rss_median"]) <= float(r["final_rss_max"])
         assert float(r["peak_rss_median"]) > 5 * 1024 * 1024   # bytes, not MiB
+
+
+def test_cpython_gets_its_own_presets_and_others_are_refused_them():
+    # GIVEN a CPython program that holds pymalloc arenas, under the default matrix
+    p, doc = compare("--repeat", "1", "--", "/usr/bin/python3", "-c",
+                     "l = [{'a': i} for i in range(200000)]\nkeep = l[::500]\ndel l\n")
+    assert p.returncode == 0, p.stderr
+    r = rows(doc)
+    # THEN the CPython presets ran too, with their environment
+    assert r["python-malloc"]["ok"] and r["python-malloc"]["env"] == {"PYTHONMALLOC": "malloc"}
+    assert r["python-malloc-jemalloc-eager"]["ok"]
+    # and with malloc answering for Python's objects, the allocator keeps what pymalloc held
+    assert r["python-malloc"]["stats"]["retained"]["median"] > 10 * 1024 * 1024
+    # WHEN a CPython preset is asked for another program THEN it is refused before any run
+    p2 = subprocess.run([sys.executable, "-m", "heapsight", "compare", "--configs",
+                         "glibc,python-malloc", "--", "true"], capture_output=True, text=True,
+                        timeout=60)
+    assert p2.returncode == 2 and "made for CPython programs" in p2.stderr

@@ -9,6 +9,7 @@ native/src/allocators.c, and a line in docs/numbers.md (see docs/allocators.md).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from heapsight import elf, native
@@ -58,6 +59,7 @@ class Config:
     env: dict = field(default_factory=dict)
     about: str = ""
     library: str | None = None  # a user's own build instead of the catalogue's library
+    runtime: str | None = None  # only for programs of this runtime ("cpython"), else skipped
 
 
 PRESETS = [
@@ -79,10 +81,26 @@ PRESETS = [
     Config("mimalloc", "mimalloc", {}, "mimalloc 2.0, default"),
     Config("mimalloc-eager", "mimalloc", {"MIMALLOC_DECOMMIT_DELAY": "0"}, "mimalloc decommitting at once"),
     Config("mmap", "mmap", {}, "one mmap per allocation, munmap on free: the retention-free baseline"),
+    Config("python-malloc", "glibc", {"PYTHONMALLOC": "malloc"},
+           "CPython's objects from glibc malloc instead of pymalloc's arenas", runtime="cpython"),
+    Config("python-malloc-jemalloc-eager", "jemalloc",
+           {"PYTHONMALLOC": "malloc", "MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"},
+           "CPython's objects from jemalloc, returning freed pages at once", runtime="cpython"),
 ]
 PRESET = {c.name: c for c in PRESETS}
 DEFAULT_CONFIGS = ("glibc,glibc-arena2,glibc-mmap128k,jemalloc,jemalloc-eager,tcmalloc,"
                    "tcmalloc-aggressive,mimalloc,mmap")
+
+
+RUNTIME_DEFAULTS = {"cpython": ("python-malloc", "python-malloc-jemalloc-eager")}
+
+
+def runtime_of(path: str) -> str | None:
+    """The runtime a program runs on, when a preset is made for it: 'cpython' for a CPython
+    interpreter (or a script whose #! line names one), else None."""
+    interp = elf.script_interpreter(path) or path
+    name = os.path.basename(os.path.realpath(interp))
+    return "cpython" if re.fullmatch(r"python3(\.\d+)?", name) else None
 
 
 def presets(names: str, option: str = "--configs") -> list:

@@ -28,6 +28,14 @@ def _interpreter_of_script(path: str) -> str | None:
     return interp
 
 
+def script_interpreter(path: str) -> str | None:
+    """The interpreter a script's #! line names (through env), or None for anything else."""
+    try:
+        return _interpreter_of_script(path)
+    except OSError:
+        return None
+
+
 def linkage(path: str, depth: int = 0) -> str:
     """'dynamic', 'static', or 'unknown' (not ELF, unreadable)."""
     try:

@@ -20,7 +20,8 @@ import os
 import sys
 
 from heapsight import comparison, measure, output, report
-from heapsight.allocators import DEFAULT_CONFIGS, PRESETS, library_for, parse_config, presets
+from heapsight.allocators import (DEFAULT_CONFIGS, PRESETS, RUNTIME_DEFAULTS, library_for,
+                                  parse_config, presets, runtime_of)
 from heapsight.errors import HeapsightError
 from heapsight.reporters import csv, terminal
 
@@ -52,8 +53,17 @@ def add_arguments(p) -> None:
                    help="the program and its arguments ('--' before it is optional)")
 
 
-def select_configs(args) -> list:
+def select_configs(args, runtime: str | None = None) -> list:
+    """The configurations asked for; with the default matrix, the presets made for the
+    program's runtime are added (CPython: its objects through malloc), and a runtime's
+    preset given for another program is refused."""
     out = presets(args.configs) + [parse_config(t) for t in args.config]
+    if args.configs == DEFAULT_CONFIGS and runtime in RUNTIME_DEFAULTS:
+        out += presets(",".join(RUNTIME_DEFAULTS[runtime]))
+    wrong = [c.name for c in out if c.runtime and c.runtime != runtime]
+    if wrong:
+        raise HeapsightError(f"{', '.join(wrong)}: made for CPython programs, and this one is not "
+                             "(leave it out, or run the program under python3)")
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise HeapsightError(f"configuration names repeat: {names}")
@@ -77,8 +87,8 @@ def execute(args) -> int:
     if not 1 <= args.repeat <= 100:
         raise HeapsightError(f"--repeat {args.repeat} is out of range: give 1 to 100")
     argv = measure.program_argv(args.command, "compare")
-    measure.resolve_command(argv)  # fail before any work when the command does not exist
-    configs = select_configs(args)
+    path = measure.resolve_command(argv)  # fail before any work when the command does not exist
+    configs = select_configs(args, runtime_of(path))
     for path, option, stdout in ((args.json, "--json", True), (args.csv, "--csv", True),
                                  (None if args.no_save else args.output, "--output", False),
                                  (args.html, "--html", False)):

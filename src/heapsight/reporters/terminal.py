@@ -13,6 +13,7 @@ import textwrap
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -155,10 +156,15 @@ def _command(c: Console, text: str, n: int) -> None:
     c.print(Text(" " * n + "try: ", style="dim") + Text(text, style="cyan"), soft_wrap=True)
 
 
-def _delta(key: str, value: float, base: float | None) -> Text:
-    """A median and its change against glibc's, coloured better (green) or worse (red)."""
+# below these, a change in percent says more about noise than about the allocator
+DELTA_FLOOR = {"wall_s": 0.01, "cpu_s": 0.01, "minor_faults": 100}
+
+
+def _delta(key: str, value: float, base: float | None, stacked: bool = False) -> Text:
+    """A median and its change against glibc's, coloured better (green) or worse (red);
+    stacked: the change on a line of its own (for a narrow terminal)."""
     cell = Text(fmt.metric(key, value, short=True))
-    if base is None or not base or key == "given_back":
+    if base is None or not base or key == "given_back" or abs(base) < DELTA_FLOOR.get(key, MiB):
         return cell
     change = value / base - 1
     if abs(change) < 0.005:
@@ -166,18 +172,12 @@ def _delta(key: str, value: float, base: float | None) -> Text:
     style = ""
     if key in LOWER_IS_BETTER and abs(change) >= 0.05:
         style = "green" if change < 0 else "red"
-    cell.append(f" {change * 100:+.0f}%", style=style or "dim")
+    text = f"{change * 100:+.0f}%" if abs(change) < 10 else f"\u00d7{change + 1:.0f}"
+    cell.append(("\n" if stacked else " ") + text, style=style or "dim")
     return cell
 
 
-def render_compare(doc: dict, out, spread: bool = False) -> None:
-    """compare's table: one row per configuration, medians against glibc's defaults; with
-    spread, each cell's min-max below it, dimmed."""
-    c = console(out)
-    rows, repeat = doc["configs"], doc["repeat"]
-    base = baseline(rows)
-    # minor faults only where there is room: the rest fits in 100 columns
-    metrics = [(k, h) for k, h in METRICS if k != "minor_faults" or c.width >= 120]
+def _compare_table(rows, base, metrics, repeat, spread, stacked) -> tuple:
     t = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False, show_edge=False)
     t.add_column("configuration", no_wrap=True, overflow="fold")
     for _, head in metrics:
@@ -193,13 +193,28 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
         for key, _ in metrics:
             st = r["stats"][key]
             b = base["stats"][key]["median"] if base is not None and r is not base else None
-            cell = _delta(key, st["median"], b)
+            cell = _delta(key, st["median"], b, stacked)
             if spread and repeat > 1:   # half the min-max range, against the median
                 half = (st["max"] - st["min"]) / 2
                 cell.append(f"\n\u00b1{100 * half / st['median']:.0f}%" if st["median"] else
                             f"\n\u00b1{fmt.metric(key, half, True)}", style="dim")
             cells.append(cell)
         t.add_row(r["name"], *cells)
+    return t, errors
+
+
+def render_compare(doc: dict, out, spread: bool = False) -> None:
+    """compare's table: one row per configuration, medians against glibc's defaults; with
+    spread, each cell's min-max below it, dimmed."""
+    c = console(out)
+    rows, repeat = doc["configs"], doc["repeat"]
+    base = baseline(rows)
+    # minor faults only where there is room: the rest fits in 100 columns
+    metrics = [(k, h) for k, h in METRICS if k != "minor_faults" or c.width >= 120]
+    # the changes go under the figures when the rows would not fit on one line
+    t, errors = _compare_table(rows, base, metrics, repeat, spread, stacked=False)
+    if Measurement.get(c, c.options.update(max_width=10_000), t).maximum > c.width:
+        t, errors = _compare_table(rows, base, metrics, repeat, spread, stacked=True)
     c.print()
     _print(c, t)
     for r in errors:
