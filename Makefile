@@ -7,7 +7,7 @@ HS     := $(VENV)/bin/heapsight
 # Only the native sources: the install is editable, so a .py edit needs no rebuild.
 NATIVE := $(shell find native scenarios lab -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: all setup demo test test-native bench clean
+.PHONY: all setup demo test test-fast test-unit test-native bench clean
 
 all: setup
 setup: .stamp-install
@@ -31,8 +31,17 @@ demo: setup
 	$(HS) run -o heapsight-demo.hsrun.json.gz --html heapsight-demo.html -- $$($(PY) -c 'from heapsight.native import program; print(program("hs-retention"))')
 	@echo "== open heapsight-demo.html in a browser for the timeline; heapsight lab --quick re-runs the classic experiments =="
 
+# Test tiers (markers given in tests/conftest.py): unit (pure functions), scenario (starts
+# programs), lab (the experiments) and browser (headless Chromium). test runs them all.
 test: setup
 	$(PY) -m pytest -q tests
+
+# unit and scenario: under a minute on 2 cores
+test-fast: setup
+	$(PY) -m pytest -q -m "unit or scenario" tests
+
+test-unit: setup
+	$(PY) -m pytest -q -m unit tests
 
 bench: setup
 	$(PY) bench/overhead

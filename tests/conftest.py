@@ -1,10 +1,23 @@
 """Shared helpers: run `python -m heapsight` in a subprocess on a bundled scenario program
-and read back the JSON summary it wrote."""
+and read back the JSON summary it wrote. And the one place that puts each test in a tier.
+
+Tiers (markers registered in pyproject.toml; `make test-fast` runs unit and scenario):
+  browser   a test that starts headless Chromium: the test function, or a fixture it uses
+            that is defined under tests/, calls dump_dom( or screenshot( (heapsight.report.png)
+            or passes the "--png" option to a command. Wins over the rules below.
+  unit      pure functions, no process started: tests/unit/ and tests/test_lab_stored.py.
+  lab       the lab experiments: tests/test_lab_*.py (but test_lab_stored.py).
+  scenario  everything else: tests that start heapsight or a scenario program.
+Tier markers are not written in test files (collection stops if one is): a test that
+needs another tier than its file's gets it by a rule here."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,6 +27,49 @@ import pytest
 
 from heapsight.native import BIN_DIR
 
+TIERS = ("unit", "scenario", "lab", "browser")
+TESTS_DIR = Path(__file__).resolve().parent
+UNIT_FILES = {"test_lab_stored.py"}
+STARTS_CHROMIUM = re.compile(r"\b(?:dump_dom|screenshot)\(|[\"']--png[\"']")
+
+
+@functools.lru_cache(maxsize=None)
+def _starts_chromium(func) -> bool:
+    """Whether a test or fixture function of tests/ drives Chromium (read from its source)."""
+    try:
+        path = inspect.getsourcefile(func)
+        if path is None or TESTS_DIR not in Path(path).resolve().parents:
+            return False
+        return bool(STARTS_CHROMIUM.search(inspect.getsource(func)))
+    except (OSError, TypeError):
+        return False
+
+
+def tier(item) -> str:
+    """The one tier of a collected test, by the rules of this file's docstring."""
+    funcs = [getattr(item, "function", None)]
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name in getattr(item, "fixturenames", ()):
+        funcs.extend(d.func for d in defs.get(name, ()))
+    if any(f is not None and _starts_chromium(f) for f in funcs):
+        return "browser"
+    path = Path(item.path).resolve()
+    if "unit" in path.relative_to(TESTS_DIR).parts[:-1] or path.name in UNIT_FILES:
+        return "unit"
+    if path.name.startswith("test_lab_"):
+        return "lab"
+    return "scenario"
+
+
+@pytest.hookimpl(tryfirst=True)   # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        written = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+        if written:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked {', '.join(written)} in its file: tiers are given "
+                "only by the rules in tests/conftest.py (add or change a rule there)")
+        item.add_marker(getattr(pytest.mark, tier(item)))
 
 
 @dataclass
