@@ -16,10 +16,10 @@ setup: .stamp-install
 	./scripts/install-deps
 	@touch $@
 
-.stamp-venv: .stamp-deps
+.stamp-venv: .stamp-deps Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "rich>=12" "pytest>=7"
+	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "rich>=12" "prometheus_client>=0.14" "shtab>=1.5" "pytest>=7"
 	@touch $@
 
 .stamp-install: .stamp-venv $(NATIVE)
