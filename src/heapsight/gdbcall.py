@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 
 from heapsight import interrupts
@@ -61,8 +62,12 @@ def call(pid: int, exprs: list, timeout_s: float = 30.0) -> list:
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HEAPSIGHT_SEGMENT")}
     with interrupts.deferred():   # gdb detaches before heapsight goes away
         try:
+            # gdb needs SIGCHLD to see the process stop: it starts with no signal blocked
+            # (heapsight blocks some while it samples), in a session of its own so that a
+            # Ctrl-C at the terminal does not reach it in the middle of a call
             p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
-                               stdin=subprocess.DEVNULL)
+                               stdin=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, ()))
         except subprocess.TimeoutExpired as e:
             raise HeapsightError(f"gdb did not finish within {timeout_s:.0f} s on process {pid}; "
                                  "it was stopped and the process detached", 1) from e

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import allocators, analysis, elf, interrupts, native
+from heapsight import allocators, analysis, attach, elf, interrupts, native
 from heapsight.errors import HeapsightError
-from heapsight.model import HeapFigures, Release, Summary
+from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.sampler import Sampler, Timeline
 from heapsight.segment import STATE_DONE, Segment
 
@@ -73,6 +73,10 @@ class Options:
     stdout: object = None       # where the program's stdout goes (None: ours)
     stderr: object = None
     warn: bool = True           # say on stderr when a static program limits the figures
+    snapshot_signal: int | None = None   # a signal to heapsight takes a snapshot
+    snapshot_at: tuple = ()              # seconds from the start
+    snapshot_every_s: float = 0.0
+    release_at_snapshot: bool = False    # call the allocator's release there (through gdb)
 
 
 def measure(argv: list, opts: Options) -> tuple:
@@ -95,8 +99,20 @@ def measure(argv: list, opts: Options) -> tuple:
             except ProcessLookupError:
                 pass
 
+    releases = {}
+
+    def on_snapshot(label, t):
+        """With --release-at-snapshot: the allocator's release, called in the program
+        through gdb, with RSS before and after."""
+        if opts.release_at_snapshot and segment is not None and segment.attached():
+            try:
+                releases[(label, t)] = attach.trim(proc.pid, segment.allocator_name())
+            except HeapsightError as e:
+                releases[(label, t)] = {"error": e.message}
+
     # Blocked here, taken by the sampler; the program starts with the mask we had.
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.WATCHED | {signal.SIGCHLD})
+    extra = {opts.snapshot_signal} if opts.snapshot_signal else set()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.WATCHED | {signal.SIGCHLD} | extra)
     try:
         try:
             proc = subprocess.Popen(argv, env=child_env(segment, opts), stdout=opts.stdout,
@@ -106,15 +122,41 @@ def measure(argv: list, opts: Options) -> tuple:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
 
         timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
-                           on_signal=on_signal).run()
+                           on_signal=on_signal, snapshot_signal=opts.snapshot_signal,
+                           snapshot_at=tuple(opts.snapshot_at),
+                           snapshot_every_s=opts.snapshot_every_s, on_snapshot=on_snapshot).run()
+        if opts.snapshot_signal:
+            interrupts.drain({opts.snapshot_signal})
         interrupted = bool(forwarded) or bool(interrupts.drain())
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
-                            opts.hz, opts.stats_hz, opts.smaps_hz)
+                            opts.hz, opts.stats_hz, opts.smaps_hz, releases)
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         if segment is not None:
             segment.close()
+
+
+def snapshots(tl: Timeline, cols: dict, parts: dict, releases: dict) -> list:
+    """Each snapshot the sampler took (before the program's end): its sample's split, the
+    allocator's latest reading at or before it, and the release measured there, if any."""
+    t = np.asarray(cols["t"], dtype=float)
+    out = []
+    for label, at in tl.snapshots:
+        hit = np.flatnonzero(t == at)
+        if not len(hit):
+            continue   # taken after the program's end (in the exit probe): not the program's
+        i = int(hit[0])
+        reading = {}
+        for col in ("alloc_in_use", "alloc_free", "alloc_mapped"):
+            seen = np.flatnonzero(~np.isnan(np.asarray(cols[col], dtype=float)[:i + 1]))
+            reading[col] = int(cols[col][seen[-1]]) if len(seen) else None
+        out.append(Snapshot(label, round(at, 3),
+                            analysis.Breakdown(round(at, 3), **{f: int(parts[f][i])
+                                                                for f in analysis.PART_FIELDS}),
+                            reading["alloc_in_use"], reading["alloc_free"], reading["alloc_mapped"],
+                            releases.get((label, at))))
+    return out
 
 
 def live_over_time(cols: dict, final) -> tuple:
@@ -138,7 +180,7 @@ def _num(v, default=0):
 
 
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
-              smaps_hz=math.nan) -> Summary:
+              smaps_hz=math.nan, releases=None) -> Summary:
     attached = segment is not None and segment.attached()
     allocator = segment.allocator_name() if attached else "unknown"
     baseline = segment.get("start_anon_bytes") if attached else 0
@@ -261,4 +303,5 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         findings=tuple(found), verdict=analysis.verdict(found, final, attached), holds=tuple(held),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
-        stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4))
+        stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4),
+        snapshots=tuple(snapshots(tl, cols, parts, releases or {})))

@@ -70,6 +70,20 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """A moment the user asked for (a signal to heapsight, --at, --every, or the program's
+    heapsight_snapshot()): the split there, the allocator's latest figures, and, with
+    --release-at-snapshot, a release measured there."""
+    label: str
+    at_s: float
+    breakdown: Breakdown
+    allocator_in_use_bytes: int | None = None
+    allocator_free_bytes: int | None = None
+    allocator_mapped_bytes: int | None = None
+    release: dict | None = None
+
+
+@dataclass(frozen=True)
 class Hold:
     """A stretch of the run where the process held much more memory than its live bytes
     (analysis.holds gives the rule): when, how much, and whose."""
@@ -137,6 +151,7 @@ class Summary:
     minor_faults: int = 0
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP came while it ran
     holds: tuple = ()          # Hold: the stretches that held much more than live bytes
+    snapshots: tuple = ()      # Snapshot: the moments the user asked for
     peak_rss_at_s: float = 0.0  # when RSS was highest (the peak column is at peak live bytes)
     stats_hz: float = 0.0       # the rates asked for: the allocator's statistics (the library
     smaps_hz: float = 0.0       # slows them down when a reading gets expensive) and smaps_rollup

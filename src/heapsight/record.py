@@ -1,19 +1,22 @@
 """Saved documents: the run record (summary + timeline) that `heapsight run` writes, the
 comparison and lab results that compare and lab write, and the one loader that reads them
-all back for `heapsight report`, checking every field the readers use.
+all back (`load`), checking every field the report's readers (report/html.py,
+report/charts.py) use.
 
 A damaged or hostile file gives one line naming the file and the field (exit code 2),
-never a traceback; a small gzip that would inflate past MAX_JSON_BYTES is refused
-without inflating it.
+never a traceback: wrong types, numbers out of range, NaN or Infinity, uneven timeline
+columns, missing fields the readers index, a schema newer than this heapsight. A gzip
+file is measured in a stream before it is inflated, so a small one that would inflate
+past MAX_JSON_BYTES is refused without taking that memory.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
+import os
+import stat
 import zlib
-from pathlib import Path
 
 from heapsight import output
 from heapsight.errors import HeapsightError
@@ -24,7 +27,8 @@ KIND = "heapsight-run"
 KINDS = {"heapsight-run": "a run record", "heapsight-compare": "a comparison",
          "heapsight-lab": "lab results"}
 MAX_JSON_BYTES = 512 << 20   # an hour at 1 kHz is under 20 MB; more is damage or a bomb
-MAX_INT = 1 << 63
+MAX_NUMBER = 2 ** 63         # no figure heapsight writes comes near it
+CHUNK = 1 << 20
 
 
 def _clean(values) -> list:
@@ -39,11 +43,73 @@ def to_json_dict(summary: Summary, timeline: Timeline | None) -> dict:
 
 
 def save(path: str, summary: Summary, timeline: Timeline) -> None:
-    """The run record, gzip'd by its .gz suffix (output.write: whole or not at all)."""
+    """The run record, gzip'd by its .gz suffix (output.save_doc: whole or not at all)."""
     output.save_doc(path, to_json_dict(summary, timeline))
 
 
+# The writers' earlier home; output.py is the one writer now.
+write_json = output.write_json
+save_doc = output.save_doc
+
+
 # ---------------------------------------------------------------------------- reading
+
+def _refuse(path: str, problem: str) -> HeapsightError:
+    return HeapsightError(f"{path}: {problem}", 2)
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes, at most MAX_JSON_BYTES of them (a FIFO or <(...) too)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise _refuse(path, "is a directory, not a heapsight file")
+            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_JSON_BYTES:
+                raise _refuse(path, f"larger than {MAX_JSON_BYTES >> 20} MiB: not a heapsight file")
+            raw = f.read(MAX_JSON_BYTES + 1)
+    except IsADirectoryError:
+        raise _refuse(path, "is a directory, not a heapsight file") from None
+    except FileNotFoundError:
+        raise _refuse(path, "no such file") from None
+    except OSError as e:
+        raise _refuse(path, f"cannot read it ({e.strerror})") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise _refuse(path, f"larger than {MAX_JSON_BYTES >> 20} MiB: not a heapsight file")
+    return raw
+
+
+def _inflate(raw: bytes, path: str):
+    """The inflated pieces of a gzip file (members one after the other), each at most
+    CHUNK bytes: memory stays small whatever the file inflates to."""
+    data = raw
+    while data[:2] == b"\x1f\x8b":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while not d.eof:
+            try:
+                piece = d.decompress(data, CHUNK)
+            except zlib.error as e:
+                raise _refuse(path, f"a damaged gzip file ({e})") from None
+            if not piece and len(d.unconsumed_tail) == len(data):
+                raise _refuse(path, "a gzip file cut short")
+            data = d.unconsumed_tail
+            if piece:
+                yield piece
+        data = d.unused_data
+
+
+def _text(path: str) -> bytes:
+    raw = _read(path)
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    size = 0
+    for piece in _inflate(raw, path):    # measured first, kept only when it fits
+        size += len(piece)
+        if size > MAX_JSON_BYTES:
+            raise _refuse(path, f"inflates to more than {MAX_JSON_BYTES >> 20} MiB of JSON: "
+                          "not a heapsight file (or a damaged one)")
+    return b"".join(_inflate(raw, path))
+
 
 class Damaged(Exception):
     """A field that is not what the readers need: where it is and what is wrong."""
@@ -52,208 +118,224 @@ class Damaged(Exception):
         self.where, self.what = where, what
 
 
-def _read(path: str) -> bytes:
-    p = Path(path)
-    if not p.exists():
-        raise HeapsightError(f"{path}: no such file", 2)
-    if p.is_dir():
-        raise HeapsightError(f"{path} is a directory, not a heapsight file", 2)
-    try:
-        raw = p.read_bytes() if p.stat().st_size <= MAX_JSON_BYTES else None
-    except OSError as e:
-        raise HeapsightError(f"{path}: cannot read it ({e.strerror})", 2) from e
-    if raw is None:
-        raise HeapsightError(f"{path} is larger than {MAX_JSON_BYTES >> 20} MiB: not a heapsight file", 2)
-    if raw[:2] != b"\x1f\x8b":
-        return raw
-    # inflate in pieces, never past the limit (a 2 MB bomb could expand to gigabytes)
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    parts, size = [], 0
-    try:
-        data = raw
-        while data:
-            chunk = d.decompress(data, 1 << 20)
-            size += len(chunk)
-            if size > MAX_JSON_BYTES:
-                raise HeapsightError(f"{path} inflates to more than {MAX_JSON_BYTES >> 20} MiB: "
-                                     "not a heapsight file (or a damaged one)", 2)
-            parts.append(chunk)
-            data = d.unconsumed_tail
-            if not data and d.unused_data[:2] == b"\x1f\x8b":   # concatenated members
-                data, d = d.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
-    except zlib.error as e:
-        raise HeapsightError(f"{path}: a damaged gzip file ({e})", 2) from e
-    if not d.eof:
-        raise HeapsightError(f"{path}: a gzip file cut short", 2)
-    return b"".join(parts)
+def _shown(v) -> str:
+    return f"{type(v).__name__} {str(v)[:30]!r}"
+
+
+# Checks: check(value, where) raises Damaged or returns. Built from a few shapes so that
+# each kind's spec below reads as the list of what its readers use.
+
+def number(v, where: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise Damaged(where, f"expected a number, found {_shown(v)}")
+    if not -MAX_NUMBER < v < MAX_NUMBER:    # NaN and Infinity never parse (see load)
+        raise Damaged(where, "a number too large to be a figure")
+
+
+def string(v, where: str) -> None:
+    if not isinstance(v, str):
+        raise Damaged(where, f"expected text, found {_shown(v)}")
+
+
+def boolean(v, where: str) -> None:
+    if not isinstance(v, bool):
+        raise Damaged(where, f"expected true or false, found {_shown(v)}")
+
+
+def scalar(v, where: str) -> None:
+    if v is not None and not isinstance(v, (str, bool)):
+        number(v, where)
+
+
+def maybe(check):
+    return lambda v, where: None if v is None else check(v, where)
+
+
+def num_or_text(v, where: str) -> None:
+    if v is not None and not isinstance(v, str):
+        number(v, where)
+
+
+def list_of(check):
+    def checked(v, where: str) -> None:
+        if not isinstance(v, list):
+            raise Damaged(where, f"expected a list, found {_shown(v)}")
+        for i, x in enumerate(v):
+            check(x, f"{where}[{i}]")
+    return checked
+
+
+def numbers(v, where: str) -> None:
+    """A list of numbers or nulls (a timeline column, a chart's values): checked in bulk,
+    element by element only to name a bad one."""
+    if not isinstance(v, list):
+        raise Damaged(where, f"expected a list, found {_shown(v)}")
+    kinds = set(map(type, v))
+    if kinds <= {int, float, type(None)}:
+        finite = [x for x in v if x is not None] if type(None) in kinds else v
+        if not finite or (max(finite) < MAX_NUMBER and min(finite) > -MAX_NUMBER):
+            return
+    list_of(maybe(number))(v, where)
+
+
+def fields(required: dict = None, optional: dict = None):
+    """A dict with these keys (others are ignored: the readers do not use them)."""
+    required, optional = required or {}, optional or {}
+
+    def checked(v, where: str) -> None:
+        if not isinstance(v, dict):
+            raise Damaged(where, f"expected an object, found {_shown(v)}")
+        for key, check in required.items():
+            if key not in v:
+                raise Damaged(f"{where}.{key}" if where else key, "missing")
+        for key, check in (required | optional).items():
+            if key in v:
+                check(v[key], f"{where}.{key}" if where else key)
+    return checked
+
+
+def each_value(check):
+    def checked(v, where: str) -> None:
+        if not isinstance(v, dict):
+            raise Damaged(where, f"expected an object, found {_shown(v)}")
+        for key, x in v.items():
+            check(x, f"{where}.{key}")
+    return checked
+
+
+# ----------------------------------------------------------------- a run record
+
+PARTS = ("waste_bytes", "live_bytes", "metadata_bytes", "retained_bytes", "non_heap_bytes",
+         "file_bytes", "baseline_anon_bytes", "other_anon_bytes", "untouched_bytes")
+BREAKDOWN = fields(required={"at_s": number, "rss_bytes": number},
+                   optional={k: number for k in PARTS})
+RELEASE = fields(optional={"measured": boolean, "call": string, "why_not": string,
+                           **{k: number for k in ("rss_before_bytes", "rss_after_bytes",
+                                                  "anon_before_bytes", "anon_after_bytes",
+                                                  "gave_back_bytes", "seconds")}})
+HEAP = fields(optional={"allocator": string, "mapped_at_exit_bytes": maybe(number),
+                        "size_classes": list_of(list_of(number)),
+                        **{k: number for k in (
+                            "n_alloc", "n_free", "live_blocks", "live_requested_bytes",
+                            "live_usable_bytes", "peak_live_usable_bytes",
+                            "peak_live_requested_bytes", "peak_at_s", "requested_total_bytes",
+                            "n_mmapped", "n_large_heap", "arenas", "threads_seen",
+                            "helper_mallocs")}})
+FINDING = fields(optional={"kind": string, "bytes": number, "title": string, "detail": string,
+                           "suggestions": list_of(string)})
+HOLD = fields(optional={"cause": string, **{k: number for k in (
+    "start_s", "end_s", "held_bytes", "max_held_bytes", "live_bytes", "retained_bytes",
+    "other_anon_bytes")}})
+SNAPSHOT = fields(required={"at_s": number, "label": string})
+SUMMARY = fields(
+    required={"command": list_of(string)},
+    optional={"pid": maybe(number), "started_pid": maybe(number), "exit_code": maybe(number),
+              "exit_signal": maybe(number), "preload": string, "preload_note": string,
+              "peak": maybe(BREAKDOWN), "final": maybe(BREAKDOWN), "release": RELEASE,
+              "heap": maybe(HEAP), "findings": list_of(FINDING), "verdict": string,
+              "holds": list_of(HOLD), "snapshots": list_of(SNAPSHOT),
+              "interrupted": boolean,
+              **{k: number for k in (
+                  "duration_s", "samples", "sample_hz", "sampler_cpu_s", "peak_rss_bytes",
+                  "final_rss_bytes", "forks", "execs", "other_processes", "cpu_user_s",
+                  "cpu_sys_s", "minor_faults", "peak_rss_at_s", "stats_hz", "smaps_hz",
+                  "exit_probe_s")}})
+
+
+def timeline(v, where: str) -> None:
+    """Columns of numbers (null: not measured), all as long as the time column "t"."""
+    each_value(numbers)(v, where)
+    if v and "t" not in v:
+        raise Damaged(f"{where}.t", "missing (the time column every other one is read against)")
+    lengths = {c: len(col) for c, col in v.items()}
+    if len(set(lengths.values())) > 1:
+        raise Damaged(where, "columns of uneven length: "
+                      + ", ".join(f"{c} {n}" for c, n in sorted(lengths.items())))
+
+
+RUN = fields(required={"summary": SUMMARY}, optional={"timeline": maybe(timeline)})
+
+# ----------------------------------------------------------------- a comparison
+
+CHARTED = ("peak_rss", "final_rss", "retained", "wall_s", "cpu_s")   # charts.compare_charts
+SPREAD = fields(optional={k: maybe(number) for k in ("median", "min", "max")})
+
+
+def config(v, where: str) -> None:
+    fields(required={"name": string, "ok": boolean},
+           optional={"error": maybe(string), "about": string,
+                     "runs": list_of(each_value(maybe(number))),
+                     "stats": maybe(each_value(SPREAD))})(v, where)
+    if v["ok"] and v.get("stats"):   # drawn as bars: every charted figure is indexed
+        fields(required={k: fields(required={s: number for s in ("median", "min", "max")})
+                         for k in CHARTED})(v["stats"], f"{where}.stats")
+
+
+COMPARE = fields(required={"configs": list_of(config)},
+                 optional={"command": list_of(string), "repeat": number,
+                           "recommendation": string, "interrupted": boolean,
+                           "runs": list_of(fields(optional={"config": string, "summary": SUMMARY,
+                                                            "timeline": maybe(timeline)}))})
+
+# ----------------------------------------------------------------- lab results
+
+
+def series(v, where: str) -> None:
+    fields(required={"y": list_of(num_or_text)},
+           optional={"name": string, "x": list_of(num_or_text), "lo": numbers, "hi": numbers,
+                     "color": string, "step": boolean, "dash": boolean, "stack": boolean})(v, where)
+    for k in ("x", "lo", "hi"):
+        if k in v and len(v[k]) != len(v["y"]):
+            raise Damaged(f"{where}.{k}", f"{len(v[k])} values for {len(v['y'])} in y")
+
+
+AXIS = fields(optional={"label": string, "unit": string, "log": boolean, "min": number,
+                        "categories": list_of(scalar)})
+CHART = fields(required={"series": list_of(series)},
+               optional={"id": string, "title": string, "kind": string, "note": string,
+                         "x": AXIS, "y": AXIS,
+                         "markers": list_of(fields(required={"x": number},
+                                                   optional={"label": string}))})
+EXPERIMENT = fields(
+    optional={"name": string, "title": string, "source": string, "about": string,
+              "error": string, "duration_s": number,
+              "tables": list_of(fields(required={"rows": list_of(list_of(scalar))},
+                                       optional={"title": string, "columns": list_of(scalar),
+                                                 "note": string})),
+              "claims": list_of(fields(required={"text": string, "verdict": string,
+                                                 "evidence": string},
+                                       optional={"depends_on": string, "source": string})),
+              "charts": list_of(CHART)})
+LAB = fields(required={"experiments": list_of(EXPERIMENT)},
+             optional={"machine": each_value(scalar), "started": string})
+
+SPECS = {"heapsight-run": RUN, "heapsight-compare": COMPARE, "heapsight-lab": LAB}
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a number heapsight writes")
 
 
-def _num(v, where: str, allow_none: bool = False):
-    if v is None and allow_none:
-        return
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise Damaged(where, f"expected a number, found {type(v).__name__} {str(v)[:30]!r}")
-    if isinstance(v, int) and not -MAX_INT <= v < MAX_INT:
-        raise Damaged(where, "a number too large to be a figure")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise Damaged(where, "not a finite number")
-
-
-def _typ(v, typ, where: str, allow_none: bool = False):
-    if v is None and allow_none:
-        return v
-    if not isinstance(v, typ) or isinstance(v, bool) and typ is not bool:
-        names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-        raise Damaged(where, f"expected {names}, found {type(v).__name__}")
-    return v
-
-
-def _nums(d: dict, keys, where: str, allow_none: bool = False) -> None:
-    for k in keys:
-        if k in d:
-            _num(d[k], f"{where}.{k}", allow_none)
-
-
-BREAKDOWN = ("at_s", "rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "retained_bytes",
-             "non_heap_bytes", "file_bytes", "baseline_anon_bytes", "other_anon_bytes",
-             "untouched_bytes")
-
-
-def _summary(s, where: str) -> None:
-    _typ(s, dict, where)
-    _typ(s.get("command", []), list, f"{where}.command")
-    for i, a in enumerate(s.get("command", [])):
-        _typ(a, str, f"{where}.command[{i}]")
-    _nums(s, ("pid", "exit_code", "exit_signal", "duration_s", "samples", "sample_hz",
-              "peak_rss_bytes", "final_rss_bytes", "forks", "execs", "cpu_user_s", "cpu_sys_s"), where)
-    for k in ("peak", "final"):
-        b = _typ(s.get(k), dict, f"{where}.{k}", allow_none=True)
-        if b is not None:
-            _nums(b, BREAKDOWN, f"{where}.{k}")
-    rel = _typ(s.get("release", {}), dict, f"{where}.release")
-    _nums(rel, ("rss_before_bytes", "rss_after_bytes", "gave_back_bytes", "seconds"), f"{where}.release")
-    heap = _typ(s.get("heap"), dict, f"{where}.heap", allow_none=True)
-    if heap is not None:
-        _typ(heap.get("allocator", ""), str, f"{where}.heap.allocator")
-        _nums(heap, [k for k in heap if k not in ("allocator", "size_classes", "mapped_at_exit_bytes")],
-              f"{where}.heap")
-        _num(heap.get("mapped_at_exit_bytes"), f"{where}.heap.mapped_at_exit_bytes", allow_none=True)
-    for i, f in enumerate(_typ(s.get("findings", []), list, f"{where}.findings")):
-        _typ(f, dict, f"{where}.findings[{i}]")
-        for k in ("kind", "title", "detail"):
-            _typ(f.get(k, ""), str, f"{where}.findings[{i}].{k}")
-        _num(f.get("bytes", 0), f"{where}.findings[{i}].bytes")
-        for j, sug in enumerate(_typ(f.get("suggestions", []), list, f"{where}.findings[{i}].suggestions")):
-            _typ(sug, str, f"{where}.findings[{i}].suggestions[{j}]")
-    _typ(s.get("verdict", ""), str, f"{where}.verdict")
-    for i, h in enumerate(_typ(s.get("holds", []), list, f"{where}.holds")):
-        _typ(h, dict, f"{where}.holds[{i}]")
-        _nums(h, [k for k in h if k != "cause"], f"{where}.holds[{i}]")
-
-
-def _timeline(tl, where: str) -> None:
-    if tl is None:
-        return
-    _typ(tl, dict, where)
-    lengths = {}
-    for col, values in tl.items():
-        _typ(values, list, f"{where}.{col}")
-        for i, v in enumerate(values):
-            _num(v, f"{where}.{col}[{i}]", allow_none=True)
-        lengths[col] = len(values)
-    if len(set(lengths.values())) > 1:
-        raise Damaged(where, "columns of uneven length "
-                      + ", ".join(f"{c} {n}" for c, n in sorted(lengths.items())))
-
-
-def _run(doc, where: str) -> None:
-    _summary(doc.get("summary"), f"{where}summary")
-    _timeline(doc.get("timeline"), f"{where}timeline")
-
-
-def _compare(doc) -> None:
-    for i, r in enumerate(_typ(doc.get("configs"), list, "configs")):
-        w = f"configs[{i}]"
-        _typ(r, dict, w)
-        _typ(r.get("name"), str, f"{w}.name")
-        _typ(r.get("ok"), bool, f"{w}.ok")
-        _typ(r.get("error"), str, f"{w}.error", allow_none=True)
-        for j, m in enumerate(_typ(r.get("runs", []), list, f"{w}.runs")):
-            _typ(m, dict, f"{w}.runs[{j}]")
-            _nums(m, m.keys(), f"{w}.runs[{j}]")
-        if r.get("ok"):
-            stats = _typ(r.get("stats"), dict, f"{w}.stats")
-            for key, st in stats.items():
-                _typ(st, dict, f"{w}.stats.{key}")
-                _nums(st, ("median", "min", "max"), f"{w}.stats.{key}")
-    _num(doc.get("repeat", 1), "repeat")
-    _typ(doc.get("recommendation", ""), str, "recommendation")
-    for i, run in enumerate(_typ(doc.get("runs", []), list, "runs")):
-        _typ(run, dict, f"runs[{i}]")
-        _run(run, f"runs[{i}].")
-
-
-def _chart(c, where: str) -> None:
-    _typ(c, dict, where)
-    _typ(c.get("id"), str, f"{where}.id")
-    for i, s in enumerate(_typ(c.get("series", []), list, f"{where}.series")):
-        _typ(s, dict, f"{where}.series[{i}]")
-        for k in ("x", "y", "lo", "hi"):
-            if k in s:
-                for j, v in enumerate(_typ(s[k], list, f"{where}.series[{i}].{k}")):
-                    if not isinstance(v, str):
-                        _num(v, f"{where}.series[{i}].{k}[{j}]", allow_none=True)
-
-
-def _lab(doc) -> None:
-    for i, e in enumerate(_typ(doc.get("experiments"), list, "experiments")):
-        w = f"experiments[{i}]"
-        _typ(e, dict, w)
-        _typ(e.get("name"), str, f"{w}.name")
-        if "error" in e:
-            _typ(e["error"], str, f"{w}.error")
-            continue
-        for j, t in enumerate(_typ(e.get("tables", []), list, f"{w}.tables")):
-            _typ(t, dict, f"{w}.tables[{j}]")
-            _typ(t.get("title", ""), str, f"{w}.tables[{j}].title")
-            _typ(t.get("columns"), list, f"{w}.tables[{j}].columns")
-            for k, row in enumerate(_typ(t.get("rows"), list, f"{w}.tables[{j}].rows")):
-                _typ(row, list, f"{w}.tables[{j}].rows[{k}]")
-        for j, cl in enumerate(_typ(e.get("claims", []), list, f"{w}.claims")):
-            _typ(cl, dict, f"{w}.claims[{j}]")
-            for k in ("text", "verdict", "evidence"):
-                _typ(cl.get(k), str, f"{w}.claims[{j}].{k}")
-        for j, c in enumerate(_typ(e.get("charts", []), list, f"{w}.charts")):
-            _chart(c, f"{w}.charts[{j}]")
-        _num(e.get("duration_s", 0), f"{w}.duration_s")
-
-
 def load(path: str) -> dict:
-    """A saved document of one of KINDS, checked; else HeapsightError (exit 2) naming the
-    file and the damaged field."""
-    raw = _read(path)
+    """A saved document of one of KINDS, checked; else HeapsightError (exit 2) whose one
+    line names the file and the damaged field."""
+    text = _text(path)
     try:
-        doc = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:  # bad JSON, bad UTF-8, NaN, too deep
-        raise HeapsightError(f"{path} is not a heapsight file (not valid JSON: {str(e)[:120]})", 2) from e
+        doc = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:  # bad JSON or UTF-8, NaN, huge ints, too deep
+        raise _refuse(path, f"not a heapsight file (not valid JSON: {str(e)[:120]})") from None
     kind = doc.get("kind") if isinstance(doc, dict) else None
-    if kind not in KINDS:
-        raise HeapsightError(f"{path} is not a heapsight run record, comparison or lab results "
-                             f"file (its kind is {str(kind)[:40]!r})", 2)
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise _refuse(path, f"kind: {str(kind)[:40]!r} is not a heapsight run record, "
+                      "comparison or lab results file")
     version = doc.get("schema_version", 1)
     if isinstance(version, bool) or not isinstance(version, int):
-        raise HeapsightError(f"{path}: schema_version: expected a whole number, found "
-                             f"{str(version)[:20]!r}", 2)
+        raise _refuse(path, f"schema_version: expected a whole number, found {_shown(version)}")
     if version > SCHEMA_VERSION:
-        raise HeapsightError(f"{path} was written by a newer heapsight (schema {version}); "
-                             "upgrade heapsight to read it", 2)
+        raise _refuse(path, f"schema_version: {version} was written by a newer heapsight (this "
+                      f"one reads {SCHEMA_VERSION}); upgrade heapsight to read it")
     try:
-        {"heapsight-run": lambda d: _run(d, ""), "heapsight-compare": _compare,
-         "heapsight-lab": _lab}[kind](doc)
+        SPECS[kind](doc, "")
     except Damaged as e:
-        raise HeapsightError(f"{path}: {e.where}: {e.what} ({KINDS[kind]}, damaged)", 2) from e
+        raise _refuse(path, f"{e.where}: {e.what} ({KINDS[kind]}, damaged)") from None
     return doc

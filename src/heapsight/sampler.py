@@ -49,6 +49,7 @@ class Timeline:
     _columns: dict | None = None
 
     thinned: int = 0            # samples dropped by thinning (see compact)
+    snapshots: list = field(default_factory=list)   # (label, t) of the samples asked for
     max_rows: int = MAX_ROWS
 
     def append_row(self, row: list) -> None:
@@ -70,6 +71,7 @@ class Timeline:
         old = np.frombuffer(self.flat, dtype=float, count=half * n).reshape(half, n)
         keep = np.zeros(half, dtype=bool)
         keep[::THIN_BUCKET] = True
+        keep |= np.isin(old[:, IDX["t"]], [t for _, t in self.snapshots])   # snapshots stay
         base = np.arange(0, half, THIN_BUCKET)
         for c in ("rss", "live_usable", "alloc_mapped"):
             col = old[:, IDX[c]].reshape(-1, THIN_BUCKET)
@@ -110,12 +112,19 @@ class Timeline:
 
 class Sampler:
     def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
-                 smaps_hz: float = 4.0, on_signal=None):
+                 smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
+                 snapshot_at: tuple = (), snapshot_every_s: float = 0.0, on_snapshot=None):
         """on_signal(siginfo) is called for each of interrupts.WATCHED that arrives while
         the program runs; the caller blocks them (and SIGCHLD, which ends a wait at once
         when the program exits) before starting the program."""
         self.proc, self.segment = proc, segment
         self.on_signal = on_signal
+        # snapshots: a sample taken and labelled at a signal (sent to heapsight), at given
+        # times, or every so often; on_snapshot(label, t) runs right after it is taken
+        self.snapshot_signal, self.on_snapshot = snapshot_signal, on_snapshot
+        self.snapshot_due = sorted(snapshot_at)
+        self.snapshot_every_s = snapshot_every_s
+        self.pending = []
         self.period = 1.0 / hz
         self.smaps_period = 1.0 / smaps_hz if smaps_hz > 0 else math.inf
         self.pid = proc.pid
@@ -142,12 +151,34 @@ class Sampler:
             return False
         deadline = time.monotonic() + seconds
         while True:
-            info = signal.sigtimedwait(WAKE, max(0.0, deadline - time.monotonic()))
+            wake = WAKE | ({self.snapshot_signal} if self.snapshot_signal else set())
+            info = signal.sigtimedwait(wake, max(0.0, deadline - time.monotonic()))
             if info is None:
                 return False
             if info.si_signo == signal.SIGCHLD:
                 return True
+            if info.si_signo == self.snapshot_signal:
+                self._signal_n += 1
+                self.pending.append(f"{signal.Signals(info.si_signo).name} #{self._signal_n}")
+                return True   # take it now
             self.on_signal(info)
+
+    def _snapshots(self, t: float) -> None:
+        """Labels the sample just taken when a snapshot is due (asked for by signal, at a
+        time, or every so often)."""
+        while self.snapshot_due and t >= self.snapshot_due[0]:
+            self.pending.append(f"--at {self.snapshot_due.pop(0):g}")
+        if self.snapshot_every_s and t >= self.snapshot_every_s * (self._every_n + 1):
+            self._every_n = int(t // self.snapshot_every_s)
+            self.pending.append(f"--every {self.snapshot_every_s:g} #{self._every_n}")
+        for label in self.pending:
+            self.timeline.snapshots.append((label, t))
+            if self.on_snapshot:
+                self.on_snapshot(label, t)
+        self.pending = []
+
+    _every_n = 0
+    _signal_n = 0
 
     def _open(self, pid: int) -> None:
         self.pid = pid
@@ -230,6 +261,7 @@ class Sampler:
                         row[I["alloc_mapped"]], row[I["arenas"]] = stats.mapped_bytes, stats.arenas
             if st is not None or counted:
                 tl.append_row(row)
+                self._snapshots(row[I["t"]])
             tl.ticks += 1
             # waitpid costs as much as a /proc read: ask at most 100 times a second, or at
             # once when /proc says the process is gone.

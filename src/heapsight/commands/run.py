@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from heapsight import interrupts, output, record, report
@@ -52,6 +53,18 @@ def add_arguments(p) -> None:
     p.add_argument("--html", metavar="FILE",
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    snaps = p.add_argument_group("snapshots (the split at moments you choose, in the summary, "
+                                 "the JSON and the page's timeline)")
+    snaps.add_argument("--snapshot-on", metavar="SIGNAL", type=signal_arg,
+                       help="take one each time heapsight gets SIGNAL (e.g. USR1: kill -USR1 "
+                            "<heapsight's pid>); the program never sees it")
+    snaps.add_argument("--at", metavar="T[,T...]", type=times_arg, default=(),
+                       help="take one at these seconds from the start")
+    snaps.add_argument("--every", metavar="T", type=float, default=0.0,
+                       help="take one every T seconds")
+    snaps.add_argument("--release-at-snapshot", action="store_true",
+                       help="at each snapshot also call the allocator's release in the program "
+                            "(through gdb) and measure it: this changes the program's state")
     gates = p.add_argument_group("CI gates (exit 90 when the program succeeded but a figure is "
                                  "above its limit; SIZE like 512M, 2G, 100MB)")
     gates.add_argument("--fail-if-retained", metavar="SIZE", type=size_arg,
@@ -72,6 +85,33 @@ def size_arg(text: str) -> int:
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
+
+
+RESERVED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGKILL,
+            signal.SIGSTOP}
+
+
+def signal_arg(text: str) -> int:
+    name = text.upper()
+    try:
+        sig = signal.Signals(int(name)) if name.isdigit() else signal.Signals[
+            name if name.startswith("SIG") else "SIG" + name]
+    except (KeyError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a signal: give a name such as USR1") from e
+    if sig in RESERVED:
+        raise argparse.ArgumentTypeError(f"{sig.name} is taken (heapsight passes it to the program "
+                                         "or needs it): use USR1 or USR2")
+    return int(sig)
+
+
+def times_arg(text: str) -> tuple:
+    try:
+        out = tuple(sorted(float(x) for x in text.split(",") if x.strip()))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, e.g. 0.5,2,10") from e
+    if not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds of 0 or more, e.g. 0.5,2,10")
+    return out
 
 
 def gate_failures(args, summary) -> list:
@@ -95,6 +135,11 @@ def validate(args) -> None:
         raise HeapsightError(f"--hz {args.hz:g} is out of range: give 1 to 1000 samples per second")
     if not (0 <= args.smaps_hz <= 100):
         raise HeapsightError(f"--smaps-hz {args.smaps_hz:g} is out of range: give 0 to 100")
+    if args.every < 0:
+        raise HeapsightError(f"--every {args.every:g}: give a positive number of seconds")
+    if args.release_at_snapshot and not (args.snapshot_on or args.at or args.every):
+        raise HeapsightError("--release-at-snapshot: no snapshot asked for (add --snapshot-on, "
+                             "--at or --every)")
     if not (0 <= args.stats_hz <= 1000):
         raise HeapsightError(f"--stats-hz {args.stats_hz:g} is out of range: give 0 to 1000")
     check_outputs(args)
@@ -115,6 +160,8 @@ def execute(args) -> int:
     argv = program_argv(args.command, "run")
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
                    release=not args.no_release, warn=not args.quiet,
+                   snapshot_signal=args.snapshot_on, snapshot_at=args.at,
+                   snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
                    stdout=sys.stderr if args.json == "-" else None)
     # An interrupt after the program ended waits until the run is saved (then ends heapsight).
     with interrupts.deferred():

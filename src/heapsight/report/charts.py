@@ -123,6 +123,8 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
         peak = s.get("peak")
         if peak:
             markers.append({"x": peak["at_s"], "label": f"peak {human(peak['rss_bytes'])}"})
+        for snap in s.get("snapshots") or []:
+            markers.append({"x": snap["at_s"], "label": f"snapshot {snap['label']}"})
         rel = s.get("release") or {}
         fin = s.get("final")
         if rel.get("measured") and fin:

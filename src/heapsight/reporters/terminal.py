@@ -98,6 +98,16 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     if s.preload != "active":
         c.print("  (/proc figures only: no split into live, waste and retained)", style="dim")
     c.print(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s")
+    for snap in s.snapshots:
+        b = snap.breakdown
+        p = b.parts()
+        line = (f"snapshot [{snap.label}] at {snap.at_s:.2f} s: RSS {human(b.rss_bytes)}, live "
+                f"{human(p['live'])}, retained {human(p['retained'])}, non-heap {human(p['non-heap'])}")
+        if snap.release and "gave_back_bytes" in snap.release:
+            line += f"; {snap.release['call']} gave back {human(snap.release['gave_back_bytes'])}"
+        elif snap.release:
+            line += f"; release not measured: {snap.release.get('error')}"
+        _indent(c, line, 2)
     for h in s.holds:
         whose = "freed, kept by the allocator" if h.cause == "retained" else "not from malloc"
         _indent(c, f"held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
