@@ -124,6 +124,7 @@ def test_this_process_reads_plausible_figures():
     finally:
         for f in (st, roll, statm):
             f.close()
-    assert s["threads"] >= 1 and 0 < s["anon"] <= s["rss"] <= s["hwm"] <= s["vsize"]
+    # (not hwm <= vsize: the peak RSS may exceed the address space left after a large free)
+    assert s["threads"] >= 1 and 0 < s["anon"] <= s["rss"] <= s["hwm"] and s["rss"] <= s["vsize"]
     assert 0 < r["pss"] <= r["rss"]
     assert m["rss"] % Statm.PAGE == 0 and 0 < m["anon"] <= m["rss"]
