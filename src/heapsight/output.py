@@ -9,7 +9,10 @@ whole or not at all, never replacing what heapsight did not create.
 - Files heapsight creates are mode 0600: a record holds the whole command line, which may
   carry secrets. A file that is replaced keeps no more than that either.
 - Ctrl-C, SIGTERM and SIGHUP wait while a file is written (then take effect): an
-  interrupt never loses a finished run and never leaves a temporary file behind.
+  interrupt never loses a finished run and never leaves a temporary file behind. A
+  special file is written with them free to act: a FIFO nobody reads would otherwise
+  hold heapsight past Ctrl-C, and there is no temporary file to leave.
+- A socket is refused: heapsight cannot open one as a file.
 """
 
 from __future__ import annotations
@@ -25,12 +28,19 @@ from heapsight import interrupts
 from heapsight.errors import HeapsightError
 
 
+TEMP_STEM_CHARS = 40   # of the target's name in its temporary file's: any valid name fits
+
+
 def _special(path: str) -> bool:
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _temp_prefix(target: str) -> str:
+    return f".{os.path.basename(target)[:TEMP_STEM_CHARS]}."
 
 
 def check(path: str, option: str, allow_stdout: bool = False) -> None:
@@ -43,23 +53,42 @@ def check(path: str, option: str, allow_stdout: bool = False) -> None:
     if not path:
         raise HeapsightError(f"{option}: the file name is empty")
     target = os.path.realpath(path)
-    if os.path.isdir(target):
+    parent = os.path.dirname(target) or "."
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None   # a new file (or a symlink to one)
+    except OSError as e:   # a symlink loop, a name too long, a file where a directory should be
+        if os.path.exists(parent) and not os.path.isdir(parent):
+            raise HeapsightError(f"{option} {path}: {parent} is not a directory; give a path "
+                                 "in a directory") from None
+        raise HeapsightError(f"{option} {path}: {e.strerror}; give another path") from None
+    if mode is not None and stat.S_ISDIR(mode):
         raise HeapsightError(f"{option} {path} is a directory: give a file name inside it, "
                              f"e.g. {os.path.join(path, 'out')}")
-    if _special(target):
+    if mode is not None and stat.S_ISSOCK(mode):
+        raise HeapsightError(f"{option} {path} is a socket, which heapsight cannot write; give "
+                             "a file, a FIFO or a device")
+    if mode is not None and not stat.S_ISREG(mode):   # a device or a FIFO: written in place
         if not os.access(target, os.W_OK):
             raise HeapsightError(f"{option} {path}: not writable (permission denied)")
         return
-    parent = os.path.dirname(target) or "."
     if not os.path.isdir(parent):
         raise HeapsightError(f"{option} {path}: directory {parent} does not exist (create it, "
                              "or give another path)")
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+    except OSError:
+        name_max = 255
+    if len(os.fsencode(os.path.basename(target))) > name_max:
+        raise HeapsightError(f"{option} {path}: the file name is longer than {name_max} bytes; "
+                             "give a shorter one")
     if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(target) and
                                                     not os.access(target, os.W_OK)):
         raise HeapsightError(f"{option} {path}: not writable (permission denied); give a path "
                              "in a directory you can write")
     try:   # a read-only file system, which access() does not see
-        fd, probe = tempfile.mkstemp(prefix=".heapsight-check-", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=parent)
     except OSError as e:
         raise HeapsightError(f"{option} {path}: cannot write in {parent} ({e.strerror})") from e
     os.close(fd)
@@ -80,26 +109,26 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
+    target = os.path.realpath(path)
+    if _special(target):   # interrupts stay free: a FIFO's reader may never come
+        try:
+            with open(target, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise HeapsightError(f"cannot write {path}: {e.strerror}", 1) from e
+        return
+    parent = os.path.dirname(target) or "."
     with interrupts.deferred():
-        target = os.path.realpath(path)
-        if _special(target):
-            try:
-                with open(target, "wb") as f:
-                    f.write(data)
-            except OSError as e:
-                raise HeapsightError(f"cannot write {path}: {e.strerror}", 1) from e
-            return
-        parent = os.path.dirname(target) or "."
         tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
-                                       dir=parent)
+            fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=parent)
             with os.fdopen(fd, "wb") as f:   # mkstemp makes it 0600
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, target)
             tmp = None
+            _sync_dir(parent)
         except OSError as e:
             raise HeapsightError(f"cannot write {path}: {e.strerror}", 1) from e
         finally:
@@ -108,6 +137,20 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> None:
                     os.unlink(tmp)
                 except OSError:
                     pass
+
+
+def _sync_dir(parent: str) -> None:
+    """The rename itself on disk (best effort: some file systems refuse)."""
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json(path: str, doc: dict, indent: int | None = 2) -> None:

@@ -11,7 +11,7 @@ path that cannot be written, before a long run rather than after it.
 from __future__ import annotations
 
 from heapsight import output, record
-from heapsight.report.html import Page, build
+from heapsight.report.html import Page, build, printable
 
 KINDS = {"heapsight-run": ("a run record", "summary", dict),
          "heapsight-compare": ("a comparison", "configs", list),
@@ -42,12 +42,6 @@ def check_output(path: str, option: str = "--html") -> None:
     output.check(path, option)
 
 
-def printable(text: str) -> str:
-    """Text whose undecodable bytes (a program's arguments can be any bytes: Python holds
-    them as surrogate escapes) are shown as \\xNN, so the page is valid UTF-8."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def write_html(path: str, docs: list, title: str | None = None) -> Page:
     """Writes the page for docs to path (whole or not at all) and returns it; the `--html
     FILE` of run, compare and lab."""
@@ -56,4 +50,4 @@ def write_html(path: str, docs: list, title: str | None = None) -> Page:
     return page
 
 
-__all__ = ["KINDS", "Page", "build_page", "check_output", "load", "write_html"]
+__all__ = ["KINDS", "Page", "build_page", "check_output", "load", "printable", "write_html"]

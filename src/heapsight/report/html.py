@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -48,9 +49,25 @@ def esc(v) -> str:
     return html.escape(str(v), quote=True)
 
 
+# Lone surrogates that are not undecodable bytes (surrogateescape holds byte 0xNN as
+# U+DCNN, NN >= 0x80): a hand-made file's "\\ud800", say.
+OTHER_SURROGATES = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+SURROGATES = re.compile("[\ud800-\udfff]+")
+
+
+def printable(text: str) -> str:
+    """Text whose undecodable bytes (a program's arguments can be any bytes: Python holds
+    them as surrogate escapes) are shown as \\xNN, and any other lone surrogate as
+    \\uNNNN, so the page is valid UTF-8."""
+    text = OTHER_SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def script_json(data) -> str:
-    """JSON that is safe inside a <script> element whatever its strings hold."""
+    """JSON that is safe inside a <script> element whatever its strings hold; undecodable
+    bytes read as in the rest of the page (printable), and stay valid JSON."""
     text = json.dumps(ch.clean(data), separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    text = SURROGATES.sub(lambda m: json.dumps(printable(m.group()))[1:-1], text)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
