@@ -7,8 +7,9 @@
 
 #include <stdint.h>
 
-#define HS_SEGMENT_MAGIC 0x3147455354485348ull /* "HSHTSEG1" */
-#define HS_SEGMENT_VERSION 3
+#define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
+#define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
+#define HS_SEGMENT_VERSION 4
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -82,7 +83,8 @@ typedef struct hs_segment_s {
   uint64_t exit_release_kind; /* what was called, as HS_ALLOC_* of the allocator */
   hs_alloc_stats_t exit_stats_before, exit_stats_after;
   uint64_t slots_offset;      /* byte offset of slots[0], for readers */
-  uint64_t reserved[31];
+  uint64_t creator_pid;       /* the heapsight process that made it: attach only while it lives */
+  uint64_t reserved[30];
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
 } hs_segment_t;
 

@@ -2,7 +2,10 @@
  * process to attach owns it; its forked children and other descendants count privately,
  * so no child's figures are ever mixed into the parent's. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,19 +67,54 @@ void _hs_segment_after_fork_child(void) {
   }
 }
 
+/* Opens HEAPSIGHT_SEGMENT only if it is a segment heapsight made for a run that is still
+ * going: a regular file (not a symlink: O_NOFOLLOW) of our user with no group or other
+ * access, of the exact size, whose header says "made by the CLI" or "attached" (by us
+ * before an execve, or by a parent), whose creator (the heapsight process) is alive, and
+ * whose run is not over. Anything else is left untouched and the program runs uncounted. So a variable that
+ * leaks into a daemon outliving the run finds no live creator (or no file) and writes
+ * nothing, and a path naming any other file never has a byte written into it. */
+static int open_segment(const char *path) {
+  int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return -1;
+  struct stat st;
+  hs_segment_t head; /* only its first fields are read */
+  size_t want = offsetof(hs_segment_t, reserved);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 077) != 0 || (size_t)st.st_size != sizeof(hs_segment_t) ||
+      pread(fd, &head, want, 0) != (ssize_t)want)
+    goto refuse;
+  if (head.version != HS_SEGMENT_VERSION || head.size_bytes != sizeof(hs_segment_t))
+    goto refuse;
+  /* attached already: by us before an execve, or by another process (then we only count
+   * ourselves as a foreign attach); a finished run is never reopened */
+  if (head.magic == HS_SEGMENT_MAGIC) {
+    if (head.state == HS_STATE_DONE) goto refuse;
+  } else if (head.magic != HS_SEGMENT_CREATED) {
+    goto refuse;
+  }
+  if (head.creator_pid == 0 || (kill((pid_t)head.creator_pid, 0) != 0 && errno != EPERM))
+    goto refuse;
+  return fd;
+refuse:
+  close(fd);
+  return -1;
+}
+
 void _hs_segment_attach(void) {
   if (_hs_seg) return;
   pthread_atfork(NULL, on_fork_parent, _hs_segment_after_fork_child);
   const char *path = getenv("HEAPSIGHT_SEGMENT");
   hs_segment_t *seg = NULL;
+  uint64_t creator = 0;
   if (path && *path) {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(hs_segment_t)) {
+    int fd = open_segment(path);
+    if (fd >= 0) {
       void *p = mmap(NULL, sizeof(hs_segment_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (p != MAP_FAILED) seg = (hs_segment_t *)p;
     }
     if (seg) {
+      creator = seg->creator_pid;
       uint64_t me = (uint64_t)getpid(), none = 0;
       if (__atomic_compare_exchange_n(&seg->owner_pid, &none, me, 0, __ATOMIC_ACQ_REL,
                                       __ATOMIC_ACQUIRE)) {
@@ -102,5 +140,6 @@ void _hs_segment_attach(void) {
   if (!seg) seg = private_segment();
   if (!seg) return; /* no memory for counters at all: run uncounted */
   fill_header(seg);
+  seg->creator_pid = creator;
   _hs_seg = seg;
 }

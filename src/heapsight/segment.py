@@ -6,14 +6,16 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-MAGIC = 0x3147455354485348
-VERSION = 3
+MAGIC = 0x3147455354485348      # attached by its owner
+CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
+VERSION = 4
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -45,7 +47,8 @@ _HEADER_FIELDS = [
     ("stats", STATS_DTYPE), ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
     ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),
     ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
-    ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("reserved", U8, (31,)),
+    ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
+    ("reserved", U8, (30,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.
@@ -103,14 +106,22 @@ def _shm_dir() -> str:
 
 
 def remove_stale_segments() -> None:
-    """Segments of heapsight processes that died without cleaning up (kill -9)."""
+    """Segments of heapsight processes of ours that died without cleaning up (kill -9).
+    Another user's files, or ones we cannot remove, are left alone."""
+    uid = os.geteuid()
     for p in Path(_shm_dir()).glob("heapsight-*-*.seg"):
         try:
+            st = p.lstat()
+            if st.st_uid != uid or not stat.S_ISREG(st.st_mode):
+                continue
             pid = int(p.name.split("-")[1])
             os.kill(pid, 0)
         except ProcessLookupError:
-            p.unlink(missing_ok=True)
-        except (ValueError, PermissionError, OSError):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+        except (ValueError, OSError):
             pass
 
 
@@ -120,9 +131,14 @@ class Segment:
     def __init__(self) -> None:
         remove_stale_segments()
         self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.ftruncate(fd, SEGMENT_BYTES)
+            # what the library checks before it writes a byte (native/src/segment.c)
+            head = np.zeros((), HEADER_DTYPE)
+            head["magic"], head["version"], head["size_bytes"] = CREATED, VERSION, SEGMENT_BYTES
+            head["creator_pid"] = os.getpid()
+            os.pwrite(fd, head.tobytes(), 0)
             self._map = mmap.mmap(fd, SEGMENT_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
