@@ -36,7 +36,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q tests
 
-# unit and scenario: under a minute on 2 cores
+# unit and scenario: the tiers to run while working (lab and browser add minutes)
 test-fast: setup
 	$(PY) -m pytest -q -m "unit or scenario" tests
 
