@@ -36,10 +36,14 @@ def test_counters_exact_under_300_threads():
 
 
 def test_size_class_floors_match_hs_class_of():
-    # class_floor_bytes names the classes of hs_class_of (hs_internal.h): 16-byte steps
-    # below 1 KiB, then 8 per power of two, strictly increasing, the last one below 2^64
+    # GIVEN each class's smallest usable size as Python names it (segment.class_floor_bytes)
     floors = [S.class_floor_bytes(c) for c in range(S.CLASSES)]
-    assert floors[:3] == [0, 16, 32] and floors[63] == 1008
-    assert floors[64] == 1024 and floors[65] == 1024 + 128 and floors[72] == 2048
     assert all(a < b for a, b in zip(floors, floors[1:]))
-    assert floors[-1] == (1 << 63) + 7 * (1 << 60)
+    # WHEN the C function the counters use classifies it, and the byte below it
+    sizes = [f for f in floors] + [f - 1 for f in floors[1:]]
+    got = subprocess.run([scenario("hs-class-of"), *map(str, sizes)], capture_output=True,
+                         text=True, check=True).stdout.split()
+    classes = list(map(int, got))
+    # THEN the floor is in its class and the byte below it in the class before
+    assert classes[:S.CLASSES] == list(range(S.CLASSES))
+    assert classes[S.CLASSES:] == list(range(S.CLASSES - 1))

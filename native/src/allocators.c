@@ -28,6 +28,7 @@ typedef struct hs_allocator_s {
   int id;
   const char *name;
   const char *soname_part; /* how its library file is recognised */
+  void (*init)(void);      /* resolves its own API (dlsym, after us) once it answers malloc */
   int (*stats)(hs_alloc_stats_t *out);
   int (*release)(void);
 } hs_allocator_t;
@@ -258,15 +259,6 @@ static int mmap_release(void) { return 1; }
 static int none_stats(hs_alloc_stats_t *out) { (void)out; return 0; }
 static int none_release(void) { return 0; }
 
-static const hs_allocator_t g_allocators[] = {
-    {HS_ALLOC_JEMALLOC, "jemalloc", "jemalloc", jemalloc_stats, jemalloc_release},
-    {HS_ALLOC_TCMALLOC, "tcmalloc", "tcmalloc", tcmalloc_stats, tcmalloc_release},
-    {HS_ALLOC_MIMALLOC, "mimalloc", "mimalloc", mimalloc_stats, mimalloc_release},
-    {HS_ALLOC_MMAP, "mmap", "libheapsight_mmap", mmap_stats, mmap_release},
-    {HS_ALLOC_GLIBC, "glibc", "libc.so", glibc_stats, glibc_release},
-};
-static const hs_allocator_t g_unknown = {HS_ALLOC_UNKNOWN, "unknown", "", none_stats, none_release};
-static const hs_allocator_t *g_alloc = &g_unknown;
 
 /* Check the header shortcut against the allocator's own answer before trusting it. Only
  * heap sizes: freeing an mmapped chunk would raise glibc's dynamic mmap threshold. */
@@ -319,6 +311,51 @@ static void drop_foreign_entry_points(void) {
       *optional[i] = NULL;
 }
 
+/* ---- each allocator's init: its API comes from the objects after us, as malloc did.
+ * Those other than glibc use malloc_usable_size (each exports it): _hs_usable_by_header
+ * stays 0. */
+static void glibc_init(void) {
+  g_mallinfo2 = (struct mallinfo2 (*)(void))dlsym(RTLD_NEXT, "mallinfo2");
+  g_malloc_info = (int (*)(int, FILE *))dlsym(RTLD_NEXT, "malloc_info");
+  g_malloc_trim = (int (*)(size_t))dlsym(RTLD_NEXT, "malloc_trim");
+  _hs_usable_by_header = header_matches_glibc();
+}
+
+static void jemalloc_init(void) { g_mallctl = (hs_mallctl_fn)dlsym(RTLD_NEXT, "mallctl"); }
+
+static void tcmalloc_init(void) {
+  g_tc_property = (int (*)(const char *, size_t *))dlsym(RTLD_NEXT,
+                                                        "MallocExtension_GetNumericProperty");
+  g_tc_release = (void (*)(void))dlsym(RTLD_NEXT, "MallocExtension_ReleaseFreeMemory");
+  tcmalloc_init_early();
+}
+
+static void mimalloc_init(void) {
+  g_mi_process_info = (hs_mi_process_info_fn)dlsym(RTLD_NEXT, "mi_process_info");
+  g_mi_collect = (void (*)(_Bool))dlsym(RTLD_NEXT, "mi_collect");
+}
+
+static void mmap_init(void) {
+  g_mmap_live_bytes = (uint64_t (*)(void))dlsym(RTLD_NEXT, "heapsight_mmap_live_bytes");
+  g_mmap_live_blocks = (uint64_t (*)(void))dlsym(RTLD_NEXT, "heapsight_mmap_live_blocks");
+}
+
+static void none_init(void) {}
+
+/* The adapter table: one row per allocator, everything heapsight knows of it on this side
+ * (docs/allocators.md). The first row whose soname part is in the file that holds the
+ * malloc answering us wins; glibc last, as its libc.so is always loaded. */
+static const hs_allocator_t g_allocators[] = {
+    {HS_ALLOC_JEMALLOC, "jemalloc", "jemalloc", jemalloc_init, jemalloc_stats, jemalloc_release},
+    {HS_ALLOC_TCMALLOC, "tcmalloc", "tcmalloc", tcmalloc_init, tcmalloc_stats, tcmalloc_release},
+    {HS_ALLOC_MIMALLOC, "mimalloc", "mimalloc", mimalloc_init, mimalloc_stats, mimalloc_release},
+    {HS_ALLOC_MMAP, "mmap", "libheapsight_mmap", mmap_init, mmap_stats, mmap_release},
+    {HS_ALLOC_GLIBC, "glibc", "libc.so", glibc_init, glibc_stats, glibc_release},
+};
+static const hs_allocator_t g_unknown = {HS_ALLOC_UNKNOWN, "unknown", "", none_init, none_stats,
+                                         none_release};
+static const hs_allocator_t *g_alloc = &g_unknown;
+
 void _hs_allocator_detect(void) {
   Dl_info info;
   const char *file = "";
@@ -330,33 +367,7 @@ void _hs_allocator_detect(void) {
     }
   }
   if (g_alloc->id != HS_ALLOC_GLIBC) drop_foreign_entry_points();
-  /* Each allocator's API comes from the objects after us, as malloc did. The others use
-   * malloc_usable_size (each exports it): _hs_usable_by_header stays 0. */
-  switch (g_alloc->id) {
-  case HS_ALLOC_GLIBC:
-    g_mallinfo2 = (struct mallinfo2 (*)(void))dlsym(RTLD_NEXT, "mallinfo2");
-    g_malloc_info = (int (*)(int, FILE *))dlsym(RTLD_NEXT, "malloc_info");
-    g_malloc_trim = (int (*)(size_t))dlsym(RTLD_NEXT, "malloc_trim");
-    _hs_usable_by_header = header_matches_glibc();
-    break;
-  case HS_ALLOC_JEMALLOC:
-    g_mallctl = (hs_mallctl_fn)dlsym(RTLD_NEXT, "mallctl");
-    break;
-  case HS_ALLOC_TCMALLOC:
-    g_tc_property = (int (*)(const char *, size_t *))dlsym(RTLD_NEXT,
-                                                          "MallocExtension_GetNumericProperty");
-    g_tc_release = (void (*)(void))dlsym(RTLD_NEXT, "MallocExtension_ReleaseFreeMemory");
-    tcmalloc_init_early();
-    break;
-  case HS_ALLOC_MIMALLOC:
-    g_mi_process_info = (hs_mi_process_info_fn)dlsym(RTLD_NEXT, "mi_process_info");
-    g_mi_collect = (void (*)(_Bool))dlsym(RTLD_NEXT, "mi_collect");
-    break;
-  case HS_ALLOC_MMAP:
-    g_mmap_live_bytes = (uint64_t (*)(void))dlsym(RTLD_NEXT, "heapsight_mmap_live_bytes");
-    g_mmap_live_blocks = (uint64_t (*)(void))dlsym(RTLD_NEXT, "heapsight_mmap_live_blocks");
-    break;
-  }
+  g_alloc->init();
 }
 
 /* Runs in the constructor, on the main thread: the FILE and its cookie are allocated here,
