@@ -6,7 +6,7 @@ import math
 import pytest
 
 from heapsight import analysis
-from heapsight.model import Breakdown, HeapFigures, Release
+from heapsight.model import Breakdown, HeapFigures, Hold, Release
 
 MiB = 1 << 20
 GLIBC_HEADER = 8
@@ -140,6 +140,16 @@ def test_split_works_element_by_element():
     assert list(parts["other_anon_bytes"]) == [18 * MiB, 0]
 
 
+def test_timeline_without_the_library_is_all_non_heap():
+    # allocator None: /proc figures only; a missing anonymous reading counts as all of RSS
+    parts = analysis.timeline_split({"rss": [10 * MiB, 20 * MiB], "anon": [4 * MiB, math.nan]},
+                                    0, None)
+    assert parts["non_heap_bytes"].tolist() == [10 * MiB, 20 * MiB]
+    assert parts["file_bytes"].tolist() == [6 * MiB, 0]
+    assert parts["baseline_anon_bytes"].tolist() == [4 * MiB, 20 * MiB]
+    assert not parts["retained_bytes"].any() and not parts["live_bytes"].any()
+
+
 # findings -----------------------------------------------------------------------------
 
 def test_no_final_breakdown_no_findings():
@@ -259,6 +269,25 @@ def test_findings_are_sorted_by_size():
     # GIVEN each of the four over its threshold, non-heap (the last one looked at) largest
     assert kinds(bd(**EVERYTHING)) == [("non-heap", 100 * MiB), ("never-freed", 40 * MiB),
                                        ("retention", 20 * MiB), ("waste", 14 * MiB)]
+
+
+def test_hold_findings_name_the_stretch_and_whose_memory():
+    kept = Hold(0.25, 1.5, 100 * MiB, 120 * MiB, 2 * MiB, 100 * MiB, 0, "retained")
+    f, = analysis.hold_findings([kept], "glibc", CMD)
+    assert (f.kind, f.bytes) == ("hold", 100 * MiB)
+    assert f.title == "100.0 MiB held beyond live bytes from 0.25 s to 1.50 s"
+    assert "(up to 120.0 MiB)" in f.detail and "glibc kept" in f.detail
+    assert f.suggestions == (
+        "GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- ./server --port 80",
+        "MALLOC_ARENA_MAX=2 heapsight run -- ./server --port 80")
+    assert analysis.hold_findings([kept], "jemalloc", CMD)[0].suggestions == ()
+    # anonymous memory malloc did not give: pymalloc's arenas for a Python program
+    other = Hold(0.0, 2.0, 50 * MiB, 60 * MiB, MiB, 0, 50 * MiB, "non-heap")
+    py, = analysis.hold_findings([other], "glibc", ["python3", "job.py"])
+    assert "did not come from malloc" in py.detail
+    assert py.suggestions[0].startswith("PYTHONMALLOC=malloc heapsight run -- python3 job.py")
+    assert analysis.hold_findings([other], "glibc", CMD)[0].suggestions == ()
+    assert analysis.hold_findings([], "glibc", CMD) == []
 
 
 # verdict ------------------------------------------------------------------------------
