@@ -226,7 +226,10 @@ FINDING = fields(optional={"kind": string, "bytes": number, "title": string, "de
 HOLD = fields(optional={"cause": string, **{k: number for k in (
     "start_s", "end_s", "held_bytes", "max_held_bytes", "live_bytes", "retained_bytes",
     "other_anon_bytes")}})
-SNAPSHOT = fields(required={"at_s": number, "label": string})
+SNAPSHOT = fields(required={"at_s": number, "label": string},
+                  optional={"breakdown": BREAKDOWN, **{k: maybe(number) for k in (
+                      "allocator_in_use_bytes", "allocator_free_bytes",
+                      "allocator_mapped_bytes")}})
 SUMMARY = fields(
     required={"command": list_of(string)},
     optional={"pid": maybe(number), "started_pid": maybe(number), "exit_code": maybe(number),
@@ -312,18 +315,46 @@ LAB = fields(required={"experiments": list_of(EXPERIMENT)},
 SPECS = {"heapsight-run": RUN, "heapsight-compare": COMPARE, "heapsight-lab": LAB}
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number heapsight writes")
+class _Unwritten:
+    """Where the JSON held a number heapsight never writes (NaN, Infinity, an integer of
+    thousands of digits): kept in place while parsing so the field can be named."""
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _parse(text: bytes, path: str):
+    seen = []
+
+    def unwritten(s: str):
+        seen.append(s)
+        return _Unwritten(s if len(s) < 16 else f"an integer of {len(s)} digits")
+    try:
+        try:
+            doc = json.loads(text, parse_constant=unwritten)
+        except ValueError as e:
+            if "digits" not in str(e):   # int()'s limit on digits (Python 3.11)
+                raise
+            doc = json.loads(text, parse_constant=unwritten,
+                             parse_int=lambda s: int(s) if len(s) < 40 else unwritten(s))
+    except (ValueError, RecursionError) as e:  # bad JSON or UTF-8, too deep
+        raise _refuse(path, f"not a heapsight file (not valid JSON: {str(e)[:120]})") from None
+    return doc, bool(seen)
+
+
+def _find_unwritten(v, where: str = ""):
+    if isinstance(v, _Unwritten):
+        raise Damaged(where or "(the document)", f"{v.text} is not a number heapsight writes")
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+    for k, x in items:
+        if isinstance(x, (dict, list, _Unwritten)):
+            _find_unwritten(x, f"{where}[{k}]" if isinstance(k, int) else
+                            f"{where}.{k}" if where else k)
 
 
 def load(path: str) -> dict:
     """A saved document of one of KINDS, checked; else HeapsightError (exit 2) whose one
     line names the file and the damaged field."""
-    text = _text(path)
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:  # bad JSON or UTF-8, NaN, huge ints, too deep
-        raise _refuse(path, f"not a heapsight file (not valid JSON: {str(e)[:120]})") from None
+    doc, unwritten = _parse(_text(path), path)
     kind = doc.get("kind") if isinstance(doc, dict) else None
     if not isinstance(kind, str) or kind not in KINDS:
         raise _refuse(path, f"kind: {str(kind)[:40]!r} is not a heapsight run record, "
@@ -335,6 +366,8 @@ def load(path: str) -> dict:
         raise _refuse(path, f"schema_version: {version} was written by a newer heapsight (this "
                       f"one reads {SCHEMA_VERSION}); upgrade heapsight to read it")
     try:
+        if unwritten:
+            _find_unwritten(doc)
         SPECS[kind](doc, "")
     except Damaged as e:
         raise _refuse(path, f"{e.where}: {e.what} ({KINDS[kind]}, damaged)") from None
