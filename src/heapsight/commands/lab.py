@@ -25,12 +25,12 @@ import platform
 import sys
 import time
 
-from heapsight import lab, output, report
+from heapsight import lab, output
 from heapsight.allocators import presets
 from heapsight.errors import HeapsightError
 from heapsight.lab.common import Context, say_stderr
 from heapsight.model import SCHEMA_VERSION
-from heapsight.reporters import csv, terminal
+from heapsight.reporters import csv, html, terminal
 
 
 def add_arguments(p) -> None:
@@ -129,7 +129,7 @@ def execute(args) -> int:
         output.save_doc(out, doc)
         sys.stderr.write(f"results saved to {out}\n")
     if args.html:
-        report.write_html(args.html, [doc])
+        html.write(args.html, [doc])
         sys.stderr.write(f"page written to {args.html}\n")
     if interrupted:
         return 130

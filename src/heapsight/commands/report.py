@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 import sys
 
-from heapsight import output, report
+from heapsight import output, record, report
 from heapsight.errors import HeapsightError
 from heapsight.report import png
+from heapsight.reporters import html
 
 
 def add_arguments(p) -> None:
@@ -36,13 +37,13 @@ def add_arguments(p) -> None:
 
 def execute(args) -> int:
     # Everything that can fail on the inputs fails before anything is written.
-    docs = [(path, report.load(path)) for path in args.files]
+    docs = [(path, record.load(path)) for path in args.files]
     output.check(args.output, "--output")
     if args.png:
         png.chromium()
         if os.path.exists(args.png) and not os.path.isdir(args.png):
             raise HeapsightError(f"--png {args.png} exists and is not a directory")
-    page = report.write_html(args.output, docs, args.title)
+    page = html.write(args.output, docs, args.title)
     size = len(report.printable(page.html).encode("utf-8"))
     print(f"heapsight report: wrote {args.output} ({len(docs)} file(s), {len(page.charts)} "
           f"chart(s), {size / 1024:,.0f} KiB)", file=sys.stderr)

@@ -24,11 +24,11 @@ import os
 import signal
 import sys
 
-from heapsight import interrupts, output, record, report
+from heapsight import interrupts, output, record
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, parse_size
 from heapsight.measure import Options, measure, program_argv
-from heapsight.reporters import terminal
+from heapsight.reporters import html, terminal
 
 USAGE = "heapsight run [options] [--] PROGRAM [ARGS...]"
 
@@ -173,7 +173,7 @@ def execute(args) -> int:
         if args.json:
             output.write_json(args.json, summary.to_dict())
         if args.html:
-            report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
+            html.write(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
     if not args.quiet:
         terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:
