@@ -9,7 +9,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 4
+#define HS_SEGMENT_VERSION 5
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -84,7 +84,8 @@ typedef struct hs_segment_s {
   hs_alloc_stats_t exit_stats_before, exit_stats_after;
   uint64_t slots_offset;      /* byte offset of slots[0], for readers */
   uint64_t creator_pid;       /* the heapsight process that made it: attach only while it lives */
-  uint64_t reserved[30];
+  char image[128];            /* the executable that attached (its last 127 bytes, NUL ended) */
+  uint64_t reserved[14];
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
 } hs_segment_t;
 

@@ -45,6 +45,15 @@ static void fill_header(hs_segment_t *s) {
   _hs_read_status(&s->start_rss_bytes, &s->start_anon_bytes);
   s->usable_by_header = (uint64_t)_hs_usable_by_header;
   _hs_allocator_describe(s);
+  /* which image attached: after an execve into one that does not load us, the CLI sees
+   * that the program's executable is no longer this one */
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
+  if (n > 0) {
+    size_t keep = (size_t)n < sizeof s->image - 1 ? (size_t)n : sizeof s->image - 1;
+    memcpy(s->image, exe + (size_t)n - keep, keep);
+    s->image[keep] = 0;
+  }
   __atomic_store_n(&s->state, HS_STATE_RUNNING, __ATOMIC_RELEASE);
   __atomic_store_n(&s->magic, HS_SEGMENT_MAGIC, __ATOMIC_RELEASE);
 }

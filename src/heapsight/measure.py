@@ -182,6 +182,17 @@ def _num(v, default=0):
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
               smaps_hz=math.nan, releases=None) -> Summary:
     attached = segment is not None and segment.attached()
+    # An execve into an image that does not load the library (a static binary, or one whose
+    # environment was cleared) leaves the old image's counters in the segment: the figures
+    # are then /proc's alone, from the exec on.
+    lost_at = None
+    if attached and tl.images:
+        last_t, last_exe = tl.images[-1]
+        attached_s = (segment.get("start_ns") - tl.start_ns) / 1e9 if tl.start_ns else 0.0
+        image = segment.image()
+        if (image and not last_exe.endswith(image)) or (len(tl.images) > 1
+                                                        and last_t > attached_s + 0.02):
+            lost_at, attached = tl.images[-1], False
     allocator = segment.allocator_name() if attached else "unknown"
     baseline = segment.get("start_anon_bytes") if attached else 0
     done = attached and segment.get("state") == STATE_DONE
@@ -260,6 +271,11 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     owner = segment.get("owner_pid") if attached else 0
     if linkage == "static":
         preload, note = "static", "statically linked: /proc figures only"
+    elif lost_at is not None:
+        preload, note = "not-attached", (f"it exec'd into {lost_at[1]} at {lost_at[0]:.2f} s, "
+                                         "which does not load the preload library (a static "
+                                         "binary, or its environment was cleared): /proc "
+                                         "figures only, for the whole run")
     elif not attached:
         preload, note = "not-attached", ("the preload library never started in the program "
                                          "(setuid, or it clears LD_PRELOAD): /proc figures only")
@@ -271,6 +287,17 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     forks = segment.get("forks") if attached else 0
     if forks:
         note += f"; its {forks} forked child process(es) are not counted"
+    if len(tl.images) > 1:
+        note += "; images: " + ", then ".join(f"{os.path.basename(exe)} from {t:.2f} s"
+                                               for t, exe in tl.images)
+    children = sorted(({"pid": pid, "name": name, "peak_rss_bytes": peak}
+                       for pid, (name, peak) in tl.children.items()),
+                      key=lambda ch: -ch["peak_rss_bytes"])
+    if children:
+        top = ", ".join(f"{ch['name']} {ch['peak_rss_bytes'] / (1 << 20):.1f} MiB"
+                        for ch in children[:3])
+        note += (f"; {len(children)} process(es) it started (fork, vfork, posix_spawn) ran beside "
+                 f"it, not counted in these figures; largest peaks: {top}")
 
     if done and heap and (peak_i is None or c.live_usable_bytes > live_col[peak_i]):
         peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
@@ -304,4 +331,5 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
         stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4),
-        snapshots=tuple(snapshots(tl, cols, parts, releases or {})))
+        snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
+        images=tuple(tl.images), children=tuple(children[:20]))

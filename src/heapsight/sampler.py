@@ -18,7 +18,9 @@ from heapsight import interrupts, procfs
 from heapsight.segment import Segment
 
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
-           "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads")
+           "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads",
+           "children_rss")
+CHILDREN_PER_S = 4          # the program's descendants: a walk of /proc, a few times a second
 CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~20 µs
 STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fills in above this
 
@@ -50,6 +52,8 @@ class Timeline:
 
     thinned: int = 0            # samples dropped by thinning (see compact)
     snapshots: list = field(default_factory=list)   # (label, t) of the samples asked for
+    images: list = field(default_factory=list)      # (t, executable): each image the program ran
+    children: dict = field(default_factory=dict)    # pid -> [name, peak RSS] of its descendants
     max_rows: int = MAX_ROWS
 
     def append_row(self, row: list) -> None:
@@ -180,6 +184,51 @@ class Sampler:
     _every_n = 0
     _signal_n = 0
 
+    def _image(self, t: float) -> None:
+        """Notes the executable the program runs, each time it changes (an execve)."""
+        try:
+            exe = os.readlink(f"/proc/{self.pid}/exe")
+        except OSError:
+            return
+        if not self.timeline.images or self.timeline.images[-1][1] != exe:
+            self.timeline.images.append((round(t, 3), exe))
+
+    def _children(self) -> float:
+        """The RSS of the program's descendants (compilers' cc1, a shell's commands: they
+        run beside it with their own heaps and are not counted in its figures); each one's
+        peak is kept by pid with its name."""
+        total, seen, todo = 0, set(), [self.pid]
+        page = os.sysconf("SC_PAGE_SIZE")
+        while todo:
+            parent = todo.pop()
+            try:
+                tids = os.listdir(f"/proc/{parent}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                        kids = [int(x) for x in f.read().split()]
+                except (OSError, ValueError):
+                    continue
+                for kid in kids:
+                    if kid in seen:
+                        continue
+                    seen.add(kid)
+                    todo.append(kid)
+                    try:
+                        with open(f"/proc/{kid}/statm", "rb") as f:
+                            rss = int(f.read().split()[1]) * page
+                        with open(f"/proc/{kid}/comm", "rb") as f:
+                            name = f.read().decode(errors="replace").strip()
+                    except (OSError, ValueError, IndexError):
+                        continue
+                    total += rss
+                    entry = self.timeline.children.setdefault(kid, [name, 0])
+                    entry[0] = name   # after an exec, the new image's name
+                    entry[1] = max(entry[1], rss)
+        return float(total) if seen else 0.0
+
     def _open(self, pid: int) -> None:
         self.pid = pid
         self.status, self.statm = procfs.status(pid), procfs.Statm(pid)
@@ -204,7 +253,7 @@ class Sampler:
         start = tl.start_ns / 1e9
         cpu0 = time.thread_time()
         next_tick, next_smaps, next_classes, next_status = start, start, start, start
-        next_poll = start
+        next_poll, next_children, children_rss = start, start, math.nan
         hwm, threads, best_usable = math.nan, math.nan, 0
         waste_ratio, pss, stats_seq, retargeted = 0.0, math.nan, -1, False
         blank = [math.nan] * len(COLUMNS)
@@ -218,6 +267,7 @@ class Sampler:
                 next_status = now + 1.0 / STATUS_PER_S
                 if st is not None:
                     hwm, threads = st.get("hwm", math.nan), st.get("threads", math.nan)
+                    self._image(now - start)
             else:
                 st = self.statm.read()
             if st is not None:
@@ -225,6 +275,10 @@ class Sampler:
                     if k in I:
                         row[I[k]] = v
                 row[I["hwm"]], row[I["threads"]] = hwm, threads
+            if now >= next_children:
+                children_rss = self._children()
+                next_children = now + 1.0 / CHILDREN_PER_S
+            row[I["children_rss"]] = children_rss
             if now >= next_smaps:
                 roll = self.rollup.read()
                 if roll is not None:

@@ -15,7 +15,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 4
+VERSION = 5
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -48,7 +48,7 @@ _HEADER_FIELDS = [
     ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),
     ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
     ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
-    ("reserved", U8, (30,)),
+    ("image", "S128"), ("reserved", U8, (14,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.
@@ -161,6 +161,10 @@ class Segment:
 
     def get(self, name: str) -> int:
         return int(self.header[name])
+
+    def image(self) -> str:
+        """The executable that attached (its last 127 bytes)."""
+        return bytes(self.header["image"]).split(b"\0")[0].decode(errors="surrogateescape")
 
     def allocator_name(self) -> str:
         return bytes(self.header["allocator_name"]).split(b"\0")[0].decode() or "unknown"

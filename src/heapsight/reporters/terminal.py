@@ -64,12 +64,13 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     c.print(Text(f"heapsight: {' '.join(s.command)}", style="bold"), soft_wrap=True)
     _indent(c, f"pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} "
                f"samples at {s.sample_hz:g} Hz", 2)
-    if s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid:
+    if (s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid
+            or s.children or len(s.images) > 1):
         _indent(c, f"note: {s.preload_note}", 2, style="dim")
 
     t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
     t.add_column("", no_wrap=True)
-    peak_t = f"at peak live ({s.peak.at_s:.2f} s)" if s.peak else "at peak"
+    peak_t = (f"at peak {'live' if s.heap else 'RSS'} ({s.peak.at_s:.2f} s)" if s.peak else "at peak")
     for head in (peak_t, "at exit"):
         t.add_column(head, justify="right", no_wrap=True)
         t.add_column("", justify="right", no_wrap=True, style="dim")
