@@ -14,7 +14,12 @@
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
 #define HS_CLASSES (HS_FINE_CLASSES + (64 - 10) * HS_SUBCLASSES)
-#define HS_FLUSH_BYTES (64 * 1024) /* per-thread slack before the global peak is updated */
+/* Per-thread slack before the global live figure and its peak are updated: 64 KiB while
+ * few threads count, less as more do, so all threads together never hold back more than
+ * HS_FLUSH_TOTAL_BYTES (or HS_FLUSH_MIN_BYTES per thread past 256 threads). */
+#define HS_FLUSH_BYTES (64 * 1024)
+#define HS_FLUSH_MIN_BYTES (4 * 1024)
+#define HS_FLUSH_TOTAL_BYTES (1024 * 1024)
 
 /* Allocator identities (hs_segment_t.allocator_id). */
 enum { HS_ALLOC_UNKNOWN = 0, HS_ALLOC_GLIBC = 1, HS_ALLOC_JEMALLOC = 2,
@@ -67,7 +72,7 @@ typedef struct hs_segment_s {
   uint64_t slot_overflows;   /* thread starts that found every slot taken */
   uint64_t start_ns;         /* CLOCK_MONOTONIC at attach */
   uint64_t start_rss_bytes, start_anon_bytes; /* /proc/self/status at attach */
-  int64_t live_usable_bytes; /* global figure, updated every HS_FLUSH_BYTES per thread */
+  int64_t live_usable_bytes; /* global figure, updated every flush limit per thread */
   uint64_t peak_usable_bytes;
   uint64_t peak_ns;
   uint64_t allocator_id;

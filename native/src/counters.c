@@ -14,6 +14,31 @@ HS_TLS int _hs_t_helper;         /* the stats thread: its allocations are a bug 
 static pthread_key_t g_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static hs_slot_t g_discard;      /* a sink for calls that must not be counted */
+static uint64_t g_claimed;       /* slots owned by live threads */
+
+/* The peak is raised only when a thread flushes, so it lags the true live figure by the
+ * bytes threads still hold back: bound that sum, not each thread's share. Read on the hot
+ * path (one load of a line that changes only when the thread count crosses a step). */
+int64_t _hs_flush_limit = HS_FLUSH_BYTES;
+
+static void set_flush_limit(uint64_t claimed) {
+  int64_t limit = claimed ? HS_FLUSH_TOTAL_BYTES / (int64_t)claimed : HS_FLUSH_BYTES;
+  if (limit > HS_FLUSH_BYTES) limit = HS_FLUSH_BYTES;
+  if (limit < HS_FLUSH_MIN_BYTES) limit = HS_FLUSH_MIN_BYTES;
+  if (__atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED) != limit)
+    __atomic_store_n(&_hs_flush_limit, limit, __ATOMIC_RELAXED);
+}
+
+static void raise_peak(hs_segment_t *seg, int64_t live) {
+  uint64_t peak = __atomic_load_n(&seg->peak_usable_bytes, __ATOMIC_RELAXED);
+  while (live > 0 && (uint64_t)live > peak) {
+    if (__atomic_compare_exchange_n(&seg->peak_usable_bytes, &peak, (uint64_t)live, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      __atomic_store_n(&seg->peak_ns, _hs_now_ns(), __ATOMIC_RELAXED);
+      break;
+    }
+  }
+}
 
 static void release_slot(void *arg) {
   (void)arg;
@@ -23,6 +48,7 @@ static void release_slot(void *arg) {
   _hs_tslot = NULL;
   t_exited = 1;
   __atomic_store_n(&s->claimed, 0, __ATOMIC_RELEASE); /* totals stay: readers only sum */
+  set_flush_limit(__atomic_sub_fetch(&g_claimed, 1, __ATOMIC_RELAXED));
 }
 
 static void make_key(void) { pthread_key_create(&g_key, release_slot); }
@@ -54,6 +80,10 @@ hs_slot_t *_hs_slot_claim(void) {
     pthread_once(&g_key_once, make_key);
     pthread_setspecific(g_key, (void *)1); /* so release_slot runs at thread exit */
     _hs_tslot = got;
+    /* Threads started together (a pool) claim their slots one by one: count those that
+     * exist already, so the first ones do not hold back 64 KiB each until their next call. */
+    uint64_t claimed = __atomic_add_fetch(&g_claimed, 1, __ATOMIC_RELAXED), threads = _hs_read_threads();
+    set_flush_limit(threads > claimed ? threads : claimed);
   } else {
     __atomic_fetch_add(&seg->slot_overflows, 1, __ATOMIC_RELAXED);
     t_exited = 1; /* keep using the shared slot: cheaper than rescanning every call */
@@ -73,7 +103,9 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr) {
     __atomic_fetch_add(&s->cls_alloc[c], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_waste[c], usable - req, __ATOMIC_RELAXED);
     if (hdr & 2) __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&_hs_seg->live_usable_bytes, (int64_t)usable, __ATOMIC_RELAXED);
+    /* no slack here: the peak is raised at once */
+    raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, (int64_t)usable,
+                                           __ATOMIC_RELAXED));
   } else {
     __atomic_fetch_add(&s->n_free, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);
@@ -83,21 +115,13 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr) {
 }
 
 /* Move a thread's pending bytes into the global live figure and raise the peak. The peak
- * is exact to within HS_FLUSH_BYTES per thread that holds pending bytes. */
+ * is exact to within what all threads hold back together: HS_FLUSH_TOTAL_BYTES, or
+ * HS_FLUSH_MIN_BYTES per thread past 256 threads (_hs_flush_limit). */
 void _hs_flush(hs_slot_t *s) {
   int64_t d = s->pending_bytes;
   s->pending_bytes = 0;
   if (s == &g_discard || _hs_seg == NULL || d == 0) return;
-  hs_segment_t *seg = _hs_seg;
-  int64_t live = __atomic_add_fetch(&seg->live_usable_bytes, d, __ATOMIC_RELAXED);
-  uint64_t peak = __atomic_load_n(&seg->peak_usable_bytes, __ATOMIC_RELAXED);
-  while (live > 0 && (uint64_t)live > peak) {
-    if (__atomic_compare_exchange_n(&seg->peak_usable_bytes, &peak, (uint64_t)live, 0,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-      __atomic_store_n(&seg->peak_ns, _hs_now_ns(), __ATOMIC_RELAXED);
-      break;
-    }
-  }
+  raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, d, __ATOMIC_RELAXED));
 }
 
 /* The main thread holds slot 1 from the first allocation on; at exit its pending bytes

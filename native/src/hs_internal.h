@@ -31,6 +31,7 @@ extern hs_real_t _hs_real;
 extern hs_segment_t *_hs_seg;      /* never NULL once _hs_resolve() has run */
 extern int _hs_usable_by_header;   /* glibc: read the chunk header instead of calling */
 extern HS_TLS hs_slot_t *_hs_tslot;
+extern int64_t _hs_flush_limit;    /* pending bytes a thread may hold back (counters.c) */
 
 void _hs_resolve(void);
 hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call */
@@ -49,6 +50,7 @@ int _hs_allocator_release(void);
 void _hs_stats_thread_start(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
+uint64_t _hs_read_threads(void); /* the process's thread count, 0 if unknown */
 uint64_t _hs_now_ns(void);
 
 /* Class of a usable size: exact 16-byte steps below 1 KiB, 8 per power of two above. */
@@ -89,7 +91,7 @@ __attribute__((always_inline)) static inline void hs_count_alloc(void *p, size_t
   if (hdr & 2) s->n_mmapped++;
   else if (HS_UNLIKELY(req >= HS_GLIBC_MMAP_THRESHOLD_START) && hdr) s->n_large_heap++;
   s->pending_bytes += (int64_t)u;
-  if (HS_UNLIKELY(s->pending_bytes > HS_FLUSH_BYTES)) _hs_flush(s);
+  if (HS_UNLIKELY(s->pending_bytes > _hs_flush_limit)) _hs_flush(s);
 }
 
 /* Called before the real free, so the chunk is still ours to read. */
@@ -102,7 +104,7 @@ __attribute__((always_inline)) static inline void hs_count_free(void *p) {
   s->usable_free_bytes += u;
   s->cls_free[hs_class_of(u)]++;
   s->pending_bytes -= (int64_t)u;
-  if (HS_UNLIKELY(s->pending_bytes < -HS_FLUSH_BYTES)) _hs_flush(s);
+  if (HS_UNLIKELY(s->pending_bytes < -_hs_flush_limit)) _hs_flush(s);
 }
 
 #endif

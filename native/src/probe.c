@@ -22,17 +22,27 @@ static uint64_t field_kb(const char *buf, const char *key) {
   return v;
 }
 
-int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
-  char buf[4096];
+static int read_status(char *buf, size_t size) {
   int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
+  ssize_t n = read(fd, buf, size - 1);
   close(fd);
   if (n <= 0) return 0;
   buf[n] = 0;
+  return 1;
+}
+
+int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
+  char buf[4096];
+  if (!read_status(buf, sizeof buf)) return 0;
   *rss_bytes = field_kb(buf, "\nVmRSS:") * 1024;
   *anon_bytes = field_kb(buf, "\nRssAnon:") * 1024;
   return 1;
+}
+
+uint64_t _hs_read_threads(void) {
+  char buf[4096];
+  return read_status(buf, sizeof buf) ? field_kb(buf, "\nThreads:") : 0;
 }
 
 static void publish_stats(const hs_alloc_stats_t *st) {

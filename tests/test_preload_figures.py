@@ -1,0 +1,23 @@
+"""Figures the preload library publishes that must hold whatever the program does: the
+peak with more threads than there are slots."""
+
+from conftest import scenario
+
+MiB = 1024 * 1024
+
+
+def test_peak_with_more_threads_than_slots_is_not_below_live(hs):
+    # GIVEN 300 threads (the segment has 255 thread slots: 45 count in the shared slot)
+    # that all hold 128 KiB at once, then free it all before they end
+    r = hs(scenario("hs-threads"), "--threads", "300", "--rounds", "5", "--keep-kb", "128",
+           "--free-kept", "1", timeout=60)
+    assert r.rc == 0, r.stderr
+    held = int(r.truth("threads")["kept_bytes"])
+    h, peak = r.summary["heap"], r.summary["peak"]
+    # THEN the peak is the moment they all held their blocks: the usable bytes (1032 per
+    # 1 KiB block under glibc) within the library's bounded slack (1 MiB over all threads)
+    assert h["peak_live_usable_bytes"] >= held - 1 * MiB, (h["peak_live_usable_bytes"], held)
+    # and never below the live bytes the sampler saw at its own peak sample
+    sampled = peak["live_bytes"] + peak["waste_bytes"]
+    assert h["peak_live_usable_bytes"] >= sampled - 1 * MiB, (h["peak_live_usable_bytes"], sampled)
+    assert h["live_blocks"] >= 0
