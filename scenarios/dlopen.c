@@ -1,5 +1,8 @@
 /* hs-dlopen: memory allocated by a dlopen'd plugin outlives its dlclose.
- * Truth: plugin_live_bytes = 1 MiB (plugin constructor) + 4 MiB (one plugin_make kept). */
+ * Truth: plugin_live_bytes = 1 MiB (plugin constructor) + 4 MiB (one plugin_make kept).
+ * --deepbind 1 loads it with RTLD_DEEPBIND (the plugin's own dependencies, libc among them,
+ * come before the global scope), and --small N has it hand out N more 64-byte blocks that
+ * this program frees: blocks made in the plugin and freed out here. */
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
@@ -10,7 +13,9 @@
 int main(int argc, char **argv)
 {
     const char *plugin = NULL;
-    const struct hs_opt opts[] = {{"plugin", NULL, &plugin}};
+    long deepbind = 0, small = 0;
+    const struct hs_opt opts[] = {
+        {"plugin", NULL, &plugin}, {"deepbind", &deepbind, NULL}, {"small", &small, NULL}};
     hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
 
     char path[PATH_MAX];
@@ -26,7 +31,7 @@ int main(int argc, char **argv)
         plugin = path;
     }
 
-    void *h = dlopen(plugin, RTLD_NOW);
+    void *h = dlopen(plugin, RTLD_NOW | (deepbind ? RTLD_DEEPBIND : 0));
     if (!h) {
         fprintf(stderr, "dlopen: %s\n", dlerror());
         return 1;
@@ -36,6 +41,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlsym: %s\n", dlerror());
         return 1;
     }
+    for (long i = 0; i < small; i++)
+        free(make(64));
     void *a = make(4 * MIB);
     void *b = make(4 * MIB);
     KEEP(a);

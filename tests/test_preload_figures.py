@@ -21,3 +21,17 @@ def test_peak_with_more_threads_than_slots_is_not_below_live(hs):
     sampled = peak["live_bytes"] + peak["waste_bytes"]
     assert h["peak_live_usable_bytes"] >= sampled - 1 * MiB, (h["peak_live_usable_bytes"], sampled)
     assert h["live_blocks"] >= 0
+
+
+def test_a_deepbind_plugin_is_counted_both_ways(hs):
+    # GIVEN a plugin loaded with RTLD_DEEPBIND (its libc ahead of the preload) that hands
+    # out 2000 small blocks the program frees, and 4 MiB + its constructor's 1 MiB it keeps
+    r = hs(scenario("hs-dlopen"), "--deepbind", "1", "--small", "2000")
+    assert r.rc == 0, r.stderr
+    plugin = int(r.truth("dlopen")["plugin_live_bytes"])
+    h = r.summary["heap"]
+    # THEN its allocations went through the hooks like its frees: no negative counts, and
+    # the kept bytes are live
+    assert h["live_blocks"] >= 2
+    assert h["n_alloc"] >= 2000 + 3 and h["n_free"] >= 2000 + 1
+    assert plugin <= h["live_requested_bytes"] <= plugin + 256 * 1024

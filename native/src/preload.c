@@ -182,6 +182,22 @@ HS_EXPORT void *pvalloc(size_t size) {
   return aligned_via(NULL, page, (size + page - 1) & ~(page - 1));
 }
 
+/* dlopen with RTLD_DEEPBIND puts the library's own dependencies (libc among them) ahead
+ * of the global scope, so its malloc binds past these hooks while its blocks are freed
+ * through them. Drop the flag, as heaptrack does. A tail call, so the real dlopen still
+ * sees the caller's return address (its namespace, and its RPATH for the search). */
+typedef void *(*hs_dlopen_fn)(const char *, int);
+
+HS_EXPORT void *dlopen(const char *file, int mode) {
+  static hs_dlopen_fn real;
+  hs_dlopen_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  if (HS_UNLIKELY(f == NULL)) {
+    f = (hs_dlopen_fn)must_find("dlopen", 1);
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+  }
+  return f(file, mode & ~RTLD_DEEPBIND);
+}
+
 /* C++ operator new/delete, all variants (mangled names, Itanium ABI). They forward to the
  * allocator's malloc; on failure the real operator new runs the new_handler and throws. */
 typedef struct { int unused; } hs_nothrow_t;

@@ -178,13 +178,15 @@ class Segment:
         and the requested total (needed only at the end) is left at 0."""
         k = self._used()
         f = dict(zip(_SCALARS, self._scalars[:k].sum(axis=0, dtype=np.uint64).tolist()))
-        live_usable = f["usable_alloc_bytes"] - f["usable_free_bytes"]
-        live_blocks = f["n_alloc"] - f["n_free"]
+        # Frees of blocks the hooks never saw allocated (a library that reached malloc past
+        # them) would make live figures negative: never publish an impossible count.
+        live_usable = max(0, f["usable_alloc_bytes"] - f["usable_free_bytes"])
+        live_blocks = max(0, f["n_alloc"] - f["n_free"])
         requested_total = 0
         if classes:
             n_alloc, live_n, waste = self._class_sums(k)
             mean = np.divide(waste, n_alloc, out=np.zeros_like(waste), where=n_alloc > 0)
-            live_req = live_usable - int(round(float(np.dot(np.clip(live_n, 0, None), mean))))
+            live_req = max(0, live_usable - int(round(float(np.dot(np.clip(live_n, 0, None), mean)))))
             requested_total = f["usable_alloc_bytes"] - int(waste.sum())
         else:
             live_req = int(live_usable * (1.0 - (waste_ratio or 0.0)))

@@ -1,0 +1,38 @@
+"""The segment's reader on counters it did not expect: frees the hooks saw of blocks they
+never saw allocated must not come out as negative live figures."""
+
+import mmap
+import os
+
+import numpy as np
+
+from heapsight import segment as S
+
+
+def test_more_frees_than_allocations_read_as_nothing_live():
+    seg = S.Segment()
+    try:
+        # GIVEN a slot that counted 10 allocations and 25 frees (15 of blocks allocated past
+        # the hooks), more usable bytes freed than allocated
+        fd = os.open(seg.path, os.O_RDWR)
+        m = mmap.mmap(fd, S.SEGMENT_BYTES)
+        os.close(fd)
+        slots = np.ndarray((S.MAX_SLOTS,), S.SLOT_DTYPE, buffer=m, offset=S.SLOTS_OFFSET)
+        head = np.ndarray((), S.HEADER_DTYPE, buffer=m, offset=0)
+        head["slots_used"] = 2
+        c = 3  # usable sizes 48..63
+        slots[1]["n_alloc"], slots[1]["n_free"] = 10, 25
+        slots[1]["usable_alloc_bytes"], slots[1]["usable_free_bytes"] = 480, 1200
+        slots[1]["cls_alloc"][c], slots[1]["cls_free"][c] = 10, 25
+        slots[1]["cls_waste"][c] = 80
+        # WHEN it is read
+        got = seg.counters(classes=True)
+        fast = seg.counters(classes=False, waste_ratio=0.1)
+        # THEN the totals are as counted and the live figures are 0, not negative
+        assert (got.n_alloc, got.n_free) == (10, 25)
+        assert (got.live_blocks, got.live_usable_bytes, got.live_requested_bytes) == (0, 0, 0)
+        assert (fast.live_blocks, fast.live_usable_bytes, fast.live_requested_bytes) == (0, 0, 0)
+        del slots, head
+        m.close()
+    finally:
+        seg.close()
