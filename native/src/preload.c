@@ -77,10 +77,19 @@ void _hs_resolve(void) {
     }                                                \
   } while (0)
 
+/* A failed allocation sets errno as POSIX says, whatever the allocator did (mimalloc 2.0.9
+ * and tcmalloc's calloc leave it alone): EINVAL for an alignment that is no power of two,
+ * ENOMEM otherwise. Only on the failure path. */
+__attribute__((noinline, cold)) static void *failed(size_t align) {
+  errno = align & (align - 1) ? EINVAL : ENOMEM;
+  return NULL;
+}
+
 HS_EXPORT void *malloc(size_t size) {
   HS_READY();
   void *p = _hs_real.malloc(size);
   if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
+  else return failed(1);
   return p;
 }
 
@@ -99,6 +108,7 @@ HS_EXPORT void *calloc(size_t n, size_t m) {
   }
   void *p = _hs_real.calloc(n, m);
   if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
+  else return failed(1);
   return p;
 }
 
@@ -119,6 +129,7 @@ HS_EXPORT void *realloc(void *old, size_t size) {
     if (_hs_tslot) _hs_tslot->n_realloc++;
   } else if (size != 0) {
     hs_count_alloc(old, _hs_real.malloc_usable_size(old)); /* failed: old is still live */
+    return failed(1);
   }
   return p;
 }
@@ -137,15 +148,23 @@ HS_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
 }
 
 /* The aligned entry points an allocator may lack fall back on posix_memalign, which every
- * allocator we forward to provides. */
+ * allocator we forward to provides. posix_memalign returns its error instead of setting
+ * errno: the fallback sets it, as memalign and aligned_alloc must (ENOMEM, EINVAL). An
+ * alignment that is no power of two is rounded up, as glibc's memalign does. */
 static void *aligned_via(void *(*f)(size_t, size_t), size_t align, size_t size) {
   if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
   void *p = NULL;
   if (f) {
     p = f(align, size);
+    if (p == NULL) return failed(align);
   } else {
     if (align < sizeof(void *)) align = sizeof(void *);
-    if (_hs_real.posix_memalign(&p, align, size) != 0) p = NULL;
+    if (align & (align - 1)) {
+      if (align > (SIZE_MAX >> 1) + 1) { errno = EINVAL; return NULL; }
+      align = (size_t)1 << (64 - __builtin_clzl(align));
+    }
+    int rc = _hs_real.posix_memalign(&p, align, size);
+    if (rc != 0) { errno = rc; p = NULL; }
   }
   if (p != NULL) hs_count_alloc(p, size);
   return p;
@@ -166,20 +185,26 @@ HS_EXPORT void *valloc(size_t size) {
   if (_hs_real.valloc) {
     void *p = _hs_real.valloc(size);
     if (p) hs_count_alloc(p, size);
+    else return failed(1);
     return p;
   }
   return aligned_via(NULL, (size_t)sysconf(_SC_PAGESIZE), size);
 }
 
+/* pvalloc rounds the size up to whole pages; a size that cannot be rounded fails with
+ * ENOMEM instead of wrapping to a small block (tcmalloc 2.10's own pvalloc wraps too, so
+ * the check comes before any allocator is asked). */
 HS_EXPORT void *pvalloc(size_t size) {
   if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), rounded;
+  if (__builtin_add_overflow(size, page - 1, &rounded)) return failed(1);
   if (_hs_real.pvalloc) {
     void *p = _hs_real.pvalloc(size);
     if (p) hs_count_alloc(p, size);
+    else return failed(1);
     return p;
   }
-  return aligned_via(NULL, page, (size + page - 1) & ~(page - 1));
+  return aligned_via(NULL, page, rounded & ~(page - 1));
 }
 
 /* dlopen with RTLD_DEEPBIND puts the library's own dependencies (libc among them) ahead
@@ -199,16 +224,34 @@ HS_EXPORT void *dlopen(const char *file, int mode) {
 }
 
 /* C++ operator new/delete, all variants (mangled names, Itanium ABI). They forward to the
- * allocator's malloc; on failure the real operator new runs the new_handler and throws. */
+ * allocator's malloc. When it fails, libstdc++'s own operator new takes over: it runs the
+ * new_handler and retries through malloc (these hooks, so the block is counted), and
+ * throws, or for the nothrow forms returns NULL once there is no handler or it throws.
+ * Found in libstdc++ itself, not with RTLD_NEXT: jemalloc, tcmalloc and mimalloc define
+ * operator new too, and their retry would allocate past the hooks. */
 typedef struct { int unused; } hs_nothrow_t;
+typedef void *(*hs_new_fn)(size_t);
+typedef void *(*hs_new_aligned_fn)(size_t, size_t);
+typedef void *(*hs_new_nothrow_fn)(size_t, const hs_nothrow_t *);
+typedef void *(*hs_new_aligned_nothrow_fn)(size_t, size_t, const hs_nothrow_t *);
+
+static void *cxx_real(const char *name) {
+  void *lib = dlopen("libstdc++.so.6", RTLD_NOLOAD | RTLD_LAZY);
+  void *f = lib ? dlsym(lib, name) : NULL;
+  if (lib) dlclose(lib);
+  return f ? f : must_find(name, 1);
+}
+
 #define HS_REAL_NEW(type, name, ...)                                   \
   do {                                                                 \
     static type real;                                                  \
-    if (!real) real = (type)must_find(name, 1);                        \
-    return real(__VA_ARGS__);                                          \
+    type f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);                 \
+    if (!f) {                                                          \
+      f = (type)cxx_real(name);                                        \
+      __atomic_store_n(&real, f, __ATOMIC_RELEASE);                    \
+    }                                                                  \
+    return f(__VA_ARGS__);                                             \
   } while (0)
-typedef void *(*hs_new_fn)(size_t);
-typedef void *(*hs_new_aligned_fn)(size_t, size_t);
 
 static void *new_aligned(size_t size, size_t align) {
   return aligned_via(NULL, align, size ? size : 1);
@@ -224,8 +267,16 @@ HS_EXPORT void *_Znam(size_t size) {
   if (HS_LIKELY(p != NULL)) return p;
   HS_REAL_NEW(hs_new_fn, "_Znam", size);
 }
-HS_EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
-HS_EXPORT void *_ZnamRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) { (void)nt; return malloc(size ? size : 1); }
+HS_EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) {
+  void *p = malloc(size ? size : 1);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_nothrow_fn, "_ZnwmRKSt9nothrow_t", size, nt);
+}
+HS_EXPORT void *_ZnamRKSt9nothrow_t(size_t size, const hs_nothrow_t *nt) {
+  void *p = malloc(size ? size : 1);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_nothrow_fn, "_ZnamRKSt9nothrow_t", size, nt);
+}
 HS_EXPORT void *_ZnwmSt11align_val_t(size_t size, size_t align) {
   void *p = new_aligned(size, align);
   if (HS_LIKELY(p != NULL)) return p;
@@ -237,10 +288,14 @@ HS_EXPORT void *_ZnamSt11align_val_t(size_t size, size_t align) {
   HS_REAL_NEW(hs_new_aligned_fn, "_ZnamSt11align_val_t", size, align);
 }
 HS_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
-  (void)nt; return new_aligned(size, align);
+  void *p = new_aligned(size, align);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_aligned_nothrow_fn, "_ZnwmSt11align_val_tRKSt9nothrow_t", size, align, nt);
 }
 HS_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const hs_nothrow_t *nt) {
-  (void)nt; return new_aligned(size, align);
+  void *p = new_aligned(size, align);
+  if (HS_LIKELY(p != NULL)) return p;
+  HS_REAL_NEW(hs_new_aligned_nothrow_fn, "_ZnamSt11align_val_tRKSt9nothrow_t", size, align, nt);
 }
 
 HS_EXPORT void _ZdlPv(void *p) { free(p); }
