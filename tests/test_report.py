@@ -294,7 +294,8 @@ def big_run(n=600_000):
             "live_usable": live * 1.04, "live_req": live, "n_alloc": n_alloc,
             "n_free": n_alloc - np.floor(live / 512), "alloc_in_use": live * 1.05,
             "alloc_free": rss - live, "alloc_mapped": np.maximum.accumulate(rss),
-            "arenas": np.minimum(1 + t // 60, 8), "threads": np.full(n, 9.0)}
+            "arenas": np.minimum(1 + t // 60, 8), "threads": np.full(n, 9.0),
+            "children_rss": np.zeros(n)}
     assert set(cols) == set(COLUMNS)
     peak = {"at_s": t[spike], "rss_bytes": int(rss[spike]), "live_bytes": 0, "waste_bytes": 0,
             "metadata_bytes": 0, "retained_bytes": 0, "non_heap_bytes": 0, "file_bytes": 0,

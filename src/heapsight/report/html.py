@@ -192,7 +192,10 @@ def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
             f'<h2><span class="kind">run</span>{esc(prog)}{esc(" " + label) if label else ""}</h2>',
             f'<div class="from">{esc(source)}</div>',
             f'<div class="verdict v-{esc(kind)}">{esc(s.get("verdict", ""))}</div>',
-            figures(cs), breakdown_table(s), facts_html(run_facts(s)), findings_html(s), "</section>"]
+            # what a reader needs first, in the first screen: the verdict, the breakdown and
+            # what to try; then the charts and the facts
+            f'<div class="run-top">{breakdown_table(s)}{findings_html(s)}</div>',
+            figures(cs), facts_html(run_facts(s)), "</section>"]
     return "".join(body), cs
 
 
@@ -257,10 +260,17 @@ def claim_html(c: dict) -> str:
             f'<div class="evidence">{esc(c.get("evidence", ""))}</div></div>')
 
 
+FOLD_ROWS = 12   # a longer table is folded: its title shows, its rows open on a click
+
+
 def lab_table(t: dict) -> str:
     rows = [[cell(x) for x in r] for r in t.get("rows") or []]
     note = f'<p class="table-note">{esc(t["note"])}</p>' if t.get("note") else ""
-    return table(t.get("columns") or [], rows, t.get("title", "")) + note
+    if len(rows) <= FOLD_ROWS:
+        return table(t.get("columns") or [], rows, t.get("title", "")) + note
+    return (f'<details class="table"><summary>{esc(t.get("title", "table"))} '
+            f'<span class="rows">({len(rows)} rows)</span></summary>'
+            + table(t.get("columns") or [], rows) + note + "</details>")
 
 
 def lab_section(sid: str, source: str, doc: dict) -> tuple:

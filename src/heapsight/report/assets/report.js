@@ -9,7 +9,7 @@
                  '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
   var started = performance.now();
   var charts = {};
-  var state = {};   // per chart: zoomed x domain
+  var state = {};   // per chart: zoomed x domain (x), series hidden from the legend (hidden)
   var pngId = null;
   var dragging = null;  // the chart being dragged across: finishes when the button is let go
   var NEAR_PX = 40;     // the tooltip leaves out lines whose nearest point is this much farther
@@ -144,6 +144,26 @@
   function ticks(sc, unit, n) {
     return sc.log ? logTicks(sc.d0, sc.d1, unit, n) : linTicks(sc.d0, sc.d1, unit, n);
   }
+  // Labels for ticks, never two alike on one axis: more digits until they differ, and a
+  // tick whose label still repeats its neighbour's is left out.
+  function tickLabels(values, unit) {
+    var one = function (v, d) {
+      if (unit === 'bytes') return fmtBytes(v, d);
+      if (unit === 's' || unit === '%') return fmt(v, unit, true);
+      var a = Math.abs(v);
+      if (a >= 10000 && (unit === 'count' || !unit || unit === '/s')) {
+        var u = a >= 1e9 ? ['G', 1e9] : a >= 1e6 ? ['M', 1e6] : ['k', 1e3];
+        return trim((v / u[1]).toFixed(d)) + u[0];
+      }
+      return fmt(v, unit, true);
+    };
+    for (var d = 1; d <= 4; d++) {
+      var labels = values.map(function (v) { return one(v, d); });
+      var clash = labels.some(function (l, i) { return i && l === labels[i - 1]; });
+      if (!clash) return labels;
+    }
+    return labels.map(function (l, i) { return i && l === labels[i - 1] ? null : l; });
+  }
   // The y domain of values: from 0 when every value is >= 0 (bars and areas start there),
   // a little headroom on top; on a log axis, whole powers around the data.
   function yDomain(lo, hi, ax) {
@@ -207,20 +227,32 @@
   function drawAxes(g, c, X, Y, m, W, H, xIsCat) {
     var pw = W - m.l - m.r, ph = H - m.t - m.b;
     var grid = svg('g', {'class': 'grid'}, g);
-    var yt = ticks(Y, c.y.unit, Math.max(3, Math.round(ph / 55)));
-    yt.forEach(function (v) {
+    var yt = ticks(Y, c.y.unit, Math.max(3, Math.round(ph / 55))).filter(function (v) {
       var y = Y(v);
-      if (y < m.t - 0.5 || y > m.t + ph + 0.5) return;
+      return y >= m.t - 0.5 && y <= m.t + ph + 0.5;
+    });
+    var yl = tickLabels(yt, c.y.unit);
+    yt.forEach(function (v, i) {
+      var y = Y(v);
       svg('line', {x1: m.l, x2: m.l + pw, y1: y, y2: y, 'class': v === 0 ? 'zero' : ''}, grid);
-      text(g, m.l - 7, y + 4, fmt(v, c.y.unit, true), {'class': 'tick', 'text-anchor': 'end'});
+      if (yl[i] !== null) text(g, m.l - 7, y + 4, yl[i], {'class': 'tick tick-y', 'text-anchor': 'end'});
     });
     if (!xIsCat) {
-      var xt = ticks(X, c.x.unit, Math.max(3, Math.round(pw / 95)));
-      xt.forEach(function (v) {
+      // a log axis over a few measured points (2 KiB, 20 KiB, ...): the ticks are the points
+      var pts = [];
+      (c.series || []).forEach(function (s) { (s.x || []).forEach(function (v) { if (fin(v) && pts.indexOf(v) < 0) pts.push(v); }); });
+      pts.sort(function (a, b) { return a - b; });
+      var xt = (X.log && pts.length >= 2 && pts.length <= 12) ? pts
+        : ticks(X, c.x.unit, Math.max(3, Math.round(pw / 95)));
+      xt = xt.filter(function (v) { var x = X(v); return x >= m.l - 0.5 && x <= m.l + pw + 0.5; });
+      var xl = tickLabels(xt, c.x.unit), lastRight = -Infinity;
+      xt.forEach(function (v, i) {
         var x = X(v);
-        if (x < m.l - 0.5 || x > m.l + pw + 0.5) return;
         svg('line', {x1: x, x2: x, y1: m.t, y2: m.t + ph}, grid);
-        text(g, x, m.t + ph + 16, fmt(v, c.x.unit, true), {'class': 'tick', 'text-anchor': 'middle'});
+        var w = (xl[i] || '').length * 6.4;
+        if (xl[i] === null || x - w / 2 < lastRight + 6) return;   // no label over another
+        lastRight = x + w / 2;
+        text(g, x, m.t + ph + 16, xl[i], {'class': 'tick tick-x', 'text-anchor': 'middle'});
       });
     }
     svg('line', {x1: m.l, x2: m.l + pw, y1: m.t + ph, y2: m.t + ph, 'class': 'axis'}, g);
@@ -457,13 +489,13 @@
       sel.setAttribute('visibility', 'hidden');
       if (b - a < 6) return;
       var lo = X.inv(Math.max(a, m.l)), hi = X.inv(Math.min(b, m.l + pw));
-      state[c.id] = {x: [lo, hi]};
+      state[c.id] = Object.assign(state[c.id] || {}, {x: [lo, hi]});
       tip.style.display = 'none';
       draw(c.id);
     }
     overlay.addEventListener('mouseup', finish);
     overlay.addEventListener('dblclick', function () {
-      if (state[c.id]) { delete state[c.id]; tip.style.display = 'none'; draw(c.id); }
+      if (state[c.id] && state[c.id].x) { delete state[c.id].x; tip.style.display = 'none'; draw(c.id); }
     });
   }
 
@@ -479,7 +511,8 @@
     });
     tip.style.display = 'block';
     var fr = fig.getBoundingClientRect(), rr = root.getBoundingClientRect();
-    var x = rr.left - fr.left + px + 14, y = rr.top - fr.top + py + 12;
+    var x = rr.left - fr.left + px + 14, y = rr.top - fr.top + py - tip.offsetHeight - 12;
+    if (y < 0) y = rr.top - fr.top + 4;   // above the plot's top edge: pin it there
     if (x + tip.offsetWidth > fig.clientWidth - 4) x = rr.left - fr.left + px - tip.offsetWidth - 14;
     if (x < 0) x = 4;
     tip.style.left = x + 'px';
@@ -513,7 +546,9 @@
     var g = svg('g', {}, root);
     var marks = 0;
     var base = ylog ? Y(ydom[0]) : Y(Math.max(ydom[0], 0));
-    var labels = bw >= 34 && cats.length * series.length <= 36;
+    var widest = 0;
+    series.forEach(function (s) { (s.y || []).forEach(function (v) { if (fin(v)) widest = Math.max(widest, fmt(v, c.y.unit).length); }); });
+    var labels = bw >= widest * 6.2 + 6 && cats.length * series.length <= 36;
     cats.forEach(function (cat, j) {
       var gx = m.l + groupW * j + (groupW - inner) / 2;
       var lx = m.l + groupW * (j + 0.5);
@@ -572,12 +607,22 @@
     fig.textContent = '';
     html('div', 'chart-title', c.title || id, fig);
     var legend = html('div', 'legend', null, fig);
+    var hidden = (state[id] && state[id].hidden) || {};
     (c.series || []).forEach(function (s, i) {
-      var item = html('span', 'legend-item', null, legend);
+      var has = (s.y || []).some(fin);
+      if (!has) return;   // a series with nothing to draw is not listed
+      var item = html('span', 'legend-item' + (hidden[s.name] ? ' off' : ''), null, legend);
+      item.title = hidden[s.name] ? 'click to show' : 'click to hide';
       var sw = html('span', 'sw' + ((c.kind === 'line' || s.stack === false) ? ' sw-line' : ''), null, item);
       sw.style.background = s.dash ? 'repeating-linear-gradient(90deg, ' + color(s, i) + ' 0 5px, transparent 5px 8px)'
         : color(s, i);
       html('span', null, s.name, item);
+      item.addEventListener('click', function () {
+        state[id] = state[id] || {};
+        state[id].hidden = state[id].hidden || {};
+        state[id].hidden[s.name] = !state[id].hidden[s.name];
+        draw(id);
+      });
     });
     if (state[id] && state[id].x) html('span', 'zoomed', 'zoomed in: double-click to reset', legend);
     var box = html('div', 'plotbox', null, fig);
@@ -587,13 +632,55 @@
     var W = Math.max(320, Math.floor(box.clientWidth || fig.clientWidth || 640));
     var H = pngId ? Math.max(200, Math.floor(box.clientHeight)) : (c.height || 320);
     c.x = c.x || {}; c.y = c.y || {};
-    var marks = c.kind === 'bar' ? drawBars(fig, c, box, W, H) : drawXY(fig, c, box, W, H);
+    // hidden series are left out of the drawing (colours stay: they come with each series)
+    var shown = c;
+    if (Object.keys(hidden).some(function (k) { return hidden[k]; })) {
+      shown = Object.assign({}, c, {series: (c.series || []).map(function (s, i) {
+        return Object.assign({}, s, {color: color(s, i)});
+      }).filter(function (s) { return !hidden[s.name]; })});
+    }
+    var marks = c.kind === 'bar' ? drawBars(fig, shown, box, W, H) : drawXY(fig, shown, box, W, H);
     fig.dataset.drawn = 'yes';
     return marks;
   }
 
+  // What a reader of the page sees, checked on the page itself (the tests read it back):
+  // no axis repeats a tick label, no two labels overlap, and the first run's verdict, its
+  // breakdown and its first suggestion are in the first screen.
+  function layoutCheck() {
+    var repeats = 0, overlaps = 0;
+    document.querySelectorAll('svg.plot').forEach(function (root) {
+      ['tick-x', 'tick-y'].forEach(function (cls) {
+        var ls = Array.prototype.map.call(root.querySelectorAll('.' + cls), function (t) { return t.textContent; });
+        for (var i = 1; i < ls.length; i++) if (ls[i] === ls[i - 1]) repeats++;
+      });
+      var boxes = Array.prototype.map.call(root.querySelectorAll('.tick, .bar-label'), function (t) {
+        return t.getBoundingClientRect();
+      }).filter(function (r) { return r.width > 0; });
+      for (var i = 0; i < boxes.length; i++) {
+        for (var j = i + 1; j < boxes.length; j++) {
+          var a = boxes[i], b = boxes[j];
+          if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1) overlaps++;
+        }
+      }
+    });
+    var seen = [];
+    var run = document.querySelector('section.run');
+    if (run) {
+      [['verdict', '.verdict'], ['breakdown', 'table.breakdown'], ['suggestion', '.findings li']].forEach(function (q) {
+        var el = run.querySelector(q[1]);
+        if (el && el.getBoundingClientRect().bottom <= window.innerHeight) seen.push(q[0]);
+      });
+    }
+    document.body.dataset.tickRepeats = String(repeats);
+    document.body.dataset.overlaps = String(overlaps);
+    document.body.dataset.firstScreen = seen.join(',');
+    document.body.dataset.viewport = window.innerWidth + 'x' + window.innerHeight;
+  }
+
   function health(drawn) {
     var errs = (window.__hs && window.__hs.errors) || [];
+    if (!pngId) layoutCheck();
     document.body.dataset.charts = drawn + ' drawn';
     document.body.dataset.errors = String(errs.length);
     var box = document.getElementById('hs-errors');
