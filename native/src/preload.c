@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,29 +13,48 @@
 
 #define HS_EXPORT __attribute__((visibility("default")))
 
-hs_real_t _hs_real;
-static volatile int g_resolving;
+/* Start-up, explicit (heaptrack's DummyPool idea): until the real functions are known,
+ * the hooks cannot forward. One thread resolves them, once; dlsym may allocate on that
+ * thread meanwhile (calloc for its error buffer, an IFUNC resolver it runs), and a static
+ * pool answers those calls; its pointers never reach the real free or realloc. Other
+ * threads wait until the segment is attached too, so nothing is counted half. Until then
+ * free and the usable-size call go through stubs that resolve first, so the hot path of
+ * free needs no check of its own. */
+enum { HS_UNRESOLVED, HS_RESOLVING, HS_RESOLVED };
+static int g_state;
+static int g_funcs_known;        /* set by the resolving thread once dlsym is done */
+static HS_TLS int t_resolving;   /* this thread is the one resolving */
 
-/* dlsym may call calloc before the real functions are known: a static pool answers those
- * few calls, and its pointers never reach the real free (heaptrack's DummyPool idea). */
-static char g_pool[64 * 1024] __attribute__((aligned(16)));
+static void bootstrap_free(void *p);
+static size_t bootstrap_usable(void *p);
+hs_real_t _hs_real = {.free = bootstrap_free, .malloc_usable_size = bootstrap_usable};
+
+static char g_pool[64 * 1024] __attribute__((aligned(64)));
 static size_t g_pool_used;
 
 static int in_pool(const void *p) {
   return (uintptr_t)p - (uintptr_t)g_pool < sizeof g_pool; /* one compare */
 }
 
-static void *pool_alloc(size_t n) {
-  size_t need = ((n + 15) & ~(size_t)15) + 16;
+/* A pool block of n bytes at the given alignment (16 or more), its size stored in the 16
+ * bytes before it for realloc. */
+static void *pool_alloc_aligned(size_t align, size_t n) {
+  if (align < 16) align = 16;
+  if (n > sizeof g_pool || align > sizeof g_pool / 4) return NULL;
+  size_t need = ((n + 15) & ~(size_t)15) + align + 16;
   size_t at = __atomic_fetch_add(&g_pool_used, need, __ATOMIC_RELAXED);
   if (at + need > sizeof g_pool) {
     static const char msg[] = "heapsight: bootstrap pool exhausted\n";
     (void)!write(2, msg, sizeof msg - 1);
     abort();
   }
-  *(size_t *)(g_pool + at) = n;
-  return g_pool + at + 16;
+  uintptr_t p = ((uintptr_t)(g_pool + at + 16) + align - 1) & ~(uintptr_t)(align - 1);
+  ((size_t *)p)[-2] = n;
+  return (void *)p;
 }
+
+static void *pool_alloc(size_t n) { return pool_alloc_aligned(16, n); }
+static size_t pool_size(const void *p) { return ((const size_t *)p)[-2]; }
 
 static void *must_find(const char *name, int required) {
   void *f = dlsym(RTLD_NEXT, name);
@@ -48,9 +68,8 @@ static void *must_find(const char *name, int required) {
   return f;
 }
 
-void _hs_resolve(void) {
-  if (_hs_real.free) return;
-  g_resolving = 1;
+static void resolve_now(void) {
+  t_resolving = 1;
   hs_real_t r;
   r.malloc = must_find("malloc", 1);
   r.free = must_find("free", 1);
@@ -64,18 +83,53 @@ void _hs_resolve(void) {
   r.pvalloc = must_find("pvalloc", 0);
   r.malloc_usable_size = must_find("malloc_usable_size", 1);
   _hs_real = r;
-  g_resolving = 0;
+  __atomic_store_n(&g_funcs_known, 1, __ATOMIC_RELEASE);
+  /* From here this thread forwards (uncounted: no segment yet); the others still wait. */
   _hs_allocator_detect();
   _hs_segment_attach();
+  t_resolving = 0;
+  __atomic_store_n(&g_state, HS_RESOLVED, __ATOMIC_RELEASE);
 }
 
-#define HS_READY()                                   \
-  do {                                               \
-    if (HS_UNLIKELY(_hs_real.free == NULL)) {        \
-      if (g_resolving) return pool_alloc(size);      \
-      _hs_resolve();                                 \
-    }                                                \
+/* 1: the real functions may be called; 0: use the pool (this thread is inside dlsym in
+ * the resolver, or waited long for another: a thread holding the loader's lock, inside
+ * dlopen, would otherwise wait for a resolver that needs that lock). */
+static __attribute__((noinline)) int ready_slow(void) {
+  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == HS_RESOLVED) return 1;
+  if (t_resolving) return __atomic_load_n(&g_funcs_known, __ATOMIC_ACQUIRE);
+  int expected = HS_UNRESOLVED;
+  if (__atomic_compare_exchange_n(&g_state, &expected, HS_RESOLVING, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
+    resolve_now();
+    return 1;
+  }
+  for (int i = 0; i < 100000; i++) {
+    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == HS_RESOLVED) return 1;
+    sched_yield();
+  }
+  return 0;
+}
+
+void _hs_resolve(void) { (void)ready_slow(); }
+
+#define HS_READY_OR(fallback)                                                     \
+  do {                                                                            \
+    if (HS_UNLIKELY(__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != HS_RESOLVED) && \
+        !ready_slow())                                                            \
+      return (fallback);                                                          \
   } while (0)
+#define HS_READY() HS_READY_OR(pool_alloc(size))
+
+static void bootstrap_free(void *p) {
+  if (ready_slow() && _hs_real.free != bootstrap_free) _hs_real.free(p);
+  /* else: a block freed inside dlsym before free is known; it is left (never seen) */
+}
+
+static size_t bootstrap_usable(void *p) {
+  if (ready_slow() && _hs_real.malloc_usable_size != bootstrap_usable)
+    return _hs_real.malloc_usable_size(p);
+  return 0;
+}
 
 /* A failed allocation sets errno as POSIX says, whatever the allocator did (mimalloc 2.0.9
  * and tcmalloc's calloc leave it alone): EINVAL for an alignment that is no power of two,
@@ -102,10 +156,7 @@ HS_EXPORT void free(void *p) {
 HS_EXPORT void *calloc(size_t n, size_t m) {
   size_t size;
   if (__builtin_mul_overflow(n, m, &size)) { errno = ENOMEM; return NULL; }
-  if (HS_UNLIKELY(_hs_real.free == NULL)) {
-    if (g_resolving) return pool_alloc(size); /* static pool is zeroed */
-    _hs_resolve();
-  }
+  HS_READY_OR(pool_alloc(size)); /* the static pool is zeroed, never reused */
   void *p = _hs_real.calloc(n, m);
   if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
   else return failed(1);
@@ -113,14 +164,14 @@ HS_EXPORT void *calloc(size_t n, size_t m) {
 }
 
 HS_EXPORT void *realloc(void *old, size_t size) {
-  HS_READY();
-  if (old != NULL && in_pool(old)) {
+  if (old == NULL) return malloc(size);
+  if (HS_UNLIKELY(in_pool(old))) { /* a pool block moves out, its data with it */
     void *p = malloc(size);
-    size_t had = *(size_t *)((char *)old - 16);
+    size_t had = pool_size(old);
     if (p) memcpy(p, old, had < size ? had : size);
     return p;
   }
-  if (old == NULL) return malloc(size);
+  HS_READY_OR(failed(1)); /* not from the pool, yet before start-up: cannot be */
   /* Count the old block as freed before the call: afterwards it may belong to someone else. */
   hs_count_free(old);
   void *p = _hs_real.realloc(old, size);
@@ -141,7 +192,10 @@ HS_EXPORT void *reallocarray(void *old, size_t n, size_t m) {
 }
 
 HS_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
-  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  if (HS_UNLIKELY(__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != HS_RESOLVED) && !ready_slow()) {
+    if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+    return (*out = pool_alloc_aligned(align, size)) ? 0 : ENOMEM;
+  }
   int rc = _hs_real.posix_memalign(out, align, size);
   if (rc == 0 && *out != NULL) hs_count_alloc(*out, size);
   return rc;
@@ -152,7 +206,6 @@ HS_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
  * errno: the fallback sets it, as memalign and aligned_alloc must (ENOMEM, EINVAL). An
  * alignment that is no power of two is rounded up, as glibc's memalign does. */
 static void *aligned_via(void *(*f)(size_t, size_t), size_t align, size_t size) {
-  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
   void *p = NULL;
   if (f) {
     p = f(align, size);
@@ -170,18 +223,22 @@ static void *aligned_via(void *(*f)(size_t, size_t), size_t align, size_t size) 
   return p;
 }
 
+/* Before start-up is done, the aligned entry points answer from the pool like malloc: the
+ * resolver is never entered again from inside itself. */
+#define HS_READY_ALIGNED(align) HS_READY_OR(pool_alloc_aligned((align), size))
+
 HS_EXPORT void *aligned_alloc(size_t align, size_t size) {
-  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  HS_READY_ALIGNED(align);
   return aligned_via(_hs_real.aligned_alloc, align, size);
 }
 
 HS_EXPORT void *memalign(size_t align, size_t size) {
-  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  HS_READY_ALIGNED(align);
   return aligned_via(_hs_real.memalign, align, size);
 }
 
 HS_EXPORT void *valloc(size_t size) {
-  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  HS_READY_ALIGNED(4096);
   if (_hs_real.valloc) {
     void *p = _hs_real.valloc(size);
     if (p) hs_count_alloc(p, size);
@@ -195,7 +252,7 @@ HS_EXPORT void *valloc(size_t size) {
  * ENOMEM instead of wrapping to a small block (tcmalloc 2.10's own pvalloc wraps too, so
  * the check comes before any allocator is asked). */
 HS_EXPORT void *pvalloc(size_t size) {
-  if (HS_UNLIKELY(_hs_real.free == NULL)) _hs_resolve();
+  HS_READY_ALIGNED(4096);
   size_t page = (size_t)sysconf(_SC_PAGESIZE), rounded;
   if (__builtin_add_overflow(size, page - 1, &rounded)) return failed(1);
   if (_hs_real.pvalloc) {
@@ -254,6 +311,7 @@ static void *cxx_real(const char *name) {
   } while (0)
 
 static void *new_aligned(size_t size, size_t align) {
+  HS_READY_ALIGNED(align);
   return aligned_via(NULL, align, size ? size : 1);
 }
 
