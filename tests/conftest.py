@@ -109,3 +109,13 @@ def hs(tmp_path):
 
 def shm_segments() -> set:
     return {p.name for p in Path("/dev/shm").glob("heapsight-*.seg")}
+
+
+@pytest.fixture(autouse=True)
+def _terminal_width_of_a_pipe(monkeypatch):
+    """readline, loaded in this process, puts COLUMNS (80) in the C environment that the
+    processes the tests start inherit, behind os.environ's back; heapsight's output to a
+    pipe is 100 columns wide unless COLUMNS says otherwise, and the tests that read it
+    expect that (tests of the width set COLUMNS themselves)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    os.unsetenv("COLUMNS")

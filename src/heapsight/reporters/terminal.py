@@ -244,8 +244,8 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
 
 def table(t: dict) -> Table:
     """A lab table (lab.common.Table as a dict) as a rich Table."""
-    out = Table(title=t["title"], title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-                padding=(0, 0, 0, 1), pad_edge=False, show_edge=False)
+    # the title is printed above it, whole (rich would wrap it to a narrow table's width)
+    out = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False, show_edge=False)
     first = max([len(str(t["columns"][0]))] + [len(fmt.cell(r[0])) for r in t["rows"] if r])
     for i, col in enumerate(t["columns"]):
         # figures never break across lines; the first column (labels) folds when short of room
@@ -263,7 +263,9 @@ def render_table(t: dict, width: int = 100) -> str:
     """A lab table as plain text (for tests and logs)."""
     import io
     buf = io.StringIO()
-    Console(file=buf, width=width, no_color=True, highlight=False).print(table(t))
+    c = Console(file=buf, width=width, no_color=True, highlight=False)
+    c.print(Text(t["title"]), soft_wrap=True)
+    c.print(table(t))
     return buf.getvalue().rstrip("\n")
 
 
@@ -278,6 +280,7 @@ def render_lab(result: dict, out) -> None:
     c.print(f"   after \"{result['source']}\" ({result['duration_s']:.1f} s)", style="dim")
     for t in result["tables"]:
         c.print()
+        c.print(Text(t["title"], style="bold"), soft_wrap=True)
         _print(c, table(t))
     c.print()
     c.print("claims:")
