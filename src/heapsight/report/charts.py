@@ -185,7 +185,7 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
 
 def compare_charts(doc: dict, prefix: str, buckets: int = BUCKETS) -> list:
     """Grouped bars of memory and time per configuration (medians, whiskers at the min and
-    max of the repeats), and each configuration's RSS over its first run."""
+    max of the repeats), and each configuration's RSS over its median run."""
     rows = [r for r in doc.get("configs") or [] if r.get("ok") and r.get("stats")]
     out = []
     if rows:
