@@ -1,0 +1,133 @@
+"""Hostile output paths and input files, end to end through `python -m heapsight`: a device
+or a FIFO is written in place, parallel runs share no temporary file, a bad path is refused
+before the program runs, records are private, and `heapsight report` refuses a gzip bomb
+without taking its memory."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+HS = [sys.executable, "-m", "heapsight"]
+
+
+def hs(*args, cwd, timeout=120):
+    return subprocess.run([*HS, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def temporaries(d) -> list:
+    return sorted(p.name for p in d.iterdir() if ".tmp" in p.name)
+
+
+def test_json_to_dev_null_leaves_it_a_device(tmp_path):
+    p = hs("run", "-q", "--no-save", "--json", "/dev/null", "--", "true", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert temporaries(tmp_path) == []
+
+
+def test_record_into_a_fifo_stays_a_fifo(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    p = hs("run", "-q", "-o", str(fifo), "--", "true", cwd=tmp_path)
+    reader.join(timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert json.loads(got[0])["kind"] == "heapsight-run"   # no .gz suffix: plain JSON
+    assert temporaries(tmp_path) == []
+
+
+def test_parallel_runs_with_one_json_file_both_succeed(tmp_path):
+    out = tmp_path / "same.json"
+    procs = [subprocess.Popen([*HS, "run", "-q", "--no-save", "--json", str(out), "--", "true"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    for pr in procs:
+        _, err = pr.communicate(timeout=120)
+        assert pr.returncode == 0 and "Traceback" not in err, err
+    assert json.loads(out.read_text())["command"] == ["true"]
+    assert temporaries(tmp_path) == []
+
+
+def bad_paths(tmp_path):
+    (tmp_path / "afile").write_text("")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    return sock, [(str(tmp_path), "is a directory"),
+                  (str(tmp_path / "missing" / "r.json"), "does not exist"),
+                  (str(tmp_path / "afile" / "r.json"), "is not a directory"),
+                  (str(tmp_path / "sock"), "is a socket"),
+                  (str(tmp_path / "loop1"), "symbolic links"),
+                  (str(tmp_path / ("r" * 300)), "too long"),
+                  ("/proc/r.json", "cannot write in /proc")]
+
+
+@pytest.mark.parametrize("option,named", [("--json", "--json"), ("-o", "--output"),
+                                          ("--html", "--html")])
+def test_a_bad_output_is_refused_before_the_program_runs(tmp_path, option, named):
+    sock, cases = bad_paths(tmp_path)
+    marker = tmp_path / "ran"
+    with sock:
+        for bad, why in cases:
+            # WHEN the program would create a marker file THEN it never starts
+            p = hs("run", "-q", option, bad, "--", "touch", str(marker), cwd=tmp_path)
+            lines = p.stderr.strip().splitlines()
+            assert p.returncode == 2 and len(lines) == 1, (bad, p.stderr)
+            assert lines[0].startswith(f"heapsight: error: {named} {bad}") and why in lines[0], lines
+            assert not marker.exists(), bad
+    assert temporaries(tmp_path) == []
+
+
+def test_a_record_is_private_and_a_long_name_fits(tmp_path):
+    rec = tmp_path / ("r" * 240 + ".hsrun.json.gz")     # 255 bytes, the most a name may be
+    p = hs("run", "-q", "-o", str(rec), "--", "true", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert stat.S_IMODE(os.stat(rec).st_mode) == 0o600
+    assert temporaries(tmp_path) == []
+
+
+def test_undecodable_arguments_go_through_json_and_the_page(tmp_path):
+    rec, js, page = tmp_path / "r.hsrun.json.gz", tmp_path / "s.json", tmp_path / "p.html"
+    p = subprocess.run([os.fsencode(sys.executable), b"-m", b"heapsight", b"run", b"-q",
+                        b"-o", os.fsencode(rec), b"--json", os.fsencode(js), b"--", b"/bin/echo",
+                        b"caf\xe9\xff"], capture_output=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert js.read_bytes().isascii()
+    assert json.loads(js.read_text())["command"][1] == os.fsdecode(b"caf\xe9\xff")
+    p = hs("report", str(rec), "-o", str(page), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "caf\\xe9\\xff" in page.read_bytes().decode("utf-8")
+
+
+def test_a_gzip_bomb_is_refused_in_little_memory(tmp_path):
+    # GIVEN 2 MB of gzip that inflates to 2 GiB of spaces (32 members of 64 MiB: quick to
+    # make; tests/unit/test_record_load.py has a single-member one)
+    bomb, page = tmp_path / "bomb.json.gz", tmp_path / "out.html"
+    member = gzip.compress(b" " * (64 << 20), compresslevel=9)
+    bomb.write_bytes(member * 32)
+    assert bomb.stat().st_size < 3 << 20
+    # WHEN report reads it (wait4: the memory of this one process)
+    p = subprocess.Popen([*HS, "report", str(bomb), "-o", str(page)], cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    # THEN one line, exit code 2, no page, and far less memory than the limit of 512 MiB
+    lines = err.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"heapsight: error: {bomb}: inflates to more than 512 MiB"), lines
+    assert not page.exists()
+    assert usage.ru_maxrss < 300 * 1024, f"peak RSS {usage.ru_maxrss} KiB"
