@@ -7,7 +7,8 @@ whole or not at all, never replacing what heapsight did not create.
 - A special file (a device such as /dev/null, a FIFO, a socket) is opened and written
   directly, never replaced. A symlink is followed: its target is written.
 - Files heapsight creates are mode 0600: a record holds the whole command line, which may
-  carry secrets. A file that is replaced keeps no more than that either.
+  carry secrets. A file that is replaced becomes 0600 too (it is a new file renamed over
+  the old one), whatever mode the old one had.
 - Ctrl-C, SIGTERM and SIGHUP wait while a file is written (then take effect): an
   interrupt never loses a finished run and never leaves a temporary file behind. A
   special file is written with them free to act: a FIFO nobody reads would otherwise
@@ -20,6 +21,7 @@ from __future__ import annotations
 import gzip as gzip_module
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -28,6 +30,8 @@ from heapsight import interrupts
 from heapsight.errors import HeapsightError
 
 
+# Lone surrogates that are not surrogate-escaped bytes (those are U+DC80..U+DCFF).
+OTHER_SURROGATES = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 TEMP_STEM_CHARS = 40   # of the target's name in its temporary file's: any valid name fits
 
 
@@ -97,8 +101,12 @@ def check(path: str, option: str, allow_stdout: bool = False) -> None:
 
 def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> None:
     """Writes data to path ('-': stdout) whole or not at all; gzip by the .gz suffix when
-    gzip is None. Raises HeapsightError (exit 1) when it cannot."""
+    gzip is None. A new or replaced regular file is 0600 and the writer's; a device or a
+    FIFO is written in place, its mode and owner untouched. Text is UTF-8 with undecodable
+    bytes (surrogate escapes) written back as those bytes, and any other lone surrogate as
+    \\uNNNN. Raises HeapsightError (exit 1) when it cannot."""
     if isinstance(data, str):
+        data = OTHER_SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", data)
         data = data.encode("utf-8", "surrogateescape")
     if gzip is None:
         gzip = path.endswith(".gz")

@@ -229,6 +229,12 @@ def test_undecodable_arguments_round_trip_through_json(tmp_path):
     assert json.loads(gzip.decompress((tmp_path / "a.json.gz").read_bytes())) == doc
 
 
+def test_text_with_any_surrogate_is_written(tmp_path):
+    # CSV and pages are text: escaped bytes go back as the bytes, other surrogates as \\u
+    output.write(str(tmp_path / "t.csv"), "a\udcff,b\ud800\n")
+    assert (tmp_path / "t.csv").read_bytes() == b"a\xff,b\\ud800\n"
+
+
 def page_text(tmp_path, doc) -> str:
     path = tmp_path / "r.hsrun.json.gz"
     output.save_doc(str(path), doc)

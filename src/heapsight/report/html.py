@@ -17,6 +17,7 @@ from pathlib import Path
 from heapsight import __version__
 from heapsight.comparison import METRICS
 from heapsight.fmt import cell, human, metric, pct
+from heapsight.output import OTHER_SURROGATES
 from heapsight.report import charts as ch
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -49,9 +50,6 @@ def esc(v) -> str:
     return html.escape(str(v), quote=True)
 
 
-# Lone surrogates that are not undecodable bytes (surrogateescape holds byte 0xNN as
-# U+DCNN, NN >= 0x80): a hand-made file's "\\ud800", say.
-OTHER_SURROGATES = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 SURROGATES = re.compile("[\ud800-\udfff]+")
 
 
