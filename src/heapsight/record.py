@@ -357,6 +357,9 @@ def load(path: str) -> dict:
     doc, unwritten = _parse(_text(path), path)
     kind = doc.get("kind") if isinstance(doc, dict) else None
     if not isinstance(kind, str) or kind not in KINDS:
+        if isinstance(doc, dict) and "kind" not in doc and {"command", "peak_rss_bytes"} <= doc.keys():
+            raise _refuse(path, "kind: missing; this is the summary `heapsight run --json` "
+                          "writes: report reads the run record (heapsight run -o FILE)")
         raise _refuse(path, f"kind: {str(kind)[:40]!r} is not a heapsight run record, "
                       "comparison or lab results file")
     version = doc.get("schema_version", 1)

@@ -123,6 +123,12 @@ def test_ctrl_c_is_not_held_back_by_a_fifo_nobody_reads(tmp_path):
     helper.join(timeout=10)
 
 
+def test_a_device_that_refuses_the_write_is_one_line():
+    with pytest.raises(HeapsightError, match="cannot write /dev/full: No space left") as e:
+        output.write("/dev/full", b"{}")
+    assert e.value.exit_code == 1 and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
 def test_a_symlink_is_followed_and_kept(tmp_path):
     (tmp_path / "real.json").write_text("old")
     os.symlink("real.json", tmp_path / "link.json")

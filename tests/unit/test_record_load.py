@@ -219,6 +219,12 @@ def test_what_is_not_a_heapsight_document_is_one_line(tmp_path, capsys, text, ex
     refused(capsys, path, tmp_path, expect)
 
 
+def test_a_json_summary_is_told_from_a_record(tmp_path, capsys):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(run_doc()["summary"]))     # what `run --json` writes
+    refused(capsys, path, tmp_path, "kind: missing", "heapsight run -o FILE")
+
+
 def test_unreadable_paths_are_one_line(tmp_path, capsys):
     refused(capsys, tmp_path, tmp_path, "is a directory")
     refused(capsys, tmp_path / "absent.json", tmp_path, "no such file")
