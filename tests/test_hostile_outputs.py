@@ -16,6 +16,8 @@ import threading
 
 import pytest
 
+from unit.test_record_load import DELETE, DOCS, edited, setp
+
 HS = [sys.executable, "-m", "heapsight"]
 
 
@@ -131,3 +133,35 @@ def test_a_gzip_bomb_is_refused_in_little_memory(tmp_path):
     assert lines[0].startswith(f"heapsight: error: {bomb}: inflates to more than 512 MiB"), lines
     assert not page.exists()
     assert usage.ru_maxrss < 300 * 1024, f"peak RSS {usage.ru_maxrss} KiB"
+
+
+# One damage of each sort, through `python -m heapsight report` itself (every field's case
+# is in tests/unit/test_record_load.py, through the CLI in-process).
+DAMAGED = [("run", "summary.peak_rss_bytes", 10 ** 30, "summary.peak_rss_bytes"),
+           ("run", "summary.final.rss_bytes", "lots", "summary.final.rss_bytes"),
+           ("run", "timeline.anon", [1.0], "timeline: columns of uneven length"),
+           ("run", "schema_version", "999", "schema_version"),
+           ("run", "schema_version", 999, "schema_version: 999 was written by a newer heapsight"),
+           ("run", "summary.peak.at_s", DELETE, "summary.peak.at_s: missing"),
+           ("compare", "configs.0.stats.peak_rss.median", "1 MB", "configs[0].stats.peak_rss.median"),
+           ("lab", "experiments.0.claims", {"a": 1}, "experiments[0].claims")]
+
+
+@pytest.mark.parametrize("kind,field,value,expect", DAMAGED)
+def test_report_refuses_a_damaged_file_in_one_line(tmp_path, kind, field, value, expect):
+    bad, page = tmp_path / "bad.json.gz", tmp_path / "out.html"
+    bad.write_bytes(gzip.compress(edited(DOCS[kind](), lambda d: setp(d, field, value)).encode()))
+    p = hs("report", str(bad), "-o", str(page), cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"heapsight: error: {bad}: {expect}"), p.stderr
+    assert not page.exists()
+
+
+def test_report_refuses_nan_in_one_line(tmp_path):
+    bad, page = tmp_path / "bad.json", tmp_path / "out.html"
+    bad.write_text(json.dumps(DOCS["run"]()).replace('"peak_rss_bytes": 3145728',
+                                                     '"peak_rss_bytes": NaN', 1))
+    p = hs("report", str(bad), "-o", str(page), cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"heapsight: error: {bad}: summary.peak_rss_bytes: NaN"), p.stderr
+    assert not page.exists()
