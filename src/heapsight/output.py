@@ -4,8 +4,8 @@ whole or not at all, never replacing what heapsight did not create.
 - A regular file (or a new path) is written to a unique temporary file in the same
   directory, flushed to disk and renamed over the target: a reader never sees half a file,
   and two heapsight processes writing the same path never share a temporary name.
-- A special file (a device such as /dev/null, a FIFO, a socket) is opened and written
-  directly, never replaced. A symlink is followed: its target is written.
+- A special file (a device such as /dev/null, or a FIFO) is opened and written directly,
+  never replaced. A symlink is followed: its target is written, the link stays.
 - Files heapsight creates are mode 0600: a record holds the whole command line, which may
   carry secrets. A file that is replaced becomes 0600 too (it is a new file renamed over
   the old one), whatever mode the old one had.
@@ -161,15 +161,33 @@ def _sync_dir(parent: str) -> None:
         os.close(fd)
 
 
-def write_json(path: str, doc: dict, indent: int | None = 2) -> None:
-    """JSON to path ('-': stdout); strings that hold undecodable bytes (surrogate escapes)
-    are written as \\udcXX escapes, which load back as the same strings."""
+def _finite(v):
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def dumps(doc, indent: int | None = None) -> str:
+    """Strict JSON (what record.load reads back): a NaN or an infinity, which JSON has no
+    word for, is written as null (not measured); strings that hold undecodable bytes
+    (surrogate escapes) as \\udcXX escapes, which load back as the same strings."""
     seps = (",", ":") if indent is None else None
-    write(path, json.dumps(doc, indent=indent, separators=seps, allow_nan=False) + "\n",
-          gzip=False if path == "-" else None)
+    try:
+        return json.dumps(doc, indent=indent, separators=seps, allow_nan=False)
+    except ValueError:   # rare: walk the document only then
+        return json.dumps(_finite(doc), indent=indent, separators=seps, allow_nan=False)
+
+
+def write_json(path: str, doc: dict, indent: int | None = 2) -> None:
+    """JSON to path ('-': stdout), as dumps() makes it."""
+    write(path, dumps(doc, indent) + "\n", gzip=False if path == "-" else None)
 
 
 def save_doc(path: str, doc: dict) -> None:
-    """A saved document (run record, comparison, lab results): compact JSON, gzip'd when
-    the name ends in .gz."""
-    write(path, json.dumps(doc, separators=(",", ":"), allow_nan=False))
+    """A saved document (run record, comparison, lab results): compact JSON (dumps), gzip'd
+    when the name ends in .gz."""
+    write(path, dumps(doc))

@@ -180,6 +180,16 @@ def test_gzip_by_suffix_unless_told(tmp_path):
     assert (tmp_path / "a.json").read_text() == '{"n":1}' and (tmp_path / "b.gz").read_text() == "x"
 
 
+def test_nan_and_infinity_are_written_as_null(tmp_path):
+    # JSON has no word for them (record.load refuses them): a long run is still saved
+    doc = {"a": float("nan"), "b": [1.5, float("inf")], "c": {"d": -float("inf")}}
+    output.write_json(str(tmp_path / "a.json"), doc)
+    output.save_doc(str(tmp_path / "b.json"), doc)
+    for name in ("a.json", "b.json"):
+        assert json.loads((tmp_path / name).read_text()) == {"a": None, "b": [1.5, None],
+                                                              "c": {"d": None}}
+
+
 def test_dash_is_stdout(capsysbinary):
     output.write_json("-", {"n": 1})
     assert json.loads(capsysbinary.readouterr().out) == {"n": 1}
