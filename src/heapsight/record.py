@@ -119,6 +119,9 @@ class Damaged(Exception):
 
 
 def _shown(v) -> str:
+    """A found value, briefly (a list of millions is not printed)."""
+    if isinstance(v, (list, dict)):
+        return f"{'a list' if isinstance(v, list) else 'an object'} of {len(v)}"
     return f"{type(v).__name__} {str(v)[:30]!r}"
 
 
@@ -360,8 +363,9 @@ def load(path: str) -> dict:
         if isinstance(doc, dict) and "kind" not in doc and {"command", "peak_rss_bytes"} <= doc.keys():
             raise _refuse(path, "kind: missing; this is the summary `heapsight run --json` "
                           "writes: report reads the run record (heapsight run -o FILE)")
-        raise _refuse(path, f"kind: {str(kind)[:40]!r} is not a heapsight run record, "
-                      "comparison or lab results file")
+        shown = repr(kind[:40]) if isinstance(kind, str) else "missing" if kind is None else _shown(kind)
+        raise _refuse(path, f"kind: {shown} is not a heapsight run record, comparison or lab "
+                      "results file")
     version = doc.get("schema_version", 1)
     if isinstance(version, bool) or not isinstance(version, int):
         raise _refuse(path, f"schema_version: expected a whole number, found {_shown(version)}")
