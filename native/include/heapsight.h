@@ -9,7 +9,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 5
+#define HS_SEGMENT_VERSION 6
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -27,6 +27,19 @@ enum { HS_ALLOC_UNKNOWN = 0, HS_ALLOC_GLIBC = 1, HS_ALLOC_JEMALLOC = 2,
 
 /* Segment states (hs_segment_t.state). */
 enum { HS_STATE_EMPTY = 0, HS_STATE_RUNNING = 1, HS_STATE_EXITING = 2, HS_STATE_DONE = 3 };
+
+/* How the exit probe went (hs_segment_t.exit_probe_status, set with state DONE). Only
+ * DONE means the exit figures and the release were measured; otherwise exit_stats_before
+ * holds the last sampled figures (their time_ns says when), if any. */
+enum {
+  HS_PROBE_NOT_RUN = 0,          /* no exit handlers ran (yet) */
+  HS_PROBE_DONE = 1,
+  HS_PROBE_ALLOCATOR_LOCKED = 2, /* the allocator's lock stayed taken: exit() was called
+                                    while a malloc held it (a signal handler, or a thread
+                                    stuck inside the allocator) */
+  HS_PROBE_TIMED_OUT = 3,        /* the allocator's calls ran past 30 s */
+  HS_PROBE_NO_HELPER = 4         /* the library's thread could not start: not measured */
+};
 
 /* The allocator's own view of its heap, whichever allocator it is. Bytes unless named. */
 typedef struct hs_alloc_stats_s {
@@ -90,7 +103,9 @@ typedef struct hs_segment_s {
   uint64_t slots_offset;      /* byte offset of slots[0], for readers */
   uint64_t creator_pid;       /* the heapsight process that made it: attach only while it lives */
   char image[128];            /* the executable that attached (its last 127 bytes, NUL ended) */
-  uint64_t reserved[14];
+  uint64_t exit_probe_status; /* HS_PROBE_*: whether the exit figures were measured, or why not */
+  uint64_t library_threads;   /* threads the library runs in the program (its helper): 0 or 1 */
+  uint64_t reserved[12];
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
 } hs_segment_t;
 

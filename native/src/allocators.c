@@ -31,6 +31,7 @@ typedef struct hs_allocator_s {
   void (*init)(void);      /* resolves its own API (dlsym, after us) once it answers malloc */
   int (*stats)(hs_alloc_stats_t *out);
   int (*release)(void);
+  int release_on_caller;   /* its release acts on the calling thread's heap: run it there */
 } hs_allocator_t;
 
 /* ---- glibc: mallinfo2 (all arenas) and malloc_info (arena count) ---- */
@@ -346,14 +347,14 @@ static void none_init(void) {}
  * (docs/allocators.md). The first row whose soname part is in the file that holds the
  * malloc answering us wins; glibc last, as its libc.so is always loaded. */
 static const hs_allocator_t g_allocators[] = {
-    {HS_ALLOC_JEMALLOC, "jemalloc", "jemalloc", jemalloc_init, jemalloc_stats, jemalloc_release},
-    {HS_ALLOC_TCMALLOC, "tcmalloc", "tcmalloc", tcmalloc_init, tcmalloc_stats, tcmalloc_release},
-    {HS_ALLOC_MIMALLOC, "mimalloc", "mimalloc", mimalloc_init, mimalloc_stats, mimalloc_release},
-    {HS_ALLOC_MMAP, "mmap", "libheapsight_mmap", mmap_init, mmap_stats, mmap_release},
-    {HS_ALLOC_GLIBC, "glibc", "libc.so", glibc_init, glibc_stats, glibc_release},
+    {HS_ALLOC_JEMALLOC, "jemalloc", "jemalloc", jemalloc_init, jemalloc_stats, jemalloc_release, 0},
+    {HS_ALLOC_TCMALLOC, "tcmalloc", "tcmalloc", tcmalloc_init, tcmalloc_stats, tcmalloc_release, 0},
+    {HS_ALLOC_MIMALLOC, "mimalloc", "mimalloc", mimalloc_init, mimalloc_stats, mimalloc_release, 1},
+    {HS_ALLOC_MMAP, "mmap", "libheapsight_mmap", mmap_init, mmap_stats, mmap_release, 0},
+    {HS_ALLOC_GLIBC, "glibc", "libc.so", glibc_init, glibc_stats, glibc_release, 0},
 };
 static const hs_allocator_t g_unknown = {HS_ALLOC_UNKNOWN, "unknown", "", none_init, none_stats,
-                                         none_release};
+                                         none_release, 0};
 static const hs_allocator_t *g_alloc = &g_unknown;
 
 void _hs_allocator_detect(void) {
@@ -390,3 +391,5 @@ int _hs_allocator_stats(hs_alloc_stats_t *out) {
 }
 
 int _hs_allocator_release(void) { return g_alloc->release(); }
+
+int _hs_allocator_release_on_caller(void) { return g_alloc->release_on_caller; }

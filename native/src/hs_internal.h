@@ -47,6 +47,7 @@ void _hs_flush_current(void);
 extern HS_TLS int _hs_t_helper;
 int _hs_allocator_stats(hs_alloc_stats_t *out);
 int _hs_allocator_release(void);
+int _hs_allocator_release_on_caller(void);
 void _hs_stats_thread_start(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);

@@ -1,11 +1,13 @@
 /* probe.c: the library's own measurements: RSS from /proc/self/status (open/read into a
- * stack buffer: fopen would allocate), the stats thread that samples the allocator's
- * figures, and the release probe at exit. */
+ * stack buffer: fopen would allocate), the helper thread that samples the allocator's
+ * figures, and the release probe at exit, which never waits without bound. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,86 +54,206 @@ static void publish_stats(const hs_alloc_stats_t *st) {
   __atomic_fetch_add(&seg->stats_seq, 1, __ATOMIC_ACQ_REL); /* even: consistent */
 }
 
-static volatile int g_stop;
-static pthread_t g_stats_thread;
-static int g_stats_started;
+/* The library's own thread in the program (owner only, started with every signal blocked
+ * so the program's handlers never run on it): it samples the allocator's figures at
+ * stats_hz, and at exit it is where the exit probe's allocator calls run.
+ *
+ * Why there: the exit probe runs in exit(), on whichever thread called it, and a program
+ * may call exit() from a signal handler that interrupted malloc (not async-signal-safe,
+ * and common). That thread then holds the arena lock, and mallinfo2, malloc_info or
+ * malloc_trim on it would wait forever. So the exiting thread hands each call to this
+ * thread and waits, bounded: it gives up once the helper has slept (state S in
+ * /proc/self/task/TID/stat, i.e. it waits for a lock) for HS_PROBE_BLOCKED_NS in a row, or
+ * after HS_PROBE_LIMIT_NS in all (a walk of a huge heap runs, it does not sleep), and
+ * records why in exit_probe_status. Nothing is added to the hot path. */
+#define HS_PROBE_BLOCKED_NS 300000000ull
+#define HS_PROBE_LIMIT_NS 30000000000ull
 
-static void sleep_ns(uint64_t ns) {
-  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts) != 0) {
+enum { HS_JOB_NONE, HS_JOB_STATS_BEFORE, HS_JOB_RELEASE, HS_JOB_STATS_AFTER };
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv;           /* CLOCK_MONOTONIC; job posted, job done */
+static int g_job, g_job_done, g_stop;
+static int g_helper_started;
+static pid_t g_helper_tid;
+static uint64_t g_release_ns;
+
+static struct timespec mono_in(uint64_t ns) {
+  uint64_t at = _hs_now_ns() + ns;
+  struct timespec ts = {(time_t)(at / 1000000000ull), (long)(at % 1000000000ull)};
+  return ts;
+}
+
+static void run_job(int job) {
+  hs_segment_t *seg = _hs_seg;
+  if (job == HS_JOB_STATS_BEFORE) {
+    _hs_allocator_stats(&seg->exit_stats_before);
+  } else if (job == HS_JOB_RELEASE) {
+    uint64_t t0 = _hs_now_ns();
+    _hs_allocator_release();
+    g_release_ns = _hs_now_ns() - t0;
+  } else if (job == HS_JOB_STATS_AFTER) {
+    _hs_allocator_stats(&seg->exit_stats_after);
   }
 }
 
 /* mallinfo2 and malloc_info walk the free lists under the arena locks: on a heap with
  * millions of free chunks a call can take milliseconds, so the period stretches to keep
  * the thread under 1% of the time. */
-static void *stats_main(void *arg) {
+static void *helper_main(void *arg) {
   (void)arg;
   _hs_t_helper = 1;
-  uint64_t period = (uint64_t)(1e9 / _hs_opt.stats_hz);
+  __atomic_store_n(&g_helper_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+  int sampling = _hs_opt.stats_hz > 0;
+  uint64_t period = sampling ? (uint64_t)(1e9 / _hs_opt.stats_hz) : 0, next = _hs_now_ns();
+  pthread_mutex_lock(&g_mu);
   while (!g_stop) {
-    hs_alloc_stats_t st;
-    memset(&st, 0, sizeof st);
-    uint64_t t0 = _hs_now_ns();
-    if (_hs_allocator_stats(&st) && !g_stop) publish_stats(&st);
-    uint64_t spent = _hs_now_ns() - t0, wait = period;
-    if (spent * 100 > wait) wait = spent * 100;
-    __atomic_store_n(&_hs_seg->stats_hz_milli, (uint64_t)(1e12 / (double)wait), __ATOMIC_RELAXED);
-    for (uint64_t slept = 0; slept < wait && !g_stop; slept += 10000000ull) sleep_ns(10000000ull);
+    if (g_job != HS_JOB_NONE) {
+      int job = g_job;
+      pthread_mutex_unlock(&g_mu);
+      run_job(job);
+      pthread_mutex_lock(&g_mu);
+      g_job = HS_JOB_NONE;
+      g_job_done = job;
+      pthread_cond_broadcast(&g_cv);
+      continue;
+    }
+    if (sampling && _hs_now_ns() >= next) {
+      pthread_mutex_unlock(&g_mu);
+      hs_alloc_stats_t st;
+      memset(&st, 0, sizeof st);
+      uint64_t t0 = _hs_now_ns();
+      if (_hs_allocator_stats(&st)) publish_stats(&st);
+      uint64_t spent = _hs_now_ns() - t0, wait = period;
+      if (spent * 100 > wait) wait = spent * 100;
+      __atomic_store_n(&_hs_seg->stats_hz_milli, (uint64_t)(1e12 / (double)wait),
+                       __ATOMIC_RELAXED);
+      next = _hs_now_ns() + wait;
+      pthread_mutex_lock(&g_mu);
+      continue;
+    }
+    if (sampling) {
+      uint64_t now = _hs_now_ns();
+      struct timespec until = mono_in(next > now ? next - now : 0);
+      pthread_cond_timedwait(&g_cv, &g_mu, &until);
+    } else {
+      pthread_cond_wait(&g_cv, &g_mu);
+    }
   }
+  pthread_mutex_unlock(&g_mu);
   return NULL;
+}
+
+/* Whether a thread of ours is asleep (waiting for a lock), from /proc/self/task/TID/stat:
+ * "TID (comm) S ...", the state after the last ')'. */
+static int thread_sleeping(pid_t tid) {
+  char path[64], buf[512];
+  int n = snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  if (n <= 0) return 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t got = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (got <= 0) return 0;
+  buf[got] = 0;
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' && p[2] == 'S';
+}
+
+/* Runs one exit job on the helper; HS_PROBE_DONE once it is done, or why not. */
+static int on_helper(int job) {
+  if (!g_helper_started) return HS_PROBE_NO_HELPER;
+  pid_t tid = __atomic_load_n(&g_helper_tid, __ATOMIC_ACQUIRE);
+  uint64_t start = _hs_now_ns(), asleep_since = 0;
+  int status = HS_PROBE_DONE;
+  pthread_mutex_lock(&g_mu);
+  g_job = job;
+  pthread_cond_broadcast(&g_cv);
+  while (g_job_done != job) {
+    struct timespec until = mono_in(5000000ull);
+    pthread_cond_timedwait(&g_cv, &g_mu, &until);
+    if (g_job_done == job) break;
+    uint64_t now = _hs_now_ns();
+    if (tid > 0 && thread_sleeping(tid)) {
+      if (!asleep_since) asleep_since = now;
+      if (now - asleep_since >= HS_PROBE_BLOCKED_NS) { status = HS_PROBE_ALLOCATOR_LOCKED; break; }
+    } else {
+      asleep_since = 0;
+    }
+    if (now - start >= HS_PROBE_LIMIT_NS) { status = HS_PROBE_TIMED_OUT; break; }
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (status != HS_PROBE_DONE) g_helper_started = 0; /* it is stuck: post nothing more */
+  return status;
 }
 
 void _hs_stats_thread_start(void) {
   _hs_options_read();
   _hs_allocator_prepare();
-  if (!_hs_is_owner() || _hs_opt.stats_hz <= 0) return;
+  if (!_hs_is_owner()) return;
   hs_alloc_stats_t st;
   memset(&st, 0, sizeof st);
-  if (!_hs_allocator_stats(&st)) return; /* nothing to sample for this allocator */
-  publish_stats(&st);
-  /* Start with every signal blocked so the program's handlers never run on our thread. */
+  if (!_hs_allocator_stats(&st)) return; /* no figures: nothing to sample or to measure */
+  if (_hs_opt.stats_hz > 0) publish_stats(&st);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&g_cv, &ca);
+  pthread_condattr_destroy(&ca);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 64 * 1024); /* joinable: the exit probe waits for it */
-  g_stats_started = pthread_create(&g_stats_thread, &attr, stats_main, NULL) == 0;
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED); /* never joined: see above */
+  pthread_t t;
+  g_helper_started = pthread_create(&t, &attr, helper_main, NULL) == 0;
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (g_helper_started) __atomic_store_n(&_hs_seg->library_threads, 1, __ATOMIC_RELAXED);
 }
 
 /* At exit, in the owner only: RSS and allocator figures, the allocator's release-now call,
- * and the same figures again. What the release gave back is the difference. */
+ * and the same figures again. What the release gave back is the difference. The allocator
+ * calls run on the helper (bounded, see above), but for an allocator whose release acts on
+ * the calling thread's own heap (mimalloc's mi_collect, which takes no lock): that one
+ * runs here. Without a helper (an allocator with no figures of its own) nothing that
+ * could wait is called. */
 void _hs_exit_probe(void) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !_hs_is_owner()) return;
-  g_stop = 1;
-  /* Let the statistics thread finish before measuring: a thread that ends runs the
-   * allocator's thread cleanup (jemalloc flushes its tcache and may start purging its
-   * arena; a purge already under way makes arena.<i>.purge return at once, so the release
-   * below would look smaller than it is). Bounded, in case it is stuck behind a lock. */
-  if (g_stats_started) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 200000000L;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    pthread_timedjoin_np(g_stats_thread, NULL, &until);
-    g_stats_started = 0;
-  }
   _hs_flush_current();
   __atomic_store_n(&seg->state, HS_STATE_EXITING, __ATOMIC_RELEASE);
   seg->exit_ns = _hs_now_ns();
   _hs_read_status(&seg->exit_rss_before, &seg->exit_anon_before);
-  _hs_allocator_stats(&seg->exit_stats_before);
-  if (_hs_opt.release_at_exit) {
-    uint64_t t0 = _hs_now_ns();
-    _hs_allocator_release();
-    seg->release_ns = _hs_now_ns() - t0;
-    seg->exit_release_kind = seg->allocator_id;
+  int status, helper = g_helper_started;
+  if (helper) status = on_helper(HS_JOB_STATS_BEFORE);
+  else status = seg->allocator_id == HS_ALLOC_UNKNOWN ? HS_PROBE_DONE : HS_PROBE_NO_HELPER;
+  if (helper && status == HS_PROBE_DONE && _hs_opt.release_at_exit) {
+    if (_hs_allocator_release_on_caller()) {
+      uint64_t t0 = _hs_now_ns();
+      _hs_allocator_release();
+      g_release_ns = _hs_now_ns() - t0;
+    } else {
+      status = on_helper(HS_JOB_RELEASE);
+    }
+    if (status == HS_PROBE_DONE) {
+      seg->release_ns = g_release_ns;
+      seg->exit_release_kind = seg->allocator_id;
+    }
   }
   _hs_read_status(&seg->exit_rss_after, &seg->exit_anon_after);
-  _hs_allocator_stats(&seg->exit_stats_after);
+  if (helper && status == HS_PROBE_DONE) status = on_helper(HS_JOB_STATS_AFTER);
+  if (status != HS_PROBE_DONE && !seg->exit_stats_before.time_ns) {
+    /* not measured at exit: the last sampled figures, with their own time, if any */
+    uint64_t seq = __atomic_load_n(&seg->stats_seq, __ATOMIC_ACQUIRE);
+    if (seq && !(seq & 1)) seg->exit_stats_before = seg->stats;
+  }
+  seg->exit_probe_status = (uint64_t)status;
+  pthread_mutex_lock(&g_mu);
+  g_stop = 1; /* a helper that finished its jobs ends; a stuck one dies with the process */
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
   __atomic_store_n(&seg->state, HS_STATE_DONE, __ATOMIC_RELEASE);
 }

@@ -24,7 +24,8 @@ int main(void) {
   SEG(allocator_name); SEG(usable_by_header); SEG(helper_mallocs); SEG(stats_hz_milli);
   SEG(stats_seq); SEG(stats); SEG(exit_ns); SEG(release_ns); SEG(exit_rss_before);
   SEG(exit_rss_after); SEG(exit_anon_before); SEG(exit_anon_after); SEG(exit_release_kind);
-  SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(creator_pid); SEG(image); SEG(slots);
+  SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(creator_pid); SEG(image);
+  SEG(exit_probe_status); SEG(library_threads); SEG(slots);
   first = 0;
   printf("}, \"slot\": {");
   SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc);

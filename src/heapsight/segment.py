@@ -15,10 +15,20 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 5
+VERSION = 6
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
+# exit_probe_status (HS_PROBE_*): only PROBE_DONE means the exit figures were measured
+PROBE_NOT_RUN, PROBE_DONE, PROBE_ALLOCATOR_LOCKED, PROBE_TIMED_OUT, PROBE_NO_HELPER = 0, 1, 2, 3, 4
+PROBE_WHY_NOT = {
+    PROBE_ALLOCATOR_LOCKED: "the allocator's lock was held when the program called exit() "
+                            "(from a signal handler that interrupted malloc, or a thread "
+                            "stuck inside the allocator): the exit figures are the last sample's",
+    PROBE_TIMED_OUT: "the allocator's own calls at exit ran past 30 s: the exit figures are "
+                     "the last sample's",
+    PROBE_NO_HELPER: "heapsight's thread in the program could not start: no exit figures",
+}
 ALLOCATORS = {0: "unknown", 1: "glibc", 2: "jemalloc", 3: "tcmalloc", 4: "mimalloc", 5: "mmap"}
 
 U8, I8 = np.dtype("<u8"), np.dtype("<i8")
@@ -48,7 +58,8 @@ _HEADER_FIELDS = [
     ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),
     ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
     ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
-    ("image", "S128"), ("reserved", U8, (14,)),
+    ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
+    ("reserved", U8, (12,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.

@@ -1,0 +1,72 @@
+"""The release probe at exit never waits without bound: a program whose signal handler
+calls exit() while its main thread is inside malloc (holding the arena lock) ends, and
+the segment says whether the exit figures were measured or why not."""
+
+import os
+import subprocess
+
+from conftest import scenario
+from heapsight import segment as S
+from heapsight.native import LIB_PATH
+
+
+def run_attached(*command, timeout=20):
+    """The program under the preload library with a segment this process made."""
+    seg = S.Segment()
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env.update(LD_PRELOAD=str(LIB_PATH), HEAPSIGHT_SEGMENT=seg.path)
+    try:
+        p = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+        return p, seg
+    except subprocess.TimeoutExpired:
+        seg.close()
+        raise
+
+
+def test_exit_from_a_signal_handler_inside_malloc_never_hangs():
+    # GIVEN 20 runs of a program whose SIGALRM handler calls exit() while the main thread
+    # churns through malloc and free (about half the time it is inside malloc then)
+    statuses = []
+    for _ in range(20):
+        # WHEN it runs: before, the exit probe's mallinfo2 waited forever for the arena
+        # lock the interrupted malloc held (TimeoutExpired here)
+        p, seg = run_attached(scenario("hs-exit-signal"), "--after-ms", "20")
+        try:
+            assert p.returncode == 0, p.stderr
+            assert seg.get("state") == S.STATE_DONE
+            statuses.append(seg.get("exit_probe_status"))
+        finally:
+            seg.close()
+    # THEN every run ended, measured or saying the allocator's lock was held
+    assert set(statuses) <= {S.PROBE_DONE, S.PROBE_ALLOCATOR_LOCKED}, statuses
+    assert S.PROBE_ALLOCATOR_LOCKED in statuses, "the locked case never came up: no test"
+
+
+def test_a_plain_exit_is_measured_on_the_helper_thread():
+    p, seg = run_attached(scenario("hs-leak"), "--mb", "5")
+    try:
+        assert p.returncode == 0, p.stderr
+        assert seg.get("exit_probe_status") == S.PROBE_DONE
+        assert seg.get("library_threads") == 1
+        assert seg.get("exit_release_kind") == seg.get("allocator_id") == 1  # glibc: trimmed
+        before, after = seg.alloc_stats("exit_stats_before"), seg.alloc_stats("exit_stats_after")
+        assert before.in_use_bytes >= 5 << 20 and after.in_use_bytes >= 5 << 20
+        assert seg.get("helper_mallocs") == 0
+    finally:
+        seg.close()
+
+
+def test_no_statistics_still_measures_the_exit():
+    # HEAPSIGHT_STATS_HZ=0: no sampling, yet the helper is there for the exit probe
+    seg = S.Segment()
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env.update(LD_PRELOAD=str(LIB_PATH), HEAPSIGHT_SEGMENT=seg.path, HEAPSIGHT_STATS_HZ="0")
+    try:
+        p = subprocess.run([scenario("hs-leak"), "--mb", "5"], env=env, capture_output=True,
+                           text=True, timeout=20)
+        assert p.returncode == 0, p.stderr
+        assert seg.get("exit_probe_status") == S.PROBE_DONE
+        assert seg.get("stats_seq") == 0  # nothing sampled while it ran
+        assert seg.alloc_stats("exit_stats_before").in_use_bytes >= 5 << 20
+    finally:
+        seg.close()
