@@ -144,6 +144,7 @@ class Segment:
         self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
+            os.fchmod(fd, 0o600)  # exactly: a umask such as 0277 would leave it read-only
             os.ftruncate(fd, SEGMENT_BYTES)
             # what the library checks before it writes a byte (native/src/segment.c)
             head = np.zeros((), HEADER_DTYPE)

@@ -1,0 +1,29 @@
+"""The segment file the CLI makes is what the library checks for before it writes a byte:
+a regular file of ours, mode 0600 exactly, the exact size, the creation magic."""
+
+import os
+import stat
+
+import numpy as np
+
+from heapsight import segment as S
+
+
+def test_the_segment_is_made_0600_whatever_the_umask():
+    old = os.umask(0o277)  # would leave 0400: the library opens it read-write
+    try:
+        seg = S.Segment()
+    finally:
+        os.umask(old)
+    try:
+        st = os.lstat(seg.path)
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+        assert stat.S_IMODE(st.st_mode) == 0o600
+        assert st.st_size == S.SEGMENT_BYTES
+        head = np.frombuffer(open(seg.path, "rb").read(S.HEADER_DTYPE.itemsize), S.HEADER_DTYPE)[0]
+        assert (int(head["magic"]), int(head["version"]), int(head["size_bytes"])) == \
+            (S.CREATED, S.VERSION, S.SEGMENT_BYTES)
+        assert int(head["creator_pid"]) == os.getpid() and int(head["owner_pid"]) == 0
+    finally:
+        seg.close()
+    assert not os.path.exists(seg.path)
