@@ -8,11 +8,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -48,6 +50,26 @@ def test_record_into_a_fifo_stays_a_fifo(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert json.loads(got[0])["kind"] == "heapsight-run"   # no .gz suffix: plain JSON
     assert temporaries(tmp_path) == []
+
+
+def test_ctrl_c_ends_a_run_whose_fifo_nobody_reads(tmp_path):
+    # GIVEN a run whose record goes to a FIFO that has no reader
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([*HS, "run", "-q", "-o", str(fifo), "--", "true"], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)   # the program has ended; heapsight waits for a reader
+    assert p.poll() is None
+    # WHEN Ctrl-C comes THEN heapsight ends (130) instead of waiting on
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        pytest.fail("heapsight kept waiting for the FIFO's reader after Ctrl-C")
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and temporaries(tmp_path) == []
 
 
 def test_parallel_runs_with_one_json_file_both_succeed(tmp_path):

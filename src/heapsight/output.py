@@ -11,20 +11,23 @@ whole or not at all, never replacing what heapsight did not create.
   the old one), whatever mode the old one had.
 - Ctrl-C, SIGTERM and SIGHUP wait while a file is written (then take effect): an
   interrupt never loses a finished run and never leaves a temporary file behind. A
-  special file is written with them free to act: a FIFO nobody reads would otherwise
-  hold heapsight past Ctrl-C, and there is no temporary file to leave.
+  special file has no temporary file to protect: a FIFO nobody reads gives up its wait
+  at Ctrl-C, even where the caller defers interrupts.
 - A socket is refused: heapsight cannot open one as a file.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip as gzip_module
 import json
 import os
 import re
+import signal
 import stat
 import sys
 import tempfile
+import time
 
 from heapsight import interrupts
 from heapsight.errors import HeapsightError
@@ -33,6 +36,7 @@ from heapsight.errors import HeapsightError
 # Lone surrogates that are not surrogate-escaped bytes (those are U+DC80..U+DCFF).
 OTHER_SURROGATES = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 TEMP_STEM_CHARS = 40   # of the target's name in its temporary file's: any valid name fits
+FIFO_POLL_S = 0.05     # how often a FIFO is tried for a reader
 
 
 def _special(path: str) -> bool:
@@ -118,9 +122,9 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> None:
         sys.stdout.buffer.flush()
         return
     target = os.path.realpath(path)
-    if _special(target):   # interrupts stay free: a FIFO's reader may never come
+    if _special(target):   # interrupts are not deferred here: see _open_special
         try:
-            with open(target, "wb") as f:
+            with _open_special(target, path) as f:
                 f.write(data)
         except OSError as e:
             raise HeapsightError(f"cannot write {path}: {e.strerror}", 1) from e
@@ -145,6 +149,28 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> None:
                     os.unlink(tmp)
                 except OSError:
                     pass
+
+
+def _open_special(target: str, path: str):
+    """A device, or a FIFO once it has a reader. A FIFO nobody reads must not hold
+    heapsight past Ctrl-C, even where the caller defers interrupts (commands that save
+    a finished run do): the wait gives up when one is pending, and it acts when the caller
+    lets it."""
+    if not stat.S_ISFIFO(os.stat(target).st_mode):
+        return open(target, "wb")
+    while True:
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)   # ENXIO: no reader yet
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            if interrupts.WATCHED & signal.sigpending():
+                raise HeapsightError(f"cannot write {path}: interrupted while waiting for the "
+                                     "FIFO's reader", 1) from None
+            time.sleep(FIFO_POLL_S)
+            continue
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "wb")
 
 
 def _sync_dir(parent: str) -> None:

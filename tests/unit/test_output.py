@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from heapsight import output, record, report
+from heapsight import interrupts, output, record, report
 from heapsight.errors import HeapsightError
 
 from .test_record_load import run_doc
@@ -127,6 +127,31 @@ def test_a_device_that_refuses_the_write_is_one_line():
     with pytest.raises(HeapsightError, match="cannot write /dev/full: No space left") as e:
         output.write("/dev/full", b"{}")
     assert e.value.exit_code == 1 and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_a_fifo_nobody_reads_gives_up_at_ctrl_c_even_while_interrupts_wait(tmp_path):
+    # GIVEN a caller that defers interrupts while it saves (as run does after the program)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    main = threading.main_thread().ident
+    ended = threading.Event()
+
+    def interrupt_then_unblock():
+        time.sleep(0.3)
+        signal.pthread_kill(main, signal.SIGINT)
+        if not ended.wait(3):
+            with open(fifo, "rb") as f:
+                f.read()
+    threading.Thread(target=interrupt_then_unblock, daemon=True).start()
+    started = time.monotonic()
+    # WHEN Ctrl-C comes THEN the wait ends with a one-line error, and the interrupt acts
+    # once the caller lets it
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.deferred():
+            with pytest.raises(HeapsightError, match="interrupted while waiting for the FIFO"):
+                output.write(str(fifo), b"{}")
+    ended.set()
+    assert time.monotonic() - started < 2 and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
 def test_a_symlink_is_followed_and_kept(tmp_path):
