@@ -36,3 +36,27 @@ def test_more_frees_than_allocations_read_as_nothing_live():
         m.close()
     finally:
         seg.close()
+
+
+def test_exit_figures_the_probe_did_not_take_read_as_none_with_the_reason():
+    seg = S.Segment()
+    try:
+        fd = os.open(seg.path, os.O_RDWR)
+        m = mmap.mmap(fd, S.SEGMENT_BYTES)
+        os.close(fd)
+        head = np.ndarray((), S.HEADER_DTYPE, buffer=m, offset=0)
+        # GIVEN a run whose exit probe found the allocator locked and had no sample to keep
+        head["state"], head["exit_probe_status"] = S.STATE_DONE, S.PROBE_ALLOCATOR_LOCKED
+        # THEN there are no exit figures (not zeros), and the reason is there to show
+        assert seg.alloc_stats("exit_stats_before") is None
+        assert "lock was held" in seg.exit_probe_why_not()
+        # GIVEN instead a measured exit
+        head["exit_probe_status"] = S.PROBE_DONE
+        head["exit_stats_before"]["time_ns"] = 123
+        head["exit_stats_before"]["mapped_bytes"] = 4096
+        assert seg.alloc_stats("exit_stats_before").mapped_bytes == 4096
+        assert seg.exit_probe_why_not() == ""
+        del head
+        m.close()
+    finally:
+        seg.close()

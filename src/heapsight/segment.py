@@ -234,4 +234,13 @@ class Segment:
             return None
         if field == "stats" and seq == 0:
             return None
+        if field != "stats" and int(rec["time_ns"]) == 0:
+            return None  # the exit probe did not take them (exit_probe_why_not says why)
         return AllocStats.from_record(rec)
+
+    def exit_probe_why_not(self) -> str:
+        """Why the exit figures and the release were not measured though the program ran
+        its exit handlers (exit_probe_status), or "" when they were or it did not."""
+        if int(self.header["state"]) != STATE_DONE:
+            return ""
+        return PROBE_WHY_NOT.get(int(self.header["exit_probe_status"]), "")
