@@ -235,7 +235,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     if attached:
         c = segment.counters(classes=True)
         call = allocators.release_call(allocator)
-        if done:
+        why_not = segment.exit_probe_why_not() if done else ""
+        if why_not:   # exit handlers ran, but the allocator could not be asked (locked)
+            release = Release(False, call, why_not)
+        elif done:
             rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
             final = analysis.breakdown(
                 round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
@@ -260,8 +263,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         if stats_before is not None:
             arenas = max(arenas, stats_before.arenas)
         threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
-        if segment.get("stats_hz_milli") and threads > 1:
-            threads -= 1  # the library's own statistics thread
+        own = segment.get("library_threads") or (1 if segment.get("stats_hz_milli") else 0)
+        threads = max(1, threads - own)  # the library's own threads are not the program's
         heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
                            c.live_usable_bytes, peak_usable, int(peak_usable * ratio), round(peak_at, 3),
                            c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
