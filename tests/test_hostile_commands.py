@@ -183,3 +183,17 @@ def test_everything_after_the_program_name_belongs_to_the_program(tmp_path):
     assert p.returncode == 2 and "no program given" in p.stderr
     p = subprocess.run([*HS, "-V"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("heapsight ")
+
+
+def test_an_output_never_overwrites_another_output_or_an_input(tmp_path):
+    p = subprocess.run([*HS, "run", "-q", "-o", "a.json", "--json", "a.json", "--", "true"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and "also given to" in p.stderr
+    rec = tmp_path / "r.hsrun.json.gz"
+    assert subprocess.run([*HS, "run", "-q", "-o", str(rec), "--", "true"], cwd=tmp_path,
+                          capture_output=True, timeout=60).returncode == 0
+    before = rec.read_bytes()
+    p = subprocess.run([*HS, "report", str(rec), "-o", str(rec)], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and "one of the files to read" in p.stderr
+    assert rec.read_bytes() == before

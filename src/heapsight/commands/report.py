@@ -39,6 +39,10 @@ def execute(args) -> int:
     # Everything that can fail on the inputs fails before anything is written.
     docs = [(path, record.load(path)) for path in args.files]
     output.check(args.output, "--output")
+    out_real = os.path.realpath(args.output)
+    if any(os.path.realpath(f) == out_real for f in args.files):
+        raise HeapsightError(f"--output {args.output} is one of the files to read: give the page "
+                             "another name (e.g. report.html)")
     if args.png:
         png.chromium()
         if os.path.exists(args.png) and not os.path.isdir(args.png):

@@ -146,7 +146,17 @@ def validate(args) -> None:
 
 
 def check_outputs(args) -> None:
-    """Every output path, before the program runs."""
+    """Every output path, before the program runs; no two of them the same file."""
+    named = [(o, p) for o, p in (("--json", args.json), ("--output", None if args.no_save else args.output),
+                                 ("--html", args.html)) if p and p != "-"]
+    seen = {}
+    for option, path in named:
+        real = os.path.realpath(path)
+        shared_device = os.path.exists(real) and not os.path.isfile(real)   # /dev/null twice is fine
+        if real in seen and not shared_device:
+            raise HeapsightError(f"{option} {path} is also given to {seen[real]}: one would "
+                                 "overwrite the other; give each output its own file")
+        seen.setdefault(real, option)
     if args.json:
         output.check(args.json, "--json", allow_stdout=True)
     if args.output and not args.no_save:
