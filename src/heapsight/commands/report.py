@@ -47,6 +47,11 @@ def execute(args) -> int:
         png.chromium()
         if os.path.exists(args.png) and not os.path.isdir(args.png):
             raise HeapsightError(f"--png {args.png} exists and is not a directory")
+        try:   # before the page is written, not after
+            os.makedirs(args.png, exist_ok=True)
+            output.check(os.path.join(args.png, "chart.png"), "--png")
+        except OSError as e:
+            raise HeapsightError(f"--png {args.png}: cannot make the directory ({e.strerror})") from e
     page = html.write(args.output, docs, args.title)
     size = len(report.printable(page.html).encode("utf-8"))
     print(f"heapsight report: wrote {args.output} ({len(docs)} file(s), {len(page.charts)} "

@@ -11,6 +11,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from heapsight import output
 from heapsight.errors import HeapsightError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -66,17 +67,16 @@ def dump_dom(html_path: str, size: tuple = (1280, 900), timeout_s: float = TIMEO
 def screenshot(html_path: str, out_png: str, chart: str | None = None,
                size: tuple = (WIDTH, HEIGHT), scale: float = SCALE, exe: str | None = None) -> str:
     out = Path(out_png).resolve()
-    tmp = out.with_name(out.name + ".tmp.png")
-    tmp.unlink(missing_ok=True)
-    p = run([f"--screenshot={tmp}", page_url(html_path, chart, size)], size=size, scale=scale, exe=exe)
-    try:
-        ok = tmp.exists() and tmp.read_bytes()[:8] == PNG_SIGNATURE
-        if not ok:
-            raise HeapsightError(f"chromium did not draw {chart or html_path} as PNG "
-                                 f"(exit {p.returncode}): " + _tail(p.stderr), 1)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # chromium writes into a directory of our own, then the image goes through output.write
+    # (whole or not at all, never over a device, a private temporary name)
+    with tempfile.TemporaryDirectory(prefix="heapsight-png-") as d:
+        tmp = Path(d) / "chart.png"
+        p = run([f"--screenshot={tmp}", page_url(html_path, chart, size)], size=size, scale=scale, exe=exe)
+        data = tmp.read_bytes() if tmp.exists() else b""
+    if data[:8] != PNG_SIGNATURE:
+        raise HeapsightError(f"chromium did not draw {chart or html_path} as PNG "
+                             f"(exit {p.returncode}): " + _tail(p.stderr), 1)
+    output.write(str(out), data, gzip=False)
     return str(out)
 
 
