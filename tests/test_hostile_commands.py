@@ -197,3 +197,12 @@ def test_an_output_never_overwrites_another_output_or_an_input(tmp_path):
                        cwd=tmp_path, timeout=60)
     assert p.returncode == 2 and "one of the files to read" in p.stderr
     assert rec.read_bytes() == before
+
+
+def test_compare_and_lab_check_their_outputs_before_any_run(tmp_path):
+    p = subprocess.run([*HS, "compare", "--json", str(tmp_path / "no" / "c.json"), "--", "true"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and "does not exist" in p.stderr and "[1/" not in p.stderr
+    p = subprocess.run([*HS, "lab", "waste", "--quick", "-o", str(tmp_path)], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and "is a directory" in p.stderr and "[1/1]" not in p.stderr
