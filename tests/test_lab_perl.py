@@ -82,8 +82,8 @@ def test_writeup_case_4_goes_back_here_like_case_5(boundary):
     # WHEN the write-up's cases 4 and 5 run (200 strings instead of 1000)
     c4, c5 = run_case(4, 0.2), run_case(5, 0.2)
     # THEN both give back most of their memory on leaving the block
-    assert lab.grew(c5) > 20 * lab.MB and lab.outcome(c5) == "gave back", c5
-    assert lab.grew(c4) > 20 * lab.MB and lab.outcome(c4) == "gave back", c4
+    assert lab.grew(c5) > 20 * common.MIB and lab.outcome(c5) == "gave back", c5
+    assert lab.grew(c4) > 20 * common.MIB and lab.outcome(c4) == "gave back", c4
 
 
 def test_a_plain_block_keeps_the_string_that_the_cases_block_gives_back():
@@ -93,7 +93,7 @@ def test_a_plain_block_keeps_the_string_that_the_cases_block_gives_back():
     assert in_eval["facts"]["length"] == plain["facts"]["length"] == 20_000_000
     # THEN the eval's lexical is freed and given back; the plain block's keeps its buffer
     assert lab.outcome(in_eval) == "gave back", in_eval
-    assert lab.kept(plain) > 18 * lab.MB, plain
+    assert lab.kept(plain) > 18 * common.MIB, plain
 
 
 def test_two_hashes_with_the_same_keys_take_less_than_with_different_keys():

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import re
 
+from heapsight import fmt
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
-from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table
+from heapsight.lab.common import DEPENDS, MIB, Claim, Table, configs, errors_note, in_mib, mib
 
 NAME = "arenas"
 TITLE = "per-thread arenas: what threads leave behind after freeing, and what malloc_trim returns"
@@ -25,7 +26,6 @@ ABOUT = ("Worker threads start together; each allocates its block (30 or 100 MiB
 CONFIGS = ("glibc", "glibc-arena1", "glibc-arena2", "jemalloc", "tcmalloc", "mimalloc")
 
 PROGRAM = "hs-lab-arenas"
-MIB = 1024 * 1024
 SIZE_A, SIZE_B = 30, 100   # MiB per worker of each kind, as in the write-up
 SMALL_KB = 4               # block size of the many-small-blocks variant
 PIN_KB = 1                 # the block a pinned worker leaves allocated each round
@@ -96,10 +96,7 @@ def collect(ctx: common.Context) -> dict:
         entry = {"name": cfg.name, "allocator": cfg.allocator, "env": dict(cfg.env),
                  "arena_max": arena_max_of(cfg.env), "errors": [], "runs": {}}
         data["configs"].append(entry)
-        _, missing = common.config_env(cfg)
-        if missing:
-            entry["errors"].append(missing)
-            ctx.say(f"arenas: {cfg.name}: {missing}")
+        if common.cannot_run(ctx, cfg, entry):
             continue
         for case in cases:
             ctx.say(f"arenas: {cfg.name}, {case['label']}, {rounds} rounds")
@@ -129,9 +126,7 @@ def collect(ctx: common.Context) -> dict:
                                               and x.get("phase") == phase]
             entry["runs"][case["id"]] = run
     if not any(c["runs"] for c in data["configs"]):
-        errs = "; ".join(f"{c['name']}: {', '.join(c['errors']) or 'no output'}"
-                         for c in data["configs"])
-        raise HeapsightError(f"no arenas case ran: {errs}")
+        raise common.nothing_ran(data, "arenas case")
     return data
 
 
@@ -145,10 +140,6 @@ def arena_max_of(env: dict) -> int:
 
 
 # ---------------------------------------------------------------- derived figures
-
-def configs(data: dict) -> list:
-    return data.get("configs", [])
-
 
 def cases(data: dict) -> list:
     return data.get("cases", [])
@@ -186,23 +177,15 @@ def outside_main(run: dict) -> int:
     return max(0, retained(run) - run.get("arena_main", 0))
 
 
-def mib(n: float) -> str:
-    return f"{n / MIB:,.1f} MiB"
-
-
-def m(n: float) -> float:
-    return round(n / MIB, 1)
+def arena_cap(data: dict) -> int:
+    """glibc's default arena limit where the data was measured: 8 x cores."""
+    return data.get("cap", 8 * common.cores())
 
 
 def arena_limit(data: dict, cfg: dict) -> int:
-    cap = data.get("cap", 8 * common.cores())
+    cap = arena_cap(data)
     am = cfg.get("arena_max", 0)
     return min(am, cap) if am else cap
-
-
-def errors_note(data: dict) -> str:
-    errs = [f"{c['name']}: {e}" for c in configs(data) for e in c.get("errors", [])]
-    return ("errors: " + "; ".join(errs)) if errs else ""
 
 
 def plain_30(data: dict) -> list:
@@ -222,7 +205,7 @@ def matrix_table(data: dict) -> Table:
         for cfg in cfgs:
             r = run_of(cfg, case["id"])
             after = max(0, r["rss_release"] - r["rss_base"]) if r else 0
-            row.append(f"{m(retained(r)):,.1f} -> {m(after):,.1f}" if r else "n/a")
+            row.append(f"{in_mib(retained(r))} -> {in_mib(after)}" if r else "n/a")
         rows.append(row)
     note = (f"MiB retained after the workers ended -> after the release (glibc: malloc_trim(0); "
             f"jemalloc: arena purge; tcmalloc: ReleaseFreeMemory; mimalloc: mi_collect), both "
@@ -243,10 +226,10 @@ def glibc_table(data: dict, cfg: dict) -> Table:
         if r is None:
             rows.append([case["label"], case["threads"]] + ["n/a"] * 7)
             continue
-        change = r["rss_release"] - r["rss_after"]
+        change = round((r["rss_release"] - r["rss_after"]) / MIB, 1)
         rows.append([case["label"], case["threads"], mib(r["rss_peak"]), mib(r["rss_after"]),
                      r["arenas"], mib(r["arena_largest"]), mib(r["arena_system"]),
-                     mib(r["rss_release"]), f"{m(change):+,.1f} MiB" if m(change) else "0.0 MiB"])
+                     mib(r["rss_release"]), f"{change:+,.1f} MiB" if change else "0.0 MiB"])
     limit = arena_limit(data, cfg)
     note = (f"arenas, largest arena and arenas total: malloc_info's heaps and their "
             f"<system type=\"current\"> after the workers (memory each arena got from the "
@@ -263,8 +246,7 @@ def tables(data: dict) -> list:
 
 # ---------------------------------------------------------------- claims
 
-def claim(text: str, verdict: str, evidence: str, depends_on: str = "") -> Claim:
-    return Claim(text, SOURCE, verdict, evidence, depends_on)
+claim = common.claim_for(SOURCE)
 
 
 def missing(text: str, data: dict, what: str) -> Claim:
@@ -274,11 +256,7 @@ def missing(text: str, data: dict, what: str) -> Claim:
 
 def tally(text: str, results: list, evidence: str, depends_on: str) -> Claim:
     """HOLDS if every result holds, FAILS if none does, else DEPENDS on depends_on."""
-    if all(results):
-        return claim(text, HOLDS, evidence)
-    if not any(results):
-        return claim(text, FAILS, evidence)
-    return claim(text, DEPENDS, evidence, depends_on)
+    return claim(text, common.verdict_of(results), evidence, depends_on)
 
 
 def claim_own_arena(data: dict) -> Claim:
@@ -286,7 +264,7 @@ def claim_own_arena(data: dict) -> Claim:
     g = glibc_default(data)
     if g is None:
         return missing(text, data, "glibc (default settings)")
-    cap = data.get("cap", 8 * common.cores())
+    cap = arena_cap(data)
     checked, parts, kinds_bad = [], [], set()
     for case in cases(data):
         r = run_of(g, case["id"])
@@ -364,7 +342,7 @@ def claim_trim_main_only(data: dict) -> Claim:
 
 
 def claim_cap(data: dict) -> Claim:
-    cap = data.get("cap", 8 * common.cores())
+    cap = arena_cap(data)
     text = "the number of arenas is capped at 8 x cores"
     gl = glibc_configs(data)
     if not gl:
@@ -421,7 +399,7 @@ def claim_100_vs_30(data: dict) -> Claim:
         if cfg.get("allocator") == "glibc" or not cfg.get("runs"):
             continue
         pairs = [(c["id"], run_of(cfg, c["id"])) for c in cases(data) if not c["variant"]]
-        pairs = [f"{cid} {m(retained(r)):,.1f}" for cid, r in pairs
+        pairs = [f"{cid} {in_mib(retained(r))}" for cid, r in pairs
                  if r and cid in ("4x30", "4x100")]
         if pairs:
             others.append(f"{cfg['name']} " + ", ".join(pairs))
@@ -506,9 +484,7 @@ def retained_note(data: dict) -> str:
 def trim_note(data: dict, g: dict, cs: list) -> str:
     def share(pinned: bool) -> str:
         rs = [run_of(g, c["id"]) for c in cs if (c["variant"] == "pinned") == pinned]
-        kept_total = sum(retained(r) for r in rs)
-        back = sum(given_back(r) for r in rs)
-        return f"{100 * back / kept_total:.0f}%" if kept_total else "n/a"
+        return fmt.pct(sum(given_back(r) for r in rs), sum(retained(r) for r in rs))
     return (f"malloc_trim(0) gave back {share(False)} of what the unpinned cases kept and "
             f"{share(True)} of what the pinned ones kept (free chunks below a live block).")
 
@@ -561,7 +537,7 @@ def charts(data: dict) -> list:
                                  "y": [p[1] for p in pts]})
     if arena_series:
         xs = sorted({x for s in arena_series for x in s["x"]})
-        cap = data.get("cap", 8 * common.cores())
+        cap = arena_cap(data)
         arena_series.append({"name": f"8 x cores = {cap}", "x": xs, "y": [cap] * len(xs)})
         out.append({"id": "arenas-count", "title": "glibc arenas by worker threads",
                     "kind": "line",

@@ -142,6 +142,104 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
-def rel(a: float, b: float) -> float:
-    """a relative to b, as a fraction (0 when b is 0)."""
-    return a / b if b else 0.0
+# --- the data's configuration entries --------------------------------------------------
+# Every experiment's data holds a list "configs" of entries named by configuration. An
+# entry that could not run says why in "error" (a string: release, perl) or "errors" (a
+# list: waste, arenas); release also keeps an "error" per run under "runs".
+
+def configs(data: dict) -> list:
+    return data.get("configs", [])
+
+
+def config(data: dict, name: str) -> dict | None:
+    """The entry of one configuration by name, or None when it is not in data."""
+    return next((c for c in configs(data) if c["name"] == name), None)
+
+
+def entry_errors(entry: dict) -> list:
+    """The errors one entry carries: (where, error) with where '' for the entry itself or
+    the key of the run that failed."""
+    errs = [("", entry["error"])] if entry.get("error") else []
+    errs += [("", e) for e in entry.get("errors", [])]
+    runs = entry.get("runs")
+    for key, r in (runs.items() if isinstance(runs, dict) else ()):
+        if isinstance(r, dict) and r.get("error"):
+            errs.append((key, r["error"]))
+    return errs
+
+
+def errors_note(data: dict) -> str:
+    """Every error the entries carry, in one line ('errors: glibc: ...; ...'), or ''."""
+    errs = [f"{c['name']}{f' ({where})' if where else ''}: {e}"
+            for c in configs(data) for where, e in entry_errors(c)]
+    return ("errors: " + "; ".join(errs)) if errs else ""
+
+
+def nothing_ran(data: dict, what: str) -> HeapsightError:
+    """The error collect() raises when no configuration gave any result: each one's errors."""
+    return HeapsightError(f"no {what} ran: " + "; ".join(
+        f"{c['name']}: {', '.join(e for _, e in entry_errors(c)) or 'no output'}"
+        for c in configs(data)))
+
+
+def cannot_run(ctx: Context, cfg: Config, entry: dict) -> bool:
+    """Whether cfg cannot run here (its allocator's library is missing); if so the entry
+    says why (in "errors" when it keeps a list, else in "error") and so does the progress."""
+    _, err = config_env(cfg)
+    if err:
+        if isinstance(entry.get("errors"), list):
+            entry["errors"].append(err)
+        else:
+            entry["error"] = err
+        ctx.say(f"{cfg.name}: skipped: {err}")
+    return bool(err)
+
+
+# --- claims -----------------------------------------------------------------------------
+
+def claim_for(source: str):
+    """claim(text, verdict, evidence, depends_on="") -> Claim, bound to one write-up.
+    depends_on is kept only for a DEPENDS verdict."""
+    def claim(text: str, verdict: str, evidence: str, depends_on: str = "") -> Claim:
+        return Claim(text, source, verdict, evidence, depends_on if verdict == DEPENDS else "")
+    return claim
+
+
+def verdict_of(results) -> str:
+    """HOLDS when every result holds, FAILS when none does, else DEPENDS (also when there
+    is no result at all: nothing was measured)."""
+    results = list(results)
+    if results and all(results):
+        return HOLDS
+    if results and not any(results):
+        return FAILS
+    return DEPENDS
+
+
+def verdict_split(held: list, failed: list) -> str:
+    """verdict_of for the cases sorted into those where the claim held and those where not."""
+    return verdict_of([True] * len(held) + [False] * len(failed))
+
+
+# --- sizes the write-ups' way (heapsight.fmt has the IEC ones) ---------------------------
+
+MIB = 1024 * 1024
+
+
+def mib(n: float) -> str:
+    """Bytes in MiB with one decimal and the unit, always MiB so figures line up: 1,234.5 MiB."""
+    return f"{in_mib(n)} MiB"
+
+
+def in_mib(n: float) -> str:
+    """Bytes in MiB with one decimal, for a cell whose column names the unit: 1,234.5."""
+    return f"{n / MIB:,.1f}"
+
+
+def size_label(n: int) -> str:
+    """The write-ups' names of block and target sizes: 2 KB, 20 KB, 200 KB, 2 MB, 2 GB
+    (powers of 1024, as they meant them)."""
+    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")):
+        if n >= unit:
+            return f"{n / unit:g} {name}"
+    return f"{n} B"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import statistics
 
+from heapsight import fmt
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
-from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table
+from heapsight.lab.common import DEPENDS, FAILS, HOLDS, MIB, Claim, Table, in_mib, mib
 
 NAME = "containers"
 TITLE = "C++ containers of strings: what stays resident after destruction, std::allocator vs __pool_alloc"
@@ -46,7 +47,6 @@ SIZES = {  # quick -> (N, k values, containers also filled with all-zero strings
 # first fill, which moves every later heap chunk by 32 bytes. Figures that change with it
 # depend on where glibc's chunks happen to fall, not on the container or the allocator.
 PROBE_PAD_BYTES = 16
-MIB = 1024 * 1024
 
 # libstdc++'s __pool_alloc serves requests of at most this many bytes (its _S_max_bytes).
 POOL_MAX_BYTES = 128
@@ -80,6 +80,8 @@ MORE_MIN_BYTES = 1 * MIB
 # "around" is taken as within a factor of 2.
 DEQUE_OVERHEAD_BYTES_PER_MILLION = 30 * 1000 * 1000
 AROUND_FACTOR = 2.0
+
+claim = common.claim_for(SOURCE)
 # Tables show every k up to this many; beyond, a selection (all are in the data).
 TABLE_MAX_ROWS = 24
 
@@ -182,14 +184,6 @@ def find(data: dict, container: str, alloc: str, strings: str = "random",
 
 def series(run: dict | None, key: str) -> list:
     return [p[key] for p in run["points"]] if run else []
-
-
-def mib(b: float) -> str:
-    return f"{b / MIB:,.1f}"
-
-
-def mib_u(b: float) -> str:
-    return f"{b / MIB:,.1f} MiB"
 
 
 def malloc_held(p: dict) -> int | None:
@@ -295,14 +289,14 @@ def tables(data: dict) -> list:
                        ([(a, "zero", "rss_out") for a in ALLOCS] if with_zero else []):
                 run = cells[key[:2]]
                 p = next((q for q in run["points"] if q["k"] == k), None) if run else None
-                row.append(mib(p[key[2]]) if p else "-")
+                row.append(in_mib(p[key[2]]) if p else "-")
             rows.append(row)
         out.append(Table(
             title=f"{c}<string>, N = {data.get('n', 0):,}, under {main}: RSS in scope and out of "
                   "scope (MiB), random strings unless marked zero",
             columns=cols, rows=rows,
             note=("run failed: " + "; ".join(errs) + ". " if errs else "")
-                 + f"RSS before the first fill: {mib_u(_baseline(cells))}{more}"))
+                 + f"RSS before the first fill: {mib(_baseline(cells))}{more}"))
     out.append(_pool_table(data))
     probe = _probe_table(data)
     if probe:
@@ -332,9 +326,9 @@ def _pool_table(data: dict) -> Table:
         large = max(series(pool, "pool_large_bytes"))
         held_pool = [malloc_held(p) for p in pool["points"]]
         held_std = [malloc_held(p) for p in std["points"]] if std else []
-        held = (mib(min(held_pool)) if None not in held_pool else "-",
-                mib(min(held_std)) if held_std and None not in held_std else "-")
-        rows.append([c, unit[c], mib(small), mib(large), held[1], held[0],
+        held = (in_mib(min(held_pool)) if None not in held_pool else "-",
+                in_mib(min(held_std)) if held_std and None not in held_std else "-")
+        rows.append([c, unit[c], in_mib(small), in_mib(large), held[1], held[0],
                      _through(kept_through(std)), _through(kept_through(pool))])
     return Table(
         title="what the pool sees, per fill (MiB), and what stays allocated in malloc after "
@@ -360,9 +354,9 @@ def _probe_table(data: dict) -> Table | None:
         shift = layout_shift(data, c)
         if not shift:
             continue
-        rows.append([c, mib(statistics.fmean(series(std, "rss_out"))),
-                     mib(statistics.fmean(series(probe, "rss_out"))), f"{shift['share']:.0%}",
-                     mib(shift["max_move"]), "yes" if shift["stable"] else "NO"])
+        rows.append([c, in_mib(statistics.fmean(series(std, "rss_out"))),
+                     in_mib(statistics.fmean(series(probe, "rss_out"))), f"{shift['share']:.0%}",
+                     in_mib(shift["max_move"]), "yes" if shift["stable"] else "NO"])
     if not rows:
         return None
     return Table(
@@ -387,7 +381,7 @@ def _mallocs_table(data: dict, shown: list, cfg_names: list) -> Table:
         row = [k]
         for r in runs:
             p = next((q for q in r["points"] if q["k"] == k), None) if r else None
-            row.append(mib(p["rss_out"]) if p else "-")
+            row.append(in_mib(p["rss_out"]) if p else "-")
         rows.append(row)
     errs = sorted({f"{r['config']}: {r['error']}" for r in data.get("runs", [])
                    if not r.get("ok") and r["config"] in cfg_names[1:]})
@@ -397,23 +391,9 @@ def _mallocs_table(data: dict, shown: list, cfg_names: list) -> Table:
 
 # ---------------------------------------------------------------- claims
 
-def _verdict(results: dict, what: str) -> tuple:
-    """(verdict, depends_on) from {case: bool}."""
-    vals = list(results.values())
-    if vals and all(vals):
-        return HOLDS, ""
-    if vals and not any(vals):
-        return FAILS, ""
-    return DEPENDS, what
-
-
 def claims(data: dict) -> list:
     return [_claim_pool_keeps(data), _claim_overlap(data), _claim_list_grows(data),
             _claim_zero(data), _claim_deque(data)]
-
-
-def _size(b: int) -> str:
-    return mib_u(b) if b >= MIB else f"{b:,} B"
 
 
 def _claim_pool_keeps(data: dict) -> Claim:
@@ -426,8 +406,8 @@ def _claim_pool_keeps(data: dict) -> Claim:
         pooled = max(series(pool, "pool_small_bytes"))
         biggest = max(series(pool, "max_request"))
         if pooled < POOLED_MIN_BYTES:
-            passthrough.append(f"{c} ({_size(pooled)} of small requests per fill, largest "
-                               f"request {_size(biggest)})")
+            passthrough.append(f"{c} ({fmt.human(pooled)} of small requests per fill, largest "
+                               f"request {fmt.human(biggest)})")
             continue
         hp = [malloc_held(p) for p in pool["points"]]
         hs = [malloc_held(p) for p in std["points"]] if std else [None]
@@ -437,27 +417,26 @@ def _claim_pool_keeps(data: dict) -> Claim:
             continue
         kept = min(a - b for a, b in zip(hp, hs))
         results[c] = kept >= KEPT_MIN_FRACTION * pooled
-        parts.append(f"{c}: the pool served {mib_u(pooled)} per fill in requests of at most "
+        parts.append(f"{c}: the pool served {mib(pooled)} per fill in requests of at most "
                      f"{biggest} B, and after every destruction malloc still had at least "
-                     f"{mib_u(kept)} more allocated than with std::allocator")
+                     f"{mib(kept)} more allocated than with std::allocator")
     tail = ""
     if passthrough:
         tail += (" " + ", ".join(passthrough) + ": the pool hands everything on to operator new, "
                  "so it keeps nothing there.")
     if not results:
         if unmeasured:
-            return Claim(text, SOURCE, DEPENDS,
+            return claim(text, DEPENDS,
                          f"{', '.join(unmeasured)} sent the pool its small requests, but without "
                          "glibc's mallinfo2 (or with a run missing) the pool's holdings cannot be "
                          "told from what malloc keeps." + tail,
                          "malloc statistics, which only glibc gives here")
-        return Claim(text, SOURCE, DEPENDS,
+        return claim(text, DEPENDS,
                      "No run sent the pool requests of at most 128 bytes (only a list's nodes do)."
                      + tail, "a container whose nodes are pooled (list), which did not run")
-    verdict, dep = _verdict(results, "container")
     ev = "; ".join(parts) + "." + tail
     ev += f" String buffers never go through the pool. {_k_threshold_note(data)}"
-    return Claim(text, SOURCE, verdict, ev.strip(), dep)
+    return claim(text, common.verdict_of(results.values()), ev.strip(), "container")
 
 
 def _k_threshold_note(data: dict) -> str:
@@ -474,7 +453,7 @@ def _k_threshold_note(data: dict) -> str:
                 bits.append(f"{c}/{a} through k={t}")
         small = series(pool, "pool_small_bytes")
         if small and min(small) == max(small) and small[0] >= POOLED_MIN_BYTES:
-            same.append(f"{c}: {mib_u(small[0])} at every k")
+            same.append(f"{c}: {mib(small[0])} at every k")
     if not bits:
         return ""
     return ("Out-of-scope RSS equals in-scope RSS (all kept) " + ", ".join(bits) + "; the pool's "
@@ -511,30 +490,28 @@ def _claim_overlap(data: dict) -> Claim:
         share = overlap_share(std, pool)
         shift = layout_shift(data, c)
         part = (f"{c}: within {OVERLAP_TOL:.0%} at {share:.0%} of k (mean out of scope std "
-                f"{mib_u(statistics.fmean(series(std, 'rss_out')))}, pool "
-                f"{mib_u(statistics.fmean(series(pool, 'rss_out')))})")
+                f"{mib(statistics.fmean(series(std, 'rss_out')))}, pool "
+                f"{mib(statistics.fmean(series(pool, 'rss_out')))})")
         if shift and not shift["stable"]:
             # two std::allocator runs a few bytes apart already disagree: std vs pool
             # cannot be told apart from where glibc's chunks happened to fall
             results[c] = None
             part += (f", but std::allocator alone with the heap shifted by "
                      f"{data['probe_pad']} B agrees with itself at only {shift['share']:.0%} "
-                     f"of k and moves by up to {mib_u(shift['max_move'])}")
+                     f"of k and moves by up to {mib(shift['max_move'])}")
         else:
             results[c] = share >= OVERLAP_MIN_SHARE
         parts.append(part)
     if not results:
-        return Claim(text, SOURCE, DEPENDS, "No container ran with both allocators.",
+        return claim(text, DEPENDS, "No container ran with both allocators.",
                      "runs missing from this data")
     decided = {c: v for c, v in results.items() if v is not None}
     layout = [c for c, v in results.items() if v is None]
-    verdict, dep = _verdict(decided, "")
-    if layout or verdict == DEPENDS:
-        verdict = DEPENDS
-        dep = "container: " + ", ".join(
-            [f"{'holds' if v else 'fails'} for {c}" for c, v in decided.items()]
-            + [f"heap layout for {c}" for c in layout])
-    return Claim(text, SOURCE, verdict, "; ".join(parts) + ".", dep)
+    verdict = DEPENDS if layout else common.verdict_of(decided.values())
+    dep = "container: " + ", ".join(
+        [f"{'holds' if v else 'fails'} for {c}" for c, v in decided.items()]
+        + [f"heap layout for {c}" for c in layout])
+    return claim(text, verdict, "; ".join(parts) + ".", dep)
 
 
 def _growth(run: dict, n: int) -> tuple:
@@ -554,15 +531,15 @@ def _claim_list_grows(data: dict) -> Claim:
         ratio, rho = _growth(run, n)
         results[cfg["name"]] = ratio >= GROWTH_MIN_RATIO and rho >= GROWTH_MIN_RHO
         outs = series(run, "rss_out")
-        parts.append(f"{cfg['name']}: out of scope {mib_u(outs[0])} at k={run['points'][0]['k']} "
-                     f"to {mib_u(outs[-1])} at k={run['points'][-1]['k']}, slope "
+        parts.append(f"{cfg['name']}: out of scope {mib(outs[0])} at k={run['points'][0]['k']} "
+                     f"to {mib(outs[-1])} at k={run['points'][-1]['k']}, slope "
                      f"{ratio:.2f} x N bytes per unit of k, rho {rho:.2f}")
     contrast = []
     pool = find(data, "list", "pool")
     if pool:
         ratio, rho = _growth(pool, n)
         contrast.append(f"list with __pool_alloc {ratio:.2f} x N (rho {rho:.2f}, ending at "
-                        f"{mib_u(series(pool, 'rss_out')[-1])})")
+                        f"{mib(series(pool, 'rss_out')[-1])})")
     for c in ("vector", "deque"):
         run = find(data, c, "std")
         if run:
@@ -571,11 +548,11 @@ def _claim_list_grows(data: dict) -> Claim:
     if contrast:
         parts.append(f"for contrast under {data.get('main_config')}: " + ", ".join(contrast))
     if not results:
-        return Claim(text, SOURCE, DEPENDS, "No list ran with std::allocator.",
+        return claim(text, DEPENDS, "No list ran with std::allocator.",
                      "runs missing from this data")
-    verdict, dep = _verdict(results, "malloc: " + ", ".join(
-        f"{'grows' if v else 'does not grow'} under {c}" for c, v in results.items()))
-    return Claim(text, SOURCE, verdict,
+    dep = "malloc: " + ", ".join(
+        f"{'grows' if v else 'does not grow'} under {c}" for c, v in results.items())
+    return claim(text, common.verdict_of(results.values()),
                  "; ".join(parts) + f". Growing means a slope of at least {GROWTH_MIN_RATIO} x N "
                  f"and Spearman's rho >= {GROWTH_MIN_RHO} over k.", dep)
 
@@ -590,15 +567,14 @@ def _claim_zero(data: dict) -> Claim:
                 continue
             mr, mz = statistics.fmean(series(rnd, "rss_out")), statistics.fmean(series(zero, "rss_out"))
             results[f"{c}/{a}"] = mz > mr * (1 + MORE_TOL) and mz - mr > MORE_MIN_BYTES
-            parts.append(f"{c}/{a} {mib_u(mz)} vs {mib_u(mr)}")
+            parts.append(f"{c}/{a} {mib(mz)} vs {mib(mr)}")
     if not results:
-        return Claim(text, SOURCE, DEPENDS, "No all-zero run is in this data.",
+        return claim(text, DEPENDS, "No all-zero run is in this data.",
                      "runs missing from this data")
-    verdict, dep = _verdict(results, "container and allocator: more for " + ", ".join(
-        c for c, v in results.items() if v))
-    return Claim(text, SOURCE, verdict,
+    dep = "container and allocator: more for " + ", ".join(c for c, v in results.items() if v)
+    return claim(text, common.verdict_of(results.values()),
                  "Mean out-of-scope RSS over k, all-zero vs random: " + "; ".join(parts)
-                 + f". More means over {MORE_TOL:.0%} and {mib_u(MORE_MIN_BYTES)} above; malloc "
+                 + f". More means over {MORE_TOL:.0%} and {mib(MORE_MIN_BYTES)} above; malloc "
                  "never looks at the bytes stored, only at the sizes asked for.", dep)
 
 
@@ -608,26 +584,26 @@ def _claim_deque(data: dict) -> Claim:
     expect = DEQUE_OVERHEAD_BYTES_PER_MILLION * n / 1_000_000
     vec, deq = find(data, "vector", "std"), find(data, "deque", "std")
     if not (vec and deq):
-        return Claim(text, SOURCE, DEPENDS, "vector or deque with std::allocator did not run.",
+        return claim(text, DEPENDS, "vector or deque with std::allocator did not run.",
                      "runs missing from this data")
     d_in = statistics.median(a - b for a, b in zip(series(deq, "rss_in"), series(vec, "rss_in")))
     d_out = statistics.median(a - b for a, b in zip(series(deq, "rss_out"), series(vec, "rss_out")))
     ok = expect / AROUND_FACTOR <= d_in <= expect * AROUND_FACTOR
     sizes = data.get("sizes", {})
-    return Claim(text, SOURCE, HOLDS if ok else FAILS,
-                 f"In scope, deque - vector = {mib_u(d_in)} (median over k) against the "
-                 f"write-up's 30 MB at N = 1,000,000 ({mib_u(expect)}"
+    return claim(text, HOLDS if ok else FAILS,
+                 f"In scope, deque - vector = {mib(d_in)} (median over k) against the "
+                 f"write-up's 30 MB at N = 1,000,000 ({mib(expect)}"
                  + (f" scaled to N = {n:,}" if n != 1_000_000 else "")
                  + f"; accepted within a factor of {AROUND_FACTOR:g}): the vector's array of "
                  f"{sizes.get('string_object_bytes', 32)}-byte strings and the deque's "
                  f"{sizes.get('deque_block_bytes', 512)}-byte blocks hold the same string objects. "
-                 f"Out of scope the median difference is {mib_u(d_out)}"
+                 f"Out of scope the median difference is {mib(d_out)}"
                  + _probe_note(data, ("deque", "vector")) + ".")
 
 
 def _probe_note(data: dict, which) -> str:
     moved = [(c, layout_shift(data, c)) for c in which]
-    moved = [f"{c} by up to {mib_u(s['max_move'])}" for c, s in moved if s and not s["stable"]]
+    moved = [f"{c} by up to {mib(s['max_move'])}" for c, s in moved if s and not s["stable"]]
     if not moved:
         return ""
     return (f"; shifting the heap by {data.get('probe_pad')} B moves that of " + ", ".join(moved)

@@ -7,10 +7,11 @@ import re
 import shutil
 import subprocess
 
+from heapsight import fmt
 from heapsight.allocators import PRESET
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
-from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table
+from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table, config, in_mib
 
 NAME = "perl"
 TITLE = "Perl scalars, arrays and hashes: what leaving a block gives back to the OS"
@@ -78,6 +79,8 @@ REPEAT_CONFIGS = ("glibc", "glibc-mmap128k")
 GLIBC64 = (8, 16)
 GLIBC32 = (4, 8)
 PERL_EXTRA = 2   # Perl's string buffer: the characters, a NUL and the copy-on-write count
+
+claim = common.claim_for(SOURCE)
 
 
 def chunk_size(request: int, header_align=GLIBC64) -> int:
@@ -198,10 +201,7 @@ def collect(ctx) -> dict:
         entry = {"name": cfg.name, "allocator": cfg.allocator, "env": dict(cfg.env),
                  "error": None, "cases": {}}
         data["configs"].append(entry)
-        _, err = common.config_env(cfg)
-        if err:
-            entry["error"] = err
-            ctx.say(f"{cfg.name}: skipped: {err}")
+        if common.cannot_run(ctx, cfg, entry):
             continue
         for case in CASES:
             rec = run_case(ctx, perl, script, cfg, case)
@@ -236,9 +236,6 @@ def collect(ctx) -> dict:
 
 # --- reading the data back --------------------------------------------------------------
 
-MB = 1024 * 1024
-
-
 def grew(r: dict) -> int:
     return r["inside"]["rss"] - r["before"]["rss"]
 
@@ -261,14 +258,6 @@ def outcome(r: dict) -> str:
     return "gave back" if f >= GAVE_BACK_FRAC else "kept" if f <= KEPT_FRAC else "partly"
 
 
-def mb(n: float) -> str:
-    return f"{n / MB:,.1f}"
-
-
-def pct(f: float) -> str:
-    return f"{100 * f:.0f}%"
-
-
 def ok_cases(entry: dict) -> dict:
     """case number -> record, for the cases that ran under this configuration."""
     if not entry or entry.get("error"):
@@ -276,21 +265,17 @@ def ok_cases(entry: dict) -> dict:
     return {int(k): v for k, v in entry.get("cases", {}).items() if not v.get("error")}
 
 
-def config(data: dict, name: str) -> dict | None:
-    return next((e for e in data.get("configs", []) if e["name"] == name), None)
-
-
 def baseline(data: dict) -> dict | None:
     """The glibc run to compare with: the preset 'glibc', else any glibc one without env."""
     e = config(data, "glibc")
     if e and ok_cases(e):
         return e
-    return next((e for e in data.get("configs", []) if e["allocator"] == "glibc"
+    return next((e for e in common.configs(data) if e["allocator"] == "glibc"
                  and not e["env"] and ok_cases(e)), None)
 
 
 def case_title(data: dict, case: int) -> str:
-    for e in data.get("configs", []):
+    for e in common.configs(data):
         r = e.get("cases", {}).get(str(case))
         if r and r.get("title"):
             return r["title"]
@@ -300,7 +285,7 @@ def case_title(data: dict, case: int) -> str:
 def tables(data: dict) -> list:
     out = []
     perl = data.get("perl") or {}
-    for e in data.get("configs", []):
+    for e in common.configs(data):
         if e.get("error"):
             continue
         rows = []
@@ -313,8 +298,8 @@ def tables(data: dict) -> list:
                 row = [case, case_title(data, case), "error", "", r["error"]]
             else:
                 row = [case, r["title"] + (f" (x{r['scale']:g})" if r["scale"] != 1 else ""),
-                       mb(r["inside"]["rss"]), mb(r["after"]["rss"]),
-                       f"{pct(gave_back(r))} ({outcome(r)})"]
+                       in_mib(r["inside"]["rss"]), in_mib(r["after"]["rss"]),
+                       f"{fmt.share(gave_back(r))} ({outcome(r)})"]
             if is_base:
                 w = WRITEUP_MB.get(case)
                 row += [f"{w[0]:.2f}", f"{w[1]:.2f}"] if w else ["", ""]
@@ -329,18 +314,18 @@ def tables(data: dict) -> list:
                   "case in a fresh process; given back = (inside - after) / (inside - before)"
                   + ("; the write-up's figures are a 32-bit Perl's, all cases in one process"
                      if is_base else ""))))
-    runs = [e for e in data.get("configs", []) if ok_cases(e)]
+    runs = [e for e in common.configs(data) if ok_cases(e)]
     if len(runs) > 1:
         rows = []
         for case in CASES:
             row = [case, case_title(data, case)]
             for e in runs:
                 r = ok_cases(e).get(case)
-                row.append(f"{mb(kept(r))} ({pct(gave_back(r))})" if r else "-")
+                row.append(f"{in_mib(kept(r))} ({fmt.share(gave_back(r))})" if r else "-")
             rows.append(row)
         out.append(Table("RSS kept after leaving the block, MB above the case's start "
                          "(share given back)", ["case", "code"] + [e["name"] for e in runs], rows))
-    for e in data.get("configs", []):
+    for e in common.configs(data):
         if e.get("error"):
             out.append(Table(f"{e['name']}: not run", ["error"], [[e["error"]]]))
     p = data.get("probe") or {}
@@ -349,8 +334,8 @@ def tables(data: dict) -> list:
         for r in p["runs"]:
             n = r["len"]
             rows.append([f"{n:,}", f"128 KiB {'+' if n >= KIB128 else '-'} {abs(n - KIB128)}",
-                         f"{r['svlen']:,}", f"{chunk_size(r['svlen']):,}", mb(r["inside"]["rss"]),
-                         mb(r["after"]["rss"]), f"{pct(gave_back(r))} ({outcome(r)})"])
+                         f"{r['svlen']:,}", f"{chunk_size(r['svlen']):,}", in_mib(r["inside"]["rss"]),
+                         in_mib(r["after"]["rss"]), f"{fmt.share(gave_back(r))} ({outcome(r)})"])
         L = p.get("boundary")
         note = (f"located boundary: {L:,} characters (128 KiB - {KIB128 - L})" if L
                 else f"no boundary located: {p.get('error')}")
@@ -371,7 +356,7 @@ def tables(data: dict) -> list:
             row = [i + 1]
             for n in names:
                 r = got[n][i] if i < len(got[n]) else None
-                row.append(f"{mb(grew(r))} / {mb(kept(r))} ({outcome(r)})" if r else "-")
+                row.append(f"{in_mib(grew(r))} / {in_mib(kept(r))} ({outcome(r)})" if r else "-")
             rows.append(row)
         out.append(Table(f"the same array built and freed again: {rep['count']} strings of "
                          f"{rep['len']:,} characters per round, one process",
@@ -394,27 +379,27 @@ def claim_threshold(data: dict) -> Claim:
     runs = {r["len"]: r for r in p.get("runs", [])}
     L = p.get("boundary")
     if not L or L not in runs or L - 1 not in runs:
-        return Claim(text, SOURCE, FAILS, "no boundary between kept and given back was found "
+        return claim(text, FAILS, "no boundary between kept and given back was found "
                      f"near 128 KiB: {p.get('error') or 'the probes did not run'}")
     below, at = runs[L - 1], runs[L]
     split = outcome(below) == "kept" and outcome(at) == "gave back"
     chunk_below, chunk_at = chunk_size(below["svlen"]), chunk_size(at["svlen"])
     on_line = chunk_below < KIB128 <= chunk_at
-    ev = (f"Under glibc strings of {L - 1:,} characters stayed ({pct(gave_back(below))} given "
-          f"back), {L:,} went back ({pct(gave_back(at))}): Perl asked for {below['svlen']:,} "
+    ev = (f"Under glibc strings of {L - 1:,} characters stayed ({fmt.share(gave_back(below))} given "
+          f"back), {L:,} went back ({fmt.share(gave_back(at))}): Perl asked for {below['svlen']:,} "
           f"and {at['svlen']:,} bytes, glibc chunks of {chunk_below:,} and {chunk_at:,}, so the "
           f"line is 128 KiB of malloc chunk, glibc's mmap threshold.")
     base = ok_cases(baseline(data) or {})
     if 4 in base and 5 in base:
-        ev += (f" The write-up's cases 4 and 5 gave back {pct(gave_back(base[4]))} and "
-               f"{pct(gave_back(base[5]))}.")
+        ev += (f" The write-up's cases 4 and 5 gave back {fmt.share(gave_back(base[4]))} and "
+               f"{fmt.share(gave_back(base[5]))}.")
     small = [c for c in (6, 7, 8, 9, 10) if c in base]
     if small:
         ev += (" Small blocks (cases " + ", ".join(map(str, small)) + ": hashes, 18 KB frozen "
                "chunks) gave back "
-               + ", ".join(pct(gave_back(base[c])) for c in small) + ".")
+               + ", ".join(fmt.share(gave_back(base[c])) for c in small) + ".")
     if not (split and on_line):
-        return Claim(text, SOURCE, FAILS, ev)
+        return claim(text, FAILS, ev)
     kept_rounds = _repeat_kept_rounds(data, "glibc")
     if kept_rounds:
         fixed = _repeat_kept_rounds(data, "glibc-mmap128k")
@@ -423,10 +408,10 @@ def claim_threshold(data: dict) -> Claim:
                f"again in one process, round(s) {', '.join(map(str, kept_rounds))} kept it")
         ev += (" (with a fixed threshold, glibc-mmap128k, every round went back)." if fixed == []
                else ".")
-        return Claim(text, SOURCE, DEPENDS, ev,
+        return claim(text, DEPENDS, ev,
                      depends_on="whether blocks that size were freed before: glibc raises its "
                                 "mmap threshold to each freed mmapped block's size (up to 32 MiB)")
-    return Claim(text, SOURCE, HOLDS, ev)
+    return claim(text, HOLDS, ev)
 
 
 def claim_boundary(data: dict) -> Claim:
@@ -434,40 +419,36 @@ def claim_boundary(data: dict) -> Claim:
     p = data.get("probe") or {}
     L = p.get("boundary")
     if not L:
-        return Claim(text, SOURCE, FAILS, "no boundary was located: "
+        return claim(text, FAILS, "no boundary was located: "
                      f"{p.get('error') or 'the probes did not run'}")
     runs = {r["len"]: r for r in p.get("runs", [])}
     ev = f"The located boundary is {L:,} characters (128 KiB - {KIB128 - L})"
     if WRITEUP_BOUNDARY - 1 in runs:
         ev += (f"; the write-up's kept {WRITEUP_BOUNDARY - 1:,} gave back "
-               f"{pct(gave_back(runs[WRITEUP_BOUNDARY - 1]))} here")
+               f"{fmt.share(gave_back(runs[WRITEUP_BOUNDARY - 1]))} here")
     ev += (f". Characters + NUL + Perl's copy-on-write byte + glibc's 8-byte header, rounded "
            f"to 16, reach 128 KiB at {predicted_boundary(GLIBC64):,}; with the 4-byte header "
            f"and 8-byte rounding of a 32-bit glibc, at {predicted_boundary(GLIBC32):,}.")
-    return Claim(text, SOURCE, HOLDS if L == WRITEUP_BOUNDARY else FAILS, ev)
+    return claim(text, HOLDS if L == WRITEUP_BOUNDARY else FAILS, ev)
 
 
 def claim_shared_keys(data: dict) -> Claim:
     text = "hash keys shared between two hashes take less memory"
     saved, lost, parts = [], [], []
-    for e in data.get("configs", []):
+    for e in common.configs(data):
         c = ok_cases(e)
         if 7 not in c or 8 not in c or grew(c[7]) <= 0 or c[7]["count"] != c[8]["count"]:
             continue
         saving = 1 - grew(c[8]) / grew(c[7])
         per_key = (grew(c[7]) - grew(c[8])) / max(1, c[8]["facts"].get("keys", c[8]["count"]))
         (saved if saving >= SHARED_SAVING_MIN else lost).append(e["name"])
-        parts.append(f"{e['name']} {mb(grew(c[8]))} vs {mb(grew(c[7]))} MB "
-                     f"({pct(saving)} less, {per_key:.0f} B per key)")
+        parts.append(f"{e['name']} {in_mib(grew(c[8]))} vs {in_mib(grew(c[7]))} MB "
+                     f"({fmt.share(saving)} less, {per_key:.0f} B per key)")
     if not parts:
-        return Claim(text, SOURCE, FAILS, "cases 7 and 8 did not both run")
+        return claim(text, FAILS, "cases 7 and 8 did not both run")
     ev = ("Two hashes with the same keys (case 8) against different keys (case 7), growth: "
           + "; ".join(parts) + ". Perl stores each key string once, in its shared string table.")
-    if not lost:
-        return Claim(text, SOURCE, HOLDS, ev)
-    if not saved:
-        return Claim(text, SOURCE, FAILS, ev)
-    return Claim(text, SOURCE, DEPENDS, ev, depends_on="allocator: saves under "
+    return claim(text, common.verdict_split(saved, lost), ev, "allocator: saves under "
                  + ", ".join(saved) + "; not under " + ", ".join(lost))
 
 
@@ -475,16 +456,16 @@ def claim_chunks(data: dict) -> Claim:
     text = ("serialising data in chunks larger than 128 KiB lets it go back; small "
             "compressible chunks stay")
     good, bad, parts = [], [], []
-    for e in data.get("configs", []):
+    for e in common.configs(data):
         c = ok_cases(e)
         if 10 not in c or 11 not in c:
             continue
         big, small = c[11], c[10]
         holds = outcome(big) == "gave back" and outcome(small) != "gave back"
         (good if holds else bad).append(e["name"])
-        parts.append(f"{e['name']} {pct(gave_back(big))} / {pct(gave_back(small))}")
+        parts.append(f"{e['name']} {fmt.share(gave_back(big))} / {fmt.share(gave_back(small))}")
     if not parts:
-        return Claim(text, SOURCE, FAILS, "cases 10 and 11 did not both run")
+        return claim(text, FAILS, "cases 10 and 11 did not both run")
     sizes = ""
     base = ok_cases(baseline(data) or {})
     if 10 in base and 11 in base:
@@ -493,11 +474,7 @@ def claim_chunks(data: dict) -> Claim:
                  "because its values are the 4 characters \"x100\"; Storable does not compress.")
     ev = ("Given back on leaving, case 11 (random values) / case 10: " + "; ".join(parts)
           + "." + sizes)
-    if not bad:
-        return Claim(text, SOURCE, HOLDS, ev)
-    if not good:
-        return Claim(text, SOURCE, FAILS, ev)
-    return Claim(text, SOURCE, DEPENDS, ev, depends_on="allocator: holds under "
+    return claim(text, common.verdict_split(good, bad), ev, "allocator: holds under "
                  + ", ".join(good) + "; not under " + ", ".join(bad))
 
 
@@ -505,9 +482,9 @@ def claim_allocators(data: dict) -> Claim:
     text = "other allocators return the memory the system malloc keeps"
     base = baseline(data)
     bc = ok_cases(base or {})
-    others = [e for e in data.get("configs", []) if e["allocator"] != "glibc" and ok_cases(e)]
+    others = [e for e in common.configs(data) if e["allocator"] != "glibc" and ok_cases(e)]
     if not bc or not others:
-        return Claim(text, SOURCE, DEPENDS, "this run had "
+        return claim(text, DEPENDS, "this run had "
                      + ("no glibc run" if not bc else "no other allocator") + " to compare",
                      depends_on="allocator (not measured in this run)")
     better, worse, parts = [], [], []
@@ -521,22 +498,18 @@ def claim_allocators(data: dict) -> Claim:
             d = kept(c[case]) - kept(bc[case])
             more_back |= d < -ALLOCATOR_NOISE
             more_kept |= d > ALLOCATOR_NOISE
-            bits.append(f"case {case} {mb(kept(c[case]))}")
+            bits.append(f"case {case} {in_mib(kept(c[case]))}")
         if more_back and not more_kept:
             better.append(e["name"])
         else:
             worse.append(e["name"])
         parts.append(f"{e['name']} " + ", ".join(bits))
     ev = ("RSS kept after the block, MB: glibc " + ", ".join(
-        f"case {k} {mb(kept(bc[k]))}" for k in (2, 6) if k in bc) + "; " + "; ".join(parts)
-        + f". An allocator counts as returning more when it keeps {mb(ALLOCATOR_NOISE)} MB less"
+        f"case {k} {in_mib(kept(bc[k]))}" for k in (2, 6) if k in bc) + "; " + "; ".join(parts)
+        + f". An allocator counts as returning more when it keeps {in_mib(ALLOCATOR_NOISE)} MB less"
         " than glibc on a case and no more on the other.")
-    if not worse:
-        return Claim(text, SOURCE, HOLDS, ev)
-    if not better:
-        return Claim(text, SOURCE, FAILS, ev)
-    return Claim(text, SOURCE, DEPENDS, ev, depends_on="allocator and its settings: more back "
-                 "under " + ", ".join(better) + "; not under " + ", ".join(worse))
+    return claim(text, common.verdict_split(better, worse), ev, "allocator and its settings: "
+                 "more back under " + ", ".join(better) + "; not under " + ", ".join(worse))
 
 
 def claims(data: dict) -> list:
@@ -570,7 +543,7 @@ def charts(data: dict) -> list:
                         "y": [bc[c][k]["rss"] if c in bc else 0 for c in CASES]}
                        for k in ("before", "inside", "after")],
             "note": outcome_note(bc)})
-    runs = [e for e in data.get("configs", []) if ok_cases(e)]
+    runs = [e for e in common.configs(data) if ok_cases(e)]
     if runs:
         out.append({
             "id": "perl-kept-per-config", "title": "RSS kept after leaving the block, per "

@@ -8,7 +8,7 @@ import math
 from heapsight import fmt
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
-from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table
+from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Table, config, errors_note, size_label
 
 NAME = "release"
 TITLE = "size sweep 2 KB .. 2 GB: which freed blocks go back to the OS, in which order"
@@ -40,6 +40,8 @@ TUNABLE_MIN = 128 * 1024       # the tunables under test set 128 KiB: blocks fro
 GLIBC_MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc never raises the threshold above this
 JEMALLOC_OVERSIZE = 8 * 1024 * 1024  # jemalloc 5's opt.oversize_threshold default
 
+claim = common.claim_for(SOURCE)
+
 
 # --- collecting -------------------------------------------------------------------------
 
@@ -52,10 +54,7 @@ def collect(ctx) -> dict:
         entry = {"name": cfg.name, "allocator": cfg.allocator, "env": dict(cfg.env),
                  "about": cfg.about, "error": None, "runs": {}}
         data["configs"].append(entry)
-        env, err = common.config_env(cfg)
-        if err:
-            entry["error"] = err
-            ctx.say(f"{cfg.name}: skipped: {err}")
+        if common.cannot_run(ctx, cfg, entry):
             continue
         for order in ORDERS:
             ctx.say(f"{cfg.name}: {order} order, blocks up to {size_label(max_mb * 1024 * 1024)}")
@@ -69,9 +68,7 @@ def collect(ctx) -> dict:
             if not entry["runs"][order]["error"]:
                 ran += 1
     if ran == 0:
-        errors = [e["error"] or next((r["error"] for r in e["runs"].values() if r["error"]), "")
-                  for e in data["configs"]]
-        raise HeapsightError("no configuration ran: " + "; ".join(x for x in errors if x))
+        raise common.nothing_ran(data, "configuration")
     return data
 
 
@@ -92,14 +89,6 @@ def parse_run(lines: list, allocator: str) -> dict:
 
 
 # --- reading the data back --------------------------------------------------------------
-
-def size_label(n: int) -> str:
-    """The write-up's names: 2 KB, 20 KB, 200 KB, 2 MB, 20 MB, 200 MB, 2 GB."""
-    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")):
-        if n >= unit:
-            return f"{n / unit:g} {name}"
-    return f"{n} B"
-
 
 def block_bytes(b: dict, page: int) -> int:
     """The block's size in whole pages: what writing every byte of it made resident."""
@@ -138,17 +127,13 @@ def ok_runs(data: dict, name: str) -> dict:
     return {o: r for o, r in cfg.get("runs", {}).items() if not r.get("error")}
 
 
-def config(data: dict, name: str):
-    return next((c for c in data.get("configs", []) if c["name"] == name), None)
-
-
 def by_size(run: dict) -> dict:
     return {b["size"]: b for b in run["blocks"]}
 
 
 def order_of(data: dict, order: str) -> list:
     """The sizes in the order they were allocated (the same in every configuration)."""
-    for c in data.get("configs", []):
+    for c in common.configs(data):
         r = c.get("runs", {}).get(order)
         if r and not r.get("error"):
             return [b["size"] for b in r["blocks"]]
@@ -176,17 +161,6 @@ def cell(data: dict, name: str, order: str, size: int, kind: str = "rss") -> str
     return fmt.kib(kept(b, run["page"], kind))
 
 
-def errors_note(data: dict) -> str:
-    errs = []
-    for c in data.get("configs", []):
-        if c.get("error"):
-            errs.append(f"{c['name']}: {c['error']}")
-        for o, r in c.get("runs", {}).items():
-            if r.get("error"):
-                errs.append(f"{c['name']} ({o}): {r['error']}")
-    return ("errors: " + "; ".join(errs)) if errs else ""
-
-
 def fmt_pairs(pairs: list) -> str:
     return ", ".join(pairs) if pairs else "none"
 
@@ -194,7 +168,7 @@ def fmt_pairs(pairs: list) -> str:
 # --- tables -----------------------------------------------------------------------------
 
 def tables(data: dict) -> list:
-    names = [c["name"] for c in data.get("configs", [])]
+    names = [c["name"] for c in common.configs(data)]
     out = []
     for order in data.get("orders", ORDERS):
         sizes = order_of(data, order)
@@ -276,19 +250,19 @@ def claim_glibc_cutoff(data: dict):
                 f"2 MB and up that were not returned: {fmt_pairs(bad_large)}. The 200 KB block: "
                 f"{', '.join(mid) if mid else 'not run'}.")
     if len(held) == len(per_order):
-        return Claim(text, SOURCE, HOLDS, f"in every order ({', '.join(per_order)}). " + evidence)
+        return claim(text, HOLDS, f"in every order ({', '.join(per_order)}). " + evidence)
     if not held:
-        return Claim(text, SOURCE, FAILS, "in no order. " + evidence)
+        return claim(text, FAILS, "in no order. " + evidence)
     depends = ("allocation order (glibc's dynamic mmap threshold)" if explained and not bad_small
                else "allocation order")
-    return Claim(text, SOURCE, DEPENDS,
+    return claim(text, DEPENDS,
                  f"holds in {', '.join(held)} order; not in "
                  f"{', '.join(o for o in per_order if o not in held)}. " + evidence, depends)
 
 
 def claim_tunables(data: dict):
     base = ok_runs(data, "glibc")
-    tuned = [c for c in data.get("configs", []) if c["allocator"] == "glibc"
+    tuned = [c for c in common.configs(data) if c["allocator"] == "glibc"
              and any(k in c.get("env", {}).get("GLIBC_TUNABLES", "")
                      for k in ("mmap_threshold", "trim_threshold"))]
     tuned = [(c["name"], ok_runs(data, c["name"])) for c in tuned]
@@ -315,12 +289,12 @@ def claim_tunables(data: dict):
         return None
     if changed:
         n = sum(len(v) for v in changed.values())
-        return Claim(text, SOURCE, FAILS,
+        return claim(text, FAILS,
                      f"{n} of {compared} blocks of 128 KiB and up changed outcome (RSS kept after "
                      "free, default -> tuned): "
                      + "; ".join(f"{k}: {', '.join(v)}" for k, v in changed.items())
                      + ". Setting either tunable switches glibc's dynamic mmap threshold off.")
-    return Claim(text, SOURCE, HOLDS,
+    return claim(text, HOLDS,
                  f"none of {compared} blocks of 128 KiB and up changed outcome under "
                  f"{', '.join(n for n, _ in tuned)}.")
 
@@ -346,9 +320,9 @@ def claim_jemalloc_virtual(data: dict):
                        f"{span([f[1] for f in figures[s]])}" for s in sizes)
     detail += f" (after free, over {len(runs)} order(s))"
     if not no:
-        return Claim(text, SOURCE, HOLDS, "for every block of 2 MB and up: " + detail + ".")
+        return claim(text, HOLDS, "for every block of 2 MB and up: " + detail + ".")
     if not yes:
-        return Claim(text, SOURCE, FAILS, "for no block of 2 MB and up: " + detail + ".")
+        return claim(text, FAILS, "for no block of 2 MB and up: " + detail + ".")
     fit_sizes = sorted(yes - no)
     why = ""
     if fit_sizes and all((s > JEMALLOC_OVERSIZE) == (s in fit_sizes) for s in sizes):
@@ -356,7 +330,7 @@ def claim_jemalloc_virtual(data: dict):
                "dedicated arena that purges at once; smaller ones wait for decay.")
     on = (f"block size (from {size_label(fit_sizes[0])} up)" if fit_sizes and
           all(s in fit_sizes for s in sizes if s >= fit_sizes[0]) else "block size and order")
-    return Claim(text, SOURCE, DEPENDS, detail + "." + why, on)
+    return claim(text, DEPENDS, detail + "." + why, on)
 
 
 def span(values: list) -> str:
@@ -377,16 +351,12 @@ def claim_jemalloc_200k(data: dict):
     if not res:
         return None
     detail = "; ".join(f"{o}: kept {k} ({r})" for o, (r, k) in res.items())
-    back = [o for o, (r, _) in res.items() if r == "returned"]
-    if len(back) == len(res):
-        return Claim(text, SOURCE, HOLDS, detail + ".")
-    if not back:
-        return Claim(text, SOURCE, FAILS, detail + ".")
-    return Claim(text, SOURCE, DEPENDS, detail + ".", "allocation order")
+    return claim(text, common.verdict_of(r == "returned" for r, _ in res.values()), detail + ".",
+                 "allocation order")
 
 
 def claim_mmap_allocator(data: dict):
-    names = [c["name"] for c in data.get("configs", []) if c["allocator"] == "mmap"]
+    names = [c["name"] for c in common.configs(data) if c["allocator"] == "mmap"]
     runs = [(n, o, r) for n in names for o, r in ok_runs(data, n).items()]
     if not runs:
         return None
@@ -400,16 +370,16 @@ def claim_mmap_allocator(data: dict):
                 bad.append(f"{name} {order}: {size_label(b['size'])} RSS kept "
                            f"{fmt.kib(kept(b, page))}, VM kept {fmt.kib(kept(b, page, 'vm'))}")
     if not bad:
-        return Claim(text, SOURCE, HOLDS,
+        return claim(text, HOLDS,
                      f"all {total} blocks (2 KB up, every order) gave back their pages and "
                      "their address space on free.")
     verdict = FAILS if len(bad) == total else DEPENDS
-    return Claim(text, SOURCE, verdict, f"{len(bad)} of {total} blocks were not: " + "; ".join(bad)
-                 + ".", "block size" if verdict == DEPENDS else "")
+    return claim(text, verdict, f"{len(bad)} of {total} blocks were not: " + "; ".join(bad)
+                 + ".", "block size")
 
 
 def claim_small_stay(data: dict):
-    cfgs = [c for c in data.get("configs", []) if c["allocator"] != "mmap"]
+    cfgs = [c for c in common.configs(data) if c["allocator"] != "mmap"]
     text = "small memory allocations generally do not get released to the OS on free"
     kept_by, freed_by = [], []
     for c in cfgs:
@@ -424,18 +394,15 @@ def claim_small_stay(data: dict):
     if not kept_by and not freed_by:
         return None
     mmap_note = ""
-    if any(c["allocator"] == "mmap" for c in data.get("configs", [])):
+    if any(c["allocator"] == "mmap" for c in common.configs(data)):
         mmap_note = " (the per-allocation mmap baseline returns them by design and is left out)"
     evidence = (f"2 KB and 20 KB blocks stayed resident in every order under "
                 f"{', '.join(n for n, _ in kept_by) or 'none'}"
                 + (f"; not under {', '.join(n for n, _ in freed_by)} ("
                    + "; ".join(', '.join(x) for _, x in freed_by) + " returned)" if freed_by else "")
                 + mmap_note + ".")
-    if not freed_by:
-        return Claim(text, SOURCE, HOLDS, evidence)
-    if not kept_by:
-        return Claim(text, SOURCE, FAILS, evidence)
-    return Claim(text, SOURCE, DEPENDS, evidence, "allocator")
+    return claim(text, common.verdict_split(kept_by, freed_by),
+                 evidence, "allocator")
 
 
 # --- charts -----------------------------------------------------------------------------
@@ -453,7 +420,7 @@ def charts(data: dict) -> list:
     out = []
     x = {"label": "block size", "unit": "bytes", "log": True}
     y = {"label": "share of the block still resident after free", "unit": "%", "log": False}
-    s = [series(data, c["name"], "shuffled") for c in data.get("configs", [])]
+    s = [series(data, c["name"], "shuffled") for c in common.configs(data)]
     s = [v for v in s if v]
     if s:
         out.append({"id": "release-shuffled", "title": "RSS kept after free, by allocator "

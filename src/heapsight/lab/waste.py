@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
-from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Claim, Table
+from heapsight.lab.common import (DEPENDS, FAILS, HOLDS, Claim, Table, configs, errors_note,
+                                  size_label)
+
 
 NAME = "waste"
 TITLE = "internal fragmentation: what many tiny blocks really cost, per allocator"
@@ -55,10 +57,7 @@ def collect(ctx: common.Context) -> dict:
         entry = {"name": cfg.name, "allocator": cfg.allocator, "errors": [], "runs": [],
                  "cases": []}
         data["configs"].append(entry)
-        _, missing = common.config_env(cfg)
-        if missing:
-            entry["errors"].append(missing)
-            ctx.say(f"waste: {cfg.name}: {missing}")
+        if common.cannot_run(ctx, cfg, entry):
             continue
         for t in targets_kb:
             ctx.say(f"waste: {cfg.name}, {t // 1024} MB requested per case, "
@@ -82,9 +81,7 @@ def collect(ctx: common.Context) -> dict:
             entry["runs"].append({"target_kb": t, "cases": len(cases),
                                   "seconds": round(sum(c.get("seconds", 0) for c in cases), 3)})
     if not any(c["cases"] for c in data["configs"]):
-        errs = "; ".join(f"{c['name']}: {', '.join(c['errors']) or 'no output'}"
-                         for c in data["configs"])
-        raise HeapsightError(f"no waste case ran: {errs}")
+        raise common.nothing_ran(data, "waste case")
     return data
 
 
@@ -99,14 +96,6 @@ def figures(case: dict) -> dict:
     return {"allocated": allocated, "free": free, "waste": waste,
             "waste_pct": 100.0 * waste / allocated if allocated > 0 else 0.0,
             "rounding": case["usable"] - case["total"]}
-
-
-def mb(target_bytes: int) -> str:
-    return f"{target_bytes / (1024 * 1024):g} MB"
-
-
-def configs(data: dict) -> list:
-    return data.get("configs", [])
 
 
 def glibc_config(data: dict) -> dict | None:
@@ -137,11 +126,6 @@ def find(cfg: dict | None, mode: str, target: int, param: int) -> dict | None:
     return next((c for c in cases_of(cfg, mode, target) if c["param"] == param), None)
 
 
-def errors_note(data: dict) -> str:
-    errs = [f"{c['name']}: {e}" for c in configs(data) for e in c.get("errors", [])]
-    return ("errors: " + "; ".join(errs)) if errs else ""
-
-
 # ---------------------------------------------------------------- tables
 
 def glibc_table(data: dict, mode: str) -> Table:
@@ -153,7 +137,7 @@ def glibc_table(data: dict, mode: str) -> Table:
             old = c.get("mi_arena", 0) + c.get("mi_hblkhd", 0)
             differs = "mi_arena" in c and old != f["allocated"]
             overflowed |= differs
-            rows.append([mb(t), c["count"], c["min"], c["max"], c["total"], f["allocated"],
+            rows.append([size_label(t), c["count"], c["min"], c["max"], c["total"], f["allocated"],
                          f["free"], f["waste"], round(f["waste_pct"], 2), old if differs else ""])
     columns = ["target", "count", "min [B]", "max [B]", "total [B]", "allocated [B]", "free [B]",
                "waste [B]", "waste [%]", "mallinfo (int) allocated"]
@@ -200,7 +184,7 @@ def per_allocator_table(data: dict) -> Table:
                 rows.append(row)
     unknown_free = [c["name"] for c in cfgs
                     if any(x.get("free", 0) < 0 for x in c.get("cases", []))]
-    note = (f"at {mb(t) if t else 'no target'}; usable = malloc_usable_size of one block (the "
+    note = (f"at {size_label(t) if t else 'no target'}; usable = malloc_usable_size of one block (the "
             "mean for random sizes). jemalloc: allocated = stats.active, free = active - "
             "stats.allocated; tcmalloc: allocated = heap_size - page-heap free - unmapped, "
             "free = that - current_allocated_bytes.")
@@ -218,8 +202,7 @@ def tables(data: dict) -> list:
 
 # ---------------------------------------------------------------- claims
 
-def claim(text: str, verdict: str, evidence: str, depends_on: str = "") -> Claim:
-    return Claim(text, SOURCE, verdict, evidence, depends_on)
+claim = common.claim_for(SOURCE)
 
 
 def no_glibc(text: str, data: dict) -> Claim:
@@ -237,14 +220,10 @@ def claim_one_byte(data: dict) -> Claim:
     pcts = [(t, figures(c)["waste_pct"]) for t, c in found]
     inside = [ONE_BYTE_LO_PCT <= p <= ONE_BYTE_HI_PCT for _, p in pcts]
     c1 = found[0][1]
-    evidence = ("1-byte blocks: waste " + ", ".join(f"{p:.2f}% at {mb(t)}" for t, p in pcts)
+    evidence = ("1-byte blocks: waste " + ", ".join(f"{p:.2f}% at {size_label(t)}" for t, p in pcts)
                 + f" (usable size {c1['usable'] // c1['count']} B per block); 'about 97%' "
                 f"taken as {ONE_BYTE_LO_PCT:g}-{ONE_BYTE_HI_PCT:g}%.")
-    if all(inside):
-        return claim(text, HOLDS, evidence)
-    if not any(inside):
-        return claim(text, FAILS, evidence)
-    return claim(text, DEPENDS, evidence, "the target size")
+    return claim(text, common.verdict_of(inside), evidence, "the target size")
 
 
 def claim_large(data: dict) -> Claim:
@@ -260,18 +239,18 @@ def claim_large(data: dict) -> Claim:
     bad = [(s, t, p) for s, t, p in pts if p >= LARGE_MAX_PCT]
     worst = max(pts, key=lambda x: x[2])
     evidence = (f"{len(pts)} glibc cases of {LARGE_FROM_BYTES}+ byte blocks; highest waste "
-                f"{worst[2]:.2f}% ({worst[0]} B at {mb(worst[1])}), lowest "
+                f"{worst[2]:.2f}% ({worst[0]} B at {size_label(worst[1])}), lowest "
                 f"{min(p for _, _, p in pts):.2f}%.")
     if not bad:
         return claim(text, HOLDS, evidence)
     if len(bad) == len(pts):
         return claim(text, FAILS, evidence)
-    evidence += " At or above 2%: " + ", ".join(f"{s} B at {mb(t)}" for s, t, _ in bad) + "."
+    evidence += " At or above 2%: " + ", ".join(f"{s} B at {size_label(t)}" for s, t, _ in bad) + "."
     bad_t = {t for _, t, _ in bad}
     good_t = {t for _, t, _ in pts} - bad_t
     if good_t:
-        on = (f"the target size (holds at {', '.join(mb(t) for t in sorted(good_t))}, "
-              f"not at {', '.join(mb(t) for t in sorted(bad_t))})")
+        on = (f"the target size (holds at {', '.join(size_label(t) for t in sorted(good_t))}, "
+              f"not at {', '.join(size_label(t) for t in sorted(bad_t))})")
     else:
         on = "the block size (2% or more at " + \
             ", ".join(f"{s} B" for s in sorted({s for s, _, _ in bad})) + ")"
@@ -289,7 +268,7 @@ def claim_mallinfo(data: dict) -> Claim:
         top = max(cases, key=lambda c: c["mi2_arena"])
         return claim(text, DEPENDS,
                      f"the largest heap here was {top['mi2_arena']:,} B ({top['param']} B blocks "
-                     f"at {mb(top['target'])}), under 2 GiB, and int mallinfo agreed with "
+                     f"at {size_label(top['target'])}), under 2 GiB, and int mallinfo agreed with "
                      "mallinfo2 in every case.", "a heap over 2 GiB")
     wrapped = [c for c in big if c["mi_arena"] != c["mi2_arena"]
                and (c["mi2_arena"] - c["mi_arena"]) % INT_WRAP == 0]
@@ -297,13 +276,9 @@ def claim_mallinfo(data: dict) -> Claim:
     top = max(big, key=lambda c: c["mi2_arena"])
     evidence = (f"{len(big)} case(s) with a heap over 2 GiB: {len(wrapped)} with mallinfo off "
                 f"by a multiple of 2^32, {len(negative)} negative; {top['param']} B blocks at "
-                f"{mb(top['target'])}: mallinfo2 arena {top['mi2_arena']:,} B, mallinfo arena "
+                f"{size_label(top['target'])}: mallinfo2 arena {top['mi2_arena']:,} B, mallinfo arena "
                 f"{top['mi_arena']:,} B.")
-    if len(wrapped) == len(big):
-        return claim(text, HOLDS, evidence)
-    if not wrapped:
-        return claim(text, FAILS, evidence)
-    return claim(text, DEPENDS, evidence, "the heap size")
+    return claim(text, common.verdict_of(c in wrapped for c in big), evidence, "the heap size")
 
 
 def tiny_waste(cfg: dict | None, target: int) -> float | None:
@@ -325,18 +300,14 @@ def claim_others(data: dict) -> Claim:
     others = [(n, w) for n, w in others if w is not None]
     if not others:
         return claim(text, DEPENDS, (f"glibc: {base:.1f}% mean waste on 1-{TINY_MAX_BYTES} byte "
-                                     f"blocks at {mb(t)}; no other allocator ran. "
+                                     f"blocks at {size_label(t)}; no other allocator ran. "
                                      + errors_note(data)).strip(), "another allocator's run")
     alike = [(n, w) for n, w in others if w >= base - ALIKE_POINTS]
-    evidence = (f"mean waste over 1..{TINY_MAX_BYTES}-byte blocks at {mb(t)}: glibc {base:.1f}%, "
+    evidence = (f"mean waste over 1..{TINY_MAX_BYTES}-byte blocks at {size_label(t)}: glibc {base:.1f}%, "
                 + ", ".join(f"{n} {w:.1f}%" for n, w in others)
                 + f"; 'as much' = no more than {ALIKE_POINTS:g} points below glibc.")
-    if len(alike) == len(others):
-        return claim(text, HOLDS, evidence)
-    if not alike:
-        return claim(text, FAILS, evidence)
-    return claim(text, DEPENDS, evidence,
-                 "the allocator (as much: " + ", ".join(n for n, _ in alike) + ")")
+    return claim(text, common.verdict_split(alike, [x for x in others if x not in alike]),
+                 evidence, "the allocator (as much: " + ", ".join(n for n, _ in alike) + ")")
 
 
 def claims(data: dict) -> list:
@@ -365,13 +336,13 @@ def charts(data: dict) -> list:
         if cs:
             smallest.append(f"{cfg['name']} {cs[0]['usable'] // cs[0]['count']} B usable for "
                             f"{cs[0]['param']} B")
-    out = [{"id": "waste-fixed", "title": f"Waste by block size, {mb(t)} requested",
+    out = [{"id": "waste-fixed", "title": f"Waste by block size, {size_label(t)} requested",
             "kind": "line",
             "x": {"label": "block size", "unit": "bytes", "log": True},
             "y": {"label": "waste, share of allocated", "unit": "%", "log": False},
             "series": pct_series(data, "fixed", t),
             "note": "The smallest block sets the floor: " + "; ".join(smallest) + "."},
-           {"id": "waste-random", "title": f"Waste for random sizes in [1, max], {mb(t)} requested",
+           {"id": "waste-random", "title": f"Waste for random sizes in [1, max], {size_label(t)} requested",
             "kind": "line",
             "x": {"label": "largest block size", "unit": "bytes", "log": True},
             "y": {"label": "waste, share of allocated", "unit": "%", "log": False},
@@ -385,9 +356,9 @@ def charts(data: dict) -> list:
         for tt in targets(data):
             cs = sorted(cases_of(g, "fixed", tt), key=lambda c: c["param"])
             if cs:
-                series.append({"name": f"allocated, {mb(tt)}", "x": [c["param"] for c in cs],
+                series.append({"name": f"allocated, {size_label(tt)}", "x": [c["param"] for c in cs],
                                "y": [c["allocated"] for c in cs]})
-                series.append({"name": f"requested, {mb(tt)}", "x": [c["param"] for c in cs],
+                series.append({"name": f"requested, {size_label(tt)}", "x": [c["param"] for c in cs],
                                "y": [c["total"] for c in cs]})
         small = min(cases_of(g, "fixed"), key=lambda c: (c["param"], -c["target"]), default=None)
         ratio = small["allocated"] / small["total"] if small and small["total"] else 0.0
