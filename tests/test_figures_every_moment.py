@@ -93,3 +93,15 @@ def test_every_sample_of_the_hold_phase_shows_the_retained_memory(tmp_path):
     assert len(after) >= 20, "the hold phase should be sampled"
     # THEN each of those samples shows the retained memory as retained, not non-heap
     assert np.nanmin(retained[after]) > 200 * MiB, list(zip(t[after], retained[after]))
+
+
+def test_the_librarys_own_cpu_is_counted_apart_from_the_programs(tmp_path):
+    # GIVEN a program with 200k free chunks, whose free lists glibc's statistics walk
+    prog = ("my %h; $h{$_} = 'x' x 40 for 1 .. 300000; my @k = grep { $_ % 3 } keys %h; "
+            "delete @h{@k}; my $t = time; 1 while time - $t < 1;")
+    s = run(tmp_path, "perl", "-e", prog, opts=("--stats-hz", "50"))["summary"]
+    # THEN the library's CPU (its statistics thread, its exit probe) is measured and set apart
+    assert s["library_cpu_s"] > 0.005
+    total = s["cpu_user_s"] + s["cpu_sys_s"]
+    assert abs(s["program_cpu_s"] - (total - s["library_cpu_s"])) < 0.002
+    assert s["program_cpu_s"] < total

@@ -100,6 +100,20 @@ static void run_job(int job) {
 /* mallinfo2 and malloc_info walk the free lists under the arena locks: on a heap with
  * millions of free chunks a call can take milliseconds, so the period stretches to keep
  * the thread under 1% of the time. */
+/* CPU time of the calling thread: the library's own work is counted apart from the
+ * program's (hs_segment_t.library_cpu_ns). */
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t g_probe_cpu_ns; /* the exiting thread's share, during the exit probe */
+
+static void publish_cpu(void) {
+  __atomic_store_n(&_hs_seg->library_cpu_ns, thread_cpu_ns() + g_probe_cpu_ns, __ATOMIC_RELAXED);
+}
+
 static void *helper_main(void *arg) {
   (void)arg;
   _hs_t_helper = 1;
@@ -112,6 +126,7 @@ static void *helper_main(void *arg) {
       int job = g_job;
       pthread_mutex_unlock(&g_mu);
       run_job(job);
+      publish_cpu();
       pthread_mutex_lock(&g_mu);
       g_job = HS_JOB_NONE;
       g_job_done = job;
@@ -124,6 +139,7 @@ static void *helper_main(void *arg) {
       memset(&st, 0, sizeof st);
       uint64_t t0 = _hs_now_ns();
       if (_hs_allocator_stats(&st)) publish_stats(&st);
+      publish_cpu();
       uint64_t spent = _hs_now_ns() - t0, wait = period;
       if (spent * 100 > wait) wait = spent * 100;
       __atomic_store_n(&_hs_seg->stats_hz_milli, (uint64_t)(1e12 / (double)wait),
@@ -223,6 +239,7 @@ void _hs_stats_thread_start(void) {
 void _hs_exit_probe(void) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !_hs_is_owner()) return;
+  uint64_t cpu0 = thread_cpu_ns();
   _hs_flush_current();
   __atomic_store_n(&seg->state, HS_STATE_EXITING, __ATOMIC_RELEASE);
   seg->exit_ns = _hs_now_ns();
@@ -251,6 +268,8 @@ void _hs_exit_probe(void) {
     if (seq && !(seq & 1)) seg->exit_stats_before = seg->stats;
   }
   seg->exit_probe_status = (uint64_t)status;
+  g_probe_cpu_ns = thread_cpu_ns() - cpu0;
+  __atomic_fetch_add(&seg->library_cpu_ns, g_probe_cpu_ns, __ATOMIC_RELAXED);
   pthread_mutex_lock(&g_mu);
   g_stop = 1; /* a helper that finished its jobs ends; a stuck one dies with the process */
   pthread_cond_broadcast(&g_cv);

@@ -41,7 +41,7 @@ def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool) -> tupl
         "retained": summary.final.retained_bytes if summary.final else 0,
         "given_back": summary.release.gave_back_bytes,
         "wall_s": summary.duration_s,
-        "cpu_s": round(summary.cpu_user_s + summary.cpu_sys_s, 4),
+        "cpu_s": summary.program_cpu_s,   # the program's own: heapsight's library apart
         "minor_faults": summary.minor_faults,
     }
     return summary, timeline, metrics, None

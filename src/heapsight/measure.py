@@ -304,6 +304,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
 
     if done and heap and (peak_i is None or c.live_usable_bytes > live_col[peak_i]):
         peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
+    library_cpu = (segment.get("library_cpu_ns") / 1e9
+                   if segment is not None and segment.get("owner_pid") else 0.0)
     found = analysis.findings(argv, final, release, heap, live_over_time(cols, final)) if heap else []
     held = analysis.holds(cols["t"], parts, duration_s) if heap else []
     # a hold that the exit findings already describe (same cause, as large) is not repeated
@@ -334,5 +336,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
         stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4),
+        library_cpu_s=round(library_cpu, 4),
+        program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
         images=tuple(tl.images), children=tuple(children[:20]))

@@ -15,7 +15,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 6
+VERSION = 7
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -59,7 +59,7 @@ _HEADER_FIELDS = [
     ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
     ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
     ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
-    ("reserved", U8, (12,)),
+    ("library_cpu_ns", U8), ("reserved", U8, (11,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.

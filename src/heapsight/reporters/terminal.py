@@ -60,6 +60,9 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     alloc = s.heap.allocator if s.heap else "heap not visible"
     probe = (f" (then {s.exit_probe_s * 1000:.0f} ms in heapsight's exit probe)"
              if s.exit_probe_s >= 0.0005 else "")
+    if s.library_cpu_s >= 0.0005:
+        probe += (f"; CPU {s.program_cpu_s:.2f} s, and {s.library_cpu_s * 1000:.0f} ms of "
+                  "heapsight's library apart")
     c.print()
     c.print(Text(f"heapsight: {' '.join(s.command)}", style="bold"), soft_wrap=True)
     _indent(c, f"pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} "
