@@ -92,8 +92,8 @@ static void resolve_now(void) {
 }
 
 /* 1: the real functions may be called; 0: use the pool (this thread is inside dlsym in
- * the resolver, or waited long for another: a thread holding the loader's lock, inside
- * dlopen, would otherwise wait for a resolver that needs that lock). */
+ * the resolver, or waited a second for another: a thread holding the loader's lock,
+ * inside dlopen, would otherwise wait for a resolver that needs that lock). */
 static __attribute__((noinline)) int ready_slow(void) {
   if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == HS_RESOLVED) return 1;
   if (t_resolving) return __atomic_load_n(&g_funcs_known, __ATOMIC_ACQUIRE);
@@ -103,10 +103,13 @@ static __attribute__((noinline)) int ready_slow(void) {
     resolve_now();
     return 1;
   }
-  for (int i = 0; i < 100000; i++) {
-    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == HS_RESOLVED) return 1;
-    sched_yield();
-  }
+  uint64_t until = _hs_now_ns() + 1000000000ull; /* by time: the resolver may be slow */
+  do {
+    for (int i = 0; i < 1000; i++) {
+      if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == HS_RESOLVED) return 1;
+      sched_yield();
+    }
+  } while (_hs_now_ns() < until);
   return 0;
 }
 
