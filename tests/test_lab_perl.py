@@ -34,8 +34,11 @@ def probe(length, rounds=1, cfg=GLIBC, count=PROBE_COUNT):
 
 
 @pytest.fixture(scope="module")
-def boundary():
-    return lab.locate_boundary(quiet, PERL, SCRIPT, GLIBC, count=PROBE_COUNT)
+def boundary(cli):
+    """The boundary search of the quick run (one fresh perl per probe, under glibc)."""
+    p, doc = cli
+    assert p.returncode == 0, p.stderr
+    return doc["experiments"][0]["data"]["probe"]
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,18 @@ KB, MB = 1024, 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def data():
-    """One quick sweep (blocks up to 200 MB, three orders) under four configurations."""
-    ctx = Context(quick=True, configs=[PRESET[n] for n in ("glibc", "glibc-mmap128k", "jemalloc",
-                                                           "mmap")])
-    return release.collect(ctx)
+def cli():
+    """`heapsight lab release --quick`: one sweep (blocks up to 200 MB, three orders) under
+    four configurations."""
+    return subprocess.run([sys.executable, "-m", "heapsight", "lab", "release", "--quick",
+                           "--no-save", "--configs", "glibc,glibc-mmap128k,jemalloc,mmap",
+                           "--json", "-"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def data(cli):
+    assert cli.returncode == 0, cli.stderr
+    return json.loads(cli.stdout)["experiments"][0]["data"]
 
 
 def block(data, config, order, size):
@@ -161,11 +168,9 @@ def test_bad_arguments_exit_2_with_a_message():
     assert p.returncode == 2 and "--order must be" in p.stderr and p.stdout == ""
 
 
-def test_cli_prints_the_tables_and_every_claim():
-    # WHEN `heapsight lab release --quick` runs under glibc and the mmap baseline
-    p = subprocess.run([sys.executable, "-m", "heapsight", "lab", "release", "--quick",
-                        "--no-save", "--configs", "glibc,mmap", "--json", "-"],
-                       capture_output=True, text=True, timeout=300)
+def test_cli_prints_the_tables_and_every_claim(cli):
+    # WHEN `heapsight lab release --quick` runs under four configurations
+    p = cli
     assert p.returncode == 0, p.stderr
     result = json.loads(p.stdout)["experiments"][0]
     # THEN stderr holds the tables and each claim with its verdict

@@ -1,6 +1,7 @@
 """`heapsight lab waste`: the internal-fragmentation table, measured by hs-lab-waste in a
 fresh child per case, and the claims computed from it."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +40,21 @@ def glibc_small():
 
 
 @pytest.fixture(scope="module")
-def quick_glibc_data():
-    # the experiment's own quick collection (1 and 10 MB, every size) for glibc only
-    return waste.collect(common.Context(quick=True, configs=[PRESET["glibc"]]))
+def cli(tmp_path_factory):
+    """`heapsight lab waste --quick --configs glibc` in an empty folder: the experiment's own
+    quick collection (1 and 10 MB, every size) for glibc only, from the command line."""
+    cwd = tmp_path_factory.mktemp("waste-cli")
+    p = subprocess.run([sys.executable, "-m", "heapsight", "lab", "waste", "--quick",
+                        "--no-save", "--configs", "glibc", "--json", "-"],
+                       capture_output=True, text=True, cwd=cwd, timeout=300)
+    return p, cwd
+
+
+@pytest.fixture(scope="module")
+def quick_glibc_data(cli):
+    p, _ = cli
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["experiments"][0]["data"]
 
 
 def test_the_program_says_glibc_answered(glibc_small):
@@ -168,13 +181,11 @@ def test_bad_arguments_exit_2():
         assert p.returncode == 2 and p.stderr and not p.stdout, args
 
 
-def test_cli_quick_glibc_prints_the_table_and_the_claims(tmp_path):
+def test_cli_quick_glibc_prints_the_table_and_the_claims(cli):
     # WHEN the experiment runs from the command line, quick, glibc only
-    p = subprocess.run([sys.executable, "-m", "heapsight", "lab", "waste", "--quick", "--no-save",
-                        "--configs", "glibc"], capture_output=True, text=True, cwd=tmp_path,
-                       timeout=300)
+    p, cwd = cli
     # THEN it succeeds and prints the write-up's table and every claim with a verdict
     assert p.returncode == 0, p.stderr
     assert "glibc: fixed block sizes" in p.stderr and "waste [%]" in p.stderr
     assert p.stderr.count("[HOLDS") + p.stderr.count("[FAILS") + p.stderr.count("[DEPENDS") == 4
-    assert list(tmp_path.iterdir()) == []  # --no-save wrote nothing
+    assert list(cwd.iterdir()) == []  # --no-save wrote nothing
