@@ -24,6 +24,7 @@ enum { HS_UNRESOLVED, HS_RESOLVING, HS_RESOLVED };
 static int g_state;
 static int g_funcs_known;        /* set by the resolving thread once dlsym is done */
 static HS_TLS int t_resolving;   /* this thread is the one resolving */
+static HS_TLS int t_waited_out;  /* this thread waited its second: pool until resolved */
 
 static void bootstrap_free(void *p);
 static size_t bootstrap_usable(void *p);
@@ -103,6 +104,7 @@ static __attribute__((noinline)) int ready_slow(void) {
     resolve_now();
     return 1;
   }
+  if (t_waited_out) return 0; /* waited once already: no second wait per call */
   uint64_t until = _hs_now_ns() + 1000000000ull; /* by time: the resolver may be slow */
   do {
     for (int i = 0; i < 1000; i++) {
@@ -110,6 +112,7 @@ static __attribute__((noinline)) int ready_slow(void) {
       sched_yield();
     }
   } while (_hs_now_ns() < until);
+  t_waited_out = 1;
   return 0;
 }
 
