@@ -161,8 +161,9 @@ def test_release_tables_show_glibc_keeping_2mb_only_after_a_larger_block():
     data = stored("release")
     tables = release.tables(data)
     # one RSS table per order and the VmSize one, a row per block up to 200 MB
-    assert [t.title for t in tables] == [f"RSS kept after free, {o} order" for o in release.ORDERS] \
-        + ["virtual memory (VmSize) kept after free"]
+    assert [t.title for t in tables] == [
+        f"RSS kept after free, {o} order" for o in release.ORDERS
+    ] + ["virtual memory (VmSize) kept after free"]
     names = [c["name"] for c in data["configs"]]
     assert tables[0].columns == ["block"] + names
     asc = {r[0]: r for r in tables[1].rows}

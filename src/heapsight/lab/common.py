@@ -9,6 +9,9 @@ An experiment is a module in heapsight.lab with:
   claims(data) -> [Claim]     each published claim with a verdict computed from data only
   charts(data) -> [dict]      chart descriptions for `heapsight report` (see CHARTS below)
 tables, claims and charts never run anything, so a saved lab can be re-read and re-drawn.
+The helpers below are the experiments' one copy of each: running a program under a
+configuration, reading the data's configuration entries back, binding claims to a write-up,
+and sizes as the write-ups wrote them.
 
 CHARTS: each chart is a dict
   {"id": "release-glibc", "title": "...", "kind": "line" | "bar",

@@ -334,7 +334,8 @@ def tables(data: dict) -> list:
         for r in p["runs"]:
             n = r["len"]
             rows.append([f"{n:,}", f"128 KiB {'+' if n >= KIB128 else '-'} {abs(n - KIB128)}",
-                         f"{r['svlen']:,}", f"{chunk_size(r['svlen']):,}", in_mib(r["inside"]["rss"]),
+                         f"{r['svlen']:,}", f"{chunk_size(r['svlen']):,}",
+                         in_mib(r["inside"]["rss"]),
                          in_mib(r["after"]["rss"]), f"{fmt.share(gave_back(r))} ({outcome(r)})"])
         L = p.get("boundary")
         note = (f"located boundary: {L:,} characters (128 KiB - {KIB128 - L})" if L
@@ -385,7 +386,8 @@ def claim_threshold(data: dict) -> Claim:
     split = outcome(below) == "kept" and outcome(at) == "gave back"
     chunk_below, chunk_at = chunk_size(below["svlen"]), chunk_size(at["svlen"])
     on_line = chunk_below < KIB128 <= chunk_at
-    ev = (f"Under glibc strings of {L - 1:,} characters stayed ({fmt.share(gave_back(below))} given "
+    ev = (f"Under glibc strings of {L - 1:,} characters stayed ({fmt.share(gave_back(below))} "
+          "given "
           f"back), {L:,} went back ({fmt.share(gave_back(at))}): Perl asked for {below['svlen']:,} "
           f"and {at['svlen']:,} bytes, glibc chunks of {chunk_below:,} and {chunk_at:,}, so the "
           f"line is 128 KiB of malloc chunk, glibc's mmap threshold.")

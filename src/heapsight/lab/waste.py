@@ -184,7 +184,8 @@ def per_allocator_table(data: dict) -> Table:
                 rows.append(row)
     unknown_free = [c["name"] for c in cfgs
                     if any(x.get("free", 0) < 0 for x in c.get("cases", []))]
-    note = (f"at {size_label(t) if t else 'no target'}; usable = malloc_usable_size of one block (the "
+    note = (f"at {size_label(t) if t else 'no target'}; usable = malloc_usable_size of one block "
+            "(the "
             "mean for random sizes). jemalloc: allocated = stats.active, free = active - "
             "stats.allocated; tcmalloc: allocated = heap_size - page-heap free - unmapped, "
             "free = that - current_allocated_bytes.")
@@ -245,7 +246,8 @@ def claim_large(data: dict) -> Claim:
         return claim(text, HOLDS, evidence)
     if len(bad) == len(pts):
         return claim(text, FAILS, evidence)
-    evidence += " At or above 2%: " + ", ".join(f"{s} B at {size_label(t)}" for s, t, _ in bad) + "."
+    evidence += (" At or above 2%: " + ", ".join(f"{s} B at {size_label(t)}" for s, t, _ in bad)
+                 + ".")
     bad_t = {t for _, t, _ in bad}
     good_t = {t for _, t, _ in pts} - bad_t
     if good_t:
@@ -276,7 +278,8 @@ def claim_mallinfo(data: dict) -> Claim:
     top = max(big, key=lambda c: c["mi2_arena"])
     evidence = (f"{len(big)} case(s) with a heap over 2 GiB: {len(wrapped)} with mallinfo off "
                 f"by a multiple of 2^32, {len(negative)} negative; {top['param']} B blocks at "
-                f"{size_label(top['target'])}: mallinfo2 arena {top['mi2_arena']:,} B, mallinfo arena "
+                f"{size_label(top['target'])}: mallinfo2 arena {top['mi2_arena']:,} B, mallinfo "
+                "arena "
                 f"{top['mi_arena']:,} B.")
     return claim(text, common.verdict_of(c in wrapped for c in big), evidence, "the heap size")
 
@@ -303,7 +306,8 @@ def claim_others(data: dict) -> Claim:
                                      f"blocks at {size_label(t)}; no other allocator ran. "
                                      + errors_note(data)).strip(), "another allocator's run")
     alike = [(n, w) for n, w in others if w >= base - ALIKE_POINTS]
-    evidence = (f"mean waste over 1..{TINY_MAX_BYTES}-byte blocks at {size_label(t)}: glibc {base:.1f}%, "
+    evidence = (f"mean waste over 1..{TINY_MAX_BYTES}-byte blocks at {size_label(t)}: "
+                f"glibc {base:.1f}%, "
                 + ", ".join(f"{n} {w:.1f}%" for n, w in others)
                 + f"; 'as much' = no more than {ALIKE_POINTS:g} points below glibc.")
     return claim(text, common.verdict_split(alike, [x for x in others if x not in alike]),
@@ -342,7 +346,8 @@ def charts(data: dict) -> list:
             "y": {"label": "waste, share of allocated", "unit": "%", "log": False},
             "series": pct_series(data, "fixed", t),
             "note": "The smallest block sets the floor: " + "; ".join(smallest) + "."},
-           {"id": "waste-random", "title": f"Waste for random sizes in [1, max], {size_label(t)} requested",
+           {"id": "waste-random",
+            "title": f"Waste for random sizes in [1, max], {size_label(t)} requested",
             "kind": "line",
             "x": {"label": "largest block size", "unit": "bytes", "log": True},
             "y": {"label": "waste, share of allocated", "unit": "%", "log": False},
@@ -356,9 +361,11 @@ def charts(data: dict) -> list:
         for tt in targets(data):
             cs = sorted(cases_of(g, "fixed", tt), key=lambda c: c["param"])
             if cs:
-                series.append({"name": f"allocated, {size_label(tt)}", "x": [c["param"] for c in cs],
+                series.append({"name": f"allocated, {size_label(tt)}",
+                               "x": [c["param"] for c in cs],
                                "y": [c["allocated"] for c in cs]})
-                series.append({"name": f"requested, {size_label(tt)}", "x": [c["param"] for c in cs],
+                series.append({"name": f"requested, {size_label(tt)}",
+                               "x": [c["param"] for c in cs],
                                "y": [c["total"] for c in cs]})
         small = min(cases_of(g, "fixed"), key=lambda c: (c["param"], -c["target"]), default=None)
         ratio = small["allocated"] / small["total"] if small and small["total"] else 0.0
