@@ -7,6 +7,7 @@ copy of it so that a claim's verdict must change."""
 
 import copy
 import gzip
+import html
 import json
 from pathlib import Path
 
@@ -137,10 +138,11 @@ def test_a_page_of_all_five_stored_experiments_draws_every_chart(tmp_path):
         assert drawn["title"] == c["title"]
         assert [s["name"] for s in drawn["series"]] == [s["name"] for s in c["series"]]
         assert f'data-chart="{drawn["id"]}"' in page.html
-    # and every claim's text
+    # and every claim, with its verdict and evidence
     for e in doc["experiments"]:
         for c in e["claims"]:
-            assert c["text"].split("'")[0][:40] in page.html
+            assert f'<div class="text">\u201c{html.escape(c["text"])}\u201d</div>' in page.html
+            assert html.escape(c["evidence"]) in page.html
 
 
 # ---------------------------------------------------------------- release
