@@ -10,6 +10,9 @@
 #define HS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define HS_TLS __thread __attribute__((tls_model("initial-exec")))
+/* Internals the hot path reads: hidden, so each is one PC-relative load (the definitions
+ * are hidden by -fvisibility=hidden, but a declaration alone does not say so). */
+#define HS_HIDDEN __attribute__((visibility("hidden")))
 #define HS_GLIBC_MMAP_THRESHOLD_START (128 * 1024)
 
 /* The functions underneath us (RTLD_NEXT), resolved once in _hs_resolve(). */
@@ -27,11 +30,11 @@ typedef struct hs_real_s {
   size_t (*malloc_usable_size)(void *);
 } hs_real_t;
 
-extern hs_real_t _hs_real;
-extern hs_segment_t *_hs_seg;      /* never NULL once _hs_resolve() has run */
-extern int _hs_usable_by_header;   /* glibc: read the chunk header instead of calling */
+extern HS_HIDDEN hs_real_t _hs_real;
+extern HS_HIDDEN hs_segment_t *_hs_seg;      /* never NULL once _hs_resolve() has run */
+extern HS_HIDDEN int _hs_usable_by_header;   /* glibc: read the chunk header instead of calling */
 extern HS_TLS hs_slot_t *_hs_tslot;
-extern int64_t _hs_flush_limit;    /* pending bytes a thread may hold back (counters.c) */
+extern HS_HIDDEN int64_t _hs_flush_limit;    /* pending bytes a thread may hold back (counters.c) */
 
 void _hs_resolve(void);
 hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call */
