@@ -70,3 +70,36 @@ def test_bad_snapshot_options_are_refused_before_the_program_runs(tmp_path):
                            text=True, cwd=tmp_path, timeout=60)
         assert p.returncode == 2 and why in p.stderr, (args, p.stderr)
         assert not marker.exists()
+
+
+def test_the_c_api_takes_a_snapshot_and_is_harmless_without_heapsight(tmp_path):
+    # without heapsight: the weak symbol is absent, the call does nothing
+    alone = subprocess.run([scenario("hs-snapshots"), "--mb", "8"], capture_output=True,
+                           text=True, timeout=60)
+    assert alone.returncode == 0 and "taken=0" in alone.stdout
+    # under heapsight: each call is a snapshot of that moment, labelled by the program
+    out = tmp_path / "s.json"
+    p = subprocess.run([*HS, "--no-save", "--json", str(out), "--", scenario("hs-snapshots"),
+                        "--mb", "64"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 0 and "taken=2" in p.stdout, p.stderr
+    snaps = {s["label"]: s["breakdown"] for s in json.loads(out.read_text())["snapshots"]}
+    assert abs(snaps["loaded"]["live_bytes"] - 64 * MiB) < 2 * MiB
+    assert snaps["freed"]["live_bytes"] < 2 * MiB            # one block in 64 kept
+    assert snaps["freed"]["retained_bytes"] > 50 * MiB       # the rest freed and kept
+
+
+PYTHON_SNAPSHOT = ("import ctypes\nsnap = getattr(ctypes.CDLL(None), 'heapsight_snapshot', None)\n"
+                   "print('api', bool(snap))\nblob = bytearray(40 << 20)\n"
+                   "print('taken', snap(b'python: 40 MiB') if snap else 0)\n")
+
+
+def test_python_reaches_the_api_through_ctypes(tmp_path):
+    alone = subprocess.run(["/usr/bin/python3", "-c", PYTHON_SNAPSHOT], capture_output=True,
+                           text=True, timeout=60)
+    assert "api False" in alone.stdout and "taken 0" in alone.stdout
+    out = tmp_path / "s.json"
+    p = subprocess.run([*HS, "--no-save", "--json", str(out), "--", "/usr/bin/python3", "-c",
+                        PYTHON_SNAPSHOT], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 0 and "taken 1" in p.stdout, p.stderr
+    (snap,) = json.loads(out.read_text())["snapshots"]
+    assert snap["label"] == "python: 40 MiB" and snap["breakdown"]["rss_bytes"] > 40 * MiB

@@ -9,7 +9,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 7
+#define HS_SEGMENT_VERSION 8
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -107,7 +107,11 @@ typedef struct hs_segment_s {
   uint64_t library_threads;   /* threads the library runs in the program (its helper): 0 or 1 */
   uint64_t library_cpu_ns;    /* CPU time of the library's own work: its helper thread, and the
                                * exiting thread during the exit probe (not the program's) */
-  uint64_t reserved[11];
+  /* heapsight_snapshot(label): the program asks for a snapshot; the CLI takes it and
+   * answers by setting snapshot_ack to snapshot_seq (include/heapsight_snapshot.h) */
+  uint64_t snapshot_seq, snapshot_ack;
+  char snapshot_label[64];
+  uint64_t reserved[1];
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
 } hs_segment_t;
 

@@ -180,9 +180,12 @@ class Sampler:
             if self.on_snapshot:
                 self.on_snapshot(label, t)
         self.pending = []
+        if self._asked and self.segment is not None:
+            self.segment.ack_snapshot(self._asked)   # the program's call returns
 
     _every_n = 0
     _signal_n = 0
+    _asked = 0      # the last heapsight_snapshot() request taken
 
     def _image(self, t: float) -> None:
         """Notes the executable the program runs, each time it changes (an execve)."""
@@ -306,6 +309,10 @@ class Sampler:
                 counted = True
                 # the allocator's statistics go in the row that first sees a new reading
                 # only (NaN elsewhere), so the record shows the rate they were taken at
+                req = seg.snapshot_request(self._asked)
+                if req is not None:   # the program called heapsight_snapshot(label)
+                    self._asked = req[0]
+                    self.pending.append(req[1])
                 seq = seg.get("stats_seq")
                 if seq != stats_seq:
                     stats = seg.alloc_stats()

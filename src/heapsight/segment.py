@@ -15,7 +15,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 7
+VERSION = 8
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -59,7 +59,8 @@ _HEADER_FIELDS = [
     ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
     ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
     ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
-    ("library_cpu_ns", U8), ("reserved", U8, (11,)),
+    ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
+    ("snapshot_label", "S64"), ("reserved", U8, (1,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.
@@ -151,7 +152,9 @@ class Segment:
             head["magic"], head["version"], head["size_bytes"] = CREATED, VERSION, SEGMENT_BYTES
             head["creator_pid"] = os.getpid()
             os.pwrite(fd, head.tobytes(), 0)
-            self._map = mmap.mmap(fd, SEGMENT_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
+            # read, and written in one place: the answer to heapsight_snapshot (snapshot_ack)
+            self._map = mmap.mmap(fd, SEGMENT_BYTES, mmap.MAP_SHARED,
+                                  mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
@@ -173,6 +176,18 @@ class Segment:
 
     def get(self, name: str) -> int:
         return int(self.header[name])
+
+    def snapshot_request(self, seen: int) -> tuple | None:
+        """(seq, label) of the program's latest heapsight_snapshot() call after seq seen."""
+        seq = int(self.header["snapshot_seq"])
+        if seq <= seen:
+            return None
+        label = bytes(self.header["snapshot_label"]).split(b"\0")[0].decode(errors="replace")
+        return seq, label or f"heapsight_snapshot #{seq}"
+
+    def ack_snapshot(self, seq: int) -> None:
+        """Tells the program's heapsight_snapshot() that its sample was taken."""
+        self.header["snapshot_ack"] = seq
 
     def image(self) -> str:
         """The executable that attached (its last 127 bytes)."""

@@ -1,0 +1,28 @@
+/* snapshot.c: heapsight_snapshot(label), the program's way to ask for a snapshot (the
+ * header is include/heapsight_snapshot.h). It writes the label into the segment, bumps
+ * snapshot_seq and waits, bounded, until the CLI's sampler has taken the sample
+ * (snapshot_ack), so the snapshot is of this moment. Only the owner process asks. */
+#define _GNU_SOURCE
+#include <string.h>
+#include <time.h>
+
+#include "hs_internal.h"
+
+#define HS_EXPORT __attribute__((visibility("default")))
+
+HS_EXPORT int heapsight_snapshot(const char *label) {
+  hs_segment_t *seg = _hs_seg;
+  if (!seg || !_hs_is_owner() || __atomic_load_n(&seg->state, __ATOMIC_ACQUIRE) != HS_STATE_RUNNING)
+    return 0;
+  _hs_flush_current();   /* the live figure is this thread's to the byte */
+  size_t n = label ? strnlen(label, sizeof seg->snapshot_label - 1) : 0;
+  memcpy(seg->snapshot_label, label ? label : "", n);
+  seg->snapshot_label[n] = 0;
+  uint64_t seq = __atomic_add_fetch(&seg->snapshot_seq, 1, __ATOMIC_RELEASE);
+  struct timespec ms = {0, 1000000};
+  for (int i = 0; i < 200; i++) {   /* the sampler ticks every 10 ms by default */
+    if (__atomic_load_n(&seg->snapshot_ack, __ATOMIC_ACQUIRE) >= seq) return 1;
+    nanosleep(&ms, NULL);
+  }
+  return 0;
+}
