@@ -7,7 +7,7 @@ HS     := $(VENV)/bin/heapsight
 # Only the native sources: the install is editable, so a .py edit needs no rebuild.
 NATIVE := $(shell find native scenarios lab -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: all setup demo test test-fast test-unit test-native bench clean
+.PHONY: all setup demo test test-fast test-unit bench clean
 
 all: setup
 setup: .stamp-install
@@ -19,7 +19,7 @@ setup: .stamp-install
 .stamp-venv: .stamp-deps Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "rich>=12" "prometheus_client>=0.14" "shtab>=1.5" "pytest>=7"
+	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "rich>=12" "prometheus_client>=0.14" "shtab>=1.5" "pytest>=7" "pytest-xdist>=3"
 	@touch $@
 
 .stamp-install: .stamp-venv $(NATIVE)
@@ -38,7 +38,7 @@ test: setup
 
 # unit and scenario: the tiers to run while working (lab and browser add minutes)
 test-fast: setup
-	$(PY) -m pytest -q -m "unit or scenario" tests
+	$(PY) -m pytest -q -n 2 -m "unit or scenario" tests
 
 test-unit: setup
 	$(PY) -m pytest -q -m unit tests

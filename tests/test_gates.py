@@ -32,7 +32,7 @@ def test_a_gate_fails_the_run_with_exit_90(tmp_path, gate, limit, fails):
 
 
 def test_the_programs_own_failure_wins_over_a_gate(tmp_path):
-    p = hs("--fail-if-rss", "1K", "--", "sh", "-c", "exit 3", cwd=tmp_path)
+    p = hs("--fail-if-rss", "1K", "--", "sh", "-c", "sleep 0.2; exit 3", cwd=tmp_path)
     assert p.returncode == 3 and "gate failed: peak RSS" in p.stderr
 
 

@@ -53,9 +53,12 @@ def test_at_every_and_a_measured_release_land_in_the_record_and_the_page(tmp_pat
     # in the hold phase: 4 MiB live; what was freed and kept (or given back at an earlier
     # snapshot's release) is not live
     assert abs(at["breakdown"]["live_bytes"] - 4 * MiB) < 0.1 * 4 * MiB
-    # the first snapshot after the frees gave the kept memory back, measured
-    given = [s["release"]["gave_back_bytes"] for s in snaps if s["release"]]
-    assert given and max(given) > 200 * MiB
+    # a release at a snapshot in the hold phase gave the kept memory back, measured (one
+    # taken as the program exits may find it gone: that one says why, in "error")
+    given = [s["release"]["gave_back_bytes"] for s in snaps if s["release"] and "gave_back_bytes" in s["release"]]
+    assert given and max(given) > 200 * MiB, snaps
+    assert all("gave_back_bytes" in s["release"] or s["release"].get("error")
+               for s in snaps if s["release"])
     html = page.read_text()
     assert "snapshot --at 0.9" in html
 

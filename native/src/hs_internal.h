@@ -47,6 +47,7 @@ void _hs_allocator_detect(void);
 void _hs_allocator_prepare(void);
 void _hs_allocator_describe(hs_segment_t *seg);
 void _hs_flush_current(void);
+void _hs_segment_remove_own(void); /* HEAPSIGHT_SEGMENT=auto: the segment made for attach */
 extern HS_TLS int _hs_t_helper;
 int _hs_allocator_stats(hs_alloc_stats_t *out);
 int _hs_allocator_release(void);

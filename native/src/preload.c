@@ -386,4 +386,7 @@ __attribute__((constructor)) static void hs_start(void) {
   _hs_stats_thread_start();
 }
 
-__attribute__((destructor)) static void hs_stop(void) { _hs_exit_probe(); }
+__attribute__((destructor)) static void hs_stop(void) {
+  _hs_exit_probe();
+  _hs_segment_remove_own();
+}

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -110,12 +111,47 @@ refuse:
   return -1;
 }
 
+/* HEAPSIGHT_SEGMENT=auto (what `heapsight env` prints for a service started without
+ * heapsight run): the process makes its own segment, /dev/shm/heapsight-PID-auto.seg, as
+ * the CLI would (0600, exact size, creation magic, itself as creator), for `heapsight
+ * attach PID` to read; it is removed at exit. */
+static char g_own_path[96];
+
+static const char *make_own_segment(char *buf, size_t len) {
+  int n = snprintf(buf, len, "/dev/shm/heapsight-%d-auto.seg", (int)getpid());
+  if (n <= 0 || (size_t)n >= len) return NULL;
+  int fd = open(buf, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return NULL;
+  hs_segment_t head;
+  memset(&head, 0, offsetof(hs_segment_t, reserved));
+  head.magic = HS_SEGMENT_CREATED;
+  head.version = HS_SEGMENT_VERSION;
+  head.size_bytes = sizeof(hs_segment_t);
+  head.creator_pid = (uint64_t)getpid();
+  int ok = fchmod(fd, 0600) == 0 && ftruncate(fd, sizeof(hs_segment_t)) == 0 &&
+           pwrite(fd, &head, offsetof(hs_segment_t, reserved), 0) ==
+               (ssize_t)offsetof(hs_segment_t, reserved);
+  close(fd);
+  if (!ok) {
+    unlink(buf);
+    return NULL;
+  }
+  memcpy(g_own_path, buf, (size_t)n + 1);
+  return buf;
+}
+
+void _hs_segment_remove_own(void) {
+  if (g_own_path[0] && _hs_is_owner()) unlink(g_own_path);
+}
+
 void _hs_segment_attach(void) {
   if (_hs_seg) return;
   pthread_atfork(NULL, on_fork_parent, _hs_segment_after_fork_child);
   const char *path = getenv("HEAPSIGHT_SEGMENT");
   hs_segment_t *seg = NULL;
   uint64_t creator = 0;
+  char own[96];
+  if (path && strcmp(path, "auto") == 0) path = make_own_segment(own, sizeof own);
   if (path && *path) {
     int fd = open_segment(path);
     if (fd >= 0) {

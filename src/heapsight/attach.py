@@ -45,9 +45,36 @@ class Attached:
     notes: list = field(default_factory=list)
     verdict: str = ""
     taken_at: float = 0.0
+    # with libheapsight preloaded (`heapsight env`): its exact counters, no gdb needed
+    preloaded: bool = False
+    live_bytes: int | None = None          # requested, not freed
+    waste_bytes: int | None = None         # rounding of the live blocks
+    live_blocks: int | None = None
 
     def to_dict(self) -> dict:
         return {"kind": "heapsight-attach", **asdict(self)}
+
+
+def preloaded_segment(pid: int):
+    """The stats segment of a process running with libheapsight preloaded (a service
+    started with `heapsight env`'s line: HEAPSIGHT_SEGMENT=auto), or None."""
+    from heapsight import segment as seg_mod
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    value = next((e.split(b"=", 1)[1] for e in env if e.startswith(b"HEAPSIGHT_SEGMENT=")), None)
+    if value is None:
+        return None
+    path = (os.path.join(seg_mod._shm_dir(), f"heapsight-{pid}-auto.seg") if value == b"auto"
+            else os.fsdecode(value))
+    try:
+        seg = seg_mod.Segment(existing=path)
+    except (OSError, ValueError):
+        return None
+    if not seg.attached() or seg.get("owner_pid") != pid:
+        return None
+    return seg
 
 
 def check_target(pid: int) -> str:
@@ -245,6 +272,12 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
     alloc = mappings.allocator_of(maps)
     a = Attached(pid, command, alloc, sum(m.rss for m in maps), mappings.resident_by_kind(maps),
                  taken_at=time.time())
+    seg = preloaded_segment(pid)
+    if seg is not None:
+        c = seg.counters(classes=True)
+        a.preloaded, a.live_bytes, a.waste_bytes, a.live_blocks = (
+            True, c.live_requested_bytes, c.waste_bytes, c.live_blocks)
+        a.notes.append("libheapsight is preloaded: live bytes and waste are its exact counters")
     if alloc == "static":
         a.notes.append("a static binary (or a Go program): no allocator to call, /proc figures only")
     elif not use_gdb:

@@ -6,10 +6,11 @@ import argparse
 import sys
 
 from heapsight import __version__
-from heapsight.commands import attach, compare, lab, report, run
+from heapsight.commands import attach, compare, env, lab, report, run
 from heapsight.errors import HeapsightError
 
-COMMANDS = {"run": run, "attach": attach, "compare": compare, "lab": lab, "report": report}
+COMMANDS = {"run": run, "attach": attach, "compare": compare, "lab": lab, "report": report,
+            "env": env}
 
 DESCRIPTION = """\
 heapsight tells you why a process's memory did not go back to the OS after free(),

@@ -140,7 +140,12 @@ def remove_stale_segments() -> None:
 class Segment:
     """A segment file this process created for one run; removed by close()."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing: str | None = None) -> None:
+        """A new segment for a run; or, with existing, the segment a running process made
+        for itself (HEAPSIGHT_SEGMENT=auto), mapped to read (and never removed here)."""
+        if existing is not None:
+            self._open_existing(existing)
+            return
         remove_stale_segments()
         self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -164,7 +169,33 @@ class Segment:
         self._scalars = np.ndarray((MAX_SLOTS, len(_SCALARS)), U8, buffer=self._map,
                                    offset=SLOTS_OFFSET + first, strides=(SLOT_DTYPE.itemsize, 8))
 
+    def _open_existing(self, path: str) -> None:
+        self.path, self.owned = path, False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if st.st_size != SEGMENT_BYTES or not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{path} is not a segment of this heapsight (size {st.st_size})")
+            self._map = mmap.mmap(fd, SEGMENT_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self._views()
+        if int(self.header["version"]) != VERSION:
+            raise ValueError(f"{path} was made by another heapsight (segment version "
+                             f"{int(self.header['version'])}, this one reads {VERSION})")
+
+    def _views(self) -> None:
+        self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
+        self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
+        first = SLOT_DTYPE.fields["n_alloc"][1]
+        self._scalars = np.ndarray((MAX_SLOTS, len(_SCALARS)), U8, buffer=self._map,
+                                   offset=SLOTS_OFFSET + first, strides=(SLOT_DTYPE.itemsize, 8))
+
+    owned = True
+
     def close(self) -> None:
+        if not self.owned:
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -30,7 +30,7 @@ import time
 
 from heapsight import attach, interrupts, output, record
 from heapsight.errors import HeapsightError
-from heapsight.reporters import terminal
+from heapsight.reporters import html, terminal
 
 USAGE = "heapsight attach [options] PID"
 
@@ -42,6 +42,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-gdb", action="store_true",
                    help="do not call into the process: /proc figures only")
     p.add_argument("--json", metavar="FILE", help="the figures as JSON ('-' for stdout)")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write a page (with --watch: the whole watch; else this moment)")
     p.add_argument("--watch", nargs="?", type=float, const=0.0, metavar="SECONDS",
                    help="sample the process over time (for SECONDS, or until Ctrl-C or its exit) "
                         "into a run record for `heapsight report`")
@@ -61,6 +63,8 @@ def add_arguments(p) -> None:
 def execute(args) -> int:
     if args.json:
         output.check(args.json, "--json", allow_stdout=True)
+    if args.html:
+        output.check(args.html, "--html")
     if args.watch is not None and args.output:
         output.check(args.output, "--output")
     if args.interval <= 0 or args.stats_every <= 0:
@@ -85,6 +89,12 @@ def _execute(args) -> int:
         output.write_json(args.json, a.to_dict())
     if args.watch is not None:
         return watch(args, a)
+    if args.html:   # this moment: one sample of /proc with the allocator's figures
+        from heapsight import watching
+        w = watching.Watch(args.pid, a, use_gdb=False)
+        w.run(0)
+        html.write(args.html, [(f"attach {args.pid}", w.record())])
+        print(f"heapsight attach: page written to {args.html}", file=sys.stderr)
     return 0
 
 
@@ -103,7 +113,10 @@ def watch(args, first: attach.Attached) -> int:
           file=sys.stderr)
     w.run(args.watch or None)
     with interrupts.deferred():
-        output.save_doc(out, w.record())
+        doc = w.record()
+        output.save_doc(out, doc)
+        if args.html:
+            html.write(args.html, [(out, doc)])
     print(f"heapsight attach: {len(w.timeline)} samples over {w.timeline.duration_s:.1f} s "
           f"saved to {out}" + (" (stopped by Ctrl-C)" if w.interrupted else "")
           + (" (the process ended)" if w.ended else ""), file=sys.stderr)

@@ -315,6 +315,11 @@ def render_attach(a, out) -> None:
     if a.in_use_bytes is not None:
         t.add_row("  in use (live, rounding, headers, caches)", human(a.in_use_bytes),
                   pct(a.in_use_bytes, a.rss_bytes))
+        if a.preloaded:
+            t.add_row("    of which live (requested, not freed)", human(a.live_bytes),
+                      pct(a.live_bytes, a.rss_bytes), style="dim")
+            t.add_row("    of which waste (rounding)", human(a.waste_bytes),
+                      pct(a.waste_bytes, a.rss_bytes), style="dim")
         t.add_row("  retained (freed, kept)", human(a.retained_bytes),
                   pct(a.retained_bytes, a.rss_bytes))
     for name, v in a.non_heap.items():
