@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to make files owned by another user")
 
 
-def leftover(tag: str, uid: int) -> str:
-    path = os.path.join(S._shm_dir(), f"heapsight-{DEAD_PID}-{tag}.seg")
+def leftover(tag: str, uid: int, pid: int = DEAD_PID) -> str:
+    path = os.path.join(S._shm_dir(), f"heapsight-{pid}-{tag}.seg")
     with open(path, "wb") as f:
         f.write(os.urandom(4096))
     os.chown(path, uid, uid)
@@ -41,8 +41,9 @@ def test_another_users_leftover_is_left_as_it_is():
 
 
 def test_a_leftover_we_cannot_remove_does_not_stop_a_user():
-    # GIVEN root's leftover in the sticky /dev/shm, and heapsight run by another user
-    roots = leftover("0000deadbeef", 0)
+    # GIVEN root's file in the sticky /dev/shm, and heapsight run by another user (named for
+    # a live process: root's own clean-up, in tests running beside this one, leaves it)
+    roots = leftover("0000deadbeef", 0, pid=os.getpid())
     before = digest(roots)
     try:
         p = subprocess.run(
