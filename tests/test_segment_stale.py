@@ -41,9 +41,10 @@ def test_another_users_leftover_is_left_as_it_is():
 
 
 def test_a_leftover_we_cannot_remove_does_not_stop_a_user():
-    # GIVEN root's file in the sticky /dev/shm, and heapsight run by another user (named for
-    # a live process: root's own clean-up, in tests running beside this one, leaves it)
-    roots = leftover("0000deadbeef", 0, pid=os.getpid())
+    # GIVEN a third user's leftover of a dead process in the sticky /dev/shm, and heapsight
+    # run by nobody, who may not remove it (nor may root's clean-up, in tests running beside
+    # this one: the file is not root's)
+    roots = leftover("0000deadbeef", NOBODY - 1)
     before = digest(roots)
     try:
         p = subprocess.run(
