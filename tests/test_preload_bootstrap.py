@@ -46,3 +46,14 @@ def test_start_up_attaches_once_when_another_thread_allocates_meanwhile(hs):
     assert s["preload"] == "active" and s["execs"] == 0
     leaked = int(r.truth("leak")["leaked_bytes"])
     assert leaked <= s["heap"]["live_requested_bytes"] <= leaked + 256 * 1024
+
+
+def test_a_program_with_a_small_stack_starts_attached(hs):
+    # the segment's header was read into a 3 MB struct on the stack: a 1 MiB stack limit
+    # (ulimit -s 1024) killed every program started under heapsight run with SIGSEGV
+    r = hs("sh", "-c", f"ulimit -s 1024; exec {scenario('hs-leak')} --mb 5")
+    assert r.rc == 0, r.stderr
+    s = r.summary
+    assert s["preload"] == "active" and s["execs"] == 1
+    leaked = int(r.truth("leak")["leaked_bytes"])
+    assert leaked <= s["heap"]["live_requested_bytes"] <= leaked + 256 * 1024

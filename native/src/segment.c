@@ -84,26 +84,39 @@ void _hs_segment_after_fork_child(void) {
  * whose run is not over. Anything else is left untouched and the program runs uncounted. So a variable that
  * leaks into a daemon outliving the run finds no live creator (or no file) and writes
  * nothing, and a path naming any other file never has a byte written into it. */
+/* The header's fields before `reserved`, read or written through a small buffer: the
+ * whole segment type is 3 MB, too big for a stack (a program may run with 1 MiB). */
+#define HS_HEAD_BYTES offsetof(hs_segment_t, reserved)
+#define HEAD_GET(buf, field) head_get((buf), offsetof(hs_segment_t, field))
+#define HEAD_SET(buf, field, v) head_set((buf), offsetof(hs_segment_t, field), (v))
+static uint64_t head_get(const unsigned char *b, size_t off) {
+  uint64_t v;
+  memcpy(&v, b + off, sizeof v);
+  return v;
+}
+static void head_set(unsigned char *b, size_t off, uint64_t v) { memcpy(b + off, &v, sizeof v); }
+
 static int open_segment(const char *path) {
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return -1;
   struct stat st;
-  hs_segment_t head; /* only its first fields are read */
-  size_t want = offsetof(hs_segment_t, reserved);
+  unsigned char head[HS_HEAD_BYTES];
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
       (st.st_mode & 077) != 0 || (size_t)st.st_size != sizeof(hs_segment_t) ||
-      pread(fd, &head, want, 0) != (ssize_t)want)
+      pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head)
     goto refuse;
-  if (head.version != HS_SEGMENT_VERSION || head.size_bytes != sizeof(hs_segment_t))
+  if (HEAD_GET(head, version) != HS_SEGMENT_VERSION ||
+      HEAD_GET(head, size_bytes) != sizeof(hs_segment_t))
     goto refuse;
   /* attached already: by us before an execve, or by another process (then we only count
    * ourselves as a foreign attach); a finished run is never reopened */
-  if (head.magic == HS_SEGMENT_MAGIC) {
-    if (head.state == HS_STATE_DONE) goto refuse;
-  } else if (head.magic != HS_SEGMENT_CREATED) {
+  uint64_t magic = HEAD_GET(head, magic), creator = HEAD_GET(head, creator_pid);
+  if (magic == HS_SEGMENT_MAGIC) {
+    if (HEAD_GET(head, state) == HS_STATE_DONE) goto refuse;
+  } else if (magic != HS_SEGMENT_CREATED) {
     goto refuse;
   }
-  if (head.creator_pid == 0 || (kill((pid_t)head.creator_pid, 0) != 0 && errno != EPERM))
+  if (creator == 0 || (kill((pid_t)creator, 0) != 0 && errno != EPERM))
     goto refuse;
   return fd;
 refuse:
@@ -122,15 +135,14 @@ static const char *make_own_segment(char *buf, size_t len) {
   if (n <= 0 || (size_t)n >= len) return NULL;
   int fd = open(buf, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return NULL;
-  hs_segment_t head;
-  memset(&head, 0, offsetof(hs_segment_t, reserved));
-  head.magic = HS_SEGMENT_CREATED;
-  head.version = HS_SEGMENT_VERSION;
-  head.size_bytes = sizeof(hs_segment_t);
-  head.creator_pid = (uint64_t)getpid();
+  unsigned char head[HS_HEAD_BYTES];
+  memset(head, 0, sizeof head);
+  HEAD_SET(head, magic, HS_SEGMENT_CREATED);
+  HEAD_SET(head, version, HS_SEGMENT_VERSION);
+  HEAD_SET(head, size_bytes, sizeof(hs_segment_t));
+  HEAD_SET(head, creator_pid, (uint64_t)getpid());
   int ok = fchmod(fd, 0600) == 0 && ftruncate(fd, sizeof(hs_segment_t)) == 0 &&
-           pwrite(fd, &head, offsetof(hs_segment_t, reserved), 0) ==
-               (ssize_t)offsetof(hs_segment_t, reserved);
+           pwrite(fd, head, sizeof head, 0) == (ssize_t)sizeof head;
   close(fd);
   if (!ok) {
     unlink(buf);
