@@ -35,7 +35,9 @@ static void *other_thread(void *arg)
 
 static void *shim_valloc(size_t n) { return memalign(4096, n); }
 
-static void *resolve_valloc(void)
+typedef void *(*valloc_fn)(size_t);
+
+static valloc_fn resolve_valloc(void)
 {
     g_ran++;
     static const char text[] = "kept across realloc";
@@ -64,7 +66,7 @@ static void *resolve_valloc(void)
         void *ok = NULL;
         g_thread_ok = pthread_timedjoin_np(t, &ok, &until) == 0 && ok != NULL;
     }
-    return (void *)shim_valloc;
+    return shim_valloc;
 }
 
 __attribute__((visibility("default"))) void *valloc(size_t n) __attribute__((ifunc("resolve_valloc")));
