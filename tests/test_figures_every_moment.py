@@ -105,3 +105,21 @@ def test_the_librarys_own_cpu_is_counted_apart_from_the_programs(tmp_path):
     total = s["cpu_user_s"] + s["cpu_sys_s"]
     assert abs(s["program_cpu_s"] - (total - s["library_cpu_s"])) < 0.002
     assert s["program_cpu_s"] < total
+
+
+def test_the_statistics_stop_when_a_reading_would_stall_the_program(tmp_path):
+    # GIVEN a program with 200k free chunks that then works for 5 s: a glibc reading walks
+    # every free chunk under the arena lock, for tens of milliseconds
+    prog = ("my %h; $h{$_} = 'x' x 40 for 1 .. 300000; my @k = grep { $_ % 3 } keys %h; "
+            "delete @h{@k}; my $t = time; 1 while time - $t < 5;")
+    busy = run(tmp_path, "perl", "-e", prog)
+    tl = busy["timeline"]
+    late = [t for t, v in zip(tl["t"], tl["alloc_mapped"]) if v is not None and t > 3.0]
+    # THEN after such a reading no other is taken while it runs (a back-off alone still took
+    # one every 100 times the walk's length)
+    assert late == [], late
+    # and the split stays bounded: by the exit reading, all of the retained memory is there
+    assert busy["summary"]["final"]["retained_bytes"] > 10 * MiB
+    # WHEN the heap is small THEN readings go on at the rate asked
+    idle = run(tmp_path, scenario("hs-idle"), "--ms", "1000")
+    assert sum(1 for v in idle["timeline"]["alloc_mapped"] if v is not None) >= 5

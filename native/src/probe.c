@@ -114,6 +114,8 @@ static void publish_cpu(void) {
   __atomic_store_n(&_hs_seg->library_cpu_ns, thread_cpu_ns() + g_probe_cpu_ns, __ATOMIC_RELAXED);
 }
 
+#define HS_STATS_STALL_NS (5 * 1000000ull)
+
 static void *helper_main(void *arg) {
   (void)arg;
   _hs_t_helper = 1;
@@ -142,6 +144,10 @@ static void *helper_main(void *arg) {
       publish_cpu();
       uint64_t spent = _hs_now_ns() - t0, wait = period;
       if (spent * 100 > wait) wait = spent * 100;
+      /* A reading that walked the free lists for longer than HS_STATS_STALL_NS held an arena
+       * lock that long, stalling the program's threads on it: take no more while it runs
+       * (the CLI bounds each sample by the readings around it, the exit reading last). */
+      if (spent > HS_STATS_STALL_NS) sampling = 0;
       __atomic_store_n(&_hs_seg->stats_hz_milli, (uint64_t)(1e12 / (double)wait),
                        __ATOMIC_RELAXED);
       next = _hs_now_ns() + wait;
