@@ -9,7 +9,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 8
+#define HS_SEGMENT_VERSION 9
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -74,6 +74,15 @@ typedef struct hs_slot_s {
   uint64_t cls_waste[HS_CLASSES];  /* and (usable - requested) summed at allocation */
 } hs_slot_t;
 
+#define HS_MAX_OWNERS 16
+typedef struct hs_owner_s {
+  uint64_t base;             /* the object's load address (dladdr), 0 for a free entry */
+  int64_t mapped_bytes;      /* mapped now: mmap - munmap (+ mremap growth) by its code */
+  uint64_t peak_bytes;
+  uint64_t mappings;         /* mmap calls */
+  char name[96];             /* its file (the last 95 bytes) */
+} hs_owner_t;
+
 typedef struct hs_segment_s {
   uint64_t magic, version, size_bytes, slot_bytes, max_slots, n_classes;
   uint64_t owner_pid;        /* the process whose figures these are (first to attach) */
@@ -112,6 +121,9 @@ typedef struct hs_segment_s {
   uint64_t snapshot_seq, snapshot_ack;
   char snapshot_label[64];
   uint64_t reserved[1];
+  /* anonymous memory the program maps itself (mmap outside malloc), by the object that
+   * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
+  hs_owner_t owners[HS_MAX_OWNERS];
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
 } hs_segment_t;
 

@@ -25,7 +25,7 @@ int main(void) {
   SEG(stats_seq); SEG(stats); SEG(exit_ns); SEG(release_ns); SEG(exit_rss_before);
   SEG(exit_rss_after); SEG(exit_anon_before); SEG(exit_anon_after); SEG(exit_release_kind);
   SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(creator_pid); SEG(image);
-  SEG(exit_probe_status); SEG(library_threads); SEG(library_cpu_ns); SEG(snapshot_seq); SEG(snapshot_ack); SEG(snapshot_label); SEG(slots);
+  SEG(exit_probe_status); SEG(library_threads); SEG(library_cpu_ns); SEG(snapshot_seq); SEG(snapshot_ack); SEG(snapshot_label); SEG(owners); SEG(slots);
   first = 0;
   printf("}, \"slot\": {");
   SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc);

@@ -4,6 +4,7 @@ verdict for a run. How each figure is computed is written out in docs/numbers.md
 from __future__ import annotations
 
 import math
+import re
 import shlex
 
 import numpy as np
@@ -146,7 +147,23 @@ def holds(t, parts: dict, duration_s: float) -> list:
     return out
 
 
-def hold_findings(found_holds: list, allocator: str, command: list) -> list:
+# Whose anonymous mappings these are, by the object that called mmap (mappings.c).
+OWNERS = ((r"(^|/)(lib)?python3(\.\d+)?[^/]*$", "the CPython object allocator (pymalloc arenas)"),
+          (r"(^|/)libjvm\.so", "the JVM (Java heap, metaspace, code cache)"),
+          (r"(^|/)(node|libnode\.so[^/]*)$", "Node.js (the V8 heap)"),
+          (r"(^|/)libjemalloc", "jemalloc's own heaps"), (r"(^|/)libtcmalloc", "tcmalloc's own heaps"),
+          (r"(^|/)libmimalloc", "mimalloc's own heaps"), (r"(^|/)libperl", "Perl"))
+
+
+def owner_of(path: str) -> str:
+    """A person's name for the object that mapped memory."""
+    for pattern, name in OWNERS:
+        if re.search(pattern, path):
+            return name
+    return path.rsplit("/", 1)[-1] or "the program"
+
+
+def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: tuple = ()) -> list:
     """A finding for each hold: what held the memory, from when to when."""
     cmd = shlex.join(command)
     out = []
@@ -161,13 +178,20 @@ def hold_findings(found_holds: list, allocator: str, command: list) -> list:
                      f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
                     if allocator == "glibc" else ())
         else:
+            top = mapped_by[0] if mapped_by else None
+            whose = (f"{top['owner'][0].upper()}{top['owner'][1:]} mapped it "
+                     f"({human(top['peak_bytes'])} at most, in "
+                     f"{top['mappings']:,} mappings). " if top and top["peak_bytes"] >= h.held_bytes / 2
+                     else "An interpreter's own allocator, thread stacks or the program's own mmap "
+                          "hold it. ")
+            rule = (" pymalloc gives an arena back only when every object in it is gone, so a few "
+                    "survivors keep whole arenas." if top and "pymalloc" in top["owner"] else "")
             detail = (f"While the program ran, {human(h.held_bytes)} (up to {human(h.max_held_bytes)}) "
                       f"of anonymous memory that did not come from malloc was held {when}, beyond "
-                      f"its {human(h.live_bytes)} of live malloc bytes: an interpreter's own allocator "
-                      "(Python's pymalloc keeps a 1 MiB arena until every object in it is gone), "
-                      "thread stacks, or the program's own mmap. How much of it is live objects and "
-                      "how much free space inside such an allocator cannot be told from outside; "
-                      "sending its objects to malloc makes it visible.")
+                      f"its {human(h.live_bytes)} of live malloc bytes. {whose}{rule.strip()} "
+                      "How much of it is live objects and how much free space inside such an "
+                      "allocator cannot be told from outside; sending its objects to malloc makes "
+                      "it visible.")
             sugg = ((f"PYTHONMALLOC=malloc heapsight run -- {cmd}   # CPython: objects from malloc, "
                      "which heapsight can see and trim",)
                     if "python" in cmd else ())

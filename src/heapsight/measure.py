@@ -312,7 +312,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
     news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
                                        for f in found)]
-    found = sorted(found + analysis.hold_findings(news, allocator, argv), key=lambda f: -f.bytes)
+    mapped_by = tuple({**o, "owner": analysis.owner_of(o["object"])}
+                      for o in (segment.owners() if attached else []))
+    found = sorted(found + analysis.hold_findings(news, allocator, argv, mapped_by),
+                   key=lambda f: -f.bytes)
     # Peak RSS: the kernel's high-water mark, and never below any reading taken (the exit
     # reading comes after the last status read; a short program may have no VmHWM yet).
     readings = [(hwm, None)]
@@ -339,4 +342,4 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         library_cpu_s=round(library_cpu, 4),
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
-        images=tuple(tl.images), children=tuple(children[:20]))
+        images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by)

@@ -154,6 +154,8 @@ class Summary:
     snapshots: tuple = ()      # Snapshot: the moments the user asked for
     images: tuple = ()         # (t, executable) of each image the program ran (execve)
     children: tuple = ()       # {pid, name, peak_rss_bytes} of the processes it started
+    mapped_by: tuple = ()      # {object, owner, mapped_bytes, peak_bytes, mappings}: anonymous
+                               # memory the program mapped itself, by the object that did
     peak_rss_at_s: float = 0.0  # when RSS was highest (the peak column is at peak live bytes)
     stats_hz: float = 0.0       # the rates asked for: the allocator's statistics (the library
     smaps_hz: float = 0.0       # slows them down when a reading gets expensive) and smaps_rollup

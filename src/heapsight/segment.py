@@ -15,7 +15,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 8
+VERSION = 9
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -39,6 +39,10 @@ STATS_DTYPE = np.dtype([
     ("raw", U8, (10,)),
 ])
 
+MAX_OWNERS = 16
+OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
+                        ("mappings", U8), ("name", "S96")])
+
 SLOT_DTYPE = np.dtype([
     ("claimed", U8), ("tid", U8), ("n_alloc", U8), ("n_free", U8), ("n_realloc", U8),
     ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
@@ -61,6 +65,7 @@ _HEADER_FIELDS = [
     ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
     ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
     ("snapshot_label", "S64"), ("reserved", U8, (1,)),
+    ("owners", OWNER_DTYPE, (MAX_OWNERS,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.
@@ -207,6 +212,17 @@ class Segment:
 
     def get(self, name: str) -> int:
         return int(self.header[name])
+
+    def owners(self) -> list:
+        """The objects that mapped anonymous memory themselves (mmap outside malloc): name,
+        mapped now, peak, mmap calls; largest peak first."""
+        out = []
+        for o in self.header["owners"]:
+            if int(o["base"]):
+                out.append({"object": bytes(o["name"]).split(b"\0")[0].decode(errors="replace"),
+                            "mapped_bytes": max(0, int(o["mapped_bytes"])),
+                            "peak_bytes": int(o["peak_bytes"]), "mappings": int(o["mappings"])})
+        return sorted(out, key=lambda o: -o["peak_bytes"])
 
     def snapshot_request(self, seen: int) -> tuple | None:
         """(seq, label) of the program's latest heapsight_snapshot() call after seq seen."""

@@ -112,6 +112,11 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         elif snap.release:
             line += f"; release not measured: {snap.release.get('error')}"
         _indent(c, line, 2)
+    big = [o for o in s.mapped_by if o["peak_bytes"] >= MiB]
+    if big:
+        _indent(c, "mapped outside malloc: " + "; ".join(
+            f"{o['owner']}: {human(o['peak_bytes'])} at most, {human(o['mapped_bytes'])} at exit, "
+            f"in {o['mappings']:,} mappings" for o in big[:3]), 2)
     for h in s.holds:
         whose = "freed, kept by the allocator" if h.cause == "retained" else "not from malloc"
         _indent(c, f"held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "

@@ -1,0 +1,103 @@
+/* mappings.c: anonymous memory the program maps itself, outside malloc, by the object
+ * whose code called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's heap,
+ * V8's) is then named instead of lumped into "non-heap". glibc's malloc maps its chunks
+ * and heaps with its internal __mmap, not through these hooks, so they are not counted
+ * here. munmap and mremap are counted against the object that calls them (a runtime frees
+ * its own arenas); a total never goes below 0. Not on the hot path: mmap is rare. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "hs_internal.h"
+
+#define HS_EXPORT __attribute__((visibility("default")))
+
+typedef void *(*hs_mmap_fn)(void *, size_t, int, int, int, off_t);
+typedef int (*hs_munmap_fn)(void *, size_t);
+typedef void *(*hs_mremap_fn)(void *, size_t, size_t, int, ...);
+
+static hs_mmap_fn g_mmap, g_mmap64;
+static hs_munmap_fn g_munmap;
+static hs_mremap_fn g_mremap;
+static int g_lock;
+
+static void *real(void **slot, const char *name) {
+  void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (!f) {
+    f = dlsym(RTLD_NEXT, name);
+    __atomic_store_n(slot, f, __ATOMIC_RELEASE);
+  }
+  return f;
+}
+
+static void account(const void *caller, int64_t bytes, int calls) {
+  hs_segment_t *seg = _hs_seg;
+  if (!seg || !_hs_is_owner() || !caller) return;
+  Dl_info at, self;
+  if (!dladdr(caller, &at) || !at.dli_fbase) return;
+  if (dladdr((void *)account, &self) && self.dli_fbase == at.dli_fbase) return; /* our own */
+  uint64_t base = (uint64_t)(uintptr_t)at.dli_fbase;
+  while (__atomic_exchange_n(&g_lock, 1, __ATOMIC_ACQUIRE)) {}
+  hs_owner_t *o = NULL;
+  for (int i = 0; i < HS_MAX_OWNERS && !o; i++) {
+    if (seg->owners[i].base == base) o = &seg->owners[i];
+  }
+  for (int i = 0; i < HS_MAX_OWNERS && !o && bytes > 0; i++) {
+    if (seg->owners[i].base == 0) {
+      o = &seg->owners[i];
+      const char *name = at.dli_fname ? at.dli_fname : "";
+      size_t n = strlen(name), keep = n < sizeof o->name - 1 ? n : sizeof o->name - 1;
+      memcpy(o->name, name + n - keep, keep);
+      o->name[keep] = 0;
+      o->base = base;
+    }
+  }
+  if (o) {
+    int64_t now = o->mapped_bytes + bytes;
+    o->mapped_bytes = now > 0 ? now : 0;
+    if ((uint64_t)o->mapped_bytes > o->peak_bytes) o->peak_bytes = (uint64_t)o->mapped_bytes;
+    if (calls > 0) o->mappings += (uint64_t)calls;
+  }
+  __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE);
+}
+
+static int counted(int flags) { return (flags & MAP_ANONYMOUS) && !(flags & MAP_SHARED); }
+
+HS_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  hs_mmap_fn f = (hs_mmap_fn)real((void **)&g_mmap, "mmap");
+  void *p = f(addr, len, prot, flags, fd, off);
+  if (p != MAP_FAILED && counted(flags)) account(__builtin_return_address(0), (int64_t)len, 1);
+  return p;
+}
+
+HS_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  hs_mmap_fn f = (hs_mmap_fn)real((void **)&g_mmap64, "mmap64");
+  void *p = f(addr, len, prot, flags, fd, off);
+  if (p != MAP_FAILED && counted(flags)) account(__builtin_return_address(0), (int64_t)len, 1);
+  return p;
+}
+
+HS_EXPORT int munmap(void *addr, size_t len) {
+  hs_munmap_fn f = (hs_munmap_fn)real((void **)&g_munmap, "munmap");
+  int rc = f(addr, len);
+  if (rc == 0) account(__builtin_return_address(0), -(int64_t)len, 0);
+  return rc;
+}
+
+HS_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+  hs_mremap_fn f = (hs_mremap_fn)real((void **)&g_mremap, "mremap");
+  void *p;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    void *to = va_arg(ap, void *);
+    va_end(ap);
+    p = f(old, old_len, new_len, flags, to);
+  } else {
+    p = f(old, old_len, new_len, flags);
+  }
+  if (p != MAP_FAILED) account(__builtin_return_address(0), (int64_t)new_len - (int64_t)old_len, 0);
+  return p;
+}
