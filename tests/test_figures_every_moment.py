@@ -123,3 +123,15 @@ def test_the_statistics_stop_when_a_reading_would_stall_the_program(tmp_path):
     # WHEN the heap is small THEN readings go on at the rate asked
     idle = run(tmp_path, scenario("hs-idle"), "--ms", "1000")
     assert sum(1 for v in idle["timeline"]["alloc_mapped"] if v is not None) >= 5
+
+
+def test_the_mappings_say_whose_memory_it_is(tmp_path):
+    # GIVEN the retention scenario holding its freed memory in 8 thread arenas
+    s = run(tmp_path, scenario("hs-retention"), "--hold-ms", "1500")["summary"]
+    k = s["resident_by_kind"]
+    # THEN the last reading of its mappings puts that memory in glibc's thread arenas, and
+    # what is left in their places: code and data in files, its stack
+    assert k["arena"] > 200 * MiB
+    assert k["file"] > 0 and k["stack"] > 0
+    assert abs(sum(k[x] for x in ("heap", "arena", "stack", "file", "shared", "anon"))
+               - s["final"]["rss_bytes"]) < 0.1 * s["final"]["rss_bytes"]

@@ -159,6 +159,15 @@ def snapshots(tl: Timeline, cols: dict, parts: dict, releases: dict) -> list:
     return out
 
 
+def last_kinds(tl: Timeline, end_s: float) -> dict:
+    """The last classification of the program's mappings taken before its end."""
+    before = [(t, k) for t, k in tl.kinds if t <= end_s]
+    if not before:
+        return {}
+    t, kinds = before[-1]
+    return {"at_s": round(t, 3), **kinds}
+
+
 def live_over_time(cols: dict, final) -> tuple:
     """Live bytes at a quarter, half and three quarters of the run, and at exit: how what
     was never freed grew (a leak grows with the work; a working set levels off)."""
@@ -342,4 +351,5 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         library_cpu_s=round(library_cpu, 4),
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
-        images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by)
+        images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
+        resident_by_kind=last_kinds(tl, duration_s))

@@ -154,6 +154,8 @@ class Summary:
     snapshots: tuple = ()      # Snapshot: the moments the user asked for
     images: tuple = ()         # (t, executable) of each image the program ran (execve)
     children: tuple = ()       # {pid, name, peak_rss_bytes} of the processes it started
+    resident_by_kind: dict = field(default_factory=dict)  # the last smaps reading, by mapping
+                               # kind (heap, arena, stack, file, shared, anon), with its time at_s
     mapped_by: tuple = ()      # {object, owner, mapped_bytes, peak_bytes, mappings}: anonymous
                                # memory the program mapped itself, by the object that did
     peak_rss_at_s: float = 0.0  # when RSS was highest (the peak column is at peak live bytes)

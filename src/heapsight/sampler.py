@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import interrupts, procfs
+from heapsight import interrupts, mappings, procfs
 from heapsight.segment import Segment
 
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
            "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads",
            "children_rss")
 CHILDREN_PER_S = 4          # the program's descendants: a walk of /proc, a few times a second
+MAPPINGS_PER_S = 1          # /proc/PID/smaps classified (heapsight.mappings): ~10 µs per MiB
 CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~20 µs
 STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fills in above this
 
@@ -54,6 +55,7 @@ class Timeline:
     snapshots: list = field(default_factory=list)   # (label, t) of the samples asked for
     images: list = field(default_factory=list)      # (t, executable): each image the program ran
     children: dict = field(default_factory=dict)    # pid -> [name, peak RSS] of its descendants
+    kinds: list = field(default_factory=list)       # (t, resident bytes by mappings.KINDS)
     max_rows: int = MAX_ROWS
 
     def append_row(self, row: list) -> None:
@@ -257,6 +259,7 @@ class Sampler:
         cpu0 = time.thread_time()
         next_tick, next_smaps, next_classes, next_status = start, start, start, start
         next_poll, next_children, children_rss = start, start, math.nan
+        next_kinds = start + 0.05
         hwm, threads, best_usable = math.nan, math.nan, 0
         waste_ratio, pss, stats_seq, retargeted = 0.0, math.nan, -1, False
         blank = [math.nan] * len(COLUMNS)
@@ -278,6 +281,13 @@ class Sampler:
                     if k in I:
                         row[I[k]] = v
                 row[I["hwm"]], row[I["threads"]] = hwm, threads
+            if now >= next_kinds:
+                next_kinds = now + 1.0 / MAPPINGS_PER_S
+                try:
+                    tl.kinds = (tl.kinds + [(now - start, mappings.resident_by_kind(
+                        mappings.read(self.pid)))])[-2:]   # the last two: the last may be cut
+                except (OSError, ValueError):
+                    pass
             if now >= next_children:
                 children_rss = self._children()
                 next_children = now + 1.0 / CHILDREN_PER_S
