@@ -101,3 +101,16 @@ HS_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
   if (p != MAP_FAILED) account(__builtin_return_address(0), (int64_t)new_len - (int64_t)old_len, 0);
   return p;
 }
+
+/* brk and sbrk called by the program itself (glibc's malloc grows its heap with its
+ * internal __sbrk, not through these): counted against the caller like an mmap. */
+typedef void *(*hs_sbrk_fn)(intptr_t);
+static hs_sbrk_fn g_sbrk;
+
+HS_EXPORT void *sbrk(intptr_t increment) {
+  hs_sbrk_fn f = (hs_sbrk_fn)real((void **)&g_sbrk, "sbrk");
+  void *p = f(increment);
+  if (p != (void *)-1 && increment) account(__builtin_return_address(0), (int64_t)increment,
+                                            increment > 0);
+  return p;
+}

@@ -193,7 +193,10 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                       "allocator cannot be told from outside; sending its objects to malloc makes "
                       "it visible.")
             sugg = ((f"PYTHONMALLOC=malloc heapsight run -- {cmd}   # CPython: objects from malloc, "
-                     "which heapsight can see and trim",)
+                     "which heapsight can see and trim",
+                     f"PYTHONMALLOC=malloc MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",
+                     f"heapsight compare -- {cmd}   # with python-malloc and "
+                     "python-malloc-jemalloc-eager beside the allocators")
                     if "python" in cmd else ())
         out.append(Finding("hold", h.held_bytes,
                            f"{human(h.held_bytes)} held beyond live bytes {when}", detail, sugg))
