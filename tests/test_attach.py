@@ -229,3 +229,25 @@ def test_a_service_started_with_heapsight_env_gives_exact_figures_and_a_page(tmp
         p.wait()
         if os.path.exists(seg):   # killed: its clean-up at exit did not run
             os.unlink(seg)
+
+
+def test_run_serves_its_split_to_prometheus_while_the_program_runs(tmp_path):
+    port = free_port()
+    p = subprocess.Popen([*HS, "run", "-q", "--no-save", "--openmetrics-port", str(port), "--",
+                          scenario("hs-retention"), "--hold-ms", "2500"], cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        text, deadline = "", time.time() + 60
+        while 'kind="retained"' not in text and time.time() < deadline:
+            time.sleep(0.3)
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                continue
+        line = next(x for x in text.splitlines()
+                    if x.startswith("heapsight_memory_bytes{") and 'kind="retained"' in x)
+        assert 'command="hs-retention"' in line
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    finally:
+        p.kill()
+        p.wait()

@@ -77,6 +77,7 @@ class Options:
     snapshot_at: tuple = ()              # seconds from the start
     snapshot_every_s: float = 0.0
     release_at_snapshot: bool = False    # call the allocator's release there (through gdb)
+    exporter: object = None              # reporters.openmetrics.Exporter: the latest split
 
 
 def measure(argv: list, opts: Options) -> tuple:
@@ -110,6 +111,20 @@ def measure(argv: list, opts: Options) -> tuple:
             except HeapsightError as e:
                 releases[(label, t)] = {"error": e.message}
 
+    def on_tick(row):
+        """The latest sample's split, for Prometheus (--openmetrics-port)."""
+        if opts.exporter is None or segment is None or not segment.attached():
+            return
+        from heapsight.sampler import IDX
+        v = {c: row[i] for c, i in IDX.items()}
+        if math.isnan(v["rss"]):
+            return
+        b = analysis.breakdown(v["t"], int(v["rss"]), int(_num(v["anon"], v["rss"])),
+                               segment.get("start_anon_bytes"), int(_num(v["live_req"])),
+                               int(_num(v["live_usable"])), int(_num(v["n_alloc"]) - _num(v["n_free"])),
+                               segment.allocator_name())
+        opts.exporter.update_run(proc.pid, argv[0], segment.allocator_name(), b)
+
     # Blocked here, taken by the sampler; the program starts with the mask we had.
     extra = {opts.snapshot_signal} if opts.snapshot_signal else set()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.WATCHED | {signal.SIGCHLD} | extra)
@@ -124,7 +139,8 @@ def measure(argv: list, opts: Options) -> tuple:
         timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
                            on_signal=on_signal, snapshot_signal=opts.snapshot_signal,
                            snapshot_at=tuple(opts.snapshot_at),
-                           snapshot_every_s=opts.snapshot_every_s, on_snapshot=on_snapshot).run()
+                           snapshot_every_s=opts.snapshot_every_s, on_snapshot=on_snapshot,
+                           on_tick=on_tick if opts.exporter is not None else None).run()
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(forwarded) or bool(interrupts.drain())

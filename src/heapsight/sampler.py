@@ -119,12 +119,14 @@ class Timeline:
 class Sampler:
     def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
-                 snapshot_at: tuple = (), snapshot_every_s: float = 0.0, on_snapshot=None):
+                 snapshot_at: tuple = (), snapshot_every_s: float = 0.0, on_snapshot=None,
+                 on_tick=None):
         """on_signal(siginfo) is called for each of interrupts.WATCHED that arrives while
         the program runs; the caller blocks them (and SIGCHLD, which ends a wait at once
         when the program exits) before starting the program."""
         self.proc, self.segment = proc, segment
         self.on_signal = on_signal
+        self.on_tick = on_tick        # on_tick(row), a few times a second (the exporter)
         # snapshots: a sample taken and labelled at a signal (sent to heapsight), at given
         # times, or every so often; on_snapshot(label, t) runs right after it is taken
         self.snapshot_signal, self.on_snapshot = snapshot_signal, on_snapshot
@@ -290,6 +292,8 @@ class Sampler:
                     pass
             if now >= next_children:
                 children_rss = self._children()
+                if self.on_tick is not None and tl.flat:
+                    self.on_tick(tl.flat[-len(COLUMNS):])
                 next_children = now + 1.0 / CHILDREN_PER_S
             row[I["children_rss"]] = children_rss
             if now >= next_smaps:

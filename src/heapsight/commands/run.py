@@ -20,6 +20,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -65,6 +66,9 @@ def add_arguments(p) -> None:
     snaps.add_argument("--release-at-snapshot", action="store_true",
                        help="at each snapshot also call the allocator's release in the program "
                             "(through gdb) and measure it: this changes the program's state")
+    p.add_argument("--openmetrics-port", type=int, metavar="PORT",
+                   help="serve the latest split to Prometheus on http://127.0.0.1:PORT/metrics "
+                        "while the program runs (heapsight_memory_bytes{kind=...})")
     gates = p.add_argument_group("CI gates (exit 90 when the program succeeded but a figure is "
                                  "above its limit; SIZE like 512M, 2G, 100MB)")
     gates.add_argument("--fail-if-retained", metavar="SIZE", type=size_arg,
@@ -173,9 +177,16 @@ def execute(args) -> int:
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
                    stdout=sys.stderr if args.json == "-" else None)
+    exporter = None
+    if args.openmetrics_port is not None:
+        from heapsight.reporters import openmetrics
+        exporter = openmetrics.serve("127.0.0.1", args.openmetrics_port)
+        opts = dataclasses.replace(opts, exporter=exporter)
     # An interrupt after the program ended waits until the run is saved (then ends heapsight).
     with interrupts.deferred():
         summary, timeline = measure(argv, opts)
+        if exporter is not None:
+            exporter.close()
         out = None
         if not args.no_save:
             out = args.output or default_output(argv, summary.started_pid)

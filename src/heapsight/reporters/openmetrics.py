@@ -3,7 +3,9 @@ client library), named by Prometheus' conventions: base units in the name, one m
 per quantity with the part as a label.
 
   heapsight_memory_bytes{kind="in_use"|"retained"|"stacks"|"file_backed"|"shared"|
-                         "other_anonymous"}    the split of RSS
+                         "other_anonymous"}    the split of RSS (attach)
+                        {kind="live"|"waste"|"metadata"|"retained"|"non_heap"|"untouched"}
+                                               the split of RSS (run)
   heapsight_rss_bytes                          resident set size
   heapsight_release_estimate_bytes             what a release would give back now
   heapsight_release_given_back_bytes           what the last --trim gave back
@@ -64,6 +66,14 @@ class Exporter:
         if a.trim:
             self.given.labels(*lab).set(a.trim["gave_back_bytes"])
         self.stamp.labels(*lab).set(a.taken_at)
+
+    def update_run(self, pid: int, command: str, allocator: str, b) -> None:
+        """A run's latest sample (a Breakdown): its resident parts, as `run` splits them."""
+        lab = (str(pid), os.path.basename(command), allocator)
+        self.rss.labels(*lab).set(b.rss_bytes)
+        for part, v in b.parts().items():
+            self.memory.labels(*lab, part.replace("-", "_")).set(v)
+        self.memory.labels(*lab, "untouched").set(b.untouched_bytes)
 
     def close(self) -> None:
         self.server.shutdown()
