@@ -123,25 +123,31 @@ def test_compare_refuses_a_file_that_is_no_allocator_before_any_run(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ctrl_c_stops_compare_keeps_what_finished_and_exits_130(tmp_path):
-    # GIVEN a comparison of 2 configurations x 3 runs of a program that takes 1.5 s
-    out = tmp_path / "cmp.json.gz"
-    p = subprocess.Popen([*HS, "compare", "--repeat", "3", "--configs", "glibc,glibc-arena2",
-                          "-o", str(out), "--", scenario("hs-idle"), "--ms", "1500"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                         start_new_session=True)
-    # WHEN Ctrl-C comes during the second run
+def interrupt_when(argv: list, cwd, seen: str, after_s: float) -> tuple:
+    """Starts heapsight, sends it SIGINT after_s seconds after stderr shows seen:
+    (exit code, stderr)."""
+    p = subprocess.Popen([*HS, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, cwd=cwd, start_new_session=True)
     lines = []
     for line in p.stderr:
         lines.append(line)
-        if "[2/6]" in line:
-            time.sleep(0.5)
+        if seen in line:
+            time.sleep(after_s)
             p.send_signal(signal.SIGINT)
             break
     err = "".join(lines) + p.stderr.read()
-    p.wait(timeout=30)
+    return p.wait(timeout=60), err
+
+
+def test_ctrl_c_stops_compare_keeps_what_finished_and_exits_130(tmp_path):
+    # GIVEN a comparison of 2 configurations x 3 runs of a program that takes 1.5 s
+    # WHEN Ctrl-C comes during the second run
+    out = tmp_path / "cmp.json.gz"
+    rc, err = interrupt_when(["compare", "--repeat", "3", "--configs", "glibc,glibc-arena2",
+                              "-o", str(out), "--", scenario("hs-idle"), "--ms", "1500"],
+                             tmp_path, "[2/6]", 0.5)
     # THEN it stops there, says so, keeps the finished run, and exits 130
-    assert p.returncode == 130, err
+    assert rc == 130, err
     assert "[3/6]" not in err and "interrupted" in err
     doc = json.loads(gzip.open(out, "rt").read())
     assert doc["interrupted"] is True
@@ -153,19 +159,9 @@ def test_ctrl_c_stops_compare_keeps_what_finished_and_exits_130(tmp_path):
 
 def test_ctrl_c_stops_lab_keeps_what_finished_and_exits_130(tmp_path):
     out = tmp_path / "lab.json.gz"
-    p = subprocess.Popen([*HS, "lab", "waste", "arenas", "--quick", "--configs", "glibc",
-                          "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True, cwd=tmp_path, start_new_session=True)
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if "[2/2] arenas" in line:
-            time.sleep(0.3)
-            p.send_signal(signal.SIGINT)
-            break
-    err = "".join(lines) + p.stderr.read()
-    p.wait(timeout=60)
-    assert p.returncode == 130, err
+    rc, err = interrupt_when(["lab", "waste", "arenas", "--quick", "--configs", "glibc",
+                              "-o", str(out)], tmp_path, "[2/2] arenas", 0.3)
+    assert rc == 130, err
     assert "Traceback" not in err and "interrupted" in err
     doc = json.loads(gzip.open(out, "rt").read())
     assert doc["interrupted"] is True
