@@ -39,7 +39,8 @@ def test_the_peak_column_is_the_same_every_run(tmp_path):
         shares.append(peak["live_bytes"] / peak["rss_bytes"])
         # THEN the column is at the moment of peak live bytes: live, not yet retained
         assert peak["retained_bytes"] < 0.05 * peak["rss_bytes"], peak
-    assert min(shares) > 0.85 and max(shares) - min(shares) < 0.1, shares
+    # (the sample nearest the peak lands within one tick of it: a few % of the alloc phase)
+    assert min(shares) > 0.85 and max(shares) - min(shares) < 0.15, shares
 
 
 def test_rows_add_up_to_rss_when_blocks_are_never_touched(tmp_path):

@@ -281,6 +281,12 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                               "figures are from the last sample")
         peak_usable = segment.get("peak_usable_bytes")
         peak_at = (segment.get("peak_ns") - segment.get("start_ns")) / 1e9 if peak_usable else 0.0
+        # the library's peak lags by what threads hold back (1 MiB in all at most): never
+        # below a sample that saw more
+        sampled = int(live_col[valid].max()) if len(valid) else 0
+        if sampled > peak_usable:
+            peak_usable = sampled
+            peak_at = float(cols["t"][valid[np.argmax(live_col[valid])]])
         # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
         # of the live blocks at the sample with the most live bytes.
         ratio = tl.peak_req_ratio
