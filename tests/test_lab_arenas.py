@@ -55,7 +55,7 @@ def test_arena_count_never_exceeds_8_per_core():
 
 def test_each_30_mib_worker_gets_an_arena_that_keeps_its_block(four_30):
     # GIVEN four 30 MiB workers that freed everything and ended
-    # THEN there are 4 thread arenas + the main one, and more than 60 MB stayed resident
+    # THEN there are 4 thread arenas + the main one, and more than 60 MiB stayed resident
     assert four_30["arenas"] == 5
     assert kept(four_30) > 60_000_000
     assert four_30["arena_largest"] >= 30 * MIB
@@ -64,7 +64,7 @@ def test_each_30_mib_worker_gets_an_arena_that_keeps_its_block(four_30):
 def test_100_mib_workers_leave_almost_nothing():
     # GIVEN four 100 MiB workers (above the 32 MiB cap of glibc's dynamic mmap threshold)
     s = arenas_run(w100=4)
-    # THEN their blocks were munmapped at free: under 30 MB stays, though blocks were resident
+    # THEN their blocks were munmapped at free: under 30 MiB stays, though blocks were resident
     assert s["rss_peak"] > 100 * MIB * 0.9
     assert kept(s) < 30_000_000
 

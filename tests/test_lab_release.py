@@ -15,7 +15,7 @@ KB, MB = 1024, 1024 * 1024
 
 @pytest.fixture(scope="module")
 def cli():
-    """`heapsight lab release --quick`: one sweep (blocks up to 200 MB, three orders) under
+    """`heapsight lab release --quick`: one sweep (blocks up to 200 MiB, three orders) under
     four configurations."""
     return subprocess.run([sys.executable, "-m", "heapsight", "lab", "release", "--quick",
                            "--no-save", "--configs", "glibc,glibc-mmap128k,jemalloc,mmap",
@@ -58,7 +58,7 @@ def test_every_configuration_ran_under_the_allocator_it_asked_for(data):
 
 def test_glibc_returns_a_2mb_block_in_ascending_order(data):
     # GIVEN glibc's defaults, blocks allocated smallest first
-    # WHEN the 2 MB block is freed (the threshold is only 200 KB by then)
+    # WHEN the 2 MiB block is freed (the threshold is only 200 KiB by then)
     # THEN it was mmapped and its pages went back
     b, _ = block(data, "glibc", "ascending", 2 * MB)
     assert b["mmapped_during"] >= 2 * MB
@@ -67,10 +67,10 @@ def test_glibc_returns_a_2mb_block_in_ascending_order(data):
 
 def test_glibc_keeps_2mb_and_200kb_after_a_20mb_block_in_descending_order(data):
     # GIVEN glibc's defaults, blocks allocated largest first
-    # WHEN the 20 MB block has been mmapped and freed (the threshold rose to 20 MB)
+    # WHEN the 20 MiB block has been mmapped and freed (the threshold rose to 20 MiB)
     big, _ = block(data, "glibc", "descending", 20 * MB)
     assert big["mmapped_during"] >= 20 * MB
-    # THEN the 2 MB and 200 KB blocks come from the heap and stay resident after free
+    # THEN the 2 MiB and 200 KiB blocks come from the heap and stay resident after free
     for size in (2 * MB, 200 * KB):
         b, _ = block(data, "glibc", "descending", size)
         assert b["mmapped_during"] == 0
@@ -79,14 +79,14 @@ def test_glibc_keeps_2mb_and_200kb_after_a_20mb_block_in_descending_order(data):
 
 def test_fixed_mmap_threshold_returns_the_2mb_block_in_descending_order(data):
     # GIVEN glibc with mmap_threshold fixed at 128 KiB, blocks largest first
-    # THEN the 2 MB and 200 KB blocks are still mmapped and go back on free
+    # THEN the 2 MiB and 200 KiB blocks are still mmapped and go back on free
     for size in (2 * MB, 200 * KB):
         assert share(data, "glibc-mmap128k", "descending", size) < release.RETURNED_BELOW
 
 
 def test_glibc_keeps_small_blocks_in_every_order(data):
     # GIVEN glibc's defaults
-    # THEN the 2 KB and 20 KB blocks stay resident after free, whatever the order
+    # THEN the 2 KiB and 20 KiB blocks stay resident after free, whatever the order
     for order in release.ORDERS:
         for size in (2 * KB, 20 * KB):
             assert share(data, "glibc", order, size) > release.STAYS_ABOVE, (order, size)
@@ -94,7 +94,7 @@ def test_glibc_keeps_small_blocks_in_every_order(data):
 
 def test_mmap_baseline_returns_every_block_and_its_address_space(data):
     # GIVEN the allocator that mmaps each block and munmaps it on free
-    # THEN every block, 2 KB included, gives back its pages and its address space
+    # THEN every block, 2 KiB included, gives back its pages and its address space
     for order in release.ORDERS:
         for b in release.ok_runs(data, "mmap")[order]["blocks"]:
             for kind in ("rss", "vm"):
@@ -104,10 +104,10 @@ def test_mmap_baseline_returns_every_block_and_its_address_space(data):
 def test_jemalloc_returns_the_pages_of_a_20mb_block_but_keeps_it_mapped(data):
     # GIVEN jemalloc 5 with its default decay
     for order in release.ORDERS:
-        # THEN a freed 20 MB block's pages go back at once, its address space stays mapped,
+        # THEN a freed 20 MiB block's pages go back at once, its address space stays mapped,
         assert share(data, "jemalloc", order, 20 * MB) < release.RETURNED_BELOW
         assert share(data, "jemalloc", order, 20 * MB, "vm") > release.STAYS_ABOVE
-        # while a 2 MB block stays resident (it waits for decay)
+        # while a 2 MiB block stays resident (it waits for decay)
         assert share(data, "jemalloc", order, 2 * MB) > release.STAYS_ABOVE
 
 

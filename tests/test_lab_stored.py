@@ -162,7 +162,7 @@ def give_back(b: dict, page: int = 4096) -> None:
 def test_release_tables_show_glibc_keeping_2mb_only_after_a_larger_block():
     data = stored("release")
     tables = release.tables(data)
-    # one RSS table per order and the VmSize one, a row per block up to 200 MB
+    # one RSS table per order and the VmSize one, a row per block up to 200 MiB
     assert [t.title for t in tables] == [
         f"RSS kept after free, {o} order" for o in release.ORDERS
     ] + ["virtual memory (VmSize) kept after free"]
@@ -170,13 +170,13 @@ def test_release_tables_show_glibc_keeping_2mb_only_after_a_larger_block():
     assert tables[0].columns == ["block"] + names
     asc = {r[0]: r for r in tables[1].rows}
     desc = {r[0]: r for r in tables[2].rows}
-    assert list(asc) == ["2 KB", "20 KB", "200 KB", "2 MB", "20 MB", "200 MB"]
+    assert list(asc) == ["2 KiB", "20 KiB", "200 KiB", "2 MiB", "20 MiB", "200 MiB"]
     assert list(desc) == list(reversed(list(asc)))
     g, mm = names.index("glibc") + 1, names.index("mmap") + 1
-    # ascending: the 2 MB block is mmapped and returned; descending: after the 20 MB one
+    # ascending: the 2 MiB block is mmapped and returned; descending: after the 20 MiB one
     # raised the threshold it comes from the heap and all of it stays
-    assert asc["2 MB"][g] == "0 kB" and desc["2 MB"][g] == "2,048 kB"
-    assert asc["2 KB"][g] == "4 kB" and asc["2 KB"][mm] == "0 kB"
+    assert asc["2 MiB"][g] == "0 KiB" and desc["2 MiB"][g] == "2,048 KiB"
+    assert asc["2 KiB"][g] == "4 KiB" and asc["2 KiB"][mm] == "0 KiB"
 
 
 def test_release_claims_name_the_figures_behind_them():
@@ -187,13 +187,13 @@ def test_release_claims_name_the_figures_behind_them():
     tunables = claim(release, data, "the GLIBC tunables")
     assert tunables.evidence.startswith("8 of 24 blocks of 128 KiB and up changed outcome")
     virtual = claim(release, data, "with jemalloc, physical memory")
-    assert virtual.depends_on == "block size (from 20 MB up)"
-    assert "20 MB: RSS kept 0 kB, VM kept 20,480 kB" in virtual.evidence
+    assert virtual.depends_on == "block size (from 20 MiB up)"
+    assert "20 MiB: RSS kept 0 KiB, VM kept 20,480 KiB" in virtual.evidence
     assert "all 18 blocks" in claim(release, data, "an allocator that mmaps").evidence
 
 
 def test_release_glibc_cutoff_holds_once_glibc_returns_the_2mb_block_in_every_order():
-    # GIVEN the stored sweep, edited so the 2 MB block went back after a larger one too
+    # GIVEN the stored sweep, edited so the 2 MiB block went back after a larger one too
     data = stored("release")
     for order in ("shuffled", "descending"):
         give_back(glibc_block(data, order, 2 * MB))
@@ -217,7 +217,7 @@ def test_release_claims_flip_when_glibc_keeps_nothing():
     # and the table shows nothing kept in glibc's column
     t = release.tables(data)[0]
     col = t.columns.index("glibc")
-    assert {r[col] for r in t.rows} == {"0 kB"}
+    assert {r[col] for r in t.rows} == {"0 KiB"}
 
 
 def test_release_tunables_change_nothing_when_the_tuned_runs_match_the_default():
@@ -256,10 +256,10 @@ def test_waste_tables_and_figures_of_the_stored_run():
     assert len(fixed.rows) == len(waste.FIXED) * 2 and len(random.rows) == len(waste.RANDOM_MAX) * 2
     assert len(per_alloc.rows) == len(waste.FIXED) + len(waste.RANDOM_MAX)
     assert per_alloc.columns[1:3] == ["glibc waste %", "glibc usable"]
-    # glibc's 1-byte blocks: 24 usable bytes each, 96.85% waste at 10 MB
+    # glibc's 1-byte blocks: 24 usable bytes each, 96.85% waste at 10 MiB
     one = {r[0]: r for r in per_alloc.rows}["1 B"]
     assert one[1:3] == [96.85, 24]
-    assert fixed.rows[0][:2] == ["1 MB", 1 * MB]   # 1 MB of 1-byte blocks: a million of them
+    assert fixed.rows[0][:2] == ["1 MiB", 1 * MB]   # 1 MiB of 1-byte blocks: a million of them
 
 
 def test_waste_one_byte_claim_flips_with_the_waste_it_reads():
@@ -270,8 +270,8 @@ def test_waste_one_byte_claim_flips_with_the_waste_it_reads():
         c["allocated"] = 2 * (c["total"] + max(c.get("free", -1), 0))
     # THEN "about 97%" fails
     c = claim(waste, data, "1-byte allocations")
-    assert c.verdict == FAILS and "50.00% at 1 MB, 50.00% at 10 MB" in c.evidence
-    # and with only the 10 MB case edited back it depends on the target size
+    assert c.verdict == FAILS and "50.00% at 1 MiB, 50.00% at 10 MiB" in c.evidence
+    # and with only the 10 MiB case edited back it depends on the target size
     data2 = stored("waste")
     c10 = waste_case(data2, "glibc", "fixed", 10240, 1)
     c10["allocated"] = 2 * (c10["total"] + max(c10.get("free", -1), 0))
@@ -401,7 +401,7 @@ def test_containers_zero_strings_claim_depends_once_one_cell_holds_more():
 
 
 def test_containers_deque_overhead_holds_at_the_scaled_30_mb():
-    # GIVEN deque's in-scope RSS raised by the write-up's 30 MB scaled to N = 200,000
+    # GIVEN deque's in-scope RSS raised by the write-up's 30 MiB scaled to N = 200,000
     data = stored("containers")
     shift(data, "deque", "std", "random", "rss_in", 6 * MIB)
     c = claim(containers, data, "compared with vector, deque")
@@ -476,14 +476,14 @@ def test_errors_note_reads_both_entry_shapes():
         {"name": "a", "error": "library missing", "runs": {}},
         {"name": "b", "error": None, "runs": {"descending": {"error": "exited with 1"},
                                               "ascending": {"error": None}}},
-        {"name": "c", "errors": ["10 MB: timed out", "asked for x"], "runs": []},
+        {"name": "c", "errors": ["10 MiB: timed out", "asked for x"], "runs": []},
         {"name": "d", "errors": [], "runs": {"4x30": {"arenas": 5}}}]}
     assert common.errors_note(data) == ("errors: a: library missing; b (descending): exited "
-                                        "with 1; c: 10 MB: timed out; c: asked for x")
+                                        "with 1; c: 10 MiB: timed out; c: asked for x")
     assert common.errors_note({"configs": [data["configs"][3]]}) == ""
     err = common.nothing_ran(data, "thing")
     assert isinstance(err, HeapsightError)
-    assert err.message == ("no thing ran: a: library missing; b: exited with 1; c: 10 MB: "
+    assert err.message == ("no thing ran: a: library missing; b: exited with 1; c: 10 MiB: "
                            "timed out, asked for x; d: no output")
 
 
@@ -502,5 +502,5 @@ def test_verdicts_and_the_bound_claim():
 
 def test_size_helpers():
     assert [common.size_label(n) for n in (2 * KB, 200 * KB, 2 * MB, 2048 * MB, 100)] == [
-        "2 KB", "200 KB", "2 MB", "2 GB", "100 B"]
+        "2 KiB", "200 KiB", "2 MiB", "2 GiB", "100 B"]
     assert common.mib(1536 * MIB) == "1,536.0 MiB" and common.in_mib(MIB // 2) == "0.5"

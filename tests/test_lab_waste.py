@@ -33,7 +33,7 @@ def cases(lines: list) -> dict:
 
 @pytest.fixture(scope="module")
 def glibc_small():
-    # 1 MB of each of a few fixed sizes and two random ranges, glibc's default malloc
+    # 1 MiB of each of a few fixed sizes and two random ranges, glibc's default malloc
     lines = run_waste("glibc", "--target-kb", 1024, "--fixed", ",".join(map(str, SMALL_FIXED)),
                       "--random-max", ",".join(map(str, SMALL_RANDOM)))
     return lines[0], cases(lines)
@@ -42,7 +42,7 @@ def glibc_small():
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory):
     """`heapsight lab waste --quick --configs glibc` in an empty folder: the experiment's own
-    quick collection (1 and 10 MB, every size) for glibc only, from the command line."""
+    quick collection (1 and 10 MiB, every size) for glibc only, from the command line."""
     cwd = tmp_path_factory.mktemp("waste-cli")
     p = subprocess.run([sys.executable, "-m", "heapsight", "lab", "waste", "--quick",
                         "--no-save", "--configs", "glibc", "--json", "-"],
@@ -64,7 +64,7 @@ def test_the_program_says_glibc_answered(glibc_small):
 
 
 def test_one_byte_blocks_waste_over_90_percent_on_glibc(glibc_small):
-    # GIVEN 1 MB requested in 1-byte blocks under glibc
+    # GIVEN 1 MiB requested in 1-byte blocks under glibc
     _, by_case = glibc_small
     # WHEN waste is computed the write-up's way (allocated - requested - free)
     f = waste.figures(by_case[("fixed", 1)])
@@ -82,7 +82,7 @@ def test_malloc_1_has_a_usable_size_of_24(glibc_small):
 
 
 def test_waste_is_under_2_percent_from_1_kb_blocks(glibc_small):
-    # GIVEN 1 MB of 1024- and of 2048-byte blocks
+    # GIVEN 1 MiB of 1024- and of 2048-byte blocks
     _, by_case = glibc_small
     for size in (1024, 2048):
         # THEN waste stays under 2% of what glibc obtained
@@ -93,7 +93,7 @@ def test_requested_total_reaches_the_target_by_less_than_one_block(glibc_small):
     # GIVEN every case of the small run (fixed and random sizes)
     _, by_case = glibc_small
     for (mode, param), c in by_case.items():
-        # THEN the blocks requested reach 1 MB and overshoot by less than one block
+        # THEN the blocks requested reach 1 MiB and overshoot by less than one block
         assert MB <= c["total"] < MB + c["max"], (mode, param, c["total"])
         assert 1 <= c["min"] <= c["max"] <= param
 
@@ -108,7 +108,7 @@ def test_each_case_starts_from_the_same_small_heap(glibc_small):
 
 
 def test_rss_growth_agrees_with_mallinfo2_for_10_mb_of_1_byte_blocks():
-    # GIVEN 10 MB requested in 1-byte blocks (about 320 MB of chunks)
+    # GIVEN 10 MiB requested in 1-byte blocks (about 320 MiB of chunks)
     (c,) = [x for x in run_waste("glibc", "--target-kb", 10 * KB, "--fixed", 1,
                                  "--random-max", "none") if x.get("kind") == "case"]
     # THEN the child's RSS growth, measured independently of malloc, is within 10% of
@@ -122,7 +122,7 @@ def test_jemalloc_gives_its_own_column():
     if not JEMALLOC.exists():
         print(f"skipped: {JEMALLOC} is missing (Debian package libjemalloc2)")
         pytest.skip("libjemalloc2 is not installed")
-    # GIVEN the same 1 MB cases under jemalloc
+    # GIVEN the same 1 MiB cases under jemalloc
     lines = run_waste("jemalloc", "--target-kb", 1024, "--fixed", "1,8,1024",
                       "--random-max", "none")
     by_case = cases(lines)
@@ -144,9 +144,9 @@ def test_jemalloc_gives_its_own_column():
 
 
 def test_quick_claims_on_glibc(quick_glibc_data):
-    # GIVEN the quick collection (1 and 10 MB) under glibc
+    # GIVEN the quick collection (1 and 10 MiB) under glibc
     one_byte, large, mallinfo, others = waste.claims(quick_glibc_data)
-    # THEN the 1-byte and 1 KB+ claims hold here,
+    # THEN the 1-byte and 1 KiB+ claims hold here,
     assert one_byte.verdict == common.HOLDS, one_byte.evidence
     assert large.verdict == common.HOLDS, large.evidence
     # the mallinfo overflow needs a heap over 2 GiB, which the quick run does not reach,

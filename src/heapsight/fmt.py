@@ -47,8 +47,9 @@ def cell(v) -> str:
 
 
 def kib(n: float) -> str:
-    """Bytes as the classic write-ups printed them: whole KiB with thousands separators."""
-    return f"{n / 1024:,.0f} kB"
+    """Bytes in whole KiB with thousands separators, as the classic write-ups' tables
+    counted them."""
+    return f"{n / 1024:,.0f} KiB"
 
 
 def seconds(v: float) -> str:

@@ -76,4 +76,4 @@ def test_cells_counts_seconds_and_kib():
     assert cell(1.5) == "1.50" and cell(1234567) == "1,234,567" and cell("glibc") == "glibc"
     assert count(1234.6) == "1,235"
     assert seconds(0.5) == "0.500 s"
-    assert kib(2048) == "2 kB" and kib(1536 * 1000) == "1,500 kB"
+    assert kib(2048) == "2 KiB" and kib(1536 * 1000) == "1,500 KiB"

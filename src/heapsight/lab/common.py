@@ -240,9 +240,9 @@ def in_mib(n: float) -> str:
 
 
 def size_label(n: int) -> str:
-    """The write-ups' names of block and target sizes: 2 KB, 20 KB, 200 KB, 2 MB, 2 GB
-    (powers of 1024, as they meant them)."""
-    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")):
+    """Block and target sizes in IEC units: 2 KiB, 20 KiB, 200 KiB, 2 MiB, 2 GiB (the
+    write-ups' 2 KB ... 2 GB, which were powers of 1024)."""
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if n >= unit:
             return f"{n / unit:g} {name}"
     return f"{n} B"

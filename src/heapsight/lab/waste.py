@@ -60,14 +60,14 @@ def collect(ctx: common.Context) -> dict:
         if common.cannot_run(ctx, cfg, entry):
             continue
         for t in targets_kb:
-            ctx.say(f"waste: {cfg.name}, {t // 1024} MB requested per case, "
+            ctx.say(f"waste: {cfg.name}, {common.size_label(t * 1024)} requested per case, "
                     f"{len(FIXED)} fixed + {len(RANDOM_MAX)} random sizes")
             argv = [program, "--target-kb", str(t), "--fixed", ",".join(map(str, FIXED)),
                     "--random-max", ",".join(map(str, RANDOM_MAX)), "--seed", str(SEED)]
             try:
                 lines = common.run_program(argv, cfg, timeout_s=ctx.timeout_s)
             except HeapsightError as e:
-                entry["errors"].append(f"{t // 1024} MB: {e.message}")
+                entry["errors"].append(f"{common.size_label(t * 1024)}: {e.message}")
                 continue
             meta = next((x for x in lines if x.get("kind") == "meta"), {})
             answered = meta.get("allocator")
