@@ -111,11 +111,12 @@ def shm_segments() -> set:
     return {p.name for p in Path("/dev/shm").glob("heapsight-*.seg")}
 
 
-@pytest.fixture(autouse=True)
-def _terminal_width_of_a_pipe(monkeypatch):
+@pytest.fixture(autouse=True, scope="session")
+def _terminal_width_of_a_pipe():
     """readline, loaded in this process, puts COLUMNS (80) in the C environment that the
     processes the tests start inherit, behind os.environ's back; heapsight's output to a
     pipe is 100 columns wide unless COLUMNS says otherwise, and the tests that read it
-    expect that (tests of the width set COLUMNS themselves)."""
-    monkeypatch.delenv("COLUMNS", raising=False)
+    expect that (tests of the width set COLUMNS themselves). Session-wide, so that
+    module-scoped fixtures that start heapsight see it too."""
+    os.environ.pop("COLUMNS", None)
     os.unsetenv("COLUMNS")
