@@ -97,9 +97,15 @@ def execute(args) -> int:
            "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "experiments": []}
     failed, interrupted = [], False
+    started = time.monotonic()
     try:
         for i, name in enumerate(names, 1):
-            say_stderr(f"[{i}/{len(names)}] {name}{' (quick)' if args.quick else ''}")
+            # the time left, from the mean of the experiments done so far
+            eta = ""
+            if i > 1:
+                left = (time.monotonic() - started) / (i - 1) * (len(names) - i + 1)
+                eta = f", about {left / 60:.0f} min left" if left >= 90 else f", about {left:.0f} s left"
+            say_stderr(f"[{i}/{len(names)}] {name}{' (quick)' if args.quick else ''}{eta}")
             try:
                 result = run_one(name, ctx)
             except HeapsightError as e:
