@@ -18,14 +18,18 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
-from heapsight import gdbcall, mappings
+from heapsight import allocators, gdbcall, mappings
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, pct
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
-RELEASE_CALLS = {"glibc": "malloc_trim(0)", "jemalloc": 'mallctl("arena.4096.purge")',
-                 "tcmalloc": "MallocExtension_ReleaseFreeMemory()", "mimalloc": "mi_collect(true)"}
+# the release-now call of each allocator, as gdb evaluates it in the process (the names
+# people read are the catalogue's: allocators.release_call)
+TRIM_EXPRS = {"glibc": "(int)malloc_trim(0)",
+              "jemalloc": '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
+              "tcmalloc": "(void)MallocExtension_ReleaseFreeMemory()",
+              "mimalloc": "(void)mi_collect(1)"}
 
 
 @dataclass
@@ -300,10 +304,7 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
 
 def trim(pid: int, allocator: str) -> dict:
     """The allocator's release-now call in the process, with RSS before and after."""
-    call = {"glibc": "(int)malloc_trim(0)",
-            "jemalloc": '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
-            "tcmalloc": "(void)MallocExtension_ReleaseFreeMemory()",
-            "mimalloc": "(void)mi_collect(1)"}.get(allocator)
+    call = TRIM_EXPRS.get(allocator)
     if call is None:
         raise HeapsightError(f"no release call known for {allocator}")
     before = _rss(pid)
@@ -311,7 +312,7 @@ def trim(pid: int, allocator: str) -> dict:
     gdbcall.call(pid, [call])
     seconds = time.monotonic() - t0
     after = _rss(pid)
-    return {"call": RELEASE_CALLS[allocator], "rss_before_bytes": before, "rss_after_bytes": after,
+    return {"call": allocators.release_call(allocator), "rss_before_bytes": before, "rss_after_bytes": after,
             "gave_back_bytes": max(0, before - after), "seconds": round(seconds, 3)}
 
 

@@ -80,7 +80,7 @@ def execute(args) -> int:
 def _execute(args) -> int:
     a = attach.inspect(args.pid, use_gdb=not args.no_gdb)
     if args.trim:
-        if a.allocator not in attach.RELEASE_CALLS or args.no_gdb:
+        if a.allocator not in attach.TRIM_EXPRS or args.no_gdb:
             raise HeapsightError(f"--trim: no release call for {a.allocator} "
                                  f"{'(--no-gdb)' if args.no_gdb else ''}".strip())
         a.trim = attach.trim(args.pid, a.allocator)
