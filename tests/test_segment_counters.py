@@ -9,16 +9,21 @@ import numpy as np
 from heapsight import segment as S
 
 
+def writable(seg):
+    """The segment as the library sees it: (mapping, header, slots), to write into."""
+    fd = os.open(seg.path, os.O_RDWR)
+    m = mmap.mmap(fd, S.SEGMENT_BYTES)
+    os.close(fd)
+    return (m, np.ndarray((), S.HEADER_DTYPE, buffer=m, offset=0),
+            np.ndarray((S.MAX_SLOTS,), S.SLOT_DTYPE, buffer=m, offset=S.SLOTS_OFFSET))
+
+
 def test_more_frees_than_allocations_read_as_nothing_live():
     seg = S.Segment()
     try:
         # GIVEN a slot that counted 10 allocations and 25 frees (15 of blocks allocated past
         # the hooks), more usable bytes freed than allocated
-        fd = os.open(seg.path, os.O_RDWR)
-        m = mmap.mmap(fd, S.SEGMENT_BYTES)
-        os.close(fd)
-        slots = np.ndarray((S.MAX_SLOTS,), S.SLOT_DTYPE, buffer=m, offset=S.SLOTS_OFFSET)
-        head = np.ndarray((), S.HEADER_DTYPE, buffer=m, offset=0)
+        m, head, slots = writable(seg)
         head["slots_used"] = 2
         c = 3  # usable sizes 48..63
         slots[1]["n_alloc"], slots[1]["n_free"] = 10, 25
@@ -41,10 +46,7 @@ def test_more_frees_than_allocations_read_as_nothing_live():
 def test_exit_figures_the_probe_did_not_take_read_as_none_with_the_reason():
     seg = S.Segment()
     try:
-        fd = os.open(seg.path, os.O_RDWR)
-        m = mmap.mmap(fd, S.SEGMENT_BYTES)
-        os.close(fd)
-        head = np.ndarray((), S.HEADER_DTYPE, buffer=m, offset=0)
+        m, head, _ = writable(seg)
         # GIVEN a run whose exit probe found the allocator locked and had no sample to keep
         head["state"], head["exit_probe_status"] = S.STATE_DONE, S.PROBE_ALLOCATOR_LOCKED
         # THEN there are no exit figures (not zeros), and the reason is there to show

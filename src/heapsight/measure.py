@@ -20,7 +20,7 @@ import numpy as np
 from heapsight import allocators, analysis, attach, elf, interrupts, native
 from heapsight.errors import HeapsightError
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
-from heapsight.sampler import Sampler, Timeline
+from heapsight.sampler import IDX, Sampler, Timeline
 from heapsight.segment import STATE_DONE, Segment
 
 EXIT_NOT_FOUND = 127
@@ -115,7 +115,6 @@ def measure(argv: list, opts: Options) -> tuple:
         """The latest sample's split, for Prometheus (--openmetrics-port)."""
         if opts.exporter is None or segment is None or not segment.attached():
             return
-        from heapsight.sampler import IDX
         v = {c: row[i] for c, i in IDX.items()}
         if math.isnan(v["rss"]):
             return

@@ -99,38 +99,10 @@ def test_a_fifo_is_written_into_and_stays_a_fifo(tmp_path):
     assert json.loads(got[0]) == {"kind": "x"} and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
-def test_ctrl_c_is_not_held_back_by_a_fifo_nobody_reads(tmp_path):
-    # GIVEN a FIFO with no reader: opening it for writing waits for one
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    main = threading.main_thread().ident
-    ended = threading.Event()
-
-    def interrupt_then_unblock():
-        time.sleep(0.3)
-        signal.pthread_kill(main, signal.SIGINT)
-        if not ended.wait(3):   # Ctrl-C was held: a reader comes, so the test fails, not hangs
-            with open(fifo, "rb") as f:
-                f.read()
-    helper = threading.Thread(target=interrupt_then_unblock, daemon=True)
-    helper.start()
-    started = time.monotonic()
-    # WHEN Ctrl-C comes THEN it ends the wait at once
-    with pytest.raises(KeyboardInterrupt):
-        output.write(str(fifo), b"{}")
-    ended.set()
-    assert time.monotonic() - started < 2
-    helper.join(timeout=10)
-
-
-def test_a_device_that_refuses_the_write_is_one_line():
-    with pytest.raises(HeapsightError, match="cannot write /dev/full: No space left") as e:
-        output.write("/dev/full", b"{}")
-    assert e.value.exit_code == 1 and stat.S_ISCHR(os.stat("/dev/full").st_mode)
-
-
-def test_a_fifo_nobody_reads_gives_up_at_ctrl_c_even_while_interrupts_wait(tmp_path):
-    # GIVEN a caller that defers interrupts while it saves (as run does after the program)
+def ctrl_c_at_a_fifo_nobody_reads(tmp_path) -> tuple:
+    """A FIFO with no reader (opening it for writing waits for one) and Ctrl-C to the main
+    thread 0.3 s later: (fifo, ended). If Ctrl-C is held back a reader comes after 3 s
+    (set ended when done), so a test fails rather than hangs."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     main = threading.main_thread().ident
@@ -143,6 +115,28 @@ def test_a_fifo_nobody_reads_gives_up_at_ctrl_c_even_while_interrupts_wait(tmp_p
             with open(fifo, "rb") as f:
                 f.read()
     threading.Thread(target=interrupt_then_unblock, daemon=True).start()
+    return fifo, ended
+
+
+def test_ctrl_c_is_not_held_back_by_a_fifo_nobody_reads(tmp_path):
+    fifo, ended = ctrl_c_at_a_fifo_nobody_reads(tmp_path)
+    started = time.monotonic()
+    # WHEN Ctrl-C comes THEN it ends the wait at once
+    with pytest.raises(KeyboardInterrupt):
+        output.write(str(fifo), b"{}")
+    ended.set()
+    assert time.monotonic() - started < 2
+
+
+def test_a_device_that_refuses_the_write_is_one_line():
+    with pytest.raises(HeapsightError, match="cannot write /dev/full: No space left") as e:
+        output.write("/dev/full", b"{}")
+    assert e.value.exit_code == 1 and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_a_fifo_nobody_reads_gives_up_at_ctrl_c_even_while_interrupts_wait(tmp_path):
+    # GIVEN a caller that defers interrupts while it saves (as run does after the program)
+    fifo, ended = ctrl_c_at_a_fifo_nobody_reads(tmp_path)
     started = time.monotonic()
     # WHEN Ctrl-C comes THEN the wait ends with a one-line error, and the interrupt acts
     # once the caller lets it

@@ -13,9 +13,6 @@ from __future__ import annotations
 from heapsight import output, record
 from heapsight.report.html import Page, build, printable
 
-KINDS = {"heapsight-run": ("a run record", "summary", dict),
-         "heapsight-compare": ("a comparison", "configs", list),
-         "heapsight-lab": ("lab results", "experiments", list)}
 
 
 def load(path: str) -> dict:
@@ -29,7 +26,7 @@ def _items(docs: list) -> list:
         if isinstance(d, tuple):
             out.append(d)
         else:
-            out.append((f"{KINDS.get(d.get('kind'), ('document',))[0]} #{i}", d))
+            out.append((f"{record.KINDS.get(d.get('kind'), 'document')} #{i}", d))
     return out
 
 
@@ -50,4 +47,4 @@ def write_html(path: str, docs: list, title: str | None = None) -> Page:
     return page
 
 
-__all__ = ["KINDS", "Page", "build_page", "check_output", "load", "printable", "write_html"]
+__all__ = ["Page", "build_page", "check_output", "load", "printable", "write_html"]

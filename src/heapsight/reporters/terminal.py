@@ -356,7 +356,6 @@ def render_attach(a, out) -> None:
                    f"{r['seconds'] * 1000:.0f} ms (RSS {human(r['rss_before_bytes'])} -> "
                    f"{human(r['rss_after_bytes'])})", 2, style="bold")
     c.print()
-    first, _, rest = a.verdict.partition(": ")
     style = "bold green" if a.verdict.startswith("healthy") else "bold yellow"
     c.print(Text.assemble("  VERDICT  ", (a.verdict, style)), soft_wrap=True)
     c.print()
