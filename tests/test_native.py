@@ -19,10 +19,23 @@ def test_layout_matches_the_compiler():
         if name == "slots":
             assert offset == S.SLOTS_OFFSET
             continue
+        if name == "profile":
+            assert (offset, size) == (S.PROFILE_OFFSET, S.SEGMENT_BYTES - S.PROFILE_OFFSET)
+            continue
         dtype, py_offset = S.HEADER_DTYPE.fields[name][:2]
         assert (py_offset, dtype.itemsize) == (offset, size), name
     for name, (offset, size) in layout["slot"].items():
         dtype, py_offset = S.SLOT_DTYPE.fields[name][:2]
+        assert (py_offset, dtype.itemsize) == (offset, size), name
+    assert (layout["event_bytes"], layout["module_bytes"]) == (
+        S.EVENT_DTYPE.itemsize, S.MODULE_DTYPE.itemsize)
+    regions = {"events": S.PROFILE_EVENTS_OFFSET, "stack_words": S.PROFILE_STACKS_OFFSET,
+               "modules": S.PROFILE_MODULES_OFFSET}
+    for name, (offset, size) in layout["profile"].items():
+        if name in regions:
+            assert offset == regions[name], name
+            continue
+        dtype, py_offset = S.PROFILE_HEADER_DTYPE.fields[name][:2]
         assert (py_offset, dtype.itemsize) == (offset, size), name
     for name, (offset, size) in layout["stats"].items():
         dtype, py_offset = S.STATS_DTYPE.fields[name][:2]

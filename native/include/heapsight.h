@@ -9,7 +9,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 9
+#define HS_SEGMENT_VERSION 10
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -74,6 +74,50 @@ typedef struct hs_slot_s {
   uint64_t cls_waste[HS_CLASSES];  /* and (usable - requested) summed at allocation */
 } hs_slot_t;
 
+/* Sampled call sites (native/src/profile.c writes, src/heapsight/profile.py reads).
+ * Allocations are sampled by bytes (a Poisson process of mean mean_bytes over usable bytes),
+ * each sampled block an ALLOC event with its stack; its free, if any, a FREE event naming
+ * the ALLOC event's index. Events are claimed with events_used (atomic) and published by
+ * storing kind last (release): a reader skips events whose kind is still EMPTY. Stacks are
+ * deduplicated: word[o] = frame count n, word[o+1..o+n] = return addresses, innermost first
+ * (the hooks' own frames left out); offset 0 is the empty stack (unwinding failed). Modules
+ * are appended when a stack first reaches an address outside the known ones. */
+#define HS_PROFILE_MAGIC 0x31464f5250534853ull /* "HSSPROF1": set up by the library */
+#define HS_PROFILE_EVENTS (1u << 20)
+#define HS_PROFILE_STACK_WORDS (1u << 21)
+#define HS_PROFILE_MODULES 2048
+#define HS_MAX_FRAMES 64
+enum { HS_EVENT_EMPTY = 0, HS_EVENT_ALLOC = 1, HS_EVENT_FREE = 2 };
+
+typedef struct hs_event_s {
+  uint64_t addr;             /* ALLOC: the block; FREE: index of the ALLOC event it ends */
+  uint64_t size;             /* ALLOC: usable bytes; FREE: 0 */
+  uint64_t time_ns;          /* CLOCK_MONOTONIC */
+  uint32_t stack;            /* ALLOC: word offset of its stack; FREE: 0 */
+  uint32_t kind;             /* HS_EVENT_*, stored last */
+} hs_event_t;
+
+typedef struct hs_module_s {
+  uint64_t lo, hi;           /* the addresses its loaded segments span */
+  uint64_t bias;             /* load bias: address in the file = address - bias */
+  uint64_t first_event;      /* events_used when recorded: it applies from that event on */
+  char path[224];            /* its file (the last 223 bytes); the executable's real path */
+} hs_module_t;
+
+typedef struct hs_profile_s {
+  uint64_t magic;
+  uint64_t mean_bytes;       /* sampling mean; 0: off */
+  uint64_t events_used;      /* claimed (past HS_PROFILE_EVENTS: dropped, counted below) */
+  uint64_t stack_words_used;
+  uint64_t modules_used;
+  uint64_t dropped_samples;  /* samples not recorded: a region was full */
+  uint64_t unwind_ns, unwinds, unwind_frames; /* what unwinding cost, in all */
+  uint64_t reserved[7];
+  hs_event_t events[HS_PROFILE_EVENTS] __attribute__((aligned(4096)));
+  uint64_t stack_words[HS_PROFILE_STACK_WORDS];
+  hs_module_t modules[HS_PROFILE_MODULES];
+} hs_profile_t;
+
 #define HS_MAX_OWNERS 16
 typedef struct hs_owner_s {
   uint64_t base;             /* the object's load address (dladdr), 0 for a free entry */
@@ -120,11 +164,18 @@ typedef struct hs_segment_s {
    * answers by setting snapshot_ack to snapshot_seq (include/heapsight_snapshot.h) */
   uint64_t snapshot_seq, snapshot_ack;
   char snapshot_label[64];
+  /* Heap maps (heapmap.c): the CLI asks for map N by setting heapmap_seq to N; the library
+   * writes "<segment path>.map.N" and sets heapmap_ack to N. At exit it writes
+   * "<segment path>.map.exit" before the release, when heapmap_at_exit is 1. */
+  uint64_t heapmap_seq, heapmap_ack, heapmap_at_exit;
   uint64_t reserved[1];
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
+  /* Sampled allocations with their call stacks (profile.c); sparse: only what is written
+   * takes memory. */
+  hs_profile_t profile __attribute__((aligned(4096)));
 } hs_segment_t;
 
 #endif

@@ -12,6 +12,9 @@
 #define STATS(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
                         offsetof(hs_alloc_stats_t, f), sizeof(((hs_alloc_stats_t *)0)->f))
 
+#define PROF(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
+                       offsetof(hs_profile_t, f), sizeof(((hs_profile_t *)0)->f))
+
 int main(void) {
   int first = 0;
   printf("{\"segment_bytes\": %zu, \"slot_bytes\": %zu, \"stats_bytes\": %zu, \"classes\": %d, ",
@@ -25,14 +28,21 @@ int main(void) {
   SEG(stats_seq); SEG(stats); SEG(exit_ns); SEG(release_ns); SEG(exit_rss_before);
   SEG(exit_rss_after); SEG(exit_anon_before); SEG(exit_anon_after); SEG(exit_release_kind);
   SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(creator_pid); SEG(image);
-  SEG(exit_probe_status); SEG(library_threads); SEG(library_cpu_ns); SEG(snapshot_seq); SEG(snapshot_ack); SEG(snapshot_label); SEG(owners); SEG(slots);
+  SEG(exit_probe_status); SEG(library_threads); SEG(library_cpu_ns); SEG(snapshot_seq); SEG(snapshot_ack); SEG(snapshot_label);
+  SEG(heapmap_seq); SEG(heapmap_ack); SEG(heapmap_at_exit); SEG(owners); SEG(slots); SEG(profile);
   first = 0;
   printf("}, \"slot\": {");
   SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc);
   SLOT(usable_alloc_bytes); SLOT(usable_free_bytes); SLOT(n_mmapped); SLOT(n_large_heap);
   SLOT(pending_bytes); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
   first = 0;
-  printf("}, \"stats\": {");
+  printf("}, \"profile\": {");
+  PROF(magic); PROF(mean_bytes); PROF(events_used); PROF(stack_words_used); PROF(modules_used);
+  PROF(dropped_samples); PROF(unwind_ns); PROF(unwinds); PROF(unwind_frames); PROF(events);
+  PROF(stack_words); PROF(modules);
+  first = 0;
+  printf("}, \"event_bytes\": %zu, \"module_bytes\": %zu", sizeof(hs_event_t), sizeof(hs_module_t));
+  printf(", \"stats\": {");
   STATS(time_ns); STATS(in_use_bytes); STATS(free_bytes); STATS(mapped_bytes);
   STATS(resident_bytes); STATS(mmapped_bytes); STATS(arenas); STATS(top_pad_bytes); STATS(raw);
   printf("}}\n");

@@ -15,7 +15,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 9
+VERSION = 10
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -64,7 +64,8 @@ _HEADER_FIELDS = [
     ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
     ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
     ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
-    ("snapshot_label", "S64"), ("reserved", U8, (1,)),
+    ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
+    ("heapmap_at_exit", U8), ("reserved", U8, (1,)),
     ("owners", OWNER_DTYPE, (MAX_OWNERS,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
@@ -72,7 +73,26 @@ HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 _SCALARS = ("n_alloc", "n_free", "n_realloc", "usable_alloc_bytes",
             "usable_free_bytes", "n_mmapped", "n_large_heap")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
-SEGMENT_BYTES = SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize
+# Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary;
+# the file is sparse: only what the library writes takes memory.
+PROFILE_MAGIC = 0x31464f5250534853
+PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = 1 << 20, 1 << 21, 2048
+EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE = 0, 1, 2
+EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
+                        ("kind", "<u4")])
+MODULE_DTYPE = np.dtype([("lo", U8), ("hi", U8), ("bias", U8), ("first_event", U8),
+                         ("path", "S224")])
+PROFILE_HEADER_DTYPE = np.dtype([
+    ("magic", U8), ("mean_bytes", U8), ("events_used", U8), ("stack_words_used", U8),
+    ("modules_used", U8), ("dropped_samples", U8), ("unwind_ns", U8), ("unwinds", U8),
+    ("unwind_frames", U8), ("reserved", U8, (7,)),
+])
+PROFILE_EVENTS_OFFSET = 4096  # within the profile: events are page aligned
+PROFILE_STACKS_OFFSET = PROFILE_EVENTS_OFFSET + PROFILE_EVENTS * EVENT_DTYPE.itemsize
+PROFILE_MODULES_OFFSET = PROFILE_STACKS_OFFSET + PROFILE_STACK_WORDS * 8
+PROFILE_BYTES = PROFILE_MODULES_OFFSET + PROFILE_MODULES * MODULE_DTYPE.itemsize
+PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize + 4095) // 4096 * 4096
+SEGMENT_BYTES = PROFILE_OFFSET + (PROFILE_BYTES + 4095) // 4096 * 4096
 
 # glibc's usable size for a class's smallest member, used to name histogram classes.
 def class_floor_bytes(c: int) -> int:
