@@ -1,0 +1,178 @@
+/* readloop.c: the sampler's fast tick, in C (libhsread.so, loaded by the CLI with ctypes,
+ * never by the program). At 1 kHz a Python tick costs ~60 us (numpy sums over the slots,
+ * the parsing, the interpreter), 6% of a core; this loop reads /proc/PID/statm and the
+ * segment's counters in a few microseconds and sleeps between ticks, and hands control back
+ * to Python (heapsight/sampler.py) only for the work that is rare: smaps, the program's
+ * children, allocator statistics, snapshots, signals, the program's exit.
+ *
+ * One row per tick, ROW_COLUMNS doubles: seconds since start_ns, RSS, anonymous RSS, live
+ * usable bytes, live requested bytes (estimated per usable-size class, exactly as
+ * heapsight.segment.Segment.counters does), allocations, frees, and the allocator's own
+ * figures (in use, free, mapped, arenas) in the row that first sees a new reading, NaN in
+ * the others. ctypes releases the GIL for
+ * the call, so the CLI's other threads (the OpenMetrics exporter) keep running. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "heapsight.h"
+
+#define ROW_COLUMNS 11
+
+/* Why the loop returned. */
+enum { HS_READ_UNTIL = 0, HS_READ_FULL = 1, HS_READ_SIGNAL = 2, HS_READ_GONE = 3,
+       HS_READ_ASKED = 4 };
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* statm's second and third fields (resident, shared) in pages; 0 when unreadable or a
+ * zombie (its RSS reads 0). */
+static int read_statm(int fd, uint64_t *rss_pages, uint64_t *shared_pages) {
+  char buf[256];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  uint64_t v[3] = {0, 0, 0};
+  const char *p = buf;
+  for (int i = 0; i < 3; i++) {
+    while (*p == ' ') p++;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') v[i] = v[i] * 10 + (uint64_t)(*p++ - '0');
+  }
+  *rss_pages = v[1];
+  *shared_pages = v[2];
+  return v[1] != 0;
+}
+
+/* Live usable and requested bytes, allocations and frees, summed over the used slots. The
+ * requested bytes of live blocks are estimated per class: each live block of class c is
+ * taken to waste the mean waste of that class's allocations. */
+static void read_counters(const hs_segment_t *seg, double *row) {
+  uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
+  if (used < 1) used = 1;
+  if (used > HS_MAX_SLOTS) used = HS_MAX_SLOTS;
+  uint64_t na = 0, nf = 0, ua = 0, uf = 0;
+  double waste = 0;
+  static double cls_a[HS_CLASSES], cls_f[HS_CLASSES], cls_w[HS_CLASSES];
+  memset(cls_a, 0, sizeof cls_a);
+  memset(cls_f, 0, sizeof cls_f);
+  memset(cls_w, 0, sizeof cls_w);
+  for (uint64_t i = 0; i < used; i++) {
+    const hs_slot_t *s = &seg->slots[i];
+    na += s->n_alloc;
+    nf += s->n_free;
+    ua += s->usable_alloc_bytes;
+    uf += s->usable_free_bytes;
+    for (int c = 0; c < HS_CLASSES; c++) {
+      uint64_t a = s->cls_alloc[c];
+      if (!a) continue;
+      cls_a[c] += (double)a;
+      cls_f[c] += (double)s->cls_free[c];
+      cls_w[c] += (double)s->cls_waste[c];
+    }
+  }
+  for (int c = 0; c < HS_CLASSES; c++) {
+    double live_n = cls_a[c] - cls_f[c];
+    if (cls_a[c] > 0 && live_n > 0) waste += live_n * (cls_w[c] / cls_a[c]);
+  }
+  double live_usable = ua > uf ? (double)(ua - uf) : 0;
+  double live_req = live_usable - round(waste);
+  row[3] = live_usable;
+  row[4] = live_req > 0 ? live_req : 0;
+  row[5] = (double)na;
+  row[6] = (double)nf;
+}
+
+static int g_sfd = -1;
+static uint64_t g_sfd_mask;
+
+/* A signalfd over the signals the CLI waits for (blocked in its threads): poll on it says a
+ * signal is pending without taking it, so Python's sigtimedwait still gets its siginfo. */
+static int signal_fd(uint64_t mask) {
+  if (g_sfd >= 0 && mask == g_sfd_mask) return g_sfd;
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s = 1; s < 64; s++)
+    if (mask & (1ull << s)) sigaddset(&set, s);
+  g_sfd = signalfd(g_sfd, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  g_sfd_mask = mask;
+  return g_sfd;
+}
+
+/* Sleeps until *next_ns (CLOCK_MONOTONIC), samples, and repeats every period_ns; returns
+ * at until_ns, when a watched signal is pending, when the program is gone, when it asked for
+ * a snapshot (snapshot_seq past asked_seq), or after max_rows rows. Returns the rows
+ * written into out and sets *why; *next_ns is left at the next tick due. seg may be NULL
+ * (no counters: NaN). */
+/* The allocator's figures (seqlock over seg->stats) when a reading newer than *seen is
+ * there: 1 and *seen updated, else 0. */
+static int read_stats(const hs_segment_t *seg, uint64_t *seen, double *row) {
+  for (int tries = 0; tries < 100; tries++) {
+    uint64_t seq = __atomic_load_n(&seg->stats_seq, __ATOMIC_ACQUIRE);
+    if (seq == *seen || seq == 0) return 0;
+    if (seq & 1) continue;
+    hs_alloc_stats_t st = seg->stats;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&seg->stats_seq, __ATOMIC_RELAXED) != seq) continue;
+    *seen = seq;
+    row[7] = (double)st.in_use_bytes;
+    row[8] = (double)st.free_bytes;
+    row[9] = (double)st.mapped_bytes;
+    row[10] = (double)st.arenas;
+    return 1;
+  }
+  return 0;
+}
+
+int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
+                 uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
+                 uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why) {
+  int rows = 0, sfd = signal_fd(wake_mask);
+  for (;;) {
+    uint64_t now = now_ns(), due = *next_ns < until_ns ? *next_ns : until_ns;
+    if (due > now) {
+      uint64_t wait = due - now;
+      struct timespec ts = {(time_t)(wait / 1000000000ull), (long)(wait % 1000000000ull)};
+      struct pollfd pfd = {.fd = sfd, .events = POLLIN};
+      if (sfd >= 0 ? ppoll(&pfd, 1, &ts, NULL) > 0 : nanosleep(&ts, NULL) != 0) {
+        *why = HS_READ_SIGNAL;
+        return rows;
+      }
+      now = now_ns();
+    } else if (sfd >= 0) {
+      struct pollfd pfd = {.fd = sfd, .events = POLLIN};
+      if (poll(&pfd, 1, 0) > 0) { *why = HS_READ_SIGNAL; return rows; }
+    }
+    if (now >= until_ns) { *why = HS_READ_UNTIL; return rows; }
+    if (rows >= max_rows) { *why = HS_READ_FULL; return rows; }
+    double *row = out + (size_t)rows * ROW_COLUMNS;
+    uint64_t rss, shared;
+    if (!read_statm(statm_fd, &rss, &shared)) { *why = HS_READ_GONE; return rows; }
+    row[0] = (double)(now - start_ns) / 1e9;
+    row[1] = (double)rss * page_bytes;
+    row[2] = (double)(rss - shared) * page_bytes;
+    for (int i = 3; i < ROW_COLUMNS; i++) row[i] = NAN;
+    if (seg && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == HS_SEGMENT_MAGIC) {
+      read_counters(seg, row);
+      read_stats(seg, stats_seq, row);
+    }
+    rows++;
+    *next_ns += period_ns;
+    if (*next_ns < now) *next_ns = now; /* fell behind: no burst to catch up */
+    if (seg && __atomic_load_n(&seg->snapshot_seq, __ATOMIC_ACQUIRE) > asked_seq) {
+      *why = HS_READ_ASKED;
+      return rows;
+    }
+  }
+}
