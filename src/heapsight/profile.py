@@ -1,0 +1,134 @@
+"""Sampled allocations, read side: hs_profile_t (native/include/heapsight.h) copied out of
+a run's segment as numpy arrays, once the program has ended and before the segment file
+is removed.
+
+The library appends an ALLOC event for each sampled block (its usable size, time and
+stack) and a FREE event naming the ALLOC event's index when that block is freed; events
+are published by storing their kind last, so one still EMPTY (a thread stopped halfway,
+a program killed) is skipped. Here the FREE events are folded into their ALLOC event's
+free_ns, which is what every estimate needs (sites.py)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from heapsight import segment as S
+
+# never freed (free_ns), and "applies to every event" (module lookups)
+NEVER = np.iinfo(np.uint64).max
+
+# The ALLOC events, one row each: its index among all events, the block, its usable
+# size, when, its stack (word offset) and when it was freed (NEVER: not by the end).
+ALLOC_DTYPE = np.dtype([("index", "<u8"), ("addr", "<u8"), ("size", "<u8"),
+                        ("time_ns", "<u8"), ("stack", "<u4"), ("free_ns", "<u8")])
+
+
+@dataclass(frozen=True)
+class Module:
+    """An object the stacks reach: its addresses [lo, hi), its load bias (address in the
+    file = address - bias), and the first event it applies to (a later module may reuse
+    the addresses of one unloaded before)."""
+    lo: int
+    hi: int
+    bias: int
+    first_event: int
+    path: str
+
+
+@dataclass
+class Profile:
+    mean_bytes: int          # the sampling mean (HEAPSIGHT_SAMPLE_BYTES)
+    allocs: np.ndarray       # ALLOC_DTYPE, in event order
+    frees_matched: int       # FREE events that named a published ALLOC event
+    stack_words: np.ndarray  # the stack region as written (uint64)
+    modules: tuple           # Module, in the order recorded
+    dropped: int             # samples the library could not record (a region was full)
+    unwind_ns: int = 0
+    unwinds: int = 0
+    unwind_frames: int = 0
+
+    def stack(self, offset: int) -> np.ndarray:
+        """The return addresses of the stack at a word offset, innermost first; empty for
+        offset 0 (unwinding failed) or an offset that does not hold a whole stack."""
+        w = self.stack_words
+        if offset <= 0 or offset >= len(w):
+            return w[:0]
+        n = int(w[offset])
+        if n > S_MAX_FRAMES or offset + n >= len(w):
+            return w[:0]
+        return w[offset + 1:offset + 1 + n]
+
+    def module_index(self, addrs: np.ndarray, events: np.ndarray) -> np.ndarray:
+        """For each return address (with the index of an event whose stack holds it), the
+        index in modules of the object it is in, -1 for none: the latest module recorded
+        at or before that event that spans it, else any that spans it."""
+        addrs = np.asarray(addrs, dtype=np.uint64)
+        events = np.asarray(events, dtype=np.uint64)
+        out = np.full(len(addrs), -1, dtype=np.int64)
+        later = np.full(len(addrs), -1, dtype=np.int64)
+        for i, m in enumerate(self.modules):   # recorded in order: later ones win
+            inside = (addrs >= np.uint64(m.lo)) & (addrs < np.uint64(m.hi))
+            out[inside & (events >= np.uint64(m.first_event))] = i
+            later[inside & (later < 0)] = i
+        return np.where(out >= 0, out, later)
+
+
+S_MAX_FRAMES = 64   # HS_MAX_FRAMES
+
+
+def read(seg: S.Segment) -> Profile | None:
+    """The profile of a run's segment, or None when the library never set it up (an older
+    library, a static program, a program that never started) or sampling was off."""
+    try:
+        fd = os.open(seg.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _read(fd)
+    finally:
+        os.close(fd)
+
+
+def _region(fd: int, offset: int, dtype, count: int) -> np.ndarray:
+    want = count * np.dtype(dtype).itemsize
+    raw = os.pread(fd, want, S.PROFILE_OFFSET + offset) if want else b""
+    return np.frombuffer(raw, dtype=dtype, count=len(raw) // np.dtype(dtype).itemsize).copy()
+
+
+def _read(fd: int) -> Profile | None:
+    head = _region(fd, 0, S.PROFILE_HEADER_DTYPE, 1)
+    if len(head) != 1 or int(head["magic"][0]) != S.PROFILE_MAGIC:
+        return None
+    h = {k: int(head[k][0]) for k in S.PROFILE_HEADER_DTYPE.names if k != "reserved"}
+    if not h["mean_bytes"]:
+        return None
+    n = min(h["events_used"], S.PROFILE_EVENTS)
+    ev = _region(fd, S.PROFILE_EVENTS_OFFSET, S.EVENT_DTYPE, n)
+    kind = ev["kind"]
+    alloc_i = np.flatnonzero(kind == S.EVENT_ALLOC)
+    allocs = np.zeros(len(alloc_i), ALLOC_DTYPE)
+    allocs["index"] = alloc_i
+    for f in ("addr", "size", "time_ns", "stack"):
+        allocs[f] = ev[f][alloc_i]
+    allocs["free_ns"] = NEVER
+    # a FREE event names its ALLOC event's index; one naming anything else is ignored
+    frees = ev[kind == S.EVENT_FREE]
+    target = frees["addr"]
+    ok = target < np.uint64(n)
+    target, when = target[ok].astype(np.int64), frees["time_ns"][ok]
+    ok = kind[target] == S.EVENT_ALLOC
+    target, when = target[ok], when[ok]
+    pos = np.searchsorted(alloc_i, target)
+    np.minimum.at(allocs["free_ns"], pos, when)
+    words = _region(fd, S.PROFILE_STACKS_OFFSET, "<u8",
+                    min(h["stack_words_used"], S.PROFILE_STACK_WORDS))
+    mods = _region(fd, S.PROFILE_MODULES_OFFSET, S.MODULE_DTYPE,
+                   min(h["modules_used"], S.PROFILE_MODULES))
+    modules = tuple(Module(int(m["lo"]), int(m["hi"]), int(m["bias"]), int(m["first_event"]),
+                           bytes(m["path"]).split(b"\0")[0].decode(errors="surrogateescape"))
+                    for m in mods if int(m["hi"]) > int(m["lo"]))
+    return Profile(h["mean_bytes"], allocs, len(target), words, modules, h["dropped_samples"],
+                   h["unwind_ns"], h["unwinds"], h["unwind_frames"])

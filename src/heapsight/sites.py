@@ -1,0 +1,208 @@
+"""Who holds the memory: the sampled allocations (profile.py) turned into estimated live
+bytes per stack and per call site at the run's moments, with their sampling error.
+
+Estimates. The library samples allocations by bytes, a Poisson process of mean M over
+usable bytes: a block of usable size s is sampled with probability p = 1 - exp(-s/M).
+A sampled block stands for 1/p blocks and s/p bytes (Horvitz-Thompson: unbiased whatever
+the sizes); the variance of a sum is estimated by the sum of s^2 (1-p)/p^2 over its
+samples, and error_bytes is 1.96 times its square root (a 95% interval). Blocks of M bytes
+or more are nearly always sampled and add almost no error; the error comes from the small
+ones, about 1.96 * sqrt(M * B) for B bytes held in blocks much smaller than M.
+
+The live set at a moment t: the ALLOC events at or before t whose block was not freed at
+or before t. A share is a site's estimate over the moment's estimated total (both from the
+same samples, so the shares add up to 1); the moment's live_bytes is the exact counter at
+that moment, beside the estimate for comparison.
+
+The call site of a stack is its innermost frame outside the allocator and the known
+allocation wrappers (ALLOCATOR_NAMES, ALLOCATOR_OBJECTS): the stacks keep every frame.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from heapsight import profile as P
+from heapsight import symbolize
+
+# Functions that allocate for their caller: the call site is further out. The C allocator
+# and glibc's internals; libstdc++'s operator new and std::allocator; perl's safesys*;
+# CPython's PyMem_*, PyObject_Malloc family, _PyObject_* and pymalloc; SQLite's malloc
+# layer; GLib's g_malloc family; xmalloc and its kin (gnulib, libiberty, Ruby); strdup.
+ALLOCATOR_NAMES = re.compile(r"""^(?:
+    (?:__libc_|__GI___libc_|__GI_|__)?(?:malloc|calloc|realloc|reallocarray|free|cfree|
+        posix_memalign|aligned_alloc|memalign|valloc|pvalloc|strdup|strndup)
+  | _int_\w+ | sysmalloc | tcache_\w+ | _mid_memalign | malloc_hook_ini
+  | operator\ (?:new|delete)\b.*
+  | (?:std::|__gnu_cxx::)\w*allocator(?:_traits)?<.*>::(?:allocate|_S_allocate)\b.*
+  | Perl_safesys\w+
+  | _?PyMem_\w+ | _?PyObject_(?:Malloc|Calloc|Realloc) | _PyObject_\w+ | pymalloc_\w+
+  | sqlite3(?:_malloc|_malloc64|_realloc|_realloc64|Malloc\w*|MemMalloc|MemRealloc|Realloc\w*|
+        DbMalloc\w*|DbRealloc\w*|DbStrDup|DbStrNDup) | mallocWithAlarm | dbMallocRawFinish
+        | dbReallocFinish
+  | g_(?:try_)?(?:malloc|malloc0|realloc)(?:_n)? | g_slice_alloc0? | g_strn?dup | g_memdup2?
+  | (?:ruby_)?x(?:malloc|calloc|realloc|zalloc|strdup|strndup|memdup|malloc2|realloc2)
+)$""", re.X)
+# Objects whose every frame is the allocator's (heapsight's own hooks, a preloaded allocator).
+ALLOCATOR_OBJECTS = re.compile(r"(^|/)lib(heapsight|jemalloc|tcmalloc\w*|mimalloc)[.-][^/]*$")
+
+Z95 = 1.96
+NO_STACK = "(stack not unwound)"
+
+
+def is_allocator(f: symbolize.Frame) -> bool:
+    if ALLOCATOR_OBJECTS.search(f.object):
+        return True
+    return f.function is not None and ALLOCATOR_NAMES.match(f.function) is not None
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A moment to estimate at: t_ns (CLOCK_MONOTONIC; None: after every event), when it
+    is in the run's seconds, and the exact live bytes the counters had then."""
+    name: str
+    t_ns: int | None
+    t_s: float
+    live_bytes: int
+
+
+def weights(sizes: np.ndarray, mean: int) -> tuple:
+    """Per sampled block: (bytes it stands for, blocks it stands for, its variance)."""
+    s = sizes.astype(float)
+    p = -np.expm1(-s / float(mean))
+    p = np.where(p > 0, p, 1.0)
+    return s / p, 1.0 / p, s * s * (1.0 - p) / (p * p)
+
+
+def live_mask(allocs: np.ndarray, t_ns: int | None) -> np.ndarray:
+    """Which sampled blocks were live at t_ns (None: at the end: never freed)."""
+    if t_ns is None:
+        return allocs["free_ns"] == P.NEVER
+    t = np.uint64(max(0, t_ns))
+    return (allocs["time_ns"] <= t) & (allocs["free_ns"] > t)
+
+
+class Stacks:
+    """The distinct stacks of the sampled blocks, symbolized: frames (deduplicated, each
+    a symbolize.Frame), each stack as frame indices innermost first, and its call site."""
+
+    def __init__(self, prof: P.Profile, symbolizer=symbolize.symbolize):
+        allocs = prof.allocs
+        offsets, first, self.of_alloc = np.unique(allocs["stack"], return_index=True,
+                                                  return_inverse=True)
+        self.offsets = offsets
+        first_event = allocs["index"][first]
+        raw = [prof.stack(int(o)) for o in offsets]
+        n = np.array([len(r) for r in raw], dtype=np.int64)
+        addrs = np.concatenate(raw).astype(np.uint64) if len(raw) else np.zeros(0, np.uint64)
+        events = np.repeat(first_event, n)
+        mod = prof.module_index(addrs, events)
+        # Frames are return addresses: the call is the byte before (its line, its inlining)
+        keys = []
+        for a, m in zip(addrs.tolist(), mod.tolist()):
+            if m < 0:
+                keys.append(("[unknown]", a))
+            else:
+                mm = prof.modules[m]
+                keys.append((mm.path, max(0, a - mm.bias - 1)))
+        found = symbolizer([k for k in keys if k[0] != "[unknown]"])
+        self.symbolizer, self.note = found.tool, found.note
+        self.frames, index = [], {}
+        self.stacks = []
+        k = 0
+        for count in n.tolist():
+            st = []
+            for key in keys[k:k + count]:
+                chain = found.frames.get(key) or symbolize.unknown(*key)
+                for f in chain:
+                    i = index.get(f)
+                    if i is None:
+                        i = index[f] = len(self.frames)
+                        self.frames.append(f)
+                    st.append(i)
+            self.stacks.append(st)
+            k += count
+        self.site_of = [self._site(st) for st in self.stacks]
+
+    def _site(self, stack: list) -> int | None:
+        """The frame index of a stack's call site (None: no stack)."""
+        for i in stack:
+            if not is_allocator(self.frames[i]):
+                return i
+        return stack[-1] if stack else None
+
+    def frame_dicts(self) -> list:
+        return [{"function": f.function, "file": f.file, "line": f.line, "object": f.object,
+                 "address": f"{f.address:#x}"} for f in self.frames]
+
+
+def _site_key(f: symbolize.Frame | None) -> tuple:
+    return ("",) if f is None else (f.name(), f.object)
+
+
+def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
+    """One moment: the estimate per live stack and per call site, largest first."""
+    allocs = prof.allocs
+    live = live_mask(allocs, m.t_ns)
+    b, k, v = weights(allocs["size"][live], prof.mean_bytes)
+    which = stacks.of_alloc[live]
+    ns = len(stacks.stacks)
+    by = [np.bincount(which, weights=w, minlength=ns) for w in (b, k, v)]
+    present = np.bincount(which, minlength=ns) > 0
+    total = float(b.sum())
+    out_stacks = [{"stack": int(s), "bytes": int(round(by[0][s])), "blocks": int(round(by[1][s])),
+                   "error_bytes": int(round(Z95 * np.sqrt(by[2][s])))}
+                  for s in np.flatnonzero(present)]
+    out_stacks.sort(key=lambda x: -x["bytes"])
+    # stacks of one call site together (the same name in the same object)
+    sites: dict = {}
+    for s in np.flatnonzero(present).tolist():
+        frame = stacks.site_of[s]
+        key = _site_key(None if frame is None else stacks.frames[frame])
+        acc = sites.setdefault(key, [frame, 0.0, 0.0, 0.0])
+        acc[1] += by[0][s]
+        acc[2] += by[1][s]
+        acc[3] += by[2][s]
+    out_sites = []
+    for key, (frame, nb, nk, nv) in sites.items():
+        out_sites.append({"site": key[0] or NO_STACK, "frame": frame, "bytes": int(round(nb)),
+                          "share": round(nb / total, 4) if total else 0.0,
+                          "blocks": int(round(nk)), "error_bytes": int(round(Z95 * np.sqrt(nv)))})
+    out_sites.sort(key=lambda x: -x["bytes"])
+    return {"name": m.name, "t_s": round(m.t_s, 3), "live_bytes": int(m.live_bytes),
+            "estimated_bytes": int(round(total)), "samples": int(live.sum()),
+            "stacks": out_stacks, "sites": out_sites}
+
+
+def build(prof: P.Profile, moments: list, unwinder: str = "",
+          symbolizer=symbolize.symbolize) -> dict:
+    """The run's "sites" (the JSON shape every reader shares): the sampling's own figures,
+    the frames and stacks, and each moment's estimates."""
+    stacks = Stacks(prof, symbolizer)
+    per = (prof.unwinds or 0)
+    return {
+        "sample_bytes": prof.mean_bytes, "samples": int(len(prof.allocs)),
+        "frees_matched": int(prof.frees_matched), "dropped": int(prof.dropped),
+        "unwinder": unwinder,
+        "unwind_us_per_sample": round(prof.unwind_ns / per / 1000, 2) if per else 0.0,
+        "frames_per_sample": round(prof.unwind_frames / per, 1) if per else 0.0,
+        "symbolizer": stacks.symbolizer, "note": stacks.note,
+        "frames": stacks.frame_dicts(), "stacks": stacks.stacks,
+        "moments": [estimate(prof, stacks, m) for m in moments],
+    }
+
+
+def moment(sites: dict | None, name: str) -> dict | None:
+    """A moment of a summary's sites by name ("peak", "never freed", "snapshot: X")."""
+    for m in (sites or {}).get("moments", ()):
+        if m["name"] == name:
+            return m
+    return None
+
+
+def short_object(path: str) -> str:
+    return os.path.basename(path) or path
