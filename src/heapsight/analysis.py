@@ -204,8 +204,9 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
 
 
 def findings(command: list, final: Breakdown | None, release: Release,
-             heap: HeapFigures, live_over_time: tuple = ()) -> list:
-    """Each finding names what holds the memory, how much, and what to try. Sorted by size."""
+             heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None) -> list:
+    """Each finding names what holds the memory, how much, and what to try. Sorted by size.
+    sites: the sampled call sites (sites.build), which name where never-freed bytes came from."""
     if final is None:
         return []
     allocator, arenas, threads = heap.allocator, heap.arenas, heap.threads_seen
@@ -230,9 +231,8 @@ def findings(command: list, final: Breakdown | None, release: Release,
             + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
             "with it, a working set levels off) or if the program lost every pointer to it; "
             "many programs (git, compilers) keep their data until exit on purpose. No allocator "
-            "setting can give it back. Where it was allocated, and whether it is reachable:",
-            (f"heaptrack {cmd}",
-             f"valgrind --leak-check=full --show-leak-kinds=definite {cmd}")))
+            "setting can give it back. " + where_allocated(sites, cmd)[0],
+            where_allocated(sites, cmd)[1]))
 
     # Retention: freed memory the allocator keeps resident.
     if final.retained_bytes >= MiB and final.retained_bytes >= 0.1 * rss:
@@ -306,6 +306,30 @@ def findings(command: list, final: Breakdown | None, release: Release,
 
     out.sort(key=lambda f: -f.bytes)
     return out
+
+
+# Fewer live samples than this and the estimate's error is large: a smaller mean is suggested.
+FEW_SAMPLES = 30
+
+
+def where_allocated(sites: dict | None, cmd: str) -> tuple:
+    """The never-freed finding's last words and commands: its top call sites when the run
+    sampled them, else the tools that find them."""
+    never = next((m for m in (sites or {}).get("moments", ()) if m["name"] == "never freed"), None)
+    if not never or not never["sites"]:
+        return ("Where it was allocated, and whether it is reachable:",
+                (f"heaptrack {cmd}", f"valgrind --leak-check=full --show-leak-kinds=definite {cmd}"))
+    top = "; ".join(f"{s['site']} {human(s['bytes'])} \u00b1{human(s['error_bytes'])}"
+                    for s in never["sites"][:3])
+    more = len(never["sites"]) - 3
+    text = (f"Where it was allocated (estimated from {never['samples']:,} sampled blocks): {top}"
+            + (f"; and {more} more call site(s) (the run record and --json list them all)."
+               if more > 0 else "."))
+    if never["samples"] >= FEW_SAMPLES:
+        return text, ()
+    finer = max(4096, sites["sample_bytes"] // 8)
+    return (text + " Few samples: a smaller sampling mean narrows the estimate.",
+            (f"heapsight run --sample-bytes {finer // 1024}K -- {cmd}",))
 
 
 def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import allocators, analysis, attach, elf, interrupts, native
+from heapsight import allocators, analysis, attach, elf, interrupts, native, profile, sites
 from heapsight.errors import HeapsightError
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.sampler import IDX, Sampler, Timeline
@@ -58,6 +58,8 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
         env["HEAPSIGHT_SEGMENT"] = segment.path
         env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
         env["HEAPSIGHT_RELEASE_AT_EXIT"] = "1" if opts.release else "0"
+        if opts.sample_bytes is not None:
+            env["HEAPSIGHT_SAMPLE_BYTES"] = str(opts.sample_bytes)
     return env
 
 
@@ -78,6 +80,8 @@ class Options:
     snapshot_every_s: float = 0.0
     release_at_snapshot: bool = False    # call the allocator's release there (through gdb)
     exporter: object = None              # reporters.openmetrics.Exporter: the latest split
+    sample_bytes: int | None = None      # call sites: the sampling mean (0: off; None: the
+                                         # library's default, or HEAPSIGHT_SAMPLE_BYTES as set)
 
 
 def measure(argv: list, opts: Options) -> tuple:
@@ -143,8 +147,10 @@ def measure(argv: list, opts: Options) -> tuple:
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(forwarded) or bool(interrupts.drain())
+        # the sampled allocations, copied out before the segment file goes
+        prof = profile.read(segment) if segment is not None and segment.attached() else None
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
-                            opts.hz, opts.stats_hz, opts.smaps_hz, releases)
+                            opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof)
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -203,8 +209,38 @@ def _num(v, default=0):
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
+def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
+               end_ns: int | None) -> dict | None:
+    """The sampled call sites at the peak, at exit, of the bytes never freed and at each
+    snapshot (sites.py), with the exact live usable bytes of each moment beside the
+    estimate. Times are the timeline's (seconds from its first sample, like snapshots)."""
+    if prof is None or heap is None:
+        return None
+    start = tl.start_ns
+
+    def since(ns):
+        return max(0.0, (ns - start) / 1e9) if start and ns else 0.0
+    end_s = since(end_ns) if end_ns else tl.duration_s
+    moments = [sites.Moment("peak", peak_ns, since(peak_ns), heap.peak_live_usable_bytes),
+               sites.Moment("exit", None, end_s, heap.live_usable_bytes),
+               sites.Moment("never freed", None, end_s, heap.live_usable_bytes)]
+    t = np.asarray(cols["t"], dtype=float)
+    live = np.asarray(cols["live_usable"], dtype=float)
+    for label, at in tl.snapshots:
+        hit = np.flatnonzero(t == at)
+        if len(hit) and not math.isnan(live[hit[0]]):   # as snapshots(): the program's own
+            moments.append(sites.Moment(f"snapshot: {label}", start + int(at * 1e9), at,
+                                        int(live[hit[0]])))
+    try:
+        return sites.build(prof, moments, profile.UNWINDER)
+    except (OSError, ValueError, IndexError, KeyError) as e:   # never fails the run
+        print(f"heapsight: call sites not estimated: {e}", file=sys.stderr)
+        return None
+
+
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
-              smaps_hz=math.nan, releases=None) -> Summary:
+              smaps_hz=math.nan, releases=None, prof=None) -> Summary:
+    """prof: the sampled allocations (profile.read), None for none."""
     attached = segment is not None and segment.attached()
     # An execve into an image that does not load the library (a static binary, or one whose
     # environment was cleared) leaves the old image's counters in the segment: the figures
@@ -280,12 +316,14 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                               "figures are from the last sample")
         peak_usable = segment.get("peak_usable_bytes")
         peak_at = (segment.get("peak_ns") - segment.get("start_ns")) / 1e9 if peak_usable else 0.0
+        peak_ns = segment.get("peak_ns")
         # the library's peak lags by what threads hold back (1 MiB in all at most): never
         # below a sample that saw more
         sampled = int(live_col[valid].max()) if len(valid) else 0
         if sampled > peak_usable:
             peak_usable = sampled
             peak_at = float(cols["t"][valid[np.argmax(live_col[valid])]])
+            peak_ns = tl.start_ns + int(peak_at * 1e9)
         # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
         # of the live blocks at the sample with the most live bytes.
         ratio = tl.peak_req_ratio
@@ -336,7 +374,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
     library_cpu = (segment.get("library_cpu_ns") / 1e9
                    if segment is not None and segment.get("owner_pid") else 0.0)
-    found = analysis.findings(argv, final, release, heap, live_over_time(cols, final)) if heap else []
+    sampled_sites = call_sites(prof, tl, cols, heap, peak_ns,
+                               segment.get("exit_ns") if done else None) if heap else None
+    found = analysis.findings(argv, final, release, heap, live_over_time(cols, final),
+                              sampled_sites) if heap else []
     held = analysis.holds(cols["t"], parts, duration_s) if heap else []
     # a hold that the exit findings already describe (same cause, as large) is not repeated
     kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
@@ -373,4 +414,4 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
         images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
-        resident_by_kind=last_kinds(tl, duration_s))
+        resident_by_kind=last_kinds(tl, duration_s), sites=sampled_sites)

@@ -166,6 +166,8 @@ class Summary:
     program_cpu_s: float = 0.0  # cpu_user_s + cpu_sys_s less library_cpu_s
     exit_probe_s: float = 0.0   # wall time after the program's end: heapsight's exit probe
                                 # (statistics, the release) and the process teardown
+    sites: dict | None = None   # sampled call sites (sites.build: the JSON shape "sites"),
+                                # None when sampling was off or the library not active
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -17,6 +17,8 @@ import numpy as np
 
 from heapsight import segment as S
 
+# How the library unwinds (native/src/profile.c): reported beside its measured cost.
+UNWINDER = "libgcc (_Unwind_Backtrace)"
 # never freed (free_ns), and "applies to every event" (module lookups)
 NEVER = np.iinfo(np.uint64).max
 

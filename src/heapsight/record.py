@@ -233,6 +233,43 @@ SNAPSHOT = fields(required={"at_s": number, "label": string},
                   optional={"breakdown": BREAKDOWN, **{k: maybe(number) for k in (
                       "allocator_in_use_bytes", "allocator_free_bytes",
                       "allocator_mapped_bytes")}})
+FRAME = fields(required={"object": string, "address": string},
+               optional={"function": maybe(string), "file": maybe(string), "line": maybe(number)})
+MOMENT_STACK = fields(required={"stack": number, "bytes": number},
+                      optional={"blocks": number, "error_bytes": number})
+MOMENT_SITE = fields(required={"site": string, "bytes": number},
+                     optional={"frame": maybe(number), "share": number, "blocks": number,
+                               "error_bytes": number})
+MOMENT = fields(required={"name": string, "stacks": list_of(MOMENT_STACK),
+                          "sites": list_of(MOMENT_SITE)},
+                optional={k: number for k in ("t_s", "live_bytes", "estimated_bytes", "samples")})
+
+
+def _index(v, n: int, where: str, of: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
+        raise Damaged(where, f"{_shown(v)} is not the index of one of the {n} {of}")
+
+
+def sites(v, where: str) -> None:
+    """The sampled call sites (sites.build): frames, stacks of frame indices, and moments
+    whose stacks and sites index them; every index in range."""
+    fields(required={"frames": list_of(FRAME), "stacks": list_of(list_of(number)),
+                     "moments": list_of(MOMENT)},
+           optional={"symbolizer": string, "unwinder": string, "note": string,
+                     **{k: number for k in ("sample_bytes", "samples", "frees_matched", "dropped",
+                                            "unwind_us_per_sample", "frames_per_sample")}})(v, where)
+    nf, ns = len(v["frames"]), len(v["stacks"])
+    for i, st in enumerate(v["stacks"]):
+        for j, f in enumerate(st):
+            _index(f, nf, f"{where}.stacks[{i}][{j}]", "frames")
+    for i, m in enumerate(v["moments"]):
+        for j, st in enumerate(m["stacks"]):
+            _index(st["stack"], ns, f"{where}.moments[{i}].stacks[{j}].stack", "stacks")
+        for j, site in enumerate(m["sites"]):
+            if site.get("frame") is not None:
+                _index(site["frame"], nf, f"{where}.moments[{i}].sites[{j}].frame", "frames")
+
+
 SUMMARY = fields(
     required={"command": list_of(string)},
     optional={"pid": maybe(number), "started_pid": maybe(number), "exit_code": maybe(number),
@@ -240,7 +277,7 @@ SUMMARY = fields(
               "peak": maybe(BREAKDOWN), "final": maybe(BREAKDOWN), "release": RELEASE,
               "heap": maybe(HEAP), "findings": list_of(FINDING), "verdict": string,
               "holds": list_of(HOLD), "snapshots": list_of(SNAPSHOT),
-              "interrupted": boolean,
+              "interrupted": boolean, "sites": maybe(sites),
               **{k: number for k in (
                   "duration_s", "samples", "sample_hz", "sampler_cpu_s", "peak_rss_bytes",
                   "final_rss_bytes", "forks", "execs", "other_processes", "cpu_user_s",

@@ -15,6 +15,7 @@ examples:
   heapsight run --json summary.json -- python3 job.py
   heapsight run --json - -- ./tool > summary.json      # program stdout goes to stderr
   MALLOC_ARENA_MAX=2 heapsight run -- ./threaded_app  # try a knob
+  heapsight run --sample-bytes 64K -- ./tool           # finer call-site estimates
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def add_arguments(p) -> None:
     p.add_argument("--html", metavar="FILE",
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    p.add_argument("--sample-bytes", metavar="SIZE", type=size_arg, default=None,
+                   help="call sites: sample allocations once per SIZE bytes allocated on "
+                        "average, with their stacks (default 512K; smaller is finer and costs "
+                        "more; 0: off). The summary names the top call sites at the peak and of "
+                        "the bytes never freed, with their sampling error")
     snaps = p.add_argument_group("snapshots (the split at moments you choose, in the summary, "
                                  "the JSON and the page's timeline)")
     snaps.add_argument("--snapshot-on", metavar="SIGNAL", type=signal_arg,
@@ -176,6 +182,7 @@ def execute(args) -> int:
                    release=not args.no_release, warn=not args.quiet,
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
+                   sample_bytes=args.sample_bytes,
                    stdout=sys.stderr if args.json == "-" else None)
     exporter = None
     if args.openmetrics_port is not None:

@@ -143,6 +143,8 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         _indent(c, f"heap: {h.n_alloc:,} allocations, {h.n_free:,} frees, {h.live_blocks:,} blocks "
                    f"live at exit; peak live {human(h.peak_live_requested_bytes)} at "
                    f"{h.peak_at_s:.2f} s{tail}", 2)
+    if s.sites:
+        _sites(c, s.sites)
     c.print()
     style = VERDICT_STYLE.get(s.findings[0].kind, "bold") if s.findings else "bold green"
     words = textwrap.wrap(s.verdict, max(20, c.width - 11)) or [""]
@@ -159,6 +161,43 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         c.print()
         c.print(f"  run saved to {saved_to}", overflow="fold")
     c.print()
+
+
+TOP_SITES = 5
+
+
+def _sites(c: Console, sites: dict) -> None:
+    """The top call sites at the peak and of the bytes never freed: estimated bytes with
+    their 95% interval, the share of the moment's estimate, the site; and what the
+    estimate rests on."""
+    mean = human(sites["sample_bytes"]).replace(".0 ", " ")
+    for name, title in (("peak", "at peak live"), ("never freed", "of the bytes never freed")):
+        m = next((x for x in sites["moments"] if x["name"] == name), None)
+        if m is None or not m["sites"]:
+            continue
+        c.print()
+        _indent(c, f"call sites {title} ({human(m['live_bytes'])} at {m['t_s']:.2f} s; "
+                   f"top {min(TOP_SITES, len(m['sites']))} of {len(m['sites'])}):"
+                if name == "peak" else
+                f"call sites {title} ({human(m['live_bytes'])}; top "
+                f"{min(TOP_SITES, len(m['sites']))} of {len(m['sites'])}):", 2)
+        t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, show_header=False)
+        t.add_column("bytes", justify="right", no_wrap=True)
+        t.add_column("error", justify="right", no_wrap=True, style="dim")
+        t.add_column("share", justify="right", no_wrap=True)
+        t.add_column("site", overflow="fold")
+        for x in m["sites"][:TOP_SITES]:
+            t.add_row(human(x["bytes"]), f"\u00b1{human(x['error_bytes'])}", fmt.share(x["share"]),
+                      Text(x["site"]))   # a name, not markup ([unknown], C++ templates)
+        _print(c, Padding(t, (0, 0, 0, 4), expand=False))
+        _indent(c, f"estimated from {m['samples']:,} sampled blocks live then (one sample per "
+                   f"{mean} allocated on average; \u00b1 is a 95% interval; estimated total "
+                   f"{human(m['estimated_bytes'])})", 4, style="dim")
+    if sites.get("note"):
+        _indent(c, f"note: {sites['note']}", 4, style="dim")
+    if sites.get("dropped"):
+        _indent(c, f"note: {sites['dropped']:,} samples were not recorded (the profile was "
+                   "full): the estimates miss them", 4, style="dim")
 
 
 _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
