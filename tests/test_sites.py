@@ -1,0 +1,345 @@
+"""Sampled call sites: the profile read from the segment, the estimates and their error,
+and `heapsight run` naming the functions that hold known shares of hs-sites' memory at the
+peak, at its snapshots and of what it never frees."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import mmap
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from heapsight import profile as P
+from heapsight import record, sites, symbolize
+from heapsight import segment as S
+from heapsight.errors import HeapsightError
+
+ROOT = Path(__file__).resolve().parents[1]
+MiB = 1 << 20
+
+
+# ------------------------------------------------------------ a profile written here
+
+def write_profile(seg: S.Segment, mean: int, events: list, stacks: list, modules: list,
+                  dropped: int = 0) -> None:
+    """Writes hs_profile_t into a segment as the library would. events: (kind, addr, size,
+    time_ns, stack number or None); stacks: lists of return addresses; modules: (lo, hi,
+    bias, first_event, path)."""
+    fd = os.open(seg.path, os.O_RDWR)
+    m = mmap.mmap(fd, S.SEGMENT_BYTES)
+    os.close(fd)
+    words, offsets = [0], []
+    for st in stacks:
+        offsets.append(len(words))
+        words += [len(st), *st]
+    ev = np.zeros(len(events), S.EVENT_DTYPE)
+    for i, (kind, addr, size, t, st) in enumerate(events):
+        ev[i] = (addr, size, t, offsets[st] if st is not None else 0, kind)
+    md = np.zeros(len(modules), S.MODULE_DTYPE)
+    for i, (lo, hi, bias, first, path) in enumerate(modules):
+        md[i] = (lo, hi, bias, first, path.encode())
+    w = np.array(words, "<u8")
+    head = np.zeros((), S.PROFILE_HEADER_DTYPE)
+    head["magic"], head["mean_bytes"], head["events_used"] = S.PROFILE_MAGIC, mean, len(events)
+    head["stack_words_used"], head["modules_used"] = len(words), len(modules)
+    head["dropped_samples"] = dropped
+    for off, arr in ((S.PROFILE_EVENTS_OFFSET, ev), (S.PROFILE_STACKS_OFFSET, w),
+                     (S.PROFILE_MODULES_OFFSET, md), (0, head)):   # the header last
+        at = S.PROFILE_OFFSET + off
+        m[at:at + arr.nbytes] = arr.tobytes()
+    m.close()
+
+
+def no_names(lookups):
+    return symbolize.Result({k: symbolize.unknown(*k) for k in lookups}, "none")
+
+
+def test_the_profile_skips_unpublished_events_and_folds_frees_into_their_block():
+    seg = S.Segment()
+    try:
+        # GIVEN allocations, a free of the first, an event still EMPTY (a writer stopped
+        # halfway), and frees naming an EMPTY event, a FREE event and no event at all
+        ALLOC, FREE, EMPTY = S.EVENT_ALLOC, S.EVENT_FREE, S.EVENT_EMPTY
+        write_profile(seg, 4096, [(ALLOC, 0x1000, 100, 10, 0), (ALLOC, 0x2000, 200, 20, 1),
+                                  (EMPTY, 0x3000, 300, 25, 0), (FREE, 0, 0, 30, None),
+                                  (FREE, 2, 0, 31, None), (FREE, 3, 0, 32, None),
+                                  (FREE, 99, 0, 33, None)],
+                      [[0x401000], [0x401010, 0x401020]], [(0x400000, 0x500000, 0x400000, 0, "/x")],
+                      dropped=5)
+        prof = P.read(seg)
+    finally:
+        seg.close()
+    # THEN the two published allocations, the first freed at 30, the rest ignored
+    assert prof.allocs["index"].tolist() == [0, 1]
+    assert prof.allocs["size"].tolist() == [100, 200]
+    assert prof.allocs["free_ns"].tolist() == [30, P.NEVER]
+    assert prof.frees_matched == 1 and prof.dropped == 5 and prof.mean_bytes == 4096
+    assert prof.stack(int(prof.allocs["stack"][1])).tolist() == [0x401010, 0x401020]
+    assert prof.modules[0].path == "/x"
+
+
+def test_a_segment_without_a_profile_or_with_sampling_off_has_none():
+    seg = S.Segment()
+    try:
+        assert P.read(seg) is None          # the library never set it up
+        write_profile(seg, 0, [], [], [])
+        assert P.read(seg) is None          # --sample-bytes 0
+    finally:
+        seg.close()
+
+
+def test_a_module_reloaded_at_the_same_addresses_names_the_stacks_after_it():
+    # GIVEN liba.so unloaded and libb.so loaded at its addresses from event 2 on
+    allocs = np.zeros(2, P.ALLOC_DTYPE)
+    allocs["index"], allocs["size"], allocs["stack"] = [0, 3], [64, 64], [1, 3]
+    allocs["free_ns"] = P.NEVER
+    words = np.array([0, 1, 0x7000_1000, 1, 0x7000_1000], dtype=np.uint64)
+    mods = (P.Module(0x7000_0000, 0x7001_0000, 0x7000_0000, 0, "/liba.so"),
+            P.Module(0x7000_0000, 0x7001_0000, 0x7000_0000, 2, "/libb.so"))
+    prof = P.Profile(4096, allocs, 0, words, mods, 0)
+    # THEN the stack first used at event 0 is liba's, the one first used at event 3 libb's
+    st = sites.Stacks(prof, no_names)
+    assert [st.frames[s[0]].object for s in st.stacks] == ["/liba.so", "/libb.so"]
+    assert st.frames[0].address == 0x1000 - 1   # the call: the byte before the return address
+
+
+def synthetic(sizes, mean, rng, stack_of):
+    """A Profile of blocks sampled as the library samples them (Poisson by bytes)."""
+    p = -np.expm1(-sizes.astype(float) / mean)
+    hit = rng.random(len(sizes)) < p
+    allocs = np.zeros(int(hit.sum()), P.ALLOC_DTYPE)
+    allocs["index"] = np.arange(len(allocs))
+    allocs["size"], allocs["time_ns"] = sizes[hit], 1
+    allocs["stack"] = stack_of[hit] * 2 + 1
+    allocs["free_ns"] = P.NEVER
+    words = np.array([0, 1, 0x401000, 1, 0x402000], dtype=np.uint64)
+    mods = (P.Module(0x400000, 0x500000, 0x400000, 0, "/prog"),)
+    return P.Profile(mean, allocs, 0, words, mods, 0)
+
+
+def test_the_estimates_are_unbiased_and_their_95_percent_interval_holds_95_percent():
+    # GIVEN 40 MiB in blocks of 16 B to 64 KiB from two call sites (3:1 by bytes), sampled
+    # 200 times over at a mean of 64 KiB
+    rng = np.random.default_rng(7)
+    sizes = rng.choice([16, 48, 200, 1000, 5000, 65536], size=60_000).astype(np.uint64)
+    site = (rng.random(len(sizes)) < 0.25).astype(np.int64)
+    truth = [int(sizes[site == s].sum()) for s in (0, 1)]
+    inside, est = 0, []
+    for _ in range(200):
+        prof = synthetic(sizes, 65536, rng, site)
+        st = sites.Stacks(prof, no_names)
+        m = sites.estimate(prof, st, sites.Moment("exit", None, 1.0, int(sizes.sum())))
+        got = {x["frame"]: x for x in m["sites"]}
+        first = got[st.site_of[0]]
+        inside += abs(first["bytes"] - truth[0]) <= first["error_bytes"]
+        est.append(first["bytes"])
+    # THEN the mean estimate is the truth within its own standard error, and the interval
+    # covers the truth in about 95% of the runs (binomial: 190 +- 6)
+    assert abs(np.mean(est) - truth[0]) < 3 * np.std(est) / np.sqrt(len(est))
+    assert 180 <= inside <= 199, inside
+
+
+def test_blocks_far_above_the_mean_are_counted_exactly():
+    rng = np.random.default_rng(1)
+    sizes = np.full(50, 64 * MiB // 50 * 40, dtype=np.uint64)   # 50 blocks of ~51 MiB
+    prof = synthetic(sizes, 65536, rng, np.zeros(50, dtype=np.int64))
+    st = sites.Stacks(prof, no_names)
+    m = sites.estimate(prof, st, sites.Moment("peak", None, 0.0, int(sizes.sum())))
+    assert m["samples"] == 50 and m["estimated_bytes"] == int(sizes.sum())
+    assert m["sites"][0]["error_bytes"] == 0 and m["sites"][0]["blocks"] == 50
+
+
+def test_the_live_set_at_a_moment():
+    allocs = np.zeros(3, P.ALLOC_DTYPE)
+    allocs["time_ns"], allocs["free_ns"] = [10, 20, 40], [30, P.NEVER, P.NEVER]
+    assert sites.live_mask(allocs, 25).tolist() == [True, True, False]
+    assert sites.live_mask(allocs, 30).tolist() == [False, True, False]  # freed at 30: gone
+    assert sites.live_mask(allocs, None).tolist() == [False, True, True]
+
+
+def test_the_call_site_is_the_first_frame_outside_the_allocator_and_its_wrappers():
+    F = symbolize.Frame
+    wrapped = [F("malloc", None, None, "/lib/libc.so.6", 1), F("Perl_safesysmalloc", None, None, "/usr/bin/perl", 2),
+               F("xmalloc", "x.c", 3, "/p", 3), F("operator new(unsigned long)", None, None, "/libstdc++.so.6", 4),
+               F("std::__new_allocator<int>::allocate(unsigned long, void const*)", "a.h", 1, "/p", 5),
+               F("PyMem_Malloc", None, None, "/usr/bin/python3.11", 6), F("_PyObject_GC_New", None, None, "/p", 7),
+               F("sqlite3MemMalloc", None, None, "/usr/lib/libsqlite3.so.0", 8), F("g_malloc0", None, None, "/g", 9),
+               F("hs_malloc", None, None, "/x/_lib/libheapsight.so", 10), F("strdup", None, None, "/lib/libc.so.6", 11)]
+    for f in wrapped:
+        assert sites.is_allocator(f), f
+    for f in (F("load_rows", "sites.c", 38, "/p", 1), F(None, None, None, "/p", 1),
+              F("Perl_sv_grow", None, None, "/usr/bin/perl", 1), F("mallocator_run", None, None, "/p", 1),
+              F("PyList_Append", None, None, "/p", 1)):
+        assert not sites.is_allocator(f), f
+
+
+# ------------------------------------------------------------ real runs of hs-sites
+
+@pytest.fixture(scope="module")
+def sites_bin(tmp_path_factory):
+    """hs-sites with its debug info (the installed copy is stripped), built with the
+    scenarios' flags (-O2 -g)."""
+    out = tmp_path_factory.mktemp("bin") / "hs-sites"
+    subprocess.run(["cc", "-O2", "-g", "-Wall", "-Wextra", "-I", str(ROOT / "scenarios"), "-o",
+                    str(out), str(ROOT / "scenarios" / "sites.c")], check=True, timeout=120)
+    return str(out)
+
+
+# 32 KiB: about 3,200 samples for hs-sites' 96 MiB, which puts each share's 95% interval
+# near one point (the default 512 KiB gives about four points: ample for a person, loose
+# for a test).
+SAMPLE = "32K"
+
+
+def run(tmp, *command, opts=()):
+    rec, js = tmp / "r.hsrun.json.gz", tmp / "s.json"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-o", str(rec), "--json",
+                        str(js), *opts, "--", *command], capture_output=True, text=True,
+                       cwd=tmp, timeout=180)
+    assert p.returncode == 0, p.stderr
+    truth = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("sites:"):
+            truth = {k: int(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+    return json.loads(js.read_text()), p.stderr, truth, rec
+
+
+@pytest.fixture(scope="module")
+def hs_sites(tmp_path_factory, sites_bin):
+    return run(tmp_path_factory.mktemp("run"), sites_bin, opts=["--sample-bytes", SAMPLE])
+
+
+def by_function(moment: dict, frames: list) -> dict:
+    """A moment's sites summed by function: {function: (bytes, error_bytes, share)}."""
+    out = {}
+    for s in moment["sites"]:
+        fn = frames[s["frame"]]["function"] if s["frame"] is not None else None
+        b, var, share = out.get(fn, (0, 0.0, 0.0))
+        out[fn] = (b + s["bytes"], var + (s["error_bytes"] / 1.96) ** 2, share + s["share"])
+    return {fn: (b, 1.96 * var ** 0.5, share) for fn, (b, var, share) in out.items()}
+
+
+def check_shares(moment, frames, truth: dict):
+    """Each function's estimated share within twice its own 95% interval (about four
+    standard errors) of its true share, and that bound itself tight enough to mean
+    something (under 5 points)."""
+    got = by_function(moment, frames)
+    total = moment["estimated_bytes"]
+    for fn, true_bytes in truth.items():
+        assert fn in got, (fn, sorted(map(str, got)))
+        b, err, share = got[fn]
+        bound = 2 * err / total + 0.005
+        assert bound < 0.05, (fn, bound)
+        true_share = true_bytes / moment["live_bytes"]
+        assert abs(share - true_share) <= bound, (fn, share, true_share, bound)
+
+
+def test_the_three_functions_shares_at_the_peak(hs_sites):
+    s, _, truth, _ = hs_sites
+    sites_ = s["sites"]
+    assert sites_["sample_bytes"] == 32 * 1024 and sites_["samples"] > 1000
+    assert sites_["symbolizer"] == "llvm-symbolizer"
+    peak = sites.moment(sites_, "peak")
+    # the exact live bytes at the peak, and the estimate within its interval of them
+    assert abs(peak["live_bytes"] - sum(truth[f] for f in ("load_rows", "build_index", "keep_cache"))) < MiB
+    top3 = [sites_["frames"][x["frame"]]["function"] for x in peak["sites"][:3]]
+    assert top3 == ["load_rows", "build_index", "keep_cache"]
+    check_shares(peak, sites_["frames"], {f: truth[f] for f in ("load_rows", "build_index", "keep_cache")})
+    # the site is the function's own line (sites.c), found past malloc in every stack
+    assert peak["sites"][0]["site"].startswith("load_rows (sites.c:")
+
+
+def test_what_was_never_freed_is_the_leaking_function_and_the_kept_cache(hs_sites):
+    s, _, truth, _ = hs_sites
+    never = sites.moment(s["sites"], "never freed")
+    assert never["sites"][0]["site"].startswith("leak_names (sites.c:")
+    check_shares(never, s["sites"]["frames"], {"leak_names": truth["exit_leak_names"],
+                                               "keep_cache": truth["exit_keep_cache"]})
+    assert sites.moment(s["sites"], "exit")["estimated_bytes"] == never["estimated_bytes"]
+
+
+def test_each_snapshot_is_a_moment_with_its_own_live_set(hs_sites):
+    s, _, truth, _ = hs_sites
+    names = [m["name"] for m in s["sites"]["moments"]]
+    assert names[:3] == ["peak", "exit", "never freed"]
+    assert "snapshot: loaded" in names and "snapshot: freed" in names
+    loaded = sites.moment(s["sites"], "snapshot: loaded")
+    check_shares(loaded, s["sites"]["frames"], {f: truth[f] for f in ("load_rows", "build_index", "keep_cache")})
+    # after the frees only one cache block in 8 is left: keep_cache holds it all
+    freed = sites.moment(s["sites"], "snapshot: freed")
+    assert abs(freed["live_bytes"] - truth["exit_keep_cache"]) < 64 * 1024
+    check_shares(freed, s["sites"]["frames"], {"keep_cache": truth["exit_keep_cache"]})
+    snap_t = {x["label"]: x["at_s"] for x in s["snapshots"]}
+    assert loaded["t_s"] == pytest.approx(snap_t["loaded"], abs=0.002)
+
+
+def test_the_terminal_shows_the_top_sites_with_their_error_and_share(hs_sites):
+    s, err, _, _ = hs_sites
+    lines = err.splitlines()
+    head = next(i for i, x in enumerate(lines) if x.strip().startswith("call sites at peak live"))
+    rows = lines[head + 1:head + 4]
+    for row, fn in zip(rows, ("load_rows", "build_index", "keep_cache")):
+        assert fn in row and "\u00b1" in row and "%" in row, row
+    assert any("estimated from" in x and "sampled blocks" in x for x in lines[head:head + 10])
+    assert any(x.strip().startswith("call sites of the bytes never freed") for x in lines)
+    assert max(len(x) for x in lines) <= 100
+    # and the finding about never-freed bytes names its sites, not other tools
+    assert "heaptrack" not in err and "leak_names (sites.c:" in err
+
+
+def test_the_record_carries_the_sites_and_a_damaged_one_is_refused(hs_sites, tmp_path):
+    s, _, _, rec = hs_sites
+    doc = record.load(str(rec))
+    assert doc["summary"]["sites"] == s["sites"]
+    # an index past the frames is named, not a traceback in a reader
+    doc["summary"]["sites"]["stacks"][0][0] = len(s["sites"]["frames"]) + 5
+    bad = tmp_path / "bad.hsrun.json.gz"
+    bad.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(HeapsightError) as e:
+        record.load(str(bad))
+    assert "summary.sites.stacks[0][0]" in e.value.message
+    # a record from before sites loads as it did
+    del doc["summary"]["sites"]
+    old = tmp_path / "old.hsrun.json.gz"
+    old.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert "sites" not in record.load(str(old))["summary"]
+
+
+def test_sample_bytes_0_takes_no_samples(tmp_path, sites_bin, monkeypatch):
+    from heapsight import measure
+    seen, real_read = [], P.read
+
+    def read(seg):   # what the library wrote in the profile, as the run ends
+        with open(seg.path, "rb") as f:
+            f.seek(S.PROFILE_OFFSET)
+            seen.append(np.frombuffer(f.read(S.PROFILE_HEADER_DTYPE.itemsize), S.PROFILE_HEADER_DTYPE)[0])
+        return real_read(seg)
+    monkeypatch.setattr(measure.profile, "read", read)
+    summary, _ = measure.measure([sites_bin], measure.Options(warn=False, sample_bytes=0,
+                                                              stdout=subprocess.DEVNULL))
+    assert summary.sites is None and summary.heap.n_alloc > 40_000
+    assert seen and int(seen[0]["events_used"]) == 0 and int(seen[0]["unwinds"]) == 0
+    s, err, _, _ = run(tmp_path, sites_bin, opts=["--sample-bytes", "0"])
+    assert s["sites"] is None and "call sites" not in err
+
+
+def test_json_lists_every_site_and_the_terminal_the_top_five(tmp_path):
+    # GIVEN python3 building a dict: many call sites in the interpreter
+    s, err, _, _ = run(tmp_path, "/usr/bin/python3", "-c",
+                       "d = {i: str(i) * 3 for i in range(300000)}; l = [[i] for i in range(100000)]",
+                       opts=["--sample-bytes", "16K"])
+    peak = sites.moment(s["sites"], "peak")
+    assert len(peak["sites"]) > 5
+    assert sum(x["share"] for x in peak["sites"]) == pytest.approx(1.0, abs=0.01)
+    lines = err.splitlines()
+    head = next(i for i, x in enumerate(lines) if x.strip().startswith("call sites at peak live"))
+    shown = lines[head + 1:head + 6]
+    for row, x in zip(shown, peak["sites"][:5]):
+        assert x["site"][:30] in row, (row, x["site"])
+    assert "sampled blocks" in lines[head + 6]
