@@ -19,6 +19,7 @@ from heapsight.comparison import METRICS
 from heapsight.fmt import cell, human, metric, pct
 from heapsight.output import OTHER_SURROGATES
 from heapsight.report import charts as ch
+from heapsight.report import holders
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -181,9 +182,30 @@ def findings_html(s: dict) -> str:
     return f'<div class="findings">{"".join(out)}</div>' if out else ""
 
 
+def holders_html(s: dict, sid: str) -> tuple:
+    """Who holds the memory: the flame graph of the sampled call sites beside the top call
+    sites, and the heap map beside the blocks that pin it; each side panel is filled by
+    the renderer for the moment or map selected. Nothing for a run without them."""
+    out, cs = [], []
+    flame = holders.flame_chart(s, f"{sid}-flame")
+    if flame:
+        cs.append(flame)
+        out.append('<h3 class="holders">Who holds the memory: sampled call sites</h3>'
+                   f'<div class="holders-grid">{figure(flame)}'
+                   f'<div class="side" id="side-{esc(flame["id"])}"></div></div>')
+    hmap = holders.heapmap_chart(s, f"{sid}-heapmap")
+    if hmap:
+        cs.append(hmap)
+        out.append('<h3 class="holders">The heap, page by page, and the blocks that pin it</h3>'
+                   f'<div class="holders-grid">{figure(hmap)}'
+                   f'<div class="side" id="side-{esc(hmap["id"])}"></div></div>')
+    return "".join(out), cs
+
+
 def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
     s = doc.get("summary") or {}
     cs = ch.run_charts(doc, sid)
+    who, who_charts = holders_html(s, sid)
     prog = (s.get("command") or ["?"])[0]
     kind = (s.get("findings") or [{}])[0].get("kind", "healthy" if s.get("heap") else "")
     body = [f'<section class="doc run" id="{sid}">',
@@ -193,8 +215,8 @@ def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
             # what a reader needs first, in the first screen: the verdict, the breakdown and
             # what to try; then the charts and the facts
             f'<div class="run-top">{breakdown_table(s)}{findings_html(s)}</div>',
-            figures(cs), facts_html(run_facts(s)), "</section>"]
-    return "".join(body), cs
+            figures(cs), who, facts_html(run_facts(s)), "</section>"]
+    return "".join(body), cs + who_charts
 
 
 # ---------------------------------------------------------------------------- comparison

@@ -599,12 +599,486 @@
     return marks;
   }
 
+  // ------------------------------------------------------------------ flame graph
+  // The sampled call paths as an icicle: the root (every sampled byte live at the moment)
+  // on top, each caller above what it calls, one box per (frame, path) as wide as the
+  // bytes allocated through it. The paths come merged into one tree (report/holders.py);
+  // here a moment's bytes are summed up that tree once, and only boxes at least a pixel
+  // wide are laid out (children largest first: once one is too narrow, the rest are).
+  var FLAME_ROW = 18, FLAME_FONT = 11, FLAME_AXIS = 46;
+  var KIND_HSL = {program: [24, 80, 62], libc: [178, 38, 56], runtime: [268, 32, 66],
+                  library: [45, 70, 58], unknown: [210, 6, 72]};
+  var ROOT_COLOR = '#c9ced4';
+  var flameCache = {};
+  var measureCtx = null;
+
+  function flameTree(c) {
+    if (flameCache[c.id]) return flameCache[c.id];
+    var n = c.up.length, parent = new Int32Array(n);
+    parent[0] = -1;
+    for (var u = 1; u < n; u++) parent[u] = u - c.up[u];
+    // each node's children as a range of one array (a counting sort by parent)
+    var start = new Int32Array(n + 1);
+    for (var i = 1; i < n; i++) start[parent[i] + 1]++;
+    for (i = 0; i < n; i++) start[i + 1] += start[i];
+    var kids = new Int32Array(Math.max(1, n - 1)), at = start.slice(0, n);
+    var depth = new Int32Array(n);
+    for (i = 1; i < n; i++) { kids[at[parent[i]]++] = i; depth[i] = depth[parent[i]] + 1; }
+    var labels = c.frames.map(function (f) {
+      if (f[0]) return String(f[0]);
+      var obj = (c.objects[f[3]] || {}).path || '';
+      return (f[4] ? String(f[4]) : '?') + (obj ? ' in ' + obj.split('/').pop() : '');
+    });
+    var colors = c.frames.map(function (f, i) {
+      var kind = (c.objects[f[3]] || {}).kind || 'unknown', hsl = KIND_HSL[kind] || KIND_HSL.unknown;
+      var h = 0, s = labels[i];
+      for (var k = 0; k < s.length; k++) h = (h * 31 + s.charCodeAt(k)) | 0;
+      // neighbours of one kind differ a little in lightness, as in flame graphs
+      return 'hsl(' + hsl[0] + ',' + hsl[1] + '%,' + (hsl[2] + ((h >>> 0) % 13) - 6) + '%)';
+    });
+    return (flameCache[c.id] = {n: n, parent: parent, start: start, kids: kids, depth: depth, labels: labels,
+                                colors: colors, moments: {}});
+  }
+  function flameSums(c, t, mi) {
+    if (t.moments[mi]) return t.moments[mi];
+    var M = c.moments[mi], n = t.n;
+    var bytes = new Float64Array(n), own = new Float64Array(n), blocks = new Float64Array(n),
+        err2 = new Float64Array(n);
+    for (var j = 0; j < M.node.length; j++) {
+      var k = M.node[j];
+      bytes[k] += M.bytes[j]; own[k] += M.bytes[j]; blocks[k] += M.blocks[j]; err2[k] += M.err[j] * M.err[j];
+    }
+    for (var i = n - 1; i > 0; i--) {   // parents come before their children
+      var p = t.parent[i];
+      bytes[p] += bytes[i]; blocks[p] += blocks[i]; err2[p] += err2[i];
+    }
+    return (t.moments[mi] = {bytes: bytes, own: own, blocks: blocks, err2: err2, sorted: {}});
+  }
+  function sortedKids(c, t, s, k) {
+    var o = s.sorted[k];
+    if (o) return o;
+    o = [];
+    for (var i = t.start[k]; i < t.start[k + 1]; i++) if (s.bytes[t.kids[i]] > 0) o.push(t.kids[i]);
+    // largest first; equal ones by name, so a redraw puts them in the same place
+    o.sort(function (a, b) {
+      var la = t.labels[c.frame[a]], lb = t.labels[c.frame[b]];
+      return s.bytes[b] - s.bytes[a] || (la < lb ? -1 : la > lb ? 1 : a - b);
+    });
+    return (s.sorted[k] = o);
+  }
+  // The boxes to draw with `zoom` as wide as the plot: its callers above it (full width),
+  // then everything under it.
+  function flameLayout(c, t, s, zoom, W) {
+    var boxes = [], chain = [];
+    for (var a = zoom; a > 0; a = t.parent[a]) chain.push(a);
+    chain.push(0);
+    chain.reverse().forEach(function (a) { boxes.push([a, 0, W, a !== zoom]); });
+    var per = W / s.bytes[zoom];
+    (function walk(n, x) {
+      var ks = sortedKids(c, t, s, n);
+      for (var i = 0; i < ks.length; i++) {
+        var w = s.bytes[ks[i]] * per;
+        if (w < 1) break;
+        boxes.push([ks[i], x, w, false]);
+        walk(ks[i], x);
+        x += w;
+      }
+    })(zoom, 0);
+    return boxes;
+  }
+  function measurer(el) {
+    if (!measureCtx) measureCtx = document.createElement('canvas').getContext('2d');
+    measureCtx.font = FLAME_FONT + 'px ' + getComputedStyle(el).fontFamily;
+    return function (s) { return measureCtx.measureText(s).width; };
+  }
+  // The label that fits in `room` pixels: whole, or cut with an ellipsis, or none.
+  function fitLabel(s, room, measure) {
+    if (room < 16) return null;
+    if (measure(s) <= room) return s;
+    var lo = 0, hi = s.length - 1;
+    while (lo < hi) {
+      var mid = (lo + hi + 1) >> 1;
+      if (measure(s.slice(0, mid) + '\u2026') <= room) lo = mid; else hi = mid - 1;
+    }
+    return lo >= 3 ? s.slice(0, lo) + '\u2026' : null;
+  }
+  function momentName(M) {
+    var at = fin(M.t_s) ? ' at ' + fmtSec(M.t_s) : '';
+    return String(M.name || '?') + at;
+  }
+  function bytesPm(v, e2) {
+    return fmtBytes(v, 1) + (e2 > 0 ? ' \u00b1 ' + fmtBytes(Math.sqrt(e2), 1) : '');
+  }
+  function share(v, of) { return of > 0 ? fmt(100 * v / of, '%') : '\u2013'; }
+  function count(v) { return fin(v) ? Math.round(v).toLocaleString('en-US') : '\u2013'; }
+
+  function controls(fig) { return html('div', 'controls', null, fig); }
+  function selector(parent, label, names, chosen, onchange) {
+    var l = html('label', 'select', null, parent);
+    html('span', null, label + ' ', l);
+    var sel = html('select', null, null, l);
+    names.forEach(function (n, i) {
+      var o = html('option', null, n, sel);
+      o.value = String(i);
+      if (i === chosen) o.selected = true;
+    });
+    sel.addEventListener('change', function () { onchange(parseInt(sel.value, 10)); });
+    return sel;
+  }
+
+  function drawFlame(fig, c) {
+    var st = state[c.id] = state[c.id] || {};
+    var t = flameTree(c);
+    var mi = st.moment || 0;
+    if (!c.moments[mi]) mi = st.moment = 0;
+    var M = c.moments[mi], s = flameSums(c, t, mi);
+    var zoom = st.zoom || 0;
+    if (!(zoom < t.n && s.bytes[zoom] > 0)) zoom = st.zoom = 0;
+    // an image has no controls: its title says the moment
+    html('div', 'chart-title', (c.title || c.id) + (pngId ? ', at ' + momentName(M) : ''), fig);
+    if (!pngId) {
+      var ctl = controls(fig);
+      selector(ctl, 'moment', c.moments.map(function (m) {
+        return momentName(m) + ': ' + fmtBytes(m.estimated_bytes || 0, 1);
+      }), mi, function (i) { st.moment = i; draw(c.id); });
+      var reset = html('button', 'reset', 'reset zoom', ctl);
+      reset.type = 'button';
+      reset.disabled = !zoom;
+      reset.addEventListener('click', function () { st.zoom = 0; draw(c.id); });
+      if (zoom) html('span', 'zoomed', 'zoomed into ' + t.labels[c.frame[zoom]] + ': click a box above ' +
+                     'to go back to it, double-click or reset for the whole', ctl);
+    }
+    var legend = html('div', 'legend', null, fig);
+    var kinds = {};
+    c.objects.forEach(function (o) { (kinds[o.kind] = kinds[o.kind] || []).push(o.path.split('/').pop() || '?'); });
+    Object.keys(KIND_HSL).forEach(function (k) {
+      if (!kinds[k]) return;
+      var item = html('span', 'legend-item static', null, legend);
+      item.title = kinds[k].join(', ');
+      var hsl = KIND_HSL[k];
+      html('span', 'sw', null, item).style.background = 'hsl(' + hsl[0] + ',' + hsl[1] + '%,' + hsl[2] + '%)';
+      var name = (c.kinds && c.kinds[k]) || k;
+      html('span', null, name + (k === 'program' || k === 'runtime' ? ' (' + kinds[k].join(', ') + ')' : ''), item);
+    });
+    var box = html('div', 'plotbox', null, fig);
+    if (c.note) html('div', 'note', c.note, fig);
+    var tip = html('div', 'tip wide', null, fig);
+    tip.style.display = 'none';
+    var W = Math.max(320, Math.floor(box.clientWidth || fig.clientWidth || 640));
+    var total = s.bytes[0];
+    if (!(total > 0)) {
+      html('div', 'empty', 'No sampled allocation is live at this moment (' + momentName(M) + ').', box);
+      sitesTable(c, M, t, s, null);
+      return 0;
+    }
+    var boxes = flameLayout(c, t, s, zoom, W);
+    var rows = 0;
+    boxes.forEach(function (b) { if (t.depth[b[0]] + 1 > rows) rows = t.depth[b[0]] + 1; });
+    var rowH = FLAME_ROW;
+    if (pngId) rowH = Math.max(2, Math.min(FLAME_ROW, Math.floor((Math.max(200, box.clientHeight) - FLAME_AXIS) / rows)));
+    var H = rows * rowH + FLAME_AXIS;
+    var root = svg('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'class': 'plot flame', role: 'img'}, box);
+    root.setAttribute('aria-label', (c.title || c.id) + ', ' + momentName(M));
+    var g = svg('g', {'class': 'boxes'}, root), lg = svg('g', {'class': 'labels'}, root);
+    var measure = measurer(root);
+    var rects = [];
+    var zoomW = s.bytes[zoom];
+    boxes.forEach(function (b, i) {
+      var n = b[0], y = t.depth[n] * rowH;
+      var r = svg('rect', {x: b[1].toFixed(2), y: y, width: Math.max(0.5, b[2] - 0.5).toFixed(2),
+        height: rowH - 1, fill: n ? t.colors[c.frame[n]] : ROOT_COLOR,
+        'class': b[3] ? 'fbox anc' : 'fbox', 'data-n': n}, g);
+      rects.push(r);
+      if (rowH < 12) return;
+      var name = n ? t.labels[c.frame[n]] : 'all: ' + fmtBytes(total, 1) + ' at ' + String(M.name || '');
+      var label = fitLabel(name, b[2] - 8, measure);
+      if (label) text(lg, b[1] + 4, y + rowH - 5.5, label, {'class': 'flabel', 'data-w': b[2].toFixed(1)});
+    });
+    // the bytes under the zoomed box, as an axis
+    var ay = rows * rowH + 4, X = scale(0, zoomW, 0, W, false);
+    svg('line', {x1: 0, x2: W, y1: ay, y2: ay, 'class': 'axis'}, root);
+    var tv = linTicks(0, zoomW, 'bytes', Math.max(2, Math.round(W / 120))), tl = tickLabels(tv, 'bytes'), lastRight = -Infinity;
+    tv.forEach(function (v, i) {
+      var x = X(v), w = (tl[i] || '').length * 6.4;
+      if (x > W + 0.5) return;
+      svg('line', {x1: x, x2: x, y1: ay, y2: ay + 4, 'class': 'axis'}, root);
+      var anchor = x - w / 2 < 0 ? 'start' : x + w / 2 > W ? 'end' : 'middle';
+      var left = anchor === 'start' ? x : anchor === 'end' ? x - w : x - w / 2;
+      if (tl[i] === null || left < lastRight + 8) return;
+      lastRight = left + w;
+      text(root, x, ay + 16, tl[i], {'class': 'tick tick-x', 'text-anchor': anchor});
+    });
+    text(root, W / 2, H - 4, 'estimated live bytes at ' + momentName(M) +
+      (zoom ? ' under ' + t.labels[c.frame[zoom]] : '') + ' \u2022 callers on top, the allocating call at the bottom',
+      {'class': 'axis-title', 'text-anchor': 'middle'});
+    fig.dataset.marks = String(rects.length);
+    fig.dataset.moment = String(M.name);
+    fig.dataset.zoom = zoom ? t.labels[c.frame[zoom]] : '';
+    if (!pngId) {
+      var over = null;
+      function node(ev) {
+        var a = ev.target && ev.target.getAttribute && ev.target.getAttribute('data-n');
+        return a === null || a === undefined ? -1 : parseInt(a, 10);
+      }
+      root.addEventListener('mousemove', function (ev) {
+        var n = node(ev);
+        if (n < 0) { tip.style.display = 'none'; return; }
+        var r = root.getBoundingClientRect();
+        var rowsT = [], f = n ? c.frames[c.frame[n]] : null;
+        if (f) {
+          if (f[1]) rowsT.push(['', 'source', String(f[1]) + (fin(f[2]) && f[2] > 0 ? ':' + f[2] : '')]);
+          var o = c.objects[f[3]] || {};
+          rowsT.push(['', 'object', (o.path || 'unknown') + (f[4] ? ' (' + f[4] + ')' : '')]);
+        }
+        rowsT.push([n ? t.colors[c.frame[n]] : ROOT_COLOR, 'live bytes', bytesPm(s.bytes[n], s.err2[n])]);
+        rowsT.push(['', 'share', share(s.bytes[n], total) + ' of the sampled live bytes at ' + String(M.name || '') +
+          (zoom && n !== zoom && s.bytes[zoom] >= s.bytes[n] ? ', ' + share(s.bytes[n], s.bytes[zoom]) + ' of the zoomed box' : '')]);
+        rowsT.push(['', 'blocks', '\u2248 ' + count(s.blocks[n])]);
+        if (s.own[n] > 0 && n) rowsT.push(['', 'allocated here', fmtBytes(s.own[n], 1) + ' (this call is the innermost)']);
+        showTip(fig, tip, root, ev.clientX - r.left, ev.clientY - r.top,
+                n ? t.labels[c.frame[n]] : 'all sampled live bytes', rowsT);
+      });
+      root.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+      root.addEventListener('click', function (ev) {
+        var n = node(ev);
+        if (n < 0 || n === zoom) return;
+        st.zoom = n; tip.style.display = 'none'; draw(c.id);
+      });
+      root.addEventListener('dblclick', function () {
+        if (st.zoom) { st.zoom = 0; tip.style.display = 'none'; draw(c.id); }
+      });
+    }
+    sitesTable(c, M, t, s, rects);
+    return rects.length;
+  }
+
+  // The top call sites of the chosen moment, beside the flame graph; hovering a row
+  // outlines that site's boxes.
+  function sitesTable(c, M, t, s, rects) {
+    var side = document.getElementById('side-' + c.id);
+    if (!side || pngId) return;
+    side.textContent = '';
+    var SHOW = 20;
+    var tb = html('table', 'data sites', null, side);
+    html('caption', null, 'Top call sites at ' + momentName(M), tb);
+    var hr = html('tr', null, null, html('thead', null, null, tb));
+    ['call site', 'live bytes', 'share', 'blocks'].forEach(function (h) { html('th', null, h, hr); });
+    var body = html('tbody', null, null, tb);
+    (M.sites || []).slice(0, SHOW).forEach(function (r) {
+      var tr = html('tr', null, null, body);
+      html('td', 'site', r.site, tr);
+      html('td', null, fmtBytes(r.bytes || 0, 1) + (r.error_bytes > 0 ? ' \u00b1 ' + fmtBytes(r.error_bytes, 1) : ''), tr);
+      html('td', null, fin(r.share) ? fmt(100 * r.share, '%') : '\u2013', tr);
+      html('td', null, count(r.blocks), tr);
+      if (!rects || r.frame === null || r.frame === undefined) return;
+      tr.addEventListener('mouseenter', function () {
+        rects.forEach(function (e) { if (c.frame[+e.getAttribute('data-n')] === r.frame) e.classList.add('match'); });
+      });
+      tr.addEventListener('mouseleave', function () {
+        rects.forEach(function (e) { e.classList.remove('match'); });
+      });
+    });
+    var n = M.sites_total || 0;
+    var est = fmtBytes(M.estimated_bytes || 0, 1), live = fin(M.live_bytes) ? fmtBytes(M.live_bytes, 1) : null;
+    html('p', 'table-note', (n > SHOW ? 'the ' + SHOW + ' largest of ' + count(n) + ' call sites (the JSON has all); ' : '') +
+      count(M.samples) + ' samples live, ' + est + ' estimated' + (live ? ' of ' + live + ' live (counted)' : '') +
+      '. Hover a row to outline its boxes.', side);
+  }
+
+  // ------------------------------------------------------------------ heap map
+  // Each arena's heaps, one cell per page or per group of pages (a power of two, the
+  // fewest that fit), coloured by the state most of its pages are in.
+  var HEAP_CELL_PX = [14, 10, 7, 5];
+  var heapCache = {};
+  function unb64(s) {
+    var b = atob(s || ''), a = new Uint8Array(b.length);
+    for (var i = 0; i < b.length; i++) a[i] = b.charCodeAt(i);
+    return a;
+  }
+  function hex(v) { return '0x' + v.toString(16); }
+
+  function releaseSentence(M) {
+    if (!fin(M.release_measured_bytes)) return 'No release was measured with this map.';
+    return 'A release in a copy of the process (the program untouched) gave back ' +
+      fmtBytes(M.release_measured_bytes, 1) +
+      (fin(M.rss_before) && fin(M.rss_after) ? ': its RSS went from ' + fmtBytes(M.rss_before, 1) +
+       ' to ' + fmtBytes(M.rss_after, 1) : '') + '.';
+  }
+  function mapName(M) { return String(M.moment || '?') + (fin(M.t_s) ? ' at ' + fmtSec(M.t_s) : ''); }
+
+  function drawHeapmap(fig, c) {
+    var st = state[c.id] = state[c.id] || {};
+    var mi = st.map || 0;
+    if (!c.maps[mi]) mi = st.map = 0;
+    var M = c.maps[mi], states = c.states || [];
+    html('div', 'chart-title', (c.title || c.id) + (pngId ? ', at ' + mapName(M) : ''), fig);
+    if (c.maps.length > 1 && !pngId) {
+      selector(controls(fig), 'map', c.maps.map(mapName), mi, function (i) { st.map = i; draw(c.id); });
+    }
+    fig.dataset.map = String(M.moment);
+    if (M.status !== 'mapped') {
+      // the reason, and the release figure: nothing else is known
+      var p = html('div', 'empty', null, fig);
+      html('p', 'status', 'The heap at ' + mapName(M) + ' is ' + String(M.status || 'not mapped') + '.', p);
+      html('p', 'release', releaseSentence(M), p);
+      var side0 = document.getElementById('side-' + c.id);
+      if (side0) side0.textContent = '';
+      fig.dataset.marks = '0';
+      return 0;
+    }
+    var legend = html('div', 'legend', null, fig);
+    (M.legend || []).forEach(function (l) {
+      var item = html('span', 'legend-item static', null, legend);
+      html('span', 'sw', null, item).style.background = l.color;
+      html('span', null, l.label + ': ' + fmtBytes(l.bytes, 1), item);
+    });
+    var caption = html('div', 'caption', null, fig);
+    var box = html('div', 'plotbox', null, fig);
+    var tip = html('div', 'tip', null, fig);
+    tip.style.display = 'none';
+    var W = Math.max(320, Math.floor(box.clientWidth || fig.clientWidth || 640));
+    var page = M.page_bytes || 4096;
+    var key = c.id + '/' + mi;
+    var heaps = heapCache[key];
+    if (!heaps) {
+      heaps = [];
+      (M.arenas || []).forEach(function (a, ai) {
+        (a.heaps || []).forEach(function (h, hi) {
+          heaps.push({arena: a, first: hi === 0, many: (a.heaps || []).length > 1, start: parseInt(h.start, 16),
+                      startText: String(h.start), pages: h.pages, states: unb64(h.states), occ: unb64(h.occupancy)});
+        });
+      });
+      heapCache[key] = heaps;
+    }
+    // the grouping: the fewest pages per cell, then the largest cell, that fit the height
+    var ARENA_H = 20, HEAP_H = 16;
+    var heads = 0;
+    heaps.forEach(function (h) { heads += (h.first ? ARENA_H : 0) + (h.many ? HEAP_H : 0); });
+    var budget = pngId ? Math.max(120, box.clientHeight - heads - 8) : 460;
+    var group = 1, cell = HEAP_CELL_PX[HEAP_CELL_PX.length - 1];
+    function height(g, px) {
+      var cols = Math.floor(W / px), rows = 0;
+      heaps.forEach(function (h) { rows += Math.ceil(Math.ceil(h.pages / g) / cols); });
+      return rows * px;
+    }
+    search:
+    for (var g = 1; g <= (1 << 24); g *= 2) {
+      for (var k = 0; k < HEAP_CELL_PX.length; k++) {
+        if (height(g, HEAP_CELL_PX[k]) <= budget) { group = g; cell = HEAP_CELL_PX[k]; break search; }
+      }
+    }
+    caption.textContent = 'one cell = ' + (group === 1 ? '1 page (' + fmtBytes(page, 1) + ')'
+      : count(group) + ' pages (' + fmtBytes(group * page, 1) + '), coloured by the state most of its pages are in');
+    var cols = Math.floor(W / cell), s = cell - 1;
+    var H = heads + height(group, cell) + 4;
+    var root = svg('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'class': 'plot heapmap', role: 'img'}, box);
+    root.setAttribute('aria-label', (c.title || c.id) + ', ' + mapName(M));
+    var paths = states.map(function () { return []; });
+    var y = 0, cells = 0, blocks = [];
+    heaps.forEach(function (h) {
+      if (h.first) {
+        var a = h.arena;
+        text(root, 0, y + 14, 'arena ' + String(a.arena) + (a.arena === 0 ? ' (main)' : '') + ': ' +
+          count(a.pages) + ' pages, ' + fmtBytes((a.pages || 0) * page, 1) +
+          (h.many ? '' : ', heap at ' + h.startText), {'class': 'hm-label'});
+        y += ARENA_H;
+      }
+      if (h.many) { text(root, 0, y + 12, 'heap at ' + h.startText + ': ' + count(h.pages) + ' pages', {'class': 'hm-sub'}); y += HEAP_H; }
+      var n = Math.ceil(h.pages / group), tally = new Int32Array(states.length);
+      for (var j = 0; j < n; j++) {
+        tally.fill(0);
+        for (var p = j * group, e = Math.min(h.pages, p + group); p < e; p++) tally[h.states[p]]++;
+        var best = 0;
+        for (var q = 1; q < tally.length; q++) if (tally[q] > tally[best]) best = q;
+        var cx = (j % cols) * cell, cy = y + Math.floor(j / cols) * cell;
+        paths[best].push('M' + cx + ' ' + cy + 'h' + s + 'v' + s + 'h-' + s + 'z');
+      }
+      cells += n;
+      blocks.push({h: h, y0: y, n: n});
+      y += Math.ceil(n / cols) * cell;
+    });
+    var drawn = 0;
+    paths.forEach(function (d, i) {
+      if (!d.length) return;
+      svg('path', {d: d.join(''), fill: states[i].color, 'class': 'cells', 'data-state': states[i].state}, root);
+      drawn++;
+    });
+    fig.dataset.marks = String(drawn);
+    fig.dataset.cells = String(cells);
+    fig.dataset.group = String(group);
+    if (!pngId) {
+      root.addEventListener('mousemove', function (ev) {
+        var r = root.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
+        var b = null;
+        blocks.forEach(function (x) { if (py >= x.y0 && py < x.y0 + Math.ceil(x.n / cols) * cell) b = x; });
+        var col = Math.floor(px / cell), j = b ? Math.floor((py - b.y0) / cell) * cols + col : -1;
+        if (!b || col >= cols || j < 0 || j >= b.n) { tip.style.display = 'none'; return; }
+        var h = b.h, p0 = j * group, p1 = Math.min(h.pages, p0 + group), tally = new Int32Array(states.length), occ = 0;
+        for (var p = p0; p < p1; p++) { tally[h.states[p]]++; occ += h.occ[p]; }
+        var live = occ / 255 * page, pages = p1 - p0;
+        var head = fin(h.start) ? hex(h.start + p0 * page) + ' \u2013 ' + hex(h.start + p1 * page) : 'pages ' + p0 + '\u2013' + p1;
+        var rowsT = [];
+        states.forEach(function (x, i) {
+          if (tally[i]) rowsT.push([x.color, x.label, pages > 1 ? count(tally[i]) + ' pages' : '']);
+        });
+        rowsT.push(['', 'live bytes', '\u2248 ' + fmtBytes(live, 1) + ' (' + share(live, pages * page) + ' of ' +
+          (pages > 1 ? count(pages) + ' pages' : 'the page') + ')']);
+        showTip(fig, tip, root, px, py, head + ' (' + fmtBytes(pages * page, 1) + ', arena ' + String(h.arena.arena) + ')', rowsT);
+      });
+      root.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+    }
+    pinnersTable(c, M);
+    return drawn;
+  }
+
+  // Beside the map: what a release measured, and the call sites whose live blocks keep
+  // otherwise free pages resident.
+  function pinnersTable(c, M) {
+    var side = document.getElementById('side-' + c.id);
+    if (!side || pngId) return;
+    side.textContent = '';
+    html('p', 'release', releaseSentence(M), side);
+    var pins = M.pinners || [];
+    if (!pins.length) {
+      html('p', 'pin-lead', 'No live block keeps an otherwise free page resident.', side);
+      return;
+    }
+    var top = pins[0];
+    html('p', 'pin-lead', count(top.blocks) + ' blocks of ' + fmtBytes(top.block_bytes || 0, 1) + ' from ' +
+      String(top.site) + ' pin ' + fmtBytes(top.pinned_bytes || 0, 1) + ' that a trim cannot return.', side);
+    var tb = html('table', 'data pinners', null, side);
+    html('caption', null, 'What pins the heap at ' + mapName(M), tb);
+    var hr = html('tr', null, null, html('thead', null, null, tb));
+    ['call site', 'live blocks', 'of', 'pin'].forEach(function (h) { html('th', null, h, hr); });
+    var body = html('tbody', null, null, tb);
+    pins.slice(0, 20).forEach(function (p) {
+      var tr = html('tr', null, null, body);
+      html('td', 'site', p.site, tr);
+      html('td', null, count(p.blocks), tr);
+      html('td', null, fmtBytes(p.block_bytes || 0, 1), tr);
+      html('td', null, fmtBytes(p.pinned_bytes || 0, 1) + (p.error_bytes > 0 ? ' \u00b1 ' + fmtBytes(p.error_bytes, 1) : ''), tr);
+    });
+    if (pins.length > 20) html('p', 'table-note', 'the 20 largest of ' + count(pins.length) + ' (the JSON has all)', side);
+  }
+
   // ------------------------------------------------------------------ one chart
   function draw(id) {
+    var t0 = performance.now();
+    try { return drawChart(id); } finally {
+      var f = document.getElementById('fig-' + id);
+      if (f) f.dataset.ms = String(Math.round(performance.now() - t0));
+    }
+  }
+  function drawChart(id) {
     var c = charts[id];
     var fig = document.getElementById('fig-' + id);
     if (!c || !fig) throw new Error('chart ' + id + ' has no ' + (c ? 'place on the page' : 'data'));
     fig.textContent = '';
+    if (c.kind === 'flame' || c.kind === 'heapmap') {
+      var made = c.kind === 'flame' ? drawFlame(fig, c) : drawHeapmap(fig, c);
+      fig.dataset.drawn = 'yes';
+      return made;
+    }
     html('div', 'chart-title', c.title || id, fig);
     var legend = html('div', 'legend', null, fig);
     var hidden = (state[id] && state[id].hidden) || {};
@@ -645,8 +1119,9 @@
   }
 
   // What a reader of the page sees, checked on the page itself (the tests read it back):
-  // no axis repeats a tick label, no two labels overlap, and the first run's verdict, its
-  // breakdown and its first suggestion are in the first screen.
+  // no axis repeats a tick label, no two labels overlap, no flame graph label runs out of
+  // its box, and the first run's verdict, its breakdown and its first suggestion are in
+  // the first screen.
   function layoutCheck() {
     var repeats = 0, overlaps = 0;
     document.querySelectorAll('svg.plot').forEach(function (root) {
@@ -664,6 +1139,11 @@
         }
       }
     });
+    // a flame graph's label never runs past its box (data-w: the box's width)
+    var spills = 0;
+    document.querySelectorAll('svg.flame text.flabel').forEach(function (t) {
+      if (t.getComputedTextLength() > parseFloat(t.getAttribute('data-w')) - 4) spills++;
+    });
     var seen = [];
     var run = document.querySelector('section.run');
     if (run) {
@@ -674,6 +1154,7 @@
     }
     document.body.dataset.tickRepeats = String(repeats);
     document.body.dataset.overlaps = String(overlaps);
+    document.body.dataset.labelSpills = String(spills);
     document.body.dataset.firstScreen = seen.join(',');
     document.body.dataset.viewport = window.innerWidth + 'x' + window.innerHeight;
   }

@@ -1,0 +1,258 @@
+"""Who holds the memory, for the page: a run's sampled call sites as a flame graph and its
+heap maps page by page, as chart descriptions the renderer (assets/report.js) draws.
+
+  kind "flame"    the call paths of the sampled allocations merged into one tree (node 0 is
+                  the root; node i's parent is i - up[i], always before it), and for each moment
+                  the bytes, blocks and 95% error of the stacks live then, on the node where
+                  each stack ends. The renderer sums them up the tree: a box per (frame,
+                  path), as wide as the bytes allocated through it. Errors add as squares
+                  (the samples of different stacks are disjoint, so their variances add).
+  kind "heapmap"  each heap map of the run with every page's state (STATES) and occupancy
+                  as base64, one byte per page, and each state's pages and bytes; the
+                  renderer groups pages into cells to fit its width.
+
+Both read the summary's "sites" and "heapmaps" (the shapes are in docs/numbers.md); a
+summary without them (older records) gives no chart.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import os
+import re
+
+import numpy as np
+
+# ---------------------------------------------------------------------------- call sites
+
+TOP_SITES = 100   # the table's rows per moment the page carries (the JSON has them all)
+
+# What kind of object a frame's code is in: its colour on the flame graph.
+KIND_NAMES = {"program": "the program", "libc": "C library", "runtime": "language runtime",
+              "library": "other libraries", "unknown": "unknown object"}
+LIBC = re.compile(r"^(?:libc|libm|libpthread|libdl|librt|libresolv|ld-linux[-\w]*|ld)[.-]")
+RUNTIME = re.compile(r"^(?:libstdc\+\+|libc\+\+(?:abi)?|libgcc_s|libpython|libperl|libruby|"
+                     r"libjvm|libnode|libv8|libgo|liblua|libphp|libtcl|libjulia|libmono)[.\-\d]")
+SHARED = re.compile(r"\.so(?:\.|$)|^linux-vdso|^linux-gate")
+
+
+def object_kind(path: str | None) -> str:
+    """program, libc, runtime, library or unknown, from an object's file name."""
+    if not path:
+        return "unknown"
+    name = os.path.basename(path)
+    if LIBC.match(name):
+        return "libc"
+    if RUNTIME.match(name):
+        return "runtime"
+    if SHARED.search(name):
+        return "library"
+    return "program"   # an executable: the program itself, or the interpreter it runs under
+
+
+def merge_paths(stacks: list, wanted) -> tuple:
+    """The call paths of the stacks in `wanted` (frame indices, innermost first) merged
+    from the outermost frame down: (parent, frame, end) where node i's parent is
+    parent[i] (node 0, the root, has -1) and end[stack] is the node where that stack ends.
+    Nodes are numbered depth first, so a node's parent is most often the node just before
+    it (the page sends i - parent[i]: mostly 1)."""
+    frame, kids, end = [-1], [{}], {}
+    for si in wanted:
+        if si in end or not (0 <= si < len(stacks)):
+            continue
+        n = 0
+        for f in reversed(stacks[si] or []):
+            c = kids[n].get(f)
+            if c is None:
+                c = len(frame)
+                frame.append(f)
+                kids.append({})
+                kids[n][f] = c
+            n = c
+        end[si] = n
+    # renumber depth first (children in the order they were first seen)
+    order, parent, todo = [], [], [(0, -1)]
+    while todo:
+        n, p = todo.pop()
+        new = len(order)
+        order.append(n)
+        parent.append(p)
+        todo.extend((c, new) for c in reversed(list(kids[n].values())))
+    number = {old: i for i, old in enumerate(order)}
+    return parent, [frame[n] for n in order], {s: number[n] for s, n in end.items()}
+
+
+def _num(v, default=0):
+    return v if isinstance(v, (int, float)) and v == v else default
+
+
+def flame_chart(summary: dict, cid: str) -> dict | None:
+    """The flame graph of a run's sampled call sites, or None when it has none."""
+    sites = summary.get("sites")
+    if not isinstance(sites, dict) or not sites.get("moments"):
+        return None
+    stacks = sites.get("stacks") or []
+    moments = [m for m in sites["moments"] if isinstance(m, dict)]
+    wanted = [e.get("stack") for m in moments for e in m.get("stacks") or []
+              if isinstance(e.get("stack"), int)]
+    parent, frame, end = merge_paths(stacks, wanted)
+    # only the frames the tree uses travel, renumbered; objects once each
+    frames_in = sites.get("frames") or []
+    used = sorted({f for f in frame[1:] if isinstance(f, int)})
+    renum = {f: i for i, f in enumerate(used)}
+    objects, obj_index, frames = [], {}, []
+    for f in used:
+        fr = frames_in[f] if 0 <= f < len(frames_in) and isinstance(frames_in[f], dict) else {}
+        obj = fr.get("object") or ""
+        if obj not in obj_index:
+            obj_index[obj] = len(objects)
+            objects.append({"path": obj, "kind": object_kind(obj)})
+        frames.append([fr.get("function"), fr.get("file"), fr.get("line"), obj_index[obj],
+                       fr.get("address")])
+    # the sites table refers to frames too: keep its frame only if the tree has it
+    out_moments = []
+    for m in moments:
+        per = {}
+        for e in m.get("stacks") or []:
+            n = end.get(e.get("stack"))
+            if n is None:
+                continue
+            b, k, err = per.get(n, (0, 0, 0.0))
+            per[n] = (b + _num(e.get("bytes")), k + _num(e.get("blocks")),
+                      err + float(_num(e.get("error_bytes"))) ** 2)
+        nodes = sorted(per)
+        table = []
+        for s in (m.get("sites") or [])[:TOP_SITES]:
+            row = {k: s.get(k) for k in ("site", "bytes", "share", "blocks", "error_bytes")}
+            row["frame"] = renum.get(s.get("frame"))
+            table.append(row)
+        out_moments.append({
+            "name": m.get("name"), "t_s": m.get("t_s"), "live_bytes": m.get("live_bytes"),
+            "estimated_bytes": m.get("estimated_bytes"), "samples": m.get("samples"),
+            "node": nodes, "bytes": [per[n][0] for n in nodes], "blocks": [per[n][1] for n in nodes],
+            # each node's own 95% error (their squares add up the tree)
+            "err": [round(math.sqrt(per[n][2])) for n in nodes],
+            "sites": table, "sites_total": len(m.get("sites") or [])})
+    return {"id": cid, "kind": "flame", "title": "Live bytes by call path",
+            "up": [i - p if p >= 0 else 0 for i, p in enumerate(parent)],
+            "frame": [renum.get(f, -1) for f in frame],
+            "frames": frames, "objects": objects, "kinds": KIND_NAMES, "moments": out_moments,
+            "note": sampling_note(sites)}
+
+
+def sampling_note(sites: dict) -> str:
+    parts = []
+    n, mean = sites.get("samples"), sites.get("sample_bytes")
+    if isinstance(n, int) and isinstance(mean, (int, float)) and mean > 0:
+        parts.append(f"{n:,} sampled allocations, one per {_iec(mean)} allocated on average; "
+                     "bytes are estimates with their 95% interval")
+    if sites.get("unwinder"):
+        cost = sites.get("unwind_us_per_sample")
+        depth = sites.get("frames_per_sample")
+        how = ", ".join(x for x in (f"{cost:.1f} \u00b5s" if isinstance(cost, (int, float)) else "",
+                                    f"{depth:.1f} frames" if isinstance(depth, (int, float)) else "") if x)
+        parts.append(f"stacks by {sites['unwinder']}" + (f" ({how} per sample)" if how else ""))
+    if sites.get("symbolizer"):
+        parts.append(f"names by {sites['symbolizer']}")
+    if sites.get("dropped"):
+        parts.append(f"{sites['dropped']:,} samples dropped (the profile buffer was full)")
+    return "; ".join(parts) + ("." if parts else "")
+
+
+def _iec(v: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if v < 1024 or unit == "GiB":
+            return f"{v:.0f} {unit}" if unit == "B" or v == int(v) else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v} B"
+
+
+# ---------------------------------------------------------------------------- heap maps
+
+# A page's state, in the order the legend lists them; the codes are what "states" holds.
+STATES = (("live", "live (more than a quarter of the page)", "#4e79a7"),
+          ("pinned", "pinned: a few live bytes keep it resident", "#e15759"),
+          ("free", "free: a release gives it back", "#8cd17d"),
+          ("kept", "free, but a release keeps it (a free chunk's header, a cached block)", "#f1ce63"),
+          ("top", "top chunk", "#b07aa1"),
+          ("absent", "not resident", "#e4e7eb"))
+LIVE, PINNED, FREE, KEPT, TOP, ABSENT = range(len(STATES))
+PIN_MAX = 64   # occupancy (of 255) up to which a page's live bytes are "a few": a quarter
+# flags of a page, as the heap map writes them
+RESIDENT_BEFORE, RESIDENT_AFTER, IN_TOP = 1, 2, 4
+
+
+def page_states(occupancy: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """Each page's state code (STATES) from its occupancy (0: no live byte, else
+    ceil(live * 255 / page)) and flags. The later rules win: a page of the top chunk is
+    "top" whatever else holds, one not resident before the release is "absent"."""
+    occ = np.asarray(occupancy, dtype=np.uint8)
+    fl = np.asarray(flags, dtype=np.uint8)
+    st = np.full(len(occ), LIVE, dtype=np.uint8)
+    st[(occ > 0) & (occ <= PIN_MAX) & (fl & RESIDENT_AFTER != 0)] = PINNED
+    st[(occ == 0) & (fl & RESIDENT_AFTER == 0)] = FREE
+    st[(occ == 0) & (fl & RESIDENT_AFTER != 0)] = KEPT
+    st[fl & RESIDENT_BEFORE == 0] = ABSENT
+    st[fl & IN_TOP != 0] = TOP
+    return st
+
+
+def _b64(text) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text or "", validate=True), dtype=np.uint8)
+
+
+def heap_cells(heap: dict, page: int) -> dict:
+    """One heap of an arena, for the renderer: its pages' states and occupancy."""
+    n = int(_num(heap.get("pages")))
+    occ, fl = _b64(heap.get("occupancy")), _b64(heap.get("flags"))
+    if len(occ) != n or len(fl) != n:
+        raise ValueError(f"heap at {heap.get('start')}: {n} pages but {len(occ)} occupancy "
+                         f"and {len(fl)} flag bytes")
+    st = page_states(occ, fl)
+    return {"start": heap.get("start"), "pages": n,
+            "states": base64.b64encode(st.tobytes()).decode("ascii"),
+            "occupancy": base64.b64encode(occ.tobytes()).decode("ascii"),
+            "counts": np.bincount(st, minlength=len(STATES)).tolist()}
+
+
+def heapmap_entry(m: dict) -> dict:
+    keep = ("moment", "t_s", "status", "allocator", "page_bytes", "release_measured_bytes",
+            "rss_before", "rss_after")
+    out = {k: m.get(k) for k in keep}
+    out["pinners"] = [{k: p.get(k) for k in ("site", "blocks", "block_bytes", "pinned_bytes", "error_bytes")}
+                      for p in m.get("pinners") or [] if isinstance(p, dict)]
+    if m.get("status") != "mapped":
+        return out
+    page = int(_num(m.get("page_bytes"), 4096)) or 4096
+    counts = np.zeros(len(STATES), dtype=np.int64)
+    arenas = []
+    try:
+        for a in m.get("arenas") or []:
+            heaps = [heap_cells(h, page) for h in a.get("heaps") or []]
+            for h in heaps:
+                counts += h["counts"]
+            arenas.append({"arena": a.get("arena"), "pages": a.get("pages"),
+                           "free_resident_pages": a.get("free_resident_pages"),
+                           "pinned_pages": a.get("pinned_pages"), "top_bytes": a.get("top_bytes"),
+                           "heaps": heaps})
+    except (ValueError, TypeError, binascii.Error) as e:
+        # a damaged map is said, not drawn; the rest of the page stands
+        out["status"] = f"not drawn: the map in this record is damaged ({e})"
+        return out
+    out["arenas"] = arenas
+    out["legend"] = [{"state": key, "label": label, "color": color, "pages": int(counts[i]),
+                      "bytes": int(counts[i]) * page}
+                     for i, (key, label, color) in enumerate(STATES)]
+    return out
+
+
+def heapmap_chart(summary: dict, cid: str) -> dict | None:
+    """The heap maps of a run (at exit, at snapshots), or None when it has none."""
+    maps = [m for m in summary.get("heapmaps") or [] if isinstance(m, dict)]
+    if not maps:
+        return None
+    return {"id": cid, "kind": "heapmap", "title": "The heap, page by page",
+            "maps": [heapmap_entry(m) for m in maps],
+            "states": [{"state": k, "label": label, "color": c} for k, label, c in STATES]}
