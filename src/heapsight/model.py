@@ -3,7 +3,7 @@ Frozen dataclasses with units in their names; to_dict() gives the JSON form."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -171,6 +171,8 @@ class Summary:
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        # sites is JSON-ready already, and large: asdict would copy it deeply, slowly
+        d = asdict(replace(self, sites=None))
+        d["sites"] = self.sites
         d["release"]["gave_back_bytes"] = self.release.gave_back_bytes
         return d
