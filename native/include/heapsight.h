@@ -66,7 +66,8 @@ typedef struct hs_slot_s {
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
   uint64_t n_large_heap;     /* glibc: allocations >= 128 KiB served from an arena */
   int64_t pending_bytes;     /* usable bytes not yet added to the global live figure */
-  uint64_t pad[6];
+  int64_t sample_left;       /* usable bytes until this thread's next sampled allocation */
+  uint64_t pad[5];
   /* Per usable-size class; together they are the size histogram, and requested bytes are
    * derived from them (usable - waste) when read, which keeps the hot path short. */
   uint64_t cls_alloc[HS_CLASSES];  /* per usable-size class: allocations, */
@@ -80,8 +81,11 @@ typedef struct hs_slot_s {
  * the ALLOC event's index. Events are claimed with events_used (atomic) and published by
  * storing kind last (release): a reader skips events whose kind is still EMPTY. Stacks are
  * deduplicated: word[o] = frame count n, word[o+1..o+n] = return addresses, innermost first
- * (the hooks' own frames left out); offset 0 is the empty stack (unwinding failed). Modules
- * are appended when a stack first reaches an address outside the known ones. */
+ * (the hooks' own frames left out; subtract 1 to land inside the call; at most
+ * HS_MAX_FRAMES, the outermost cut); offset 0 is the empty stack (not unwound). Modules
+ * are appended when a stack first reaches an address outside the known ones, before the
+ * event whose stack needs them. A FREE event is only written for a recorded ALLOC, and room
+ * for it is kept: every ALLOC's free, if it comes, is recorded. */
 #define HS_PROFILE_MAGIC 0x31464f5250534853ull /* "HSSPROF1": set up by the library */
 #define HS_PROFILE_EVENTS (1u << 20)
 #define HS_PROFILE_STACK_WORDS (1u << 21)

@@ -13,7 +13,8 @@ static HS_TLS int t_exited;      /* our key destructor ran: later calls go to sl
 HS_TLS int _hs_t_helper;         /* the stats thread: its allocations are a bug to report */
 static pthread_key_t g_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-static hs_slot_t g_discard;      /* a sink for calls that must not be counted */
+/* A sink for calls that must not be counted (its countdown never reaches 0: not sampled). */
+static hs_slot_t g_discard = {.sample_left = INT64_MAX};
 static uint64_t g_claimed;       /* slots owned by live threads */
 
 /* The peak is raised only when a thread flushes, so it lags the true live figure by the
@@ -70,6 +71,7 @@ hs_slot_t *_hs_slot_claim(void) {
                                     __ATOMIC_RELAXED)) {
       got = &seg->slots[i];
       got->tid = (uint64_t)syscall(SYS_gettid);
+      got->sample_left = 0; /* the thread's first allocation draws its own interval */
       uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
       while (used < i + 1 && !__atomic_compare_exchange_n(&seg->slots_used, &used, i + 1, 0,
                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -93,7 +95,8 @@ hs_slot_t *_hs_slot_claim(void) {
 }
 
 /* Slot 0 is shared by threads that have no slot of their own: every update is atomic. */
-void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr) {
+void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
+                      const void *caller) {
   if (_hs_seg == NULL) return;
   hs_slot_t *s = &_hs_seg->slots[0];
   unsigned c = hs_class_of(usable);
@@ -106,6 +109,7 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr) {
     /* no slack here: the peak is raised at once */
     raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, (int64_t)usable,
                                            __ATOMIC_RELAXED));
+    _hs_sample_shared(p, usable, caller);
   } else {
     __atomic_fetch_add(&s->n_free, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);

@@ -38,7 +38,8 @@ extern HS_HIDDEN int64_t _hs_flush_limit;    /* pending bytes a thread may hold 
 
 void _hs_resolve(void);
 hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call */
-void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr);
+void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
+                      const void *caller);
 void _hs_flush(hs_slot_t *s);
 void _hs_segment_attach(void);
 void _hs_segment_after_fork_child(void);
@@ -57,6 +58,24 @@ void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
 uint64_t _hs_read_threads(void); /* the process's thread count, 0 if unknown */
 uint64_t _hs_now_ns(void);
+
+/* Sampled call sites (profile.c). The hot path's share: a per-thread countdown of usable
+ * bytes (hs_slot_t.sample_left) on allocation, and one byte load on free: a map of counts
+ * of live sampled blocks by (p >> 4) & mask, in .bss (pages never written stay unbacked).
+ * Only a nonzero byte leads to the lookup of the block. */
+#define HS_SAMPLE_MAP_SIZE (1u << 18)
+extern HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
+void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller);
+void _hs_sample_shared(void *p, size_t usable, const void *caller);
+void _hs_sample_free(void *p);
+void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */
+void _hs_profile_start(void);             /* from the constructor: the unwinder */
+void _hs_profile_reset(hs_segment_t *seg); /* the owner re-attaches after execve */
+void _hs_profile_dl_changed(int closed);  /* after dlopen (0) or dlclose (1) */
+
+static inline int hs_sample_maybe(const void *p) {
+  return _hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)] != 0;
+}
 
 /* Class of a usable size: exact 16-byte steps below 1 KiB, 8 per power of two above. */
 static inline unsigned hs_class_of(size_t u) {
@@ -87,7 +106,13 @@ __attribute__((always_inline)) static inline void hs_count_alloc(void *p, size_t
     u = _hs_real.malloc_usable_size(p);
   }
   hs_slot_t *s = hs_slot();
-  if (HS_UNLIKELY(s == NULL)) { _hs_count_shared(1, u, req, hdr); return; }
+  if (HS_UNLIKELY(s == NULL)) {
+    _hs_count_shared(1, u, req, hdr, p, __builtin_return_address(0));
+    return;
+  }
+  /* sampling: two instructions (a subtract to memory and a branch) */
+  s->sample_left -= (int64_t)u;
+  if (HS_UNLIKELY(s->sample_left < 0)) _hs_sample_alloc(s, p, u, __builtin_return_address(0));
   unsigned c = hs_class_of(u);
   s->n_alloc++;
   s->usable_alloc_bytes += u;
@@ -101,10 +126,11 @@ __attribute__((always_inline)) static inline void hs_count_alloc(void *p, size_t
 
 /* Called before the real free, so the chunk is still ours to read. */
 __attribute__((always_inline)) static inline void hs_count_free(void *p) {
+  if (HS_UNLIKELY(hs_sample_maybe(p))) _hs_sample_free(p); /* perhaps a sampled block */
   size_t u = HS_LIKELY(_hs_usable_by_header) ? hs_glibc_usable(hs_glibc_header(p))
                                              : _hs_real.malloc_usable_size(p);
   hs_slot_t *s = hs_slot();
-  if (HS_UNLIKELY(s == NULL)) { _hs_count_shared(0, u, 0, 0); return; }
+  if (HS_UNLIKELY(s == NULL)) { _hs_count_shared(0, u, 0, 0, p, NULL); return; }
   s->n_free++;
   s->usable_free_bytes += u;
   s->cls_free[hs_class_of(u)]++;

@@ -1,10 +1,14 @@
 /* hs_options.h: settings read once from HEAPSIGHT_* variables (options.c). */
 #ifndef HS_OPTIONS_H
 #define HS_OPTIONS_H
+#include <stdint.h>
 typedef struct hs_options_s {
   double stats_hz;      /* HEAPSIGHT_STATS_HZ: allocator statistics per second (0: off) */
   int release_at_exit;  /* HEAPSIGHT_RELEASE_AT_EXIT: measure a release at exit */
+  uint64_t sample_bytes; /* HEAPSIGHT_SAMPLE_BYTES: mean usable bytes between sampled
+                            allocations (0: off) */
 } hs_options_t;
 extern hs_options_t _hs_opt;
 void _hs_options_read(void);
+void _hs_options_read_sampling(void); /* at attach, before the other options are read */
 #endif

@@ -1,6 +1,7 @@
 /* options.c: the HEAPSIGHT_* environment variables the library reads, in one table.
  * Booleans accept 1/true/yes/on and 0/false/no/off; anything else warns and keeps the default. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,7 @@
 
 #include "hs_options.h"
 
-hs_options_t _hs_opt = {.stats_hz = 10, .release_at_exit = 1};
+hs_options_t _hs_opt = {.stats_hz = 10, .release_at_exit = 1, .sample_bytes = 524288};
 
 static void warn(const char *name, const char *val, const char *want) {
   char buf[256];
@@ -32,6 +33,24 @@ static void read_double(const char *name, double *out, double lo, double hi) {
   double d = strtod(v, &end);
   if (end == v || *end || d < lo || d > hi) warn(name, v, "a number in range");
   else *out = d;
+}
+
+/* 0, or a whole number of bytes in [lo, hi]. */
+static void read_bytes(const char *name, uint64_t *out, uint64_t lo, uint64_t hi) {
+  const char *v = getenv(name);
+  if (!v) return;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (*v < '0' || *v > '9' || *end || errno == ERANGE || (n != 0 && (n < lo || n > hi)))
+    warn(name, v, "0 (off) or a number of bytes from 64 to 2^40");
+  else *out = n;
+}
+
+/* Read when the segment is attached (the first allocation may come before the
+ * constructor that reads the rest). */
+void _hs_options_read_sampling(void) {
+  read_bytes("HEAPSIGHT_SAMPLE_BYTES", &_hs_opt.sample_bytes, 64, 1ull << 40);
 }
 
 void _hs_options_read(void) {

@@ -88,6 +88,7 @@ static void resolve_now(void) {
   /* From here this thread forwards (uncounted: no segment yet); the others still wait. */
   _hs_allocator_detect();
   _hs_segment_attach();
+  _hs_profile_setup();
   t_resolving = 0;
   __atomic_store_n(&g_state, HS_RESOLVED, __ATOMIC_RELEASE);
 }
@@ -286,6 +287,21 @@ HS_EXPORT void *dlopen(const char *file, int mode) {
   return f(file, mode & ~RTLD_DEEPBIND);
 }
 
+/* dlclose may unmap a library whose range the sampled stacks know: tell profile.c. */
+typedef int (*hs_dlclose_fn)(void *);
+
+HS_EXPORT int dlclose(void *handle) {
+  static hs_dlclose_fn real;
+  hs_dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  if (HS_UNLIKELY(f == NULL)) {
+    f = (hs_dlclose_fn)must_find("dlclose", 1);
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+  }
+  int rc = f(handle);
+  _hs_profile_dl_changed(1);
+  return rc;
+}
+
 /* C++ operator new/delete, all variants (mangled names, Itanium ABI). They forward to the
  * allocator's malloc. When it fails, libstdc++'s own operator new takes over: it runs the
  * new_handler and retries through malloc (these hooks, so the block is counted), and
@@ -383,6 +399,7 @@ HS_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_n
  * own atexit handlers and static destructors, which is when the release probe belongs. */
 __attribute__((constructor)) static void hs_start(void) {
   _hs_resolve();
+  _hs_profile_start();
   _hs_stats_thread_start();
 }
 

@@ -179,7 +179,8 @@ void _hs_segment_attach(void) {
       } else if (none == me) {
         /* execve in the owner: the old image and its heap are gone, start over. */
         uint64_t execs = seg->execs + 1, forks = seg->forks, foreign = seg->foreign_attaches;
-        memset(seg, 0, offsetof(hs_segment_t, profile)); /* the profile is reset by profile.c */
+        memset(seg, 0, offsetof(hs_segment_t, profile));
+        _hs_profile_reset(seg);
         seg->owner_pid = me;
         seg->execs = execs;
         seg->forks = forks;

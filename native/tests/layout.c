@@ -34,7 +34,7 @@ int main(void) {
   printf("}, \"slot\": {");
   SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc);
   SLOT(usable_alloc_bytes); SLOT(usable_free_bytes); SLOT(n_mmapped); SLOT(n_large_heap);
-  SLOT(pending_bytes); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
+  SLOT(pending_bytes); SLOT(sample_left); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
   first = 0;
   printf("}, \"profile\": {");
   PROF(magic); PROF(mean_bytes); PROF(events_used); PROF(stack_words_used); PROF(modules_used);

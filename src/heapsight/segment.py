@@ -46,7 +46,8 @@ OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
 SLOT_DTYPE = np.dtype([
     ("claimed", U8), ("tid", U8), ("n_alloc", U8), ("n_free", U8), ("n_realloc", U8),
     ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
-    ("n_mmapped", U8), ("n_large_heap", U8), ("pending_bytes", I8), ("pad", U8, (6,)),
+    ("n_mmapped", U8), ("n_large_heap", U8), ("pending_bytes", I8), ("sample_left", I8),
+    ("pad", U8, (5,)),
     ("cls_alloc", U8, (CLASSES,)), ("cls_free", U8, (CLASSES,)),
     ("cls_waste", U8, (CLASSES,)),
 ])

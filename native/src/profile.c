@@ -1,0 +1,541 @@
+/* profile.c: sampled call sites. Allocations are sampled by usable bytes, a Poisson process
+ * of mean M (HEAPSIGHT_SAMPLE_BYTES): each thread counts down an exponentially drawn
+ * number of bytes (hs_slot_t.sample_left, in the inline hot path) and the allocation that
+ * crosses zero is sampled, so a block of s bytes is sampled with probability 1 - exp(-s/M)
+ * whatever came before it. A sample unwinds the stack, stores it once (deduplicated), and
+ * appends an ALLOC event to the segment's profile; the free of a sampled block appends a
+ * FREE event naming it. The owner process only; nothing here calls malloc.
+ *
+ * The unwinder is libgcc's _Unwind_Backtrace (.eh_frame, DWARF CFI: Debian's binaries have
+ * no frame pointers). bench/unwind measures it against libunwind's unw_backtrace: libunwind
+ * is faster once its per-thread cache is warm (0.3-0.8 us against 2.8-4.5 us per stack in
+ * perl and python3, about 200 ns per frame for libgcc), but costs 0.3 ms on its first stack,
+ * keeps an mmapped cache per thread, is a package the program may not have, and its 1.6
+ * cache has known faults when re-entered from a signal handler. libgcc is on every system
+ * (the C++ exception unwinder), keeps no cache, and with glibc 2.35+ finds each frame's
+ * object with _dl_find_object, which takes no lock. At the default mean a sample costs the
+ * churn bench about 1% (bench/overhead). It is found with dlsym in libgcc_s itself: a
+ * libunwind loaded in the program exports _Unwind_Backtrace too.
+ *
+ * Locks: one spin lock guards the private tables (live blocks, stacks) and the appends to
+ * the profile. It is never held while unwinding or while the loader is asked anything, so
+ * a thread inside the loader (dl_iterate_phdr's lock) that allocates cannot wait for us
+ * while we wait for it. A thread that re-enters (a signal handler that allocates while its
+ * thread samples) is counted but not sampled, and its frees are not matched while the lock
+ * is held by its own thread. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include "hs_internal.h"
+#include "hs_options.h"
+
+HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
+
+enum { P_UNSET, P_OFF, P_ON };
+static int g_state;              /* P_*: until attach, nothing is decided */
+static double g_mean;            /* M, bytes */
+static int64_t g_shared_left = 0; /* the countdown of threads without a slot (atomic) */
+static HS_TLS uint64_t t_rng;    /* xorshift64 state, 0 until seeded */
+static HS_TLS int t_sampling;    /* inside a sample: allocations here are not sampled */
+static HS_TLS int t_locked;      /* this thread holds g_lock */
+static int g_lock;
+
+/* The unwinder (resolved by the constructor: until then samples have the empty stack). */
+typedef _Unwind_Reason_Code (*hs_backtrace_fn)(_Unwind_Trace_Fn, void *);
+typedef _Unwind_Ptr (*hs_getipinfo_fn)(struct _Unwind_Context *, int *);
+static hs_backtrace_fn g_backtrace;
+static hs_getipinfo_fn g_getipinfo;
+static int g_unwinder_ready;
+static uintptr_t g_self_lo, g_self_hi; /* this library: its frames are left out */
+static uintptr_t g_gcc_lo, g_gcc_hi;   /* libgcc_s: a malloc it makes is not unwound */
+
+/* Objects by address: _dl_find_object (glibc 2.35+, no lock), else dl_iterate_phdr. */
+typedef int (*hs_find_object_fn)(void *, struct dl_find_object *);
+static hs_find_object_fn g_find_object;
+static char g_exe[sizeof ((hs_module_t *)0)->path]; /* /proc/self/exe, its last bytes */
+static uintptr_t g_vdso;
+
+/* Pages known to lie in a recorded module (page number + 1; 0 empty), and the modules a
+ * dlclose has unloaded since they were recorded (their ranges no longer count). */
+#define HS_PAGE_CACHE 1024
+static uint64_t g_known_pages[HS_PAGE_CACHE];
+static unsigned char g_dead[HS_PROFILE_MODULES];
+static unsigned g_dlclose_gen, g_dlclose_seen;
+static int g_revalidating;
+
+/* ---- private tables, in mmapped memory that grows (never malloc) ---- */
+typedef struct { uint64_t key, val; } hs_entry_t;
+typedef struct { hs_entry_t *e; uint64_t cap, used; } hs_table_t;
+static hs_table_t g_live;   /* block address -> its ALLOC event's index */
+static hs_table_t g_stacks; /* stack hash -> word offset (val), several per hash allowed */
+static int g_full;          /* a region filled up: record no more ALLOCs */
+
+static inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+static int table_grow(hs_table_t *t) {
+  uint64_t cap = t->cap ? t->cap * 2 : 1024;
+  void *m = mmap(NULL, cap * sizeof(hs_entry_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  hs_entry_t *e = m;
+  for (uint64_t i = 0; i < t->cap; i++) {
+    if (!t->e[i].key) continue;
+    uint64_t j = mix64(t->e[i].key) & (cap - 1);
+    while (e[j].key) j = (j + 1) & (cap - 1);
+    e[j] = t->e[i];
+  }
+  if (t->e) munmap(t->e, t->cap * sizeof(hs_entry_t));
+  t->e = e;
+  t->cap = cap;
+  return 1;
+}
+
+/* Room for one more entry at a load of at most 1/2. */
+static int table_room(hs_table_t *t) {
+  return (t->used + 1) * 2 <= t->cap || table_grow(t);
+}
+
+static void table_put(hs_table_t *t, uint64_t key, uint64_t val) {
+  uint64_t j = mix64(key) & (t->cap - 1);
+  while (t->e[j].key && t->e[j].key != key) j = (j + 1) & (t->cap - 1);
+  if (!t->e[j].key) t->used++;
+  t->e[j].key = key;
+  t->e[j].val = val;
+}
+
+/* Removes key; returns its value + 1, or 0 when absent (linear probing, backward shift). */
+static uint64_t table_take(hs_table_t *t, uint64_t key) {
+  if (!t->cap) return 0;
+  uint64_t mask = t->cap - 1, j = mix64(key) & mask;
+  while (t->e[j].key && t->e[j].key != key) j = (j + 1) & mask;
+  if (!t->e[j].key) return 0;
+  uint64_t val = t->e[j].val;
+  for (uint64_t i = j, k = (j + 1) & mask;; k = (k + 1) & mask) {
+    if (!t->e[k].key) { t->e[i].key = 0; break; }
+    uint64_t home = mix64(t->e[k].key) & mask;
+    /* move k back to the hole at i unless its home lies cyclically in (i, k] */
+    if (i <= k ? (home <= i || home > k) : (home <= i && home > k)) {
+      t->e[i] = t->e[k];
+      i = k;
+    }
+  }
+  t->used--;
+  return val + 1;
+}
+
+static void lock(void) {
+  while (__atomic_exchange_n(&g_lock, 1, __ATOMIC_ACQUIRE)) {
+    while (__atomic_load_n(&g_lock, __ATOMIC_RELAXED)) sched_yield();
+  }
+  t_locked = 1;
+}
+
+static void unlock(void) {
+  t_locked = 0;
+  __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* ---- the intervals ---- */
+static uint64_t next_random(void) {
+  uint64_t x = t_rng;
+  if (HS_UNLIKELY(x == 0)) {
+    static uint64_t salt;
+    x = mix64(_hs_now_ns() ^ (uint64_t)(uintptr_t)&t_rng ^
+              __atomic_add_fetch(&salt, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED));
+    if (!x) x = 1;
+  }
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  t_rng = x;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Bytes to the next sample: exponential of mean M. */
+static int64_t draw(void) {
+  double u = (double)((next_random() >> 11) + 1) * 0x1.0p-53; /* (0, 1] */
+  double v = -log(u) * g_mean;
+  return v < 9.0e18 ? (int64_t)v : INT64_MAX;
+}
+
+/* ---- modules ---- */
+static void keep_tail(char *dst, size_t size, const char *src) {
+  size_t n = strlen(src), keep = n < size - 1 ? n : size - 1;
+  memcpy(dst, src + n - keep, keep);
+  dst[keep] = 0;
+}
+
+static void name_module(hs_module_t *m, const char *name) {
+  if (g_vdso && g_vdso >= m->lo && g_vdso < m->hi) keep_tail(m->path, sizeof m->path, "[vdso]");
+  else if (!name || !*name) memcpy(m->path, g_exe, sizeof m->path);
+  else keep_tail(m->path, sizeof m->path, name);
+}
+
+struct hs_find { uintptr_t addr; hs_module_t *m; int found; };
+
+static int find_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  struct hs_find *f = arg;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr, b = a + ph->p_memsz;
+    if (a < lo) lo = a;
+    if (b > hi) hi = b;
+  }
+  if (lo >= hi || f->addr < lo || f->addr >= hi) return 0;
+  f->m->lo = lo;
+  f->m->hi = hi;
+  f->m->bias = info->dlpi_addr;
+  name_module(f->m, info->dlpi_name);
+  f->found = 1;
+  return 1;
+}
+
+/* The loaded object holding addr, as a module entry (first_event not set). */
+static int find_object(uintptr_t addr, hs_module_t *m) {
+  memset(m, 0, sizeof *m);
+  if (g_find_object) {
+    struct dl_find_object r;
+    if (g_find_object((void *)addr, &r) != 0 || !r.dlfo_link_map) return 0;
+    m->lo = (uint64_t)(uintptr_t)r.dlfo_map_start;
+    m->hi = (uint64_t)(uintptr_t)r.dlfo_map_end;
+    m->bias = r.dlfo_link_map->l_addr;
+    name_module(m, r.dlfo_link_map->l_name);
+    return 1;
+  }
+  struct hs_find f = {addr, m, 0};
+  dl_iterate_phdr(find_cb, &f);
+  return f.found;
+}
+
+/* Whether a recorded, still loaded module holds addr (reads the profile: modules are
+ * written once, before modules_used counts them). */
+static int covered(hs_profile_t *pr, uintptr_t a) {
+  uint64_t page = (a >> 12) + 1, *slot = &g_known_pages[mix64(page) & (HS_PAGE_CACHE - 1)];
+  if (__atomic_load_n(slot, __ATOMIC_RELAXED) == page) return 1;
+  uint64_t n = __atomic_load_n(&pr->modules_used, __ATOMIC_ACQUIRE);
+  for (uint64_t i = 0; i < n; i++) {
+    if (a >= pr->modules[i].lo && a < pr->modules[i].hi && !g_dead[i]) {
+      __atomic_store_n(slot, page, __ATOMIC_RELAXED);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* After a dlclose: modules that are gone (or reloaded elsewhere) no longer cover their
+ * range, so a library later loaded there is recorded anew (first_event says from when). */
+static void revalidate(hs_profile_t *pr) {
+  unsigned gen = __atomic_load_n(&g_dlclose_gen, __ATOMIC_ACQUIRE);
+  if (gen == __atomic_load_n(&g_dlclose_seen, __ATOMIC_RELAXED) ||
+      __atomic_exchange_n(&g_revalidating, 1, __ATOMIC_ACQUIRE))
+    return;
+  __atomic_store_n(&g_dlclose_seen, gen, __ATOMIC_RELAXED);
+  uint64_t n = __atomic_load_n(&pr->modules_used, __ATOMIC_ACQUIRE);
+  for (uint64_t i = 0; i < n; i++) {
+    hs_module_t now;
+    if (g_dead[i]) continue;
+    if (!find_object(pr->modules[i].lo, &now) || now.lo != pr->modules[i].lo ||
+        now.bias != pr->modules[i].bias)
+      g_dead[i] = 1;
+  }
+  for (unsigned i = 0; i < HS_PAGE_CACHE; i++) __atomic_store_n(&g_known_pages[i], 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_revalidating, 0, __ATOMIC_RELEASE);
+}
+
+void _hs_profile_dl_changed(int closed) {
+  if (closed) __atomic_add_fetch(&g_dlclose_gen, 1, __ATOMIC_RELEASE);
+}
+
+/* ---- unwinding ---- */
+struct hs_walk { uint64_t *out; int n, skipping; };
+
+static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg) {
+  struct hs_walk *w = arg;
+  int before = 0;
+  uintptr_t ip = g_getipinfo(ctx, &before);
+  if (ip == 0) return _URC_END_OF_STACK;
+  /* A signal frame's ip is the interrupted instruction itself: + 1 makes every address a
+   * return address, so the reader subtracts 1 from all of them alike. */
+  if (before) ip++;
+  if (w->skipping) {
+    if (ip >= g_self_lo && ip < g_self_hi) return _URC_NO_REASON; /* the hooks, this file */
+    w->skipping = 0;
+  }
+  w->out[w->n++] = ip;
+  return w->n < HS_MAX_FRAMES ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
+/* The stack at the allocation, heapsight's own frames left out, innermost first. */
+static __attribute__((noinline)) int unwind(uint64_t *out) {
+  struct hs_walk w = {out, 0, 1};
+  g_backtrace(walk_cb, &w);
+  return w.n;
+}
+
+/* ---- recording (under the lock) ---- */
+
+/* The word offset of this stack, stored on first sight; 0 when there is no room. */
+static uint32_t stack_offset(hs_profile_t *pr, const uint64_t *f, int n) {
+  if (n == 0) return 0;
+  uint64_t h = (uint64_t)n;
+  for (int i = 0; i < n; i++) h = mix64(h ^ f[i]) + (uint64_t)i;
+  if (!h) h = 1;
+  if (g_stacks.cap) {
+    uint64_t mask = g_stacks.cap - 1;
+    for (uint64_t j = mix64(h) & mask; g_stacks.e[j].key; j = (j + 1) & mask) {
+      if (g_stacks.e[j].key != h) continue;
+      const uint64_t *w = &pr->stack_words[g_stacks.e[j].val];
+      if (w[0] == (uint64_t)n && memcmp(w + 1, f, (size_t)n * 8) == 0) return (uint32_t)g_stacks.e[j].val;
+    }
+  }
+  uint64_t o = pr->stack_words_used;
+  if (o + 1 + (uint64_t)n > HS_PROFILE_STACK_WORDS || !table_room(&g_stacks)) return 0;
+  pr->stack_words[o] = (uint64_t)n;
+  memcpy(&pr->stack_words[o + 1], f, (size_t)n * 8);
+  __atomic_store_n(&pr->stack_words_used, o + 1 + (uint64_t)n, __ATOMIC_RELEASE);
+  /* several stacks may share a hash: put keeps one entry per (hash, offset) pair */
+  uint64_t mask = g_stacks.cap - 1, j = mix64(h) & mask;
+  while (g_stacks.e[j].key) j = (j + 1) & mask;
+  g_stacks.e[j].key = h;
+  g_stacks.e[j].val = o;
+  g_stacks.used++;
+  return (uint32_t)o;
+}
+
+static void put_event(hs_profile_t *pr, uint64_t i, uint64_t addr, uint64_t size,
+                      uint32_t stack, uint32_t kind) {
+  hs_event_t *e = &pr->events[i];
+  e->addr = addr;
+  e->size = size;
+  e->time_ns = _hs_now_ns();
+  e->stack = stack;
+  __atomic_store_n(&e->kind, kind, __ATOMIC_RELEASE);
+}
+
+static void drop(hs_profile_t *pr) {
+  __atomic_fetch_add(&pr->dropped_samples, 1, __ATOMIC_RELAXED);
+}
+
+static void add_modules(hs_profile_t *pr, hs_module_t *fresh, int n) {
+  for (int k = 0; k < n; k++) {
+    if (covered(pr, (uintptr_t)fresh[k].lo)) continue; /* another thread was first */
+    uint64_t m = pr->modules_used;
+    if (m >= HS_PROFILE_MODULES) { g_full = 1; return; }
+    fresh[k].first_event = pr->events_used;
+    pr->modules[m] = fresh[k];
+    __atomic_store_n(&pr->modules_used, m + 1, __ATOMIC_RELEASE);
+  }
+}
+
+static void record(void *p, size_t usable, const void *caller) {
+  hs_profile_t *pr = &_hs_seg->profile;
+  if (__atomic_load_n(&g_full, __ATOMIC_RELAXED)) { drop(pr); return; }
+  uint64_t frames[HS_MAX_FRAMES];
+  int n = 0;
+  /* A malloc that libgcc_s makes itself (it sorts registered FDEs under its own lock) is
+   * not unwound: the unwinder would wait for that lock. Its sample keeps the empty stack. */
+  if (__atomic_load_n(&g_unwinder_ready, __ATOMIC_ACQUIRE) &&
+      !((uintptr_t)caller >= g_gcc_lo && (uintptr_t)caller < g_gcc_hi)) {
+    uint64_t t0 = _hs_now_ns();
+    n = unwind(frames);
+    uint64_t dt = _hs_now_ns() - t0;
+    __atomic_fetch_add(&pr->unwind_ns, dt, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&pr->unwinds, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&pr->unwind_frames, (uint64_t)n, __ATOMIC_RELAXED);
+  }
+  /* Objects the stack reaches that are not recorded yet: found before the lock, and
+   * recorded before the event (a few at a time, to keep this frame small). */
+  hs_module_t fresh[4];
+  int nfresh = 0;
+  if (n) revalidate(pr);
+  for (int i = 0; i < n; i++) {
+    uintptr_t a = (uintptr_t)frames[i] - 1;
+    if (covered(pr, a)) continue;
+    int dup = 0;
+    for (int k = 0; k < nfresh && !dup; k++) dup = a >= fresh[k].lo && a < fresh[k].hi;
+    if (dup || !find_object(a, &fresh[nfresh])) continue;
+    if (++nfresh == 4 && i + 1 < n) {
+      lock();
+      add_modules(pr, fresh, nfresh);
+      unlock();
+      nfresh = 0;
+    }
+  }
+  lock();
+  add_modules(pr, fresh, nfresh);
+  uint32_t stack = g_full ? 0 : stack_offset(pr, frames, n);
+  /* room for this ALLOC and for the FREE of every block still live, this one included */
+  uint64_t used = pr->events_used;
+  if (g_full || (n && !stack) || used + g_live.used + 2 > HS_PROFILE_EVENTS ||
+      !table_room(&g_live)) {
+    g_full = 1;
+    unlock();
+    drop(pr);
+    return;
+  }
+  __atomic_store_n(&pr->events_used, used + 1, __ATOMIC_RELEASE);
+  put_event(pr, used, (uint64_t)(uintptr_t)p, usable, stack, HS_EVENT_ALLOC);
+  table_put(&g_live, (uint64_t)(uintptr_t)p, used);
+  unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
+  if (*c < 255) __atomic_store_n(c, (unsigned char)(*c + 1), __ATOMIC_RELAXED); /* 255 sticks */
+  unlock();
+}
+
+/* Whether samples are taken in this process: in the owner, once set up, with M > 0. A
+ * forked child keeps the parent's state but is no owner: it stops here. */
+static int sampling_here(void) {
+  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != P_ON) return 0;
+  if (HS_LIKELY(_hs_is_owner())) return 1;
+  __atomic_store_n(&g_state, P_OFF, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_shared_left, INT64_MAX, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* The slow path of the countdown: s->sample_left went below 0 with this block. */
+void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller) {
+  int state = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
+  if (state == P_UNSET) return; /* before attach: decided at the next allocation */
+  hs_segment_t *seg = _hs_seg;
+  if (!sampling_here() || s < seg->slots || s >= seg->slots + HS_MAX_SLOTS) {
+    s->sample_left = INT64_MAX; /* off: the countdown never ends */
+    return;
+  }
+  int saved = errno;
+  if (HS_UNLIKELY(t_rng == 0)) {
+    /* the thread's first interval starts with its first allocation */
+    int64_t left = draw() + s->sample_left;
+    if (left >= 0) { s->sample_left = left; errno = saved; return; }
+  }
+  s->sample_left = draw(); /* memoryless: the next interval starts at this block's end */
+  if (!t_sampling) {
+    t_sampling = 1;
+    record(p, usable, caller);
+    t_sampling = 0;
+  }
+  errno = saved;
+}
+
+/* Threads without a slot (past 255) share one atomic countdown; the thread that finds it
+ * below 0 and refills it samples. */
+void _hs_sample_shared(void *p, size_t usable, const void *caller) {
+  int64_t left = __atomic_sub_fetch(&g_shared_left, (int64_t)usable, __ATOMIC_RELAXED);
+  if (HS_LIKELY(left >= 0) || !sampling_here()) return;
+  int saved = errno;
+  int64_t next = draw();
+  if (__atomic_compare_exchange_n(&g_shared_left, &left, next, 0, __ATOMIC_RELAXED,
+                                  __ATOMIC_RELAXED) && !t_sampling) {
+    t_sampling = 1;
+    record(p, usable, caller);
+    t_sampling = 0;
+  }
+  errno = saved;
+}
+
+/* The filter said p may be a live sampled block: look it up, and end it with a FREE. */
+void _hs_sample_free(void *p) {
+  if (t_locked || !_hs_is_owner()) return;
+  hs_profile_t *pr = &_hs_seg->profile;
+  lock();
+  uint64_t found = table_take(&g_live, (uint64_t)(uintptr_t)p);
+  if (found) {
+    unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
+    if (*c < 255) __atomic_store_n(c, (unsigned char)(*c - 1), __ATOMIC_RELAXED);
+    uint64_t i = pr->events_used; /* room was kept when its ALLOC was recorded */
+    __atomic_store_n(&pr->events_used, i + 1, __ATOMIC_RELEASE);
+    put_event(pr, i, found - 1, 0, 0, HS_EVENT_FREE);
+  }
+  unlock();
+}
+
+/* ---- set-up ---- */
+
+/* At attach (in the resolving thread, before other threads count): the owner writes the
+ * mean and the profile's magic; everyone else never samples. */
+void _hs_profile_setup(void) {
+  int saved = errno;
+  _hs_options_read_sampling();
+  hs_segment_t *seg = _hs_seg;
+  int on = seg && _hs_is_owner() && _hs_opt.sample_bytes > 0;
+  if (seg && _hs_is_owner()) {
+    hs_profile_t *pr = &seg->profile;
+    pr->mean_bytes = _hs_opt.sample_bytes;
+    if (on) {
+      pr->stack_words[0] = 0; /* offset 0: the empty stack */
+      __atomic_store_n(&pr->stack_words_used, 1, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&pr->magic, HS_PROFILE_MAGIC, __ATOMIC_RELEASE);
+  }
+  if (on) {
+    g_mean = (double)_hs_opt.sample_bytes;
+    char exe[1024];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[len > 0 ? len : 0] = 0;
+    keep_tail(g_exe, sizeof g_exe, exe);
+    g_vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+    __atomic_store_n(&g_shared_left, draw(), __ATOMIC_RELAXED);
+  } else {
+    __atomic_store_n(&g_shared_left, INT64_MAX, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&g_state, on ? P_ON : P_OFF, __ATOMIC_RELEASE);
+  errno = saved;
+}
+
+static void object_range(void *addr, uintptr_t *lo, uintptr_t *hi) {
+  hs_module_t m;
+  if (find_object((uintptr_t)addr, &m)) { *lo = m.lo; *hi = m.hi; }
+}
+
+/* From the library's constructor: the unwinder, found in libgcc_s itself. */
+void _hs_profile_start(void) {
+  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != P_ON) return;
+  int saved = errno;
+  g_find_object = (hs_find_object_fn)dlsym(RTLD_DEFAULT, "_dl_find_object");
+  void *gcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!gcc) gcc = dlopen("libgcc_s.so.1", RTLD_NOW);
+  if (gcc) {
+    g_backtrace = (hs_backtrace_fn)dlsym(gcc, "_Unwind_Backtrace");
+    g_getipinfo = (hs_getipinfo_fn)dlsym(gcc, "_Unwind_GetIPInfo");
+  }
+  if (g_backtrace && g_getipinfo) {
+    object_range((void *)&_hs_profile_start, &g_self_lo, &g_self_hi);
+    object_range((void *)g_backtrace, &g_gcc_lo, &g_gcc_hi);
+    if (g_self_lo < g_self_hi) __atomic_store_n(&g_unwinder_ready, 1, __ATOMIC_RELEASE);
+  }
+  errno = saved;
+}
+
+/* The owner re-attached after execve: the old image's profile is gone with it. Used parts
+ * are given back to the file system (a hole reads as zeros), or zeroed. */
+static void clear(void *start, uint64_t bytes) {
+  if (!bytes) return;
+  uint64_t round = (bytes + 4095) & ~(uint64_t)4095; /* each region is a whole number of pages */
+  if (madvise(start, round, MADV_REMOVE) != 0) memset(start, 0, bytes);
+}
+
+void _hs_profile_reset(hs_segment_t *seg) {
+  hs_profile_t *pr = &seg->profile;
+  uint64_t ev = pr->events_used, sw = pr->stack_words_used, mo = pr->modules_used;
+  clear(pr->events, (ev < HS_PROFILE_EVENTS ? ev : HS_PROFILE_EVENTS) * sizeof(hs_event_t));
+  clear(pr->stack_words, (sw < HS_PROFILE_STACK_WORDS ? sw : HS_PROFILE_STACK_WORDS) * 8);
+  clear(pr->modules, (mo < HS_PROFILE_MODULES ? mo : HS_PROFILE_MODULES) * sizeof(hs_module_t));
+  memset(pr, 0, offsetof(hs_profile_t, events));
+}
