@@ -47,8 +47,8 @@ FRAMES = [
     {"function": "build_index", "file": "/src/prog.c", "line": 40, "object": "/usr/bin/prog", "address": "0x1300"},
     {"function": None, "file": None, "line": None, "object": "/usr/lib/libfoo.so.1", "address": "0x1234"},
     {"function": XSS, "file": "/src/x.c", "line": 1, "object": "/usr/bin/prog", "address": "0x1400"}]
-NAMES = ["main", "load", "parse_row", "strdup", "build_index", "0x1234 in libfoo.so.1", XSS]
-STACKS = [[2, 1, 0], [3, 2, 1, 0], [4, 0], [5, 4, 0], [6, 0]]   # innermost first
+NAMES = ["main", "load", "parse_row", "strdup", "build_index", "libfoo.so.1+0x1234", XSS]
+STACKS = [[2, 1, 0], [3, 2, 1, 0], [4, 0], [5, 4, 0], [6, 0], []]   # innermost first; the last not unwound
 
 
 def entry(stack, nbytes, blocks, err):
@@ -61,11 +61,11 @@ def site(name, frame, nbytes, total, blocks, err):
 
 
 def small_sites() -> dict:
-    """Three moments: at the peak 1000 MiB over four stacks, at exit 400 MiB over two (one
-    named with markup), nothing never freed."""
+    """Three moments: at the peak 1000 MiB over four stacks, at exit 440 MiB over three (one
+    named with markup, one not unwound), nothing never freed."""
     peak = [entry(0, 600 * MB, 6000, 30 * MB), entry(1, 200 * MB, 2000, 40 * MB),
             entry(2, 150 * MB, 10, 0), entry(3, 50 * MB, 5, 3 * MB)]
-    exit_ = [entry(0, 100 * MB, 1000, 10 * MB), entry(4, 300 * MB, 3, 20 * MB)]
+    exit_ = [entry(0, 100 * MB, 1000, 10 * MB), entry(4, 300 * MB, 3, 20 * MB), entry(5, 40 * MB, 9, 9 * MB)]
     return {"sample_bytes": 524288, "samples": 300, "frees_matched": 100, "dropped": 0,
             "unwinder": "libgcc (_Unwind_Backtrace)", "unwind_us_per_sample": 3.2,
             "frames_per_sample": 4.0, "symbolizer": "llvm-symbolizer", "frames": FRAMES, "stacks": STACKS,
@@ -76,10 +76,11 @@ def small_sites() -> dict:
                            site("strdup (libc.so.6)", 3, 200 * MB, 1000 * MB, 2000, 40 * MB),
                            site("build_index (prog.c:40)", 4, 150 * MB, 1000 * MB, 10, 0),
                            site("0x1234 (libfoo.so.1)", 5, 50 * MB, 1000 * MB, 5, 3 * MB)]},
-                {"name": "exit", "t_s": 3.99, "live_bytes": 400 * MB, "estimated_bytes": 400 * MB,
+                {"name": "exit", "t_s": 3.99, "live_bytes": 400 * MB, "estimated_bytes": 440 * MB,
                  "samples": 40, "stacks": exit_,
-                 "sites": [site(XSS + " (x.c:1)", 6, 300 * MB, 400 * MB, 3, 20 * MB),
-                           site("parse_row (prog.c:30)", 2, 100 * MB, 400 * MB, 1000, 10 * MB)]},
+                 "sites": [site(XSS + " (x.c:1)", 6, 300 * MB, 440 * MB, 3, 20 * MB),
+                           site("parse_row (prog.c:30)", 2, 100 * MB, 440 * MB, 1000, 10 * MB),
+                           site("(stack not unwound)", None, 40 * MB, 440 * MB, 9, 9 * MB)]},
                 {"name": "never freed", "t_s": None, "live_bytes": None, "estimated_bytes": 0,
                  "samples": 0, "stacks": [], "sites": []}]}
 
@@ -194,10 +195,10 @@ def chart(text: str, kind: str) -> dict:
 
 def node_paths(flame: dict) -> list:
     """Each node of the page's flame tree as its call path from the outermost frame
-    (function names; an unnamed frame as "ADDRESS in OBJECT")."""
+    (function names; an unnamed frame as OBJECT+ADDRESS)."""
     def name(f):
         fn, _, _, obj, addr = flame["frames"][f]
-        return fn if fn else f'{addr} in {flame["objects"][obj]["path"].rsplit("/", 1)[-1]}'
+        return fn if fn else f'{flame["objects"][obj]["path"].rsplit("/", 1)[-1]}+{addr}'
     out = [()]
     for i in range(1, len(flame["up"])):
         out.append(out[i - flame["up"][i]] + (name(flame["frame"][i]),))
@@ -209,7 +210,7 @@ def expected_boxes(sites: dict, moment: int) -> dict:
     live bytes, and the bytes under it."""
     out = {(): 0}
     for e in sites["moments"][moment]["stacks"]:
-        path = tuple(NAMES[f] for f in reversed(sites["stacks"][e["stack"]]))
+        path = tuple(NAMES[f] for f in reversed(sites["stacks"][e["stack"]])) or ("(stack not unwound)",)
         for k in range(len(path) + 1):
             out[path[:k]] = out.get(path[:k], 0) + e["bytes"]
     return out
@@ -348,12 +349,13 @@ def test_moment_selector_redraws_the_graph_and_the_table(small_page, probe_page)
       put('never', fig.textContent); put('nboxes', boxes().length);
     """)
     assert a["errors"] == "0"
-    assert json.loads(a["options"]) == ["peak at 1.5 s: 1000.0 MiB", "exit at 3.99 s: 400.0 MiB",
+    assert json.loads(a["options"]) == ["peak at 1.5 s: 1000.0 MiB", "exit at 3.99 s: 440.0 MiB",
                                         "never freed: 0 B"]
-    # THEN the exit's boxes are drawn (the stack named with markup among them) and its table
+    # THEN the exit's boxes are drawn (the stack named with markup and the one not unwound
+    # among them) and its table
     assert a["moment"] == "exit"
     drawn = json.loads(a["boxes"])
-    assert len(drawn) == 5
+    assert len(drawn) == 6
     check_boxes(drawn, paths, expected_boxes(small_sites(), 1))
     assert a["caption"] == "Top call sites at exit at 3.99 s"
     assert a["first"] == XSS + " (x.c:1)"   # as text

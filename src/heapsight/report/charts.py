@@ -39,6 +39,8 @@ def clean(v):
     if isinstance(v, dict):
         return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
+        if all(type(x) is int for x in v):   # the long lists of the flame graph: fast
+            return list(v)
         return [clean(x) for x in v]
     if isinstance(v, np.ndarray):
         return clean(v.tolist())

@@ -28,6 +28,7 @@ import numpy as np
 # ---------------------------------------------------------------------------- call sites
 
 TOP_SITES = 100   # the table's rows per moment the page carries (the JSON has them all)
+NOT_UNWOUND = "(stack not unwound)"   # as the call sites name it
 
 # What kind of object a frame's code is in: its colour on the flame graph.
 KIND_NAMES = {"program": "the program", "libc": "C library", "runtime": "language runtime",
@@ -97,9 +98,14 @@ def flame_chart(summary: dict, cid: str) -> dict | None:
     moments = [m for m in sites["moments"] if isinstance(m, dict)]
     wanted = [e.get("stack") for m in moments for e in m.get("stacks") or []
               if isinstance(e.get("stack"), int)]
+    # a stack the unwinder could not take has no frames: it gets one of its own, so that
+    # its bytes show as a box under the root like any other
+    frames_in = list(sites.get("frames") or [])
+    unwound = len(frames_in)
+    frames_in.append({"function": NOT_UNWOUND})
+    stacks = [s if s else [unwound] for s in stacks]
     parent, frame, end = merge_paths(stacks, wanted)
     # only the frames the tree uses travel, renumbered; objects once each
-    frames_in = sites.get("frames") or []
     used = sorted({f for f in frame[1:] if isinstance(f, int)})
     renum = {f: i for i, f in enumerate(used)}
     objects, obj_index, frames = [], {}, []
@@ -143,7 +149,7 @@ def flame_chart(summary: dict, cid: str) -> dict | None:
 
 
 def sampling_note(sites: dict) -> str:
-    parts = []
+    parts = [str(sites["note"]).rstrip(".")] if sites.get("note") else []
     n, mean = sites.get("samples"), sites.get("sample_bytes")
     if isinstance(n, int) and isinstance(mean, (int, float)) and mean > 0:
         parts.append(f"{n:,} sampled allocations, one per {_iec(mean)} allocated on average; "

@@ -368,7 +368,9 @@ def build(items: list, title: str | None = None) -> Page:
             "version": __version__}
     sub = (f"heapsight {__version__} \u00b7 {time.strftime('%Y-%m-%d %H:%M')} \u00b7 "
            f"{len(items)} file(s), {len(all_charts)} chart(s) \u00b7 hover a chart for values, drag "
-           "across a timeline to zoom, double-click to zoom out")
+           "across a timeline to zoom" + (", click a box of a flame graph to zoom into it"
+                                          if any(c.get("kind") == "flame" for c in all_charts) else "")
+           + ", double-click to zoom out")
     page = "".join([
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f"<script>{HEALTH_JS}</script>",

@@ -626,8 +626,9 @@
     for (i = 1; i < n; i++) { kids[at[parent[i]]++] = i; depth[i] = depth[parent[i]] + 1; }
     var labels = c.frames.map(function (f) {
       if (f[0]) return String(f[0]);
+      // unnamed: OBJECT+ADDRESS, as the call sites table names it
       var obj = (c.objects[f[3]] || {}).path || '';
-      return (f[4] ? String(f[4]) : '?') + (obj ? ' in ' + obj.split('/').pop() : '');
+      return (obj ? obj.split('/').pop() : '?') + '+' + (f[4] ? String(f[4]) : '?');
     });
     var colors = c.frames.map(function (f, i) {
       var kind = (c.objects[f[3]] || {}).kind || 'unknown', hsl = KIND_HSL[kind] || KIND_HSL.unknown;
