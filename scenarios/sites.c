@@ -2,7 +2,7 @@
  * Three functions hold 50%, 30% and 20% of --mb MiB (96 by default) at the peak, in blocks
  * of mixed sizes (a quarter of each one's bytes in blocks of 32 B to 2 KiB, a quarter in
  * 16 KiB, half in 200 KiB ones that glibc maps on their own); then everything is freed but
- * one cache block in 8, and a fourth function allocates --leak-mb MiB (8) never freed.
+ * one cache block in 8, and a fourth function allocates --leak-mb MiB (32) never freed.
  * Snapshots (through heapsight_snapshot, when heapsight runs it) at "loaded" (the peak) and
  * "freed". Truth: usable bytes per function at the peak and at exit, on one line. */
 #include <malloc.h>
@@ -65,7 +65,7 @@ static void free_all(struct blocks *b, int keep_every) {
 }
 
 int main(int argc, char **argv) {
-    long mb = 96, leak_mb = 8;
+    long mb = 96, leak_mb = 32;
     const struct hs_opt opts[] = {{"mb", &mb, NULL}, {"leak-mb", &leak_mb, NULL}};
     hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
     uint64_t seed = 0x9e3779b97f4a7c15ull;

@@ -83,7 +83,8 @@ def group(traces, total) -> tuple:
     for b, frames in traces:
         if not frames:
             continue
-        fs = [symbolize.Frame(None if re.match(r"^0x", f) else f, None, None, o, 0) for f, o in frames]
+        fs = [symbolize.Frame(None if f is None or f.startswith("0x") else f, None, None, o, 0)
+              for f, o in frames]
         caller[key(fs[0].function, fs[0].object)] += b / total
         s = next((f for f in fs if not sites.is_allocator(f)), fs[-1])
         site[key(s.function, s.object)] += b / total

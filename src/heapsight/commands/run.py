@@ -58,7 +58,7 @@ def add_arguments(p) -> None:
     p.add_argument("--sample-bytes", metavar="SIZE", type=size_arg, default=None,
                    help="call sites: sample allocations once per SIZE bytes allocated on "
                         "average, with their stacks (default 512K; smaller is finer and costs "
-                        "more; 0: off). The summary names the top call sites at the peak and of "
+                        "more; 0: off; at least 64). The summary names the top call sites at the peak and of "
                         "the bytes never freed, with their sampling error")
     snaps = p.add_argument_group("snapshots (the split at moments you choose, in the summary, "
                                  "the JSON and the page's timeline)")
@@ -88,6 +88,8 @@ def add_arguments(p) -> None:
 
 
 EXIT_GATE = 90
+# what the library accepts for HEAPSIGHT_SAMPLE_BYTES (native/src/options.c), 0 aside
+SAMPLE_BYTES_MIN, SAMPLE_BYTES_MAX = 64, 1 << 40
 
 
 def size_arg(text: str) -> int:
@@ -150,6 +152,10 @@ def validate(args) -> None:
     if args.release_at_snapshot and not (args.snapshot_on or args.at or args.every):
         raise HeapsightError("--release-at-snapshot: no snapshot asked for (add --snapshot-on, "
                              "--at or --every)")
+    if args.sample_bytes is not None and args.sample_bytes and not (
+            SAMPLE_BYTES_MIN <= args.sample_bytes <= SAMPLE_BYTES_MAX):
+        raise HeapsightError(f"--sample-bytes {args.sample_bytes}: give 0 (off) or a size from "
+                             f"{SAMPLE_BYTES_MIN} bytes to 1T (e.g. 64K; the default is 512K)")
     if not (0 <= args.stats_hz <= 1000):
         raise HeapsightError(f"--stats-hz {args.stats_hz:g} is out of range: give 0 to 1000")
     check_outputs(args)

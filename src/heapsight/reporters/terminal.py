@@ -190,9 +190,9 @@ def _sites(c: Console, sites: dict) -> None:
             t.add_row(human(x["bytes"]), f"\u00b1{human(x['error_bytes'])}", fmt.share(x["share"]),
                       Text(x["site"]))   # a name, not markup ([unknown], C++ templates)
         _print(c, Padding(t, (0, 0, 0, 4), expand=False))
-        _indent(c, f"estimated from {m['samples']:,} sampled blocks live then (one sample per "
-                   f"{mean} allocated on average; \u00b1 is a 95% interval; estimated total "
-                   f"{human(m['estimated_bytes'])})", 4, style="dim")
+        _indent(c, f"estimated from {m['samples']:,} sampled blocks live then, "
+                   f"{human(m['estimated_bytes'])} in all (usable bytes; one sample per {mean} "
+                   "allocated on average; \u00b1 is a 95% interval)", 4, style="dim")
     if sites.get("note"):
         _indent(c, f"note: {sites['note']}", 4, style="dim")
     if sites.get("dropped"):
