@@ -177,6 +177,25 @@ def big_sites(n_stacks=10_000, depth=60, n_frames=3000, seed=1) -> dict:
             "stacks": [p[::-1] for p in paths], "moments": [moment("peak", 1.0), moment("exit", 0.4)]}
 
 
+def big_heapmaps(seed=2) -> list:
+    """A large map: a 1 GiB main heap and three thread arenas of four 64 MiB heaps each
+    (458,752 pages), in random states."""
+    rng = np.random.default_rng(seed)
+
+    def heap(start, pages):
+        return {"start": hex(start), "pages": pages,
+                "occupancy": b64(rng.choice([0, 0, 10, 200], pages).astype(np.uint8)),
+                "flags": b64(rng.choice([0, 1, 3, 3, 3, 5], pages).astype(np.uint8))}
+    arenas = [{"arena": 0, "pages": 262144, "free_resident_pages": 0, "pinned_pages": 0, "top_bytes": 0,
+               "heaps": [heap(0x55D0C0000000, 262144)]}]
+    for a in range(1, 4):
+        arenas.append({"arena": a, "pages": 4 * 16384, "free_resident_pages": 0, "pinned_pages": 0,
+                       "top_bytes": 0,
+                       "heaps": [heap(0x7F0000000000 + (a * 4 + h) * (64 << 20), 16384) for h in range(4)]})
+    return [{"moment": "exit", "t_s": 1.0, "status": "mapped", "allocator": "glibc", "page_bytes": 4096,
+             "release_measured_bytes": 0, "rss_before": 0, "rss_after": 0, "arenas": arenas, "pinners": []}]
+
+
 # ---------------------------------------------------------------------------- reading the page
 
 def body_attrs(dom: str) -> dict:
@@ -377,7 +396,7 @@ def test_heap_map_draws_a_cell_per_page_in_its_state_with_the_pinners(small_page
       document.body.dataset.cells = JSON.stringify(cells);
       document.body.dataset.ncells = fig.dataset.cells;
       document.body.dataset.legend = fig.querySelector('.legend').textContent;
-      document.body.dataset.caption = fig.querySelector('.caption').textContent;
+      document.body.dataset.caption = fig.querySelector('svg .axis-title').textContent;
       var svg = fig.querySelector('svg'), r = svg.getBoundingClientRect();
       var px = 14 * 4 + 7;   // a page per 14 px cell: the fifth cell of the first row
       svg.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + px, clientY: r.top + 20 + 7, bubbles: true}));
@@ -390,7 +409,7 @@ def test_heap_map_draws_a_cell_per_page_in_its_state_with_the_pinners(small_page
     for s in STATES0 + ["free"] * 8 + ["pinned"] * 8:
         want[s] = want.get(s, 0) + 1
     assert a["ncells"] == "32" and json.loads(a["cells"]) == want
-    assert a["caption"] == "one cell = 1 page (4.0 KiB)"
+    assert a["caption"].startswith("one cell = 1 page (4.0 KiB);"), a["caption"]
     # the legend gives each state's bytes
     legend = a["legend"]
     for label, pages in (("pinned: a few live bytes keep it resident", 10), ("free: a release gives it back", 12),
@@ -488,10 +507,10 @@ def test_png_export_draws_the_new_charts(small_page, tmp_path):
 
 @needs_chromium
 def test_a_large_profile_draws_in_well_under_a_second(probe_page):
-    # GIVEN a profile of 10,000 stacks 60 frames deep
+    # GIVEN a profile of 10,000 stacks 60 frames deep, and a heap map of 1.75 GiB
     sites = big_sites()
     t0 = time.monotonic()
-    page = report_html.build([("large profile", run_doc(sites))])
+    page = report_html.build([("large profile", run_doc(sites, big_heapmaps()))])
     build_s = time.monotonic() - t0
     # WHEN it is drawn, zoomed into a box deep down and switched to the other moment
     a = probe_page(page.html, PROBE_LIB + """
@@ -505,16 +524,24 @@ def test_a_large_profile_draws_in_well_under_a_second(probe_page):
       t0 = performance.now();
       sel.value = '1'; sel.dispatchEvent(new Event('change'));
       put('switchms', String(Math.round(performance.now() - t0)));
+      var hm = document.getElementById('fig-s1-heapmap');
+      put('hmms', hm.dataset.ms); put('hmcells', hm.dataset.cells); put('hmgroup', hm.dataset.group);
     """)
     print(f"large profile: page built in {build_s:.2f} s, {len(page.html) / MB:.1f} MiB; "
           f"flame graph drawn in {a['ms']} ms ({a['n']} boxes), zoom {a['zoomms']} ms, "
-          f"moment switch {a['switchms']} ms; page {a['render-ms']} ms")
+          f"moment switch {a['switchms']} ms; heap map {a['hmms']} ms ({a['hmcells']} cells of "
+          f"{a['hmgroup']} pages); page {a['render-ms']} ms")
     assert a["errors"] == "0"
     # THEN it draws in well under a second, boxes under a pixel left out
     assert int(a["ms"]) < FLAME_LIMIT_MS, a
     assert int(a["zoomms"]) < FLAME_LIMIT_MS and int(a["switchms"]) < FLAME_LIMIT_MS, a
     assert 1000 < int(a["n"]) < 60 * 1366 and float(a["minw"]) >= 0.5
     assert a["label-spills"] == "0"
+    # and the heap map groups pages by a power of two, every page in one cell
+    group = int(a["hmgroup"])
+    assert group & (group - 1) == 0 and group > 1
+    assert int(a["hmcells"]) == -(-262144 // group) + 12 * -(-16384 // group)
+    assert int(a["hmms"]) < FLAME_LIMIT_MS, a
 
 
 # ---------------------------------------------------------------------------- the data behind

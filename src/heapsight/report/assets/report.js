@@ -780,7 +780,8 @@
     var H = rows * rowH + FLAME_AXIS;
     var root = svg('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'class': 'plot flame', role: 'img'}, box);
     root.setAttribute('aria-label', (c.title || c.id) + ', ' + momentName(M));
-    var g = svg('g', {'class': 'boxes'}, root), lg = svg('g', {'class': 'labels'}, root);
+    // boxes and labels are put together off the page, then added at once
+    var g = svg('g', {'class': 'boxes'}), lg = svg('g', {'class': 'labels'});
     var measure = measurer(root);
     var rects = [];
     var zoomW = s.bytes[zoom];
@@ -795,20 +796,22 @@
       var label = fitLabel(name, b[2] - 8, measure);
       if (label) text(lg, b[1] + 4, y + rowH - 5.5, label, {'class': 'flabel', 'data-w': b[2].toFixed(1)});
     });
+    root.appendChild(g);
+    root.appendChild(lg);
     // the bytes under the zoomed box, as an axis
-    var ay = rows * rowH + 4, X = scale(0, zoomW, 0, W, false);
-    svg('line', {x1: 0, x2: W, y1: ay, y2: ay, 'class': 'axis'}, root);
+    var ay = rows * rowH + 4, X = scale(0, zoomW, 0, W, false), axis = 'M0 ' + ay + 'H' + W;
     var tv = linTicks(0, zoomW, 'bytes', Math.max(2, Math.round(W / 120))), tl = tickLabels(tv, 'bytes'), lastRight = -Infinity;
     tv.forEach(function (v, i) {
       var x = X(v), w = (tl[i] || '').length * 6.4;
       if (x > W + 0.5) return;
-      svg('line', {x1: x, x2: x, y1: ay, y2: ay + 4, 'class': 'axis'}, root);
+      axis += 'M' + x.toFixed(1) + ' ' + ay + 'v4';
       var anchor = x - w / 2 < 0 ? 'start' : x + w / 2 > W ? 'end' : 'middle';
       var left = anchor === 'start' ? x : anchor === 'end' ? x - w : x - w / 2;
       if (tl[i] === null || left < lastRight + 8) return;
       lastRight = left + w;
       text(root, x, ay + 16, tl[i], {'class': 'tick tick-x', 'text-anchor': anchor});
     });
+    svg('path', {d: axis, 'class': 'axis', fill: 'none'}, root);
     text(root, W / 2, H - 4, 'estimated live bytes at ' + momentName(M) +
       (zoom ? ' under ' + t.labels[c.frame[zoom]] : '') + ' \u2022 callers on top, the allocating call at the bottom',
       {'class': 'axis-title', 'text-anchor': 'middle'});
@@ -933,7 +936,6 @@
       html('span', 'sw', null, item).style.background = l.color;
       html('span', null, l.label + ': ' + fmtBytes(l.bytes, 1), item);
     });
-    var caption = html('div', 'caption', null, fig);
     var box = html('div', 'plotbox', null, fig);
     var tip = html('div', 'tip', null, fig);
     tip.style.display = 'none';
@@ -955,7 +957,8 @@
     var ARENA_H = 20, HEAP_H = 16;
     var heads = 0;
     heaps.forEach(function (h) { heads += (h.first ? ARENA_H : 0) + (h.many ? HEAP_H : 0); });
-    var budget = pngId ? Math.max(120, box.clientHeight - heads - 8) : 460;
+    var CAPTION_H = 22;
+    var budget = pngId ? Math.max(120, box.clientHeight - heads - CAPTION_H - 4) : 460;
     var group = 1, cell = HEAP_CELL_PX[HEAP_CELL_PX.length - 1];
     function height(g, px) {
       var cols = Math.floor(W / px), rows = 0;
@@ -968,12 +971,14 @@
         if (height(g, HEAP_CELL_PX[k]) <= budget) { group = g; cell = HEAP_CELL_PX[k]; break search; }
       }
     }
-    caption.textContent = 'one cell = ' + (group === 1 ? '1 page (' + fmtBytes(page, 1) + ')'
-      : count(group) + ' pages (' + fmtBytes(group * page, 1) + '), coloured by the state most of its pages are in');
     var cols = Math.floor(W / cell), s = cell - 1;
-    var H = heads + height(group, cell) + 4;
+    var H = heads + height(group, cell) + 4 + CAPTION_H;
     var root = svg('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'class': 'plot heapmap', role: 'img'}, box);
     root.setAttribute('aria-label', (c.title || c.id) + ', ' + mapName(M));
+    // the grouping, under the cells: what one cell is
+    text(root, 0, H - 6, 'one cell = ' + (group === 1 ? '1 page (' + fmtBytes(page, 1) + ')'
+      : count(group) + ' pages (' + fmtBytes(group * page, 1) + '), coloured by the state most of its pages are in') +
+      '; addresses rise left to right, row by row', {'class': 'axis-title'});
     var paths = states.map(function () { return []; });
     var y = 0, cells = 0, blocks = [];
     heaps.forEach(function (h) {
