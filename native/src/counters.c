@@ -71,7 +71,7 @@ hs_slot_t *_hs_slot_claim(void) {
                                     __ATOMIC_RELAXED)) {
       got = &seg->slots[i];
       got->tid = (uint64_t)syscall(SYS_gettid);
-      got->sample_left = 0; /* the thread's first allocation draws its own interval */
+      got->sample_left = HS_SAMPLE_FRESH; /* its first allocation draws the interval */
       uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
       while (used < i + 1 && !__atomic_compare_exchange_n(&seg->slots_used, &used, i + 1, 0,
                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {

@@ -64,6 +64,7 @@ uint64_t _hs_now_ns(void);
  * of live sampled blocks by (p >> 4) & mask, in .bss (pages never written stay unbacked).
  * Only a nonzero byte leads to the lookup of the block. */
 #define HS_SAMPLE_MAP_SIZE (1u << 18)
+#define HS_SAMPLE_FRESH (INT64_MIN / 2) /* a claimed slot's countdown: not drawn yet */
 extern HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
 void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller);
 void _hs_sample_shared(void *p, size_t usable, const void *caller);

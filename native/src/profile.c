@@ -420,9 +420,9 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller) 
     return;
   }
   int saved = errno;
-  if (HS_UNLIKELY(t_rng == 0)) {
-    /* the thread's first interval starts with its first allocation */
-    int64_t left = draw() + s->sample_left;
+  if (HS_UNLIKELY(s->sample_left < HS_SAMPLE_FRESH / 2)) {
+    /* a new thread's first interval starts with its first allocation */
+    int64_t left = draw() + (s->sample_left - HS_SAMPLE_FRESH);
     if (left >= 0) { s->sample_left = left; errno = saved; return; }
   }
   s->sample_left = draw(); /* memoryless: the next interval starts at this block's end */
