@@ -101,39 +101,53 @@ class Stacks:
         addrs = np.concatenate(raw).astype(np.uint64) if len(raw) else np.zeros(0, np.uint64)
         events = np.repeat(first_event, n)
         mod = prof.module_index(addrs, events)
-        # Frames are return addresses: the call is the byte before (its line, its inlining)
-        keys = []
-        for a, m in zip(addrs.tolist(), mod.tolist()):
-            if m < 0:
-                keys.append(("[unknown]", a))
-            else:
-                mm = prof.modules[m]
-                keys.append((mm.path, max(0, a - mm.bias - 1)))
+        # Frames are return addresses: the call is the byte before (its line, its inlining).
+        # Each distinct (object, address) is looked up once; the rest is array work, as a
+        # deep program's stacks hold hundreds of thousands of addresses.
+        bias = np.array([m.bias for m in prof.modules] + [0], dtype=np.uint64)[mod]
+        at = np.where((mod >= 0) & (addrs > bias), addrs - bias - np.uint64(1), addrs)
+        order = np.lexsort((at, mod))
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (mod[order][1:] != mod[order][:-1]) | (at[order][1:] != at[order][:-1])
+        inv = np.empty(len(order), dtype=np.int64)
+        inv[order] = np.cumsum(new) - 1
+        first = order[new]
+        keys = [(prof.modules[m].path if m >= 0 else "[unknown]", a)
+                for m, a in zip(mod[first].tolist(), at[first].tolist())]
         found = symbolizer([k for k in keys if k[0] != "[unknown]"])
         self.symbolizer, self.note = found.tool, found.note
-        self.frames, index = [], {}
-        self.stacks = []
-        k = 0
-        for count in n.tolist():
-            st = []
-            for key in keys[k:k + count]:
-                chain = found.frames.get(key) or symbolize.unknown(*key)
-                for f in chain:
-                    i = index.get(f)
-                    if i is None:
-                        i = index[f] = len(self.frames)
-                        self.frames.append(f)
-                    st.append(i)
-            self.stacks.append(st)
-            k += count
-        self.site_of = [self._site(st) for st in self.stacks]
-
-    def _site(self, stack: list) -> int | None:
-        """The frame index of a stack's call site (None: no stack)."""
-        for i in stack:
-            if not is_allocator(self.frames[i]):
-                return i
-        return stack[-1] if stack else None
+        # each distinct address's chain of frames (inlined ones first), as frame indices
+        self.frames, index, chains = [], {}, []
+        for key in keys:
+            ids = []
+            for f in found.frames.get(key) or symbolize.unknown(*key):
+                if f not in index:
+                    index[f] = len(self.frames)
+                    self.frames.append(f)
+                ids.append(index[f])
+            chains.append(ids)
+        lens = np.array([len(c) for c in chains], dtype=np.int64)
+        chain_at = np.concatenate([[0], np.cumsum(lens)])[:-1]
+        chain_flat = np.array([i for c in chains for i in c], dtype=np.int64)
+        # every stack's frames, one flat array: each address replaced by its chain
+        per = lens[inv]
+        out_at = np.cumsum(per) - per
+        flat = chain_flat[np.repeat(chain_at[inv] - out_at, per) + np.arange(int(per.sum()))]
+        ends = np.concatenate([[0], np.cumsum(per)])[np.cumsum(np.concatenate([[0], n]))]
+        flat_list = flat.tolist()
+        self.stacks = [flat_list[a:b] for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]
+        # the call site: the first frame of each stack outside the allocator, else its last
+        alloc = np.array([is_allocator(f) for f in self.frames] or [False], dtype=bool)
+        outside = np.flatnonzero(~alloc[flat]) if len(flat) else np.zeros(0, np.int64)
+        j = np.searchsorted(outside, ends[:-1])
+        self.site_of = []
+        for a, b, k in zip(ends[:-1].tolist(), ends[1:].tolist(), j.tolist()):
+            if a == b:
+                self.site_of.append(None)
+            elif k < len(outside) and outside[k] < b:
+                self.site_of.append(flat_list[int(outside[k])])
+            else:
+                self.site_of.append(flat_list[b - 1])
 
     def frame_dicts(self) -> list:
         return [{"function": f.function, "file": f.file, "line": f.line, "object": f.object,
@@ -170,7 +184,7 @@ def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
     out_sites = []
     for key, (frame, nb, nk, nv) in sites.items():
         out_sites.append({"site": key[0] or NO_STACK, "frame": frame, "bytes": int(round(nb)),
-                          "share": round(nb / total, 4) if total else 0.0,
+                          "share": round(float(nb / total), 4) if total else 0.0,
                           "blocks": int(round(nk)), "error_bytes": int(round(Z95 * np.sqrt(nv)))})
     out_sites.sort(key=lambda x: -x["bytes"])
     return {"name": m.name, "t_s": round(m.t_s, 3), "live_bytes": int(m.live_bytes),
