@@ -605,7 +605,7 @@
   // bytes allocated through it. The paths come merged into one tree (report/holders.py);
   // here a moment's bytes are summed up that tree once, and only boxes at least a pixel
   // wide are laid out (children largest first: once one is too narrow, the rest are).
-  var FLAME_ROW = 18, FLAME_FONT = 11, FLAME_AXIS = 46;
+  var FLAME_ROW = 18, FLAME_FONT = 11, FLAME_AXIS = 40;
   var KIND_HSL = {program: [24, 80, 62], libc: [178, 38, 56], runtime: [268, 32, 66],
                   library: [45, 70, 58], unknown: [210, 6, 72]};
   var ROOT_COLOR = '#c9ced4';
@@ -761,7 +761,9 @@
       var name = (c.kinds && c.kinds[k]) || k;
       html('span', null, name + (k === 'program' || k === 'runtime' ? ' (' + kinds[k].join(', ') + ')' : ''), item);
     });
-    var box = html('div', 'plotbox', null, fig);
+    // the byte scale stays above the boxes, which scroll when the paths run deep
+    var axisBox = html('div', 'flame-axis', null, fig);
+    var box = html('div', 'plotbox' + (pngId ? '' : ' scrolly'), null, fig);
     if (c.note) html('div', 'note', c.note, fig);
     var tip = html('div', 'tip wide', null, fig);
     tip.style.display = 'none';
@@ -776,45 +778,55 @@
     var rows = 0;
     boxes.forEach(function (b) { if (t.depth[b[0]] + 1 > rows) rows = t.depth[b[0]] + 1; });
     var rowH = FLAME_ROW;
-    if (pngId) rowH = Math.max(2, Math.min(FLAME_ROW, Math.floor((Math.max(200, box.clientHeight) - FLAME_AXIS) / rows)));
-    var H = rows * rowH + FLAME_AXIS;
+    if (pngId) {
+      // an image cannot scroll: rows as low as labels allow, deeper paths left out (said)
+      var room = Math.max(200, box.clientHeight);
+      rowH = Math.max(14, Math.min(FLAME_ROW, Math.floor(room / rows)));
+      var fits = Math.floor(room / rowH);
+      if (rows > fits) {
+        boxes = boxes.filter(function (b) { return t.depth[b[0]] < fits; });
+        rows = fits;
+        html('div', 'note', 'Call paths deeper than ' + fits + ' calls are left out of this image.', fig);
+      }
+    }
+    var H = rows * rowH;
+    var zoomW = s.bytes[zoom];
+    // the bytes under the zoomed box, as an axis above the root
+    var top = svg('svg', {width: W, height: FLAME_AXIS, viewBox: '0 0 ' + W + ' ' + FLAME_AXIS, 'class': 'plot flame-scale'}, axisBox);
+    text(top, W / 2, 12, 'estimated live bytes at ' + momentName(M) +
+      (zoom ? ' under ' + t.labels[c.frame[zoom]] : '') + ' \u2022 callers on top, the allocating call at the bottom',
+      {'class': 'axis-title', 'text-anchor': 'middle'});
+    var ay = FLAME_AXIS - 3, X = scale(0, zoomW, 0, W, false), axis = 'M0 ' + ay + 'H' + W;
+    var tv = linTicks(0, zoomW, 'bytes', Math.max(2, Math.round(W / 120))), tl = tickLabels(tv, 'bytes'), lastRight = -Infinity;
+    tv.forEach(function (v, i) {
+      var x = X(v), w = (tl[i] || '').length * 6.4;
+      if (x > W + 0.5) return;
+      axis += 'M' + x.toFixed(1) + ' ' + ay + 'v-4';
+      var anchor = x - w / 2 < 0 ? 'start' : x + w / 2 > W ? 'end' : 'middle';
+      var left = anchor === 'start' ? x : anchor === 'end' ? x - w : x - w / 2;
+      if (tl[i] === null || left < lastRight + 8) return;
+      lastRight = left + w;
+      text(top, x, ay - 8, tl[i], {'class': 'tick tick-x', 'text-anchor': anchor});
+    });
+    svg('path', {d: axis, 'class': 'axis', fill: 'none'}, top);
     var root = svg('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'class': 'plot flame', role: 'img'}, box);
     root.setAttribute('aria-label', (c.title || c.id) + ', ' + momentName(M));
     // boxes and labels are put together off the page, then added at once
     var g = svg('g', {'class': 'boxes'}), lg = svg('g', {'class': 'labels'});
     var measure = measurer(root);
     var rects = [];
-    var zoomW = s.bytes[zoom];
-    boxes.forEach(function (b, i) {
+    boxes.forEach(function (b) {
       var n = b[0], y = t.depth[n] * rowH;
       var r = svg('rect', {x: b[1].toFixed(2), y: y, width: Math.max(0.5, b[2] - 0.5).toFixed(2),
         height: rowH - 1, fill: n ? t.colors[c.frame[n]] : ROOT_COLOR,
         'class': b[3] ? 'fbox anc' : 'fbox', 'data-n': n}, g);
       rects.push(r);
-      if (rowH < 12) return;
       var name = n ? t.labels[c.frame[n]] : 'all: ' + fmtBytes(total, 1) + ' at ' + String(M.name || '');
       var label = fitLabel(name, b[2] - 8, measure);
       if (label) text(lg, b[1] + 4, y + rowH - 5.5, label, {'class': 'flabel', 'data-w': b[2].toFixed(1)});
     });
     root.appendChild(g);
     root.appendChild(lg);
-    // the bytes under the zoomed box, as an axis
-    var ay = rows * rowH + 4, X = scale(0, zoomW, 0, W, false), axis = 'M0 ' + ay + 'H' + W;
-    var tv = linTicks(0, zoomW, 'bytes', Math.max(2, Math.round(W / 120))), tl = tickLabels(tv, 'bytes'), lastRight = -Infinity;
-    tv.forEach(function (v, i) {
-      var x = X(v), w = (tl[i] || '').length * 6.4;
-      if (x > W + 0.5) return;
-      axis += 'M' + x.toFixed(1) + ' ' + ay + 'v4';
-      var anchor = x - w / 2 < 0 ? 'start' : x + w / 2 > W ? 'end' : 'middle';
-      var left = anchor === 'start' ? x : anchor === 'end' ? x - w : x - w / 2;
-      if (tl[i] === null || left < lastRight + 8) return;
-      lastRight = left + w;
-      text(root, x, ay + 16, tl[i], {'class': 'tick tick-x', 'text-anchor': anchor});
-    });
-    svg('path', {d: axis, 'class': 'axis', fill: 'none'}, root);
-    text(root, W / 2, H - 4, 'estimated live bytes at ' + momentName(M) +
-      (zoom ? ' under ' + t.labels[c.frame[zoom]] : '') + ' \u2022 callers on top, the allocating call at the bottom',
-      {'class': 'axis-title', 'text-anchor': 'middle'});
     fig.dataset.marks = String(rects.length);
     fig.dataset.moment = String(M.name);
     fig.dataset.zoom = zoom ? t.labels[c.frame[zoom]] : '';
