@@ -294,7 +294,14 @@ def test_flame_graph_draws_one_box_per_call_path_as_wide_as_its_bytes(small_page
       var pr = boxes().filter(function (b) { return b[0] === %d; })[0];
       mouse(rectOf(pr[0]), 'mousemove');
       put('tip', fig.querySelector('.tip').textContent);
-      put('table', document.getElementById('side-s1-flame').textContent);
+      var side = document.getElementById('side-s1-flame');
+      put('table', side.textContent);
+      var row = side.querySelectorAll('tbody tr')[1];   // strdup
+      row.dispatchEvent(new MouseEvent('mouseenter'));
+      put('match', Array.prototype.map.call(fig.querySelectorAll('rect.match'), function (r) {
+        return +r.getAttribute('data-n'); }));
+      row.dispatchEvent(new MouseEvent('mouseleave'));
+      put('after', fig.querySelectorAll('rect.match').length);
     """ % paths.index(("main", "load", "parse_row")))
     assert a["errors"] == "0"
     # THEN there is one box per call path with bytes (7: the root, main, load, parse_row,
@@ -315,6 +322,9 @@ def test_flame_graph_draws_one_box_per_call_path_as_wide_as_its_bytes(small_page
     assert "Top call sites at peak" in table
     assert table.index("parse_row (prog.c:30)") < table.index("strdup (libc.so.6)") < table.index("build_index")
     assert "600.0 MiB \u00b1 30.0 MiB" in table and "60%" in table and "6,000" in table
+    # and hovering a row outlines its call site's boxes, until the mouse leaves
+    assert [paths[n] for n in json.loads(a["match"])] == [("main", "load", "parse_row", "strdup")]
+    assert a["after"] == "0"
 
 
 @needs_chromium
