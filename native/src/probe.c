@@ -1,6 +1,7 @@
 /* probe.c: the library's own measurements: RSS from /proc/self/status (open/read into a
  * stack buffer: fopen would allocate), the helper thread that samples the allocator's
- * figures, and the release probe at exit, which never waits without bound. */
+ * figures and takes the heap maps the CLI asks for (heapmap.c), and the release probe at
+ * exit, which never waits without bound. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -13,6 +14,13 @@
 
 #include "hs_internal.h"
 #include "hs_options.h"
+
+/* heapmap.c and segment.c */
+int _hs_heapmap_write(const char *path);
+int _hs_heapmap_write_refusal(const char *path, const char *why);
+int _hs_heapmap_forking(void);
+uint64_t _hs_heapmap_cpu_ns(void);
+const char *_hs_segment_path(void);
 
 static uint64_t field_kb(const char *buf, const char *key) {
   const char *p = strstr(buf, key);
@@ -69,7 +77,7 @@ static void publish_stats(const hs_alloc_stats_t *st) {
 #define HS_PROBE_BLOCKED_NS 300000000ull
 #define HS_PROBE_LIMIT_NS 30000000000ull
 
-enum { HS_JOB_NONE, HS_JOB_STATS_BEFORE, HS_JOB_RELEASE, HS_JOB_STATS_AFTER };
+enum { HS_JOB_NONE, HS_JOB_STATS_BEFORE, HS_JOB_RELEASE, HS_JOB_STATS_AFTER, HS_JOB_MAP_EXIT };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv;           /* CLOCK_MONOTONIC; job posted, job done */
@@ -77,6 +85,38 @@ static int g_job, g_job_done, g_stop;
 static int g_helper_started;
 static pid_t g_helper_tid;
 static uint64_t g_release_ns;
+static int g_in_map;                  /* the helper is taking a heap map */
+static uint64_t g_map_seen;           /* the last heapmap_seq answered */
+
+/* "<segment path>.map.<suffix>", or 0 when the segment has no path of ours. */
+static int map_path(char *buf, size_t len, const char *suffix) {
+  const char *seg = _hs_segment_path();
+  if (!seg) return 0;
+  int n = snprintf(buf, len, "%s.map.%s", seg, suffix);
+  return n > 0 && (size_t)n < len;
+}
+
+/* A heap map, on the helper (heapmap.c forks from here, never from a program thread). */
+static void take_map(const char *suffix) {
+  char path[4200];
+  if (!map_path(path, sizeof path, suffix)) return;
+  __atomic_store_n(&g_in_map, 1, __ATOMIC_RELEASE);
+  _hs_heapmap_write(path);
+  __atomic_store_n(&g_in_map, 0, __ATOMIC_RELEASE);
+}
+
+/* The CLI asked for map N (heapmap_seq): take it, then answer (heapmap_ack). Requests
+ * that came meanwhile are answered by the one map. */
+static int answer_map_request(void) {
+  uint64_t want = __atomic_load_n(&_hs_seg->heapmap_seq, __ATOMIC_ACQUIRE);
+  if (want == g_map_seen) return 0;
+  g_map_seen = want;
+  char num[24];
+  int n = snprintf(num, sizeof num, "%llu", (unsigned long long)want);
+  if (n > 0) take_map(num);
+  __atomic_store_n(&_hs_seg->heapmap_ack, want, __ATOMIC_RELEASE);
+  return 1;
+}
 
 static struct timespec mono_in(uint64_t ns) {
   uint64_t at = _hs_now_ns() + ns;
@@ -94,6 +134,8 @@ static void run_job(int job) {
     g_release_ns = _hs_now_ns() - t0;
   } else if (job == HS_JOB_STATS_AFTER) {
     _hs_allocator_stats(&seg->exit_stats_after);
+  } else if (job == HS_JOB_MAP_EXIT) {
+    take_map("exit");
   }
 }
 
@@ -110,11 +152,15 @@ static uint64_t thread_cpu_ns(void) {
 
 static uint64_t g_probe_cpu_ns; /* the exiting thread's share, during the exit probe */
 
+/* The helper's CPU, the exit probe's, and the heap maps' child processes' (wait4). */
 static void publish_cpu(void) {
-  __atomic_store_n(&_hs_seg->library_cpu_ns, thread_cpu_ns() + g_probe_cpu_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&_hs_seg->library_cpu_ns,
+                   thread_cpu_ns() + g_probe_cpu_ns + _hs_heapmap_cpu_ns(), __ATOMIC_RELAXED);
 }
 
 #define HS_STATS_STALL_NS (5 * 1000000ull)
+/* The longest the helper sleeps: how soon it sees a heap-map request. */
+#define HS_POLL_NS (20 * 1000000ull)
 
 static void *helper_main(void *arg) {
   (void)arg;
@@ -122,6 +168,7 @@ static void *helper_main(void *arg) {
   __atomic_store_n(&g_helper_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
   int sampling = _hs_opt.stats_hz > 0;
   uint64_t period = sampling ? (uint64_t)(1e9 / _hs_opt.stats_hz) : 0, next = _hs_now_ns();
+  g_map_seen = __atomic_load_n(&_hs_seg->heapmap_ack, __ATOMIC_ACQUIRE); /* after an execve */
   pthread_mutex_lock(&g_mu);
   while (!g_stop) {
     if (g_job != HS_JOB_NONE) {
@@ -133,6 +180,13 @@ static void *helper_main(void *arg) {
       g_job = HS_JOB_NONE;
       g_job_done = job;
       pthread_cond_broadcast(&g_cv);
+      continue;
+    }
+    if (__atomic_load_n(&_hs_seg->heapmap_seq, __ATOMIC_ACQUIRE) != g_map_seen) {
+      pthread_mutex_unlock(&g_mu);
+      answer_map_request();
+      publish_cpu();
+      pthread_mutex_lock(&g_mu);
       continue;
     }
     if (sampling && _hs_now_ns() >= next) {
@@ -154,13 +208,13 @@ static void *helper_main(void *arg) {
       pthread_mutex_lock(&g_mu);
       continue;
     }
+    uint64_t now = _hs_now_ns(), wait = HS_POLL_NS;
     if (sampling) {
-      uint64_t now = _hs_now_ns();
-      struct timespec until = mono_in(next > now ? next - now : 0);
-      pthread_cond_timedwait(&g_cv, &g_mu, &until);
-    } else {
-      pthread_cond_wait(&g_cv, &g_mu);
+      uint64_t left = next > now ? next - now : 0;
+      if (left < wait) wait = left;
     }
+    struct timespec until = mono_in(wait);
+    pthread_cond_timedwait(&g_cv, &g_mu, &until);
   }
   pthread_mutex_unlock(&g_mu);
   return NULL;
@@ -182,7 +236,10 @@ static int thread_sleeping(pid_t tid) {
   return p && p[1] == ' ' && p[2] == 'S';
 }
 
-/* Runs one exit job on the helper; HS_PROBE_DONE once it is done, or why not. */
+/* Runs one exit job on the helper; HS_PROBE_DONE once it is done, or why not. A heap map
+ * (the exit job, or one the CLI asked for just before) waits for its child process,
+ * asleep, and bounds itself (heapmap.c): only its fork(), which takes the allocator's
+ * locks, counts as possibly blocked, and its time does not count toward the limit. */
 static int on_helper(int job) {
   if (!g_helper_started) return HS_PROBE_NO_HELPER;
   pid_t tid = __atomic_load_n(&g_helper_tid, __ATOMIC_ACQUIRE);
@@ -196,6 +253,12 @@ static int on_helper(int job) {
     pthread_cond_timedwait(&g_cv, &g_mu, &until);
     if (g_job_done == job) break;
     uint64_t now = _hs_now_ns();
+    int mapping = __atomic_load_n(&g_in_map, __ATOMIC_ACQUIRE) && !_hs_heapmap_forking();
+    if (mapping) {
+      start = now;
+      asleep_since = 0;
+      continue;
+    }
     if (tid > 0 && thread_sleeping(tid)) {
       if (!asleep_since) asleep_since = now;
       if (now - asleep_since >= HS_PROBE_BLOCKED_NS) { status = HS_PROBE_ALLOCATOR_LOCKED; break; }
@@ -227,7 +290,8 @@ void _hs_stats_thread_start(void) {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
+  /* fork() runs the program's atfork handlers on this stack: room for them */
+  pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED); /* never joined: see above */
   pthread_t t;
   g_helper_started = pthread_create(&t, &attr, helper_main, NULL) == 0;
@@ -253,6 +317,18 @@ void _hs_exit_probe(void) {
   int status, helper = g_helper_started;
   if (helper) status = on_helper(HS_JOB_STATS_BEFORE);
   else status = seg->allocator_id == HS_ALLOC_UNKNOWN ? HS_PROBE_DONE : HS_PROBE_NO_HELPER;
+  /* The heap map asked for at exit: before the release, and only once the statistics
+   * call has shown that no arena lock is stuck (a fork waiting on one would hold the
+   * stdio list lock that exit() needs). */
+  if (__atomic_load_n(&seg->heapmap_at_exit, __ATOMIC_ACQUIRE) == 1) {
+    int mapped = helper && status == HS_PROBE_DONE;
+    if (mapped) status = on_helper(HS_JOB_MAP_EXIT);
+    char path[4200];
+    if ((!mapped || status != HS_PROBE_DONE) && map_path(path, sizeof path, "exit"))
+      _hs_heapmap_write_refusal(path, !helper ? "heapsight's thread was not running in the "
+                                                "program (an allocator without figures)"
+                                              : "the allocator's lock stayed taken at exit");
+  }
   if (helper && status == HS_PROBE_DONE && _hs_opt.release_at_exit) {
     if (_hs_allocator_release_on_caller()) {
       uint64_t t0 = _hs_now_ns();

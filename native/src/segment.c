@@ -59,8 +59,10 @@ static void fill_header(hs_segment_t *s) {
   __atomic_store_n(&s->magic, HS_SEGMENT_MAGIC, __ATOMIC_RELEASE);
 }
 
+/* The helper thread forks only for heap maps (heapmap.c): those children are not the
+ * program's. */
 static void on_fork_parent(void) {
-  if (g_owner) __atomic_fetch_add(&_hs_seg->forks, 1, __ATOMIC_RELAXED);
+  if (g_owner && !_hs_t_helper) __atomic_fetch_add(&_hs_seg->forks, 1, __ATOMIC_RELAXED);
 }
 
 /* The child must stop writing to the shared pages at once: map the same file privately
@@ -130,6 +132,11 @@ refuse:
  * attach PID` to read; it is removed at exit. */
 static char g_own_path[96];
 
+/* The attached segment's path (heap maps are written beside it). */
+static char g_path[4096];
+
+const char *_hs_segment_path(void) { return g_owner && g_path[0] ? g_path : NULL; }
+
 static const char *make_own_segment(char *buf, size_t len) {
   int n = snprintf(buf, len, "/dev/shm/heapsight-%d-auto.seg", (int)getpid());
   if (n <= 0 || (size_t)n >= len) return NULL;
@@ -179,12 +186,18 @@ void _hs_segment_attach(void) {
       } else if (none == me) {
         /* execve in the owner: the old image and its heap are gone, start over. */
         uint64_t execs = seg->execs + 1, forks = seg->forks, foreign = seg->foreign_attaches;
+        /* the CLI's heap-map requests stand across the execve */
+        uint64_t map_seq = seg->heapmap_seq, map_ack = seg->heapmap_ack,
+                 map_at_exit = seg->heapmap_at_exit;
         memset(seg, 0, offsetof(hs_segment_t, profile));
         _hs_profile_reset(seg);
         seg->owner_pid = me;
         seg->execs = execs;
         seg->forks = forks;
         seg->foreign_attaches = foreign;
+        seg->heapmap_seq = map_seq;
+        seg->heapmap_ack = map_ack;
+        seg->heapmap_at_exit = map_at_exit;
         g_owner = 1;
       } else {
         __atomic_fetch_add(&seg->foreign_attaches, 1, __ATOMIC_RELAXED);
@@ -192,8 +205,13 @@ void _hs_segment_attach(void) {
         seg = NULL;
       }
     }
-    if (seg) g_fd = fd;
-    else if (fd >= 0) close(fd);
+    if (seg) {
+      g_fd = fd;
+      size_t n = strlen(path);
+      if (n < sizeof g_path) memcpy(g_path, path, n + 1);
+    } else if (fd >= 0) {
+      close(fd);
+    }
   }
   if (!seg) seg = private_segment();
   if (!seg) return; /* no memory for counters at all: run uncounted */

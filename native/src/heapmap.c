@@ -1,0 +1,855 @@
+/* heapmap.c: the heap map, and a measured "what would a release give back right now".
+ *
+ * _hs_heapmap_write(path) runs on the library's helper thread (probe.c), never on one of
+ * the program's. It fork()s: glibc's fork takes every arena lock around the copy, so the
+ * child sees a consistent heap (and the library's atfork handler has already detached the
+ * child from the shared segment). The child, single-threaded and on its own copy:
+ *   1. lists the heaps from /proc/self/maps: glibc's main heap ([heap]) and its thread
+ *      arenas' heaps (64 MiB-aligned read-write mappings that start with a heap_info);
+ *   2. reads its RSS and the heaps' page presence (/proc/self/pagemap);
+ *   3. calls the allocator's release (_hs_allocator_release: malloc_trim(0) for glibc, the
+ *      others' purge) on the copy, and reads RSS and pagemap again: the difference is what
+ *      a release would give back now, measured, the program untouched;
+ *   4. (glibc) walks every heap's chunks from their headers, after the release (malloc_trim
+ *      consolidates the fastbins first, so a chunk is in use iff the next chunk's PREV_INUSE
+ *      bit is set, but for chunks parked in a thread's tcache: those carry the tcache key in
+ *      their second word, read from the entries of a thread's tcache_perthread_struct, found
+ *      by a first walk: the child allocates nothing from the heap, which it would disturb);
+ *   5. writes the file and _exit(0)s.
+ * The parent waits, bounded: the child is killed after HS_MAP_LIMIT_NS. Its CPU time (wait4
+ * rusage) is the library's, not the program's (_hs_heapmap_cpu_ns, added to
+ * library_cpu_ns by probe.c). A child process must not disturb the program: the map is
+ * refused (a "not mapped" file says why) when the program handles SIGCHLD itself or has
+ * child processes of its own (a wait for any child could take ours); the child is named
+ * "hs-heapmap" (the CLI leaves it out of the program's descendants) and is the first the
+ * OOM killer takes.
+ *
+ * The glibc layouts read (2.36, x86-64; malloc/malloc.c and malloc/arena.c):
+ *   chunk: prev_size, size (bits PREV_INUSE 1, IS_MMAPPED 2, NON_MAIN_ARENA 4); user data at
+ *     chunk + 16; usable bytes of an in-use chunk: size - 8 (they end in the next chunk's
+ *     prev_size). A tcache entry keeps its key in the user data's second word.
+ *   heap_info (at each thread heap's 64 MiB-aligned start): ar_ptr, prev, size,
+ *     mprotect_size, pagesize, padding: 48 bytes (read from the first heap: ar_ptr - heap).
+ *   malloc_state (after the heap_info of an arena's first heap): top at +96, next at +2160,
+ *     system_mem at +2184, 2200 bytes; the arena's first chunk is the next 16-aligned byte.
+ *     system_mem must equal the sum of the arena's heap sizes: the check that the layout is
+ *     the one expected; an arena that fails it is listed but not walked.
+ *   A thread heap that is not its arena's current one ends in fenceposts: a 16-byte chunk
+ *     and a header of size 0|PREV_INUSE within 2 * MINSIZE of the heap's end.
+ *   The main arena starts at start_brk (/proc/self/stat) rounded up to 16 and ends at the
+ *     break; its last chunk is the top.
+ * Every read stays inside the mappings listed; a walk whose chunk sizes leave the heap, or
+ * that does not end exactly at the heap's end (the top chunk, or the fenceposts), marks
+ * that heap "not walked" (its live bytes and bits 4, 8, 16 are then empty), never a crash.
+ *
+ * The file (little-endian; "<segment path>.map.N", ".map.exit"; 0600, O_EXCL):
+ *   header, 384 bytes: u64 magic "HSHMAP01", version (1), header_bytes, file_bytes (the
+ *     whole file: a shorter file is a child that was stopped), status (0 mapped, 1 not
+ *     mapped), allocator (HS_ALLOC_*), page_bytes, time_ns (CLOCK_MONOTONIC just before the
+ *     fork: the moment mapped), rss_before, rss_after, anon_before, anon_after (the child's
+ *     VmRSS and RssAnon around the release), release_ns, walk_ns, fork_ns (fork() to the
+ *     child's first instruction: the time the program's threads could not allocate),
+ *     child_ns (the child's whole run), n_heaps, tcache_key_found, released_pages
+ *     (pagemap: resident before the release, not after, in the heaps), child_minflt (pages
+ *     the child faulted: its copies, its buffers), reserved[11]; char why[160] (the reason
+ *     when not mapped, else a note or empty).
+ *   per heap: u64 start, pages, arena (0 main, 1.. thread arenas in malloc_info's order),
+ *     kind (0 main heap, 1 thread heap), walked, top_bytes, live_bytes, inuse_chunks,
+ *     free_chunks, tcache_chunks, reserved[2]; u32 live[pages]; u8 flags[pages]; zero
+ *     padding to 8 bytes.
+ *   trailer: u64 "HSHMAPEN".
+ * Per page: live = user (usable) bytes of in-use chunks on the page; flags: 1 resident
+ * before the release, 2 resident after it, 4 holds part of the top chunk, 8 holds
+ * allocator bytes a release keeps (a chunk header, a free chunk's first 48 bytes, the top's
+ * first 33, heap_info and malloc_state, fenceposts), 16 holds (part of) a free chunk kept
+ * in a thread's tcache. malloc_trim(0) drops exactly the pages with none of live, 8, 16
+ * inside free chunks; glibc 2.36 trims thread arenas' top chunks only on free(), never in
+ * malloc_trim, so their top pages stay resident (bit 4, arena > 0). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hs_internal.h"
+
+int _hs_heapmap_write(const char *path);
+int _hs_heapmap_write_refusal(const char *path, const char *why);
+int _hs_heapmap_forking(void);
+uint64_t _hs_heapmap_cpu_ns(void);
+
+#define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
+#define HS_MAP_END 0x4e4550414d485348ull     /* "HSHMAPEN" */
+#define HS_MAP_VERSION 1
+#define HS_MAP_LIMIT_NS 30000000000ull
+#define HS_MAP_HEAP_MAX (64ull << 20)
+
+/* glibc 2.36, x86-64 (see the top comment) */
+#define G_MINSIZE 32u
+#define G_CHUNK_STRUCT 48u          /* sizeof(struct malloc_chunk): mtrim keeps these */
+#define G_TOP_KEEP 33u              /* systrim keeps MINSIZE + 1 bytes of the top */
+#define G_TCACHE_MAX_CHUNK 1040u    /* chunk of tidx2usize(63) = 1032 usable bytes */
+#define G_TCACHE_STRUCT_CHUNK 656u  /* request2size(sizeof(tcache_perthread_struct)) */
+#define G_MSTATE_BYTES 2200u
+#define G_MSTATE_TOP 96u
+#define G_MSTATE_NEXT 2160u
+#define G_MSTATE_SYSTEM_MEM 2184u
+
+enum { F_BEFORE = 1, F_AFTER = 2, F_TOP = 4, F_ALLOC = 8, F_TCACHE = 16 };
+
+typedef struct hs_map_header_s {
+  uint64_t magic, version, header_bytes, file_bytes, status, allocator, page_bytes, time_ns;
+  uint64_t rss_before, rss_after, anon_before, anon_after;
+  uint64_t release_ns, walk_ns, fork_ns, child_ns, n_heaps, tcache_key_found;
+  uint64_t released_pages, child_minflt;
+  uint64_t reserved[8];
+  char why[160];
+} hs_map_header_t;
+
+typedef struct hs_map_heap_s {
+  uint64_t start, pages, arena, kind, walked, top_bytes, live_bytes;
+  uint64_t inuse_chunks, free_chunks, tcache_chunks;
+  uint64_t reserved[2];
+} hs_map_heap_t;
+
+_Static_assert(sizeof(hs_map_header_t) == 384, "the file header is 384 bytes");
+_Static_assert(sizeof(hs_map_heap_t) == 96, "a heap's record is 96 bytes");
+
+/* ---- the parent's side: state probe.c reads ---- */
+static volatile int g_forking;   /* 1 while fork() may wait for the allocator's locks */
+static uint64_t g_cpu_ns;        /* the children's CPU time, in all */
+
+int _hs_heapmap_forking(void) { return __atomic_load_n(&g_forking, __ATOMIC_ACQUIRE); }
+uint64_t _hs_heapmap_cpu_ns(void) { return __atomic_load_n(&g_cpu_ns, __ATOMIC_RELAXED); }
+
+/* ---- small helpers usable in the child (no malloc, no stdio, no locks) ---- */
+static void *raw_map(size_t bytes, int populate) {
+  void *p = (void *)syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+  return (long)p < 0 && (long)p > -4096 ? NULL : p;
+}
+
+static void raw_unmap(void *p, size_t bytes) {
+  if (p) syscall(SYS_munmap, p, bytes);
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return 0;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 1;
+}
+
+static void set_why(hs_map_header_t *h, const char *why) {
+  size_t n = strnlen(why, sizeof h->why - 1);
+  memcpy(h->why, why, n);
+  h->why[n] = 0;
+}
+
+static void header_init(hs_map_header_t *h, uint64_t time_ns) {
+  memset(h, 0, sizeof *h);
+  h->magic = HS_MAP_MAGIC;
+  h->version = HS_MAP_VERSION;
+  h->header_bytes = sizeof *h;
+  h->allocator = _hs_seg ? _hs_seg->allocator_id : HS_ALLOC_UNKNOWN;
+  h->page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
+  h->time_ns = time_ns;
+}
+
+static int open_new(const char *path) {
+  return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
+/* A "not mapped" file with only the header: why no map was taken. */
+int _hs_heapmap_write_refusal(const char *path, const char *why) {
+  hs_map_header_t h;
+  header_init(&h, _hs_now_ns());
+  h.status = 1;
+  set_why(&h, why);
+  h.file_bytes = sizeof h + 8;
+  unlink(path); /* a stopped child's partial file */
+  int fd = open_new(path);
+  if (fd < 0) return 0;
+  uint64_t end = HS_MAP_END;
+  int ok = write_all(fd, &h, sizeof h) && write_all(fd, &end, sizeof end);
+  close(fd);
+  return ok;
+}
+
+/* ---- the child: mappings ---- */
+typedef struct map_s {
+  uint64_t lo, hi;
+  int r, w, anon, heap; /* heap: the [heap] mapping */
+} map_t;
+
+typedef struct heap_s {
+  uint64_t start, end;          /* the pages mapped here */
+  uint64_t info_bytes;          /* thread heap: sizeof(heap_info); 0 for the main heap */
+  uint64_t size;                /* thread heap: heap_info.size */
+  uint64_t ar;                  /* thread heap: its arena (ar_ptr) */
+  int kind, first, ok_layout;
+  hs_map_heap_t out;
+  uint32_t *live;
+  uint8_t *flags;
+} heap_t;
+
+typedef struct child_s {
+  uint64_t page;
+  map_t *maps;
+  size_t n_maps;
+  heap_t *heaps;
+  size_t n_heaps;
+  uint64_t *pm_buf;             /* pagemap entries read at a time: HS_PM_ENTRIES */
+  uint64_t key;                 /* the tcache key, when found */
+  int key_found;
+  int finding_key;              /* the first walk: looks for the key only */
+} child_t;
+
+static char *read_file(const char *path, size_t *len, size_t *cap) {
+  size_t size = 1 << 20;
+  for (int tries = 0; tries < 8; tries++, size *= 4) {
+    char *buf = raw_map(size, 0);
+    if (!buf) return NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { raw_unmap(buf, size); return NULL; }
+    size_t got = 0;
+    for (;;) {
+      ssize_t n = read(fd, buf + got, size - 1 - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += (size_t)n;
+      if (got == size - 1) break;
+    }
+    close(fd);
+    if (got < size - 1) {
+      buf[got] = 0;
+      *len = got;
+      *cap = size;
+      return buf;
+    }
+    raw_unmap(buf, size); /* did not fit: again, larger */
+  }
+  return NULL;
+}
+
+static uint64_t parse_hex(const char **s) {
+  uint64_t v = 0;
+  for (;; (*s)++) {
+    char c = **s;
+    if (c >= '0' && c <= '9') v = v * 16 + (uint64_t)(c - '0');
+    else if (c >= 'a' && c <= 'f') v = v * 16 + (uint64_t)(c - 'a' + 10);
+    else break;
+  }
+  return v;
+}
+
+/* /proc/self/maps into c->maps (a mapping of its own); 0 on failure. */
+static int list_maps(child_t *c) {
+  size_t len, cap;
+  char *text = read_file("/proc/self/maps", &len, &cap);
+  if (!text) return 0;
+  size_t lines = 0;
+  for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+  size_t bytes = (lines + 1) * sizeof(map_t);
+  c->maps = raw_map(bytes, 0);
+  if (!c->maps) { raw_unmap(text, cap); return 0; }
+  size_t n = 0;
+  const char *s = text, *end = text + len;
+  while (s < end && n <= lines) {
+    const char *eol = memchr(s, '\n', (size_t)(end - s));
+    if (!eol) eol = end;
+    map_t m;
+    memset(&m, 0, sizeof m);
+    m.lo = parse_hex(&s);
+    if (*s == '-') s++;
+    m.hi = parse_hex(&s);
+    if (*s == ' ') s++;
+    if (eol - s >= 4) {
+      m.r = s[0] == 'r';
+      m.w = s[1] == 'w';
+      int priv = s[3] == 'p';
+      /* the path: after the fifth field */
+      const char *p = s;
+      for (int field = 0; field < 4 && p < eol; field++) {
+        while (p < eol && *p != ' ') p++;
+        while (p < eol && *p == ' ') p++;
+      }
+      size_t plen = (size_t)(eol - p);
+      m.heap = plen == 6 && memcmp(p, "[heap]", 6) == 0;
+      m.anon = priv && (plen == 0 || (plen > 6 && memcmp(p, "[anon:", 6) == 0));
+      c->maps[n++] = m;
+    }
+    s = eol + 1;
+  }
+  c->n_maps = n;
+  raw_unmap(text, cap);
+  return 1;
+}
+
+/* Whether [lo, hi) lies in readable mappings (contiguous ones may be spanned). */
+static int readable(const child_t *c, uint64_t lo, uint64_t hi) {
+  if (hi < lo) return 0;
+  size_t a = 0, b = c->n_maps;
+  while (a < b) { /* first mapping with hi > lo */
+    size_t mid = (a + b) / 2;
+    if (c->maps[mid].hi <= lo) a = mid + 1;
+    else b = mid;
+  }
+  uint64_t at = lo;
+  for (size_t i = a; i < c->n_maps; i++) {
+    const map_t *m = &c->maps[i];
+    if (m->lo > at || !m->r) return 0;
+    if (m->hi >= hi) return 1;
+    at = m->hi;
+  }
+  return 0;
+}
+
+static uint64_t rd(uint64_t addr) { return *(const volatile uint64_t *)(uintptr_t)addr; }
+
+/* start_brk, field 47 of /proc/self/stat (after the command's closing parenthesis). */
+static uint64_t read_start_brk(void) {
+  char buf[2048];
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char *p = NULL;
+  for (ssize_t i = n - 1; i >= 0; i--) {
+    if (buf[i] == ')') { p = buf + i + 1; break; }
+  }
+  if (!p) return 0;
+  for (int field = 3; field <= 47; field++) { /* fields from 3 (state) on */
+    while (*p == ' ') p++;
+    if (!*p) return 0;
+    if (field == 47) {
+      uint64_t v = 0;
+      while (*p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+      return v;
+    }
+    while (*p && *p != ' ') p++;
+  }
+  return 0;
+}
+
+/* A thread heap's heap_info at a 64 MiB-aligned address inside a read-write mapping. */
+static int heap_info_ok(const child_t *c, uint64_t h, uint64_t map_hi) {
+  if (h + 64 > map_hi) return 0;
+  uint64_t ar = rd(h), size = rd(h + 16), mprot = rd(h + 24), pagesize = rd(h + 32);
+  if (!ar || (ar & 15) || !mprot || mprot > HS_MAP_HEAP_MAX || (mprot % c->page)) return 0;
+  if (size < 64 || size > mprot || (size % c->page) || h + mprot > map_hi) return 0;
+  return pagesize == c->page || pagesize == (2u << 20) || pagesize == (1u << 30);
+}
+
+/* The heaps to map: [heap], and every 64 MiB-aligned heap_info found in anonymous
+ * read-write mappings (adjacent heaps may share one mapping). Thread heaps whose arena is
+ * not the first heap of some heap found are dropped (not glibc's). */
+static int find_heaps(child_t *c) {
+  size_t cap = 16;
+  for (size_t i = 0; i < c->n_maps; i++) {
+    const map_t *m = &c->maps[i];
+    if (m->w && m->anon) cap += (m->hi - m->lo + HS_MAP_HEAP_MAX - 1) / HS_MAP_HEAP_MAX;
+  }
+  c->heaps = raw_map(cap * sizeof(heap_t), 0);
+  if (!c->heaps) return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < c->n_maps && n < cap; i++) {
+    const map_t *m = &c->maps[i];
+    if (m->heap && m->r && m->w) {
+      heap_t *hp = &c->heaps[n++];
+      memset(hp, 0, sizeof *hp);
+      hp->start = m->lo;
+      hp->end = m->hi;
+      hp->kind = 0;
+    }
+  }
+  for (size_t i = 0; i < c->n_maps; i++) {
+    const map_t *m = &c->maps[i];
+    if (!(m->r && m->w && m->anon)) continue;
+    uint64_t h = (m->lo + HS_MAP_HEAP_MAX - 1) & ~(HS_MAP_HEAP_MAX - 1);
+    for (; h < m->hi && n < cap; h += HS_MAP_HEAP_MAX) {
+      if (!heap_info_ok(c, h, m->hi)) continue;
+      heap_t *hp = &c->heaps[n++];
+      memset(hp, 0, sizeof *hp);
+      hp->start = h;
+      hp->end = h + rd(h + 24);
+      hp->size = rd(h + 16);
+      hp->ar = rd(h);
+      hp->kind = 1;
+      hp->first = hp->ar > h && hp->ar - h <= 128 && hp->ar + G_MSTATE_BYTES <= hp->start + hp->size;
+      if (hp->first) hp->info_bytes = hp->ar - h;
+    }
+  }
+  /* keep thread heaps whose arena heads a heap found; take heap_info's size from it */
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    heap_t *hp = &c->heaps[i];
+    if (hp->kind == 1 && !hp->first) {
+      for (size_t j = 0; j < n; j++) {
+        if (c->heaps[j].first && c->heaps[j].ar == hp->ar) { hp->info_bytes = c->heaps[j].info_bytes; break; }
+      }
+      if (!hp->info_bytes) continue;
+    }
+    c->heaps[kept++] = *hp;
+  }
+  c->n_heaps = kept;
+  return 1;
+}
+
+/* Arena numbers as malloc_info gives them (main 0, then main_arena.next and on), and the
+ * layout check (system_mem = the sum of the arena's heap sizes). main_arena itself is found
+ * from a thread arena's next chain: the one arena not inside a heap. */
+static int is_arena(const child_t *c, uint64_t a) {
+  for (size_t j = 0; j < c->n_heaps; j++) {
+    if (c->heaps[j].first && c->heaps[j].ar == a) return 1;
+  }
+  return 0;
+}
+
+static uint64_t number_arenas(child_t *c) {
+  /* main_arena: on a thread arena's chain, outside every heap, its top inside [heap] */
+  uint64_t main_arena = 0, heap_lo = 0, heap_hi = 0;
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    if (c->heaps[i].kind == 0) { heap_lo = c->heaps[i].start; heap_hi = c->heaps[i].end; }
+  }
+  for (size_t i = 0; i < c->n_heaps && !main_arena; i++) {
+    heap_t *hp = &c->heaps[i];
+    if (!hp->first) continue;
+    uint64_t a = hp->ar;
+    for (int steps = 0; steps < 4096; steps++) {
+      if (!readable(c, a + G_MSTATE_NEXT, a + G_MSTATE_NEXT + 8)) break;
+      a = rd(a + G_MSTATE_NEXT);
+      if (!a || (a & 7) || a == hp->ar) break;
+      if (is_arena(c, a) || !readable(c, a, a + G_MSTATE_BYTES)) continue;
+      uint64_t top = rd(a + G_MSTATE_TOP);
+      if (top >= heap_lo && top < heap_hi) { main_arena = a; break; }
+    }
+  }
+  uint64_t next_nr = 1;
+  if (main_arena) {
+    uint64_t a = main_arena;
+    for (int steps = 0; steps < 4096; steps++) {
+      a = rd(a + G_MSTATE_NEXT);
+      if (a == main_arena || !a || (a & 7)) break;
+      int found = 0;
+      for (size_t j = 0; j < c->n_heaps; j++) {
+        if (c->heaps[j].kind == 1 && c->heaps[j].ar == a) { c->heaps[j].out.arena = next_nr; found = 1; }
+      }
+      if (!found || !readable(c, a + G_MSTATE_NEXT, a + G_MSTATE_NEXT + 8)) break;
+      next_nr++;
+    }
+  }
+  for (size_t i = 0; i < c->n_heaps; i++) { /* arenas off the chain: numbered after */
+    heap_t *hp = &c->heaps[i];
+    if (hp->kind != 1 || hp->out.arena) continue;
+    for (size_t j = i; j < c->n_heaps; j++) {
+      if (c->heaps[j].kind == 1 && c->heaps[j].ar == hp->ar) c->heaps[j].out.arena = next_nr;
+    }
+    next_nr++;
+  }
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    heap_t *hp = &c->heaps[i];
+    if (hp->kind != 1) continue;
+    uint64_t sum = 0;
+    for (size_t j = 0; j < c->n_heaps; j++) {
+      if (c->heaps[j].kind == 1 && c->heaps[j].ar == hp->ar) sum += c->heaps[j].size;
+    }
+    uint64_t first_hi = 0;
+    for (size_t j = 0; j < c->n_heaps; j++) {
+      if (c->heaps[j].first && c->heaps[j].ar == hp->ar) first_hi = c->heaps[j].start + c->heaps[j].size;
+    }
+    hp->ok_layout = first_hi && hp->ar + G_MSTATE_BYTES <= first_hi &&
+                    rd(hp->ar + G_MSTATE_SYSTEM_MEM) == sum;
+  }
+  return main_arena;
+}
+
+/* ---- the child: pages ---- */
+static uint64_t page_of(const heap_t *hp, uint64_t addr, uint64_t page) { return (addr - hp->start) / page; }
+
+static void add_live(heap_t *hp, uint64_t lo, uint64_t hi, uint64_t page) {
+  if (lo < hp->start) lo = hp->start;
+  if (hi > hp->end) hi = hp->end;
+  if (hi <= lo) return;
+  hp->out.live_bytes += hi - lo;
+  for (uint64_t pg = page_of(hp, lo, page); lo < hi; pg++) {
+    uint64_t pend = hp->start + (pg + 1) * page, upto = hi < pend ? hi : pend;
+    hp->live[pg] += (uint32_t)(upto - lo);
+    lo = upto;
+  }
+}
+
+static void set_flag(heap_t *hp, uint64_t lo, uint64_t hi, uint8_t f, uint64_t page) {
+  if (lo < hp->start) lo = hp->start;
+  if (hi > hp->end) hi = hp->end;
+  if (hi <= lo) return;
+  for (uint64_t pg = page_of(hp, lo, page), last = page_of(hp, hi - 1, page); pg <= last; pg++)
+    hp->flags[pg] |= f;
+}
+
+/* Pages of every heap present in memory now: flag f. Returns how many. */
+#define HS_PM_ENTRIES 8192
+static uint64_t read_presence(child_t *c, uint8_t f) {
+  uint64_t *buf = c->pm_buf;
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  uint64_t present = 0;
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    heap_t *hp = &c->heaps[i];
+    uint64_t pages = hp->out.pages;
+    for (uint64_t at = 0; at < pages;) {
+      uint64_t n = pages - at < HS_PM_ENTRIES ? pages - at : HS_PM_ENTRIES;
+      ssize_t got = pread(fd, buf, n * 8, (off_t)((hp->start / c->page + at) * 8));
+      if (got <= 0) break;
+      n = (uint64_t)got / 8;
+      for (uint64_t k = 0; k < n; k++) {
+        if (buf[k] >> 63) { hp->flags[at + k] |= f; present++; }
+      }
+      at += n;
+    }
+  }
+  close(fd);
+  return present;
+}
+
+/* ---- the child: the chunk walk ---- */
+
+/* The tcache key from a thread's tcache_perthread_struct (u16 counts[64], then 64 entry
+ * pointers to user data): every entry's chunk has its bin's size and the key in its
+ * second word. An in-use chunk of the struct's size that is not one is left alone. */
+static void try_key(child_t *c, uint64_t u) {
+  uint64_t key = 0;
+  int n = 0;
+  for (uint64_t i = 0; i < 64; i++) {
+    uint64_t e = rd(u + 128 + 8 * i);
+    uint16_t count = *(const volatile uint16_t *)(uintptr_t)(u + 2 * i);
+    if (!e) continue;
+    if (!count || (e & 15) || !readable(c, e - 16, e + 16)) return;
+    if ((rd(e - 8) & ~(uint64_t)7) != 32 + 16 * i) return;
+    uint64_t k = rd(e + 8);
+    if (!k || (n && k != key)) return;
+    key = k;
+    n++;
+  }
+  if (n) {
+    c->key = key;
+    c->key_found = 1;
+  }
+}
+
+static void classify(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz, int inuse) {
+  uint64_t page = c->page;
+  if (c->finding_key) {
+    if (inuse && sz == G_TCACHE_STRUCT_CHUNK && !c->key_found) try_key(c, ch + 16);
+    return;
+  }
+  if (sz < G_MINSIZE) { /* a fencepost */
+    set_flag(hp, ch + 8, ch + sz, F_ALLOC, page);
+    return;
+  }
+  if (inuse) {
+    int cached = 0;
+    if (c->key_found && sz <= G_TCACHE_MAX_CHUNK && rd(ch + 24) == c->key) cached = 1;
+    if (cached) {
+      set_flag(hp, ch + 8, ch + sz, F_TCACHE, page);
+      hp->out.tcache_chunks++;
+      return;
+    }
+    set_flag(hp, ch + 8, ch + 16, F_ALLOC, page);
+    add_live(hp, ch + 16, ch + sz + 8, page);
+    hp->out.inuse_chunks++;
+  } else {
+    set_flag(hp, ch + 8, ch + (sz < G_CHUNK_STRUCT ? sz : G_CHUNK_STRUCT), F_ALLOC, page);
+    hp->out.free_chunks++;
+  }
+}
+
+/* Walks [c0, cend): 1 when every chunk was read and the walk ended exactly at the end (on
+ * the top chunk, which must be `top` when that is known, or on the fenceposts). */
+static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top, int main_heap) {
+  uint64_t page = c->page;
+  if ((c0 & 15) || c0 >= cend || !readable(c, c0, cend)) return 0;
+  if (c->finding_key) top = 0;
+  else set_flag(hp, hp->start, c0, F_ALLOC, page);   /* heap_info, malloc_state */
+  uint64_t ch = c0;
+  while (ch < cend) {
+    if (ch + 16 > cend) return 0;
+    uint64_t word = rd(ch + 8), sz = word & ~(uint64_t)7;
+    if (sz == 0) { /* the fenceposts that close a thread heap that is not the current one */
+      if (main_heap || word != 1 || cend - ch > 2 * G_MINSIZE) return 0;
+      if (!c->finding_key) set_flag(hp, ch, cend, F_ALLOC, page);
+      return 1;
+    }
+    if ((sz & 15) || (word & 2) || sz > cend - ch) return 0;
+    uint64_t next = ch + sz;
+    if (next == cend) { /* the top chunk */
+      if (c->finding_key) return 1;
+      if (top && ch != top) return 0;
+      hp->out.top_bytes += sz;
+      set_flag(hp, ch, next, F_TOP, page);
+      set_flag(hp, ch + 8, ch + G_TOP_KEEP, F_ALLOC, page);
+      return 1;
+    }
+    if (next + 16 > cend) return 0;
+    classify(c, hp, ch, sz, (int)(rd(next + 8) & 1));
+    ch = next;
+  }
+  return 0;
+}
+
+static void walk_heaps(child_t *c, uint64_t main_arena) {
+  for (size_t i = 0; i < c->n_heaps && !(c->finding_key && c->key_found); i++) {
+    heap_t *hp = &c->heaps[i];
+    int ok = 0;
+    if (hp->kind == 0) {
+      /* from start_brk (an unaligned one starts in the page before [heap], the end of the
+       * executable's bss) to the break now (the release may have lowered it) */
+      uint64_t start_brk = read_start_brk(), brk = (uint64_t)syscall(SYS_brk, 0);
+      uint64_t c0 = (start_brk + 15) & ~(uint64_t)15;
+      uint64_t top = main_arena ? rd(main_arena + G_MSTATE_TOP) : 0;
+      if (start_brk && c0 + c->page >= hp->start && c0 < hp->end)
+        ok = walk(c, hp, c0, brk, top, 1);
+      if (c->finding_key) continue;
+    } else if (hp->ok_layout && readable(c, hp->start, hp->start + 64)) {
+      uint64_t c0 = hp->first ? (hp->ar + G_MSTATE_BYTES + 15) & ~(uint64_t)15
+                              : hp->start + hp->info_bytes;
+      uint64_t top = rd(hp->ar + G_MSTATE_TOP), end = hp->start + hp->size;
+      ok = walk(c, hp, c0, end, top >= hp->start && top < end ? top : 0, 0);
+      /* the top chunk ends only the heap that holds it */
+      if (ok && hp->out.top_bytes && !(top >= hp->start && top < end)) ok = 0;
+    }
+    if (c->finding_key) continue;
+    hp->out.walked = (uint64_t)ok;
+    if (!ok) { /* nothing half-read is kept */
+      hp->out.top_bytes = hp->out.live_bytes = 0;
+      hp->out.inuse_chunks = hp->out.free_chunks = hp->out.tcache_chunks = 0;
+      memset(hp->live, 0, hp->out.pages * sizeof *hp->live);
+      for (uint64_t k = 0; k < hp->out.pages; k++) hp->flags[k] &= F_BEFORE | F_AFTER;
+    }
+  }
+}
+
+static const char *not_mapped_why(uint64_t id) {
+  switch (id) {
+  case HS_ALLOC_JEMALLOC:
+    return "jemalloc's extents and slabs are not walked; the release figure is "
+           "arena.<all>.purge run in a copy of the process";
+  case HS_ALLOC_TCMALLOC:
+    return "tcmalloc's spans are not walked; the release figure is ReleaseFreeMemory run "
+           "in a copy of the process";
+  case HS_ALLOC_MIMALLOC:
+    return "mimalloc's pages are not walked; its release (mi_collect) acts on the calling "
+           "thread's heap, in the copy heapsight's own: the figure is a lower bound";
+  case HS_ALLOC_MMAP:
+    return "one mapping per block: a free returns its pages at once, nothing is held";
+  default:
+    return "the allocator is not known to heapsight";
+  }
+}
+
+static int write_map(const char *path, hs_map_header_t *h, child_t *c) {
+  uint64_t bytes = sizeof *h + 8;
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    uint64_t pages = c->heaps[i].out.pages;
+    bytes += sizeof(hs_map_heap_t) + ((pages * 5 + 7) & ~(uint64_t)7);
+  }
+  h->file_bytes = bytes;
+  h->n_heaps = c->n_heaps;
+  int fd = open_new(path);
+  if (fd < 0) return 0;
+  int ok = write_all(fd, h, sizeof *h);
+  static const char zeros[8];
+  for (size_t i = 0; ok && i < c->n_heaps; i++) {
+    heap_t *hp = &c->heaps[i];
+    uint64_t pages = hp->out.pages;
+    ok = write_all(fd, &hp->out, sizeof hp->out) && write_all(fd, hp->live, pages * 4) &&
+         write_all(fd, hp->flags, pages) && write_all(fd, zeros, (8 - (pages * 5) % 8) % 8);
+  }
+  uint64_t end = HS_MAP_END;
+  ok = ok && write_all(fd, &end, sizeof end);
+  close(fd);
+  return ok;
+}
+
+static uint64_t cpu_of(const struct rusage *ru) {
+  return (uint64_t)ru->ru_utime.tv_sec * 1000000000ull + (uint64_t)ru->ru_utime.tv_usec * 1000ull +
+         (uint64_t)ru->ru_stime.tv_sec * 1000000000ull + (uint64_t)ru->ru_stime.tv_usec * 1000ull;
+}
+
+static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0) {
+  uint64_t started = _hs_now_ns();
+  prctl(PR_SET_NAME, "hs-heapmap", 0, 0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) { (void)!write(fd, "1000", 4); close(fd); }
+
+  hs_map_header_t h;
+  header_init(&h, t0);
+  h.fork_ns = started - t0;
+  child_t c;
+  memset(&c, 0, sizeof c);
+  c.page = h.page_bytes;
+  int glibc = h.allocator == HS_ALLOC_GLIBC;
+  if (!list_maps(&c)) _exit(3);
+  if (glibc && !find_heaps(&c)) _exit(3); /* the others: the release figure only */
+  uint64_t pages = 0;
+  for (size_t i = 0; i < c.n_heaps; i++) {
+    c.heaps[i].out.start = c.heaps[i].start;
+    c.heaps[i].out.kind = (uint64_t)c.heaps[i].kind;
+    c.heaps[i].out.pages = (c.heaps[i].end - c.heaps[i].start) / c.page;
+    pages += c.heaps[i].out.pages;
+  }
+  /* the per-page arrays and the pagemap buffer, in memory before RSS is read: they are
+   * not in the difference */
+  size_t arr_bytes = ((size_t)pages * 5 + 64 + 7) & ~(size_t)7;
+  char *arr = raw_map(arr_bytes + HS_PM_ENTRIES * 8, 1);
+  if (!arr) _exit(4);
+  c.pm_buf = (uint64_t *)(arr + arr_bytes);
+  for (size_t i = 0, at = 0; i < c.n_heaps; i++) {
+    c.heaps[i].live = (uint32_t *)(arr + at * 4);
+    at += c.heaps[i].out.pages;
+  }
+  for (size_t i = 0, at = 0; i < c.n_heaps; i++) {
+    c.heaps[i].flags = (uint8_t *)(arr + pages * 4 + at);
+    at += c.heaps[i].out.pages;
+  }
+
+  _hs_read_status(&h.rss_before, &h.anon_before);
+  uint64_t before = read_presence(&c, F_BEFORE);
+  uint64_t r0 = _hs_now_ns();
+  _hs_allocator_release();
+  h.release_ns = _hs_now_ns() - r0;
+  _hs_read_status(&h.rss_after, &h.anon_after);
+  uint64_t after = read_presence(&c, F_AFTER);
+  uint64_t dropped = 0;
+  for (size_t i = 0; i < c.n_heaps; i++) {
+    for (uint64_t k = 0; k < c.heaps[i].out.pages; k++)
+      dropped += (c.heaps[i].flags[k] & (F_BEFORE | F_AFTER)) == F_BEFORE;
+  }
+  h.released_pages = dropped;
+  (void)before;
+  (void)after;
+
+  if (glibc) {
+    uint64_t w0 = _hs_now_ns();
+    /* the release may have shrunk [heap]: only what is mapped now is read (the first
+     * listing's memory is left: the child ends soon) */
+    if (!list_maps(&c)) _exit(5);
+    uint64_t main_arena = number_arenas(&c);
+    c.finding_key = 1; /* no tcache key in any tcache struct: no block is in a tcache */
+    walk_heaps(&c, main_arena);
+    c.finding_key = 0;
+    h.tcache_key_found = (uint64_t)c.key_found;
+    walk_heaps(&c, main_arena);
+    h.walk_ns = _hs_now_ns() - w0;
+    if (c.n_heaps == 0) {
+      h.status = 1;
+      set_why(&h, "no glibc heap found ([heap] or a thread arena's heap)");
+    } else {
+      size_t unwalked = 0;
+      for (size_t i = 0; i < c.n_heaps; i++) unwalked += !c.heaps[i].out.walked;
+      if (unwalked) set_why(&h, "some heaps were not walked (their chunk headers did not "
+                                "form a valid chain, or the arena layout was not glibc 2.36's)");
+    }
+  } else {
+    h.status = 1;
+    set_why(&h, not_mapped_why(h.allocator));
+  }
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) h.child_minflt = (uint64_t)ru.ru_minflt;
+  h.child_ns = _hs_now_ns() - started;
+  _exit(write_map(path, &h, &c) ? 0 : 6);
+}
+
+/* Whether a child process of ours could disturb the program: it handles SIGCHLD (our
+ * child's end would reach its handler), or it has children of its own (a wait for any
+ * child could take ours). Returns the reason, or NULL. */
+static const char *child_unsafe(void) {
+  struct sigaction sa;
+  if (sigaction(SIGCHLD, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
+    return "the program handles SIGCHLD: the map's child process would reach its handler";
+  int dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return NULL;
+  char buf[4096];
+  const char *why = NULL;
+  for (;;) {
+    long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long at = 0; at < n && !why;) {
+      struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d =
+          (void *)(buf + at);
+      at += d->reclen;
+      if (d->name[0] < '0' || d->name[0] > '9') continue;
+      char path[96];
+      size_t len = strnlen(d->name, 32);
+      memcpy(path, "/proc/self/task/", 16);
+      memcpy(path + 16, d->name, len);
+      memcpy(path + 16 + len, "/children", sizeof "/children");
+      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char one;
+      if (read(fd, &one, 1) == 1)
+        why = "the program has child processes of its own: a wait for any child could "
+              "take the map's";
+      close(fd);
+    }
+    if (why) break;
+  }
+  close(dir);
+  return why;
+}
+
+int _hs_heapmap_write(const char *path) {
+  hs_segment_t *seg = _hs_seg;
+  if (!seg || !path) return 0;
+  if (seg->allocator_id == HS_ALLOC_UNKNOWN)
+    return _hs_heapmap_write_refusal(path, not_mapped_why(HS_ALLOC_UNKNOWN));
+  const char *why = child_unsafe();
+  if (why) return _hs_heapmap_write_refusal(path, why);
+  unlink(path); /* a stale file would make the child's O_EXCL fail */
+  uint64_t t0 = _hs_now_ns();
+  __atomic_store_n(&g_forking, 1, __ATOMIC_RELEASE);
+  pid_t pid = fork();
+  if (pid == 0) child_main(path, t0);
+  __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
+  if (pid < 0) return _hs_heapmap_write_refusal(path, "fork failed (no memory for a copy?)");
+  int status = 0, killed = 0, reaped = 0;
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  uint64_t nap = 1000000;
+  for (;;) {
+    pid_t r = wait4(pid, &status, WNOHANG | __WALL, &ru);
+    if (r == pid) { reaped = 1; break; }
+    if (r < 0 && errno != EINTR) break; /* ECHILD: reaped by the kernel (SIGCHLD ignored) */
+    if (_hs_now_ns() - t0 > HS_MAP_LIMIT_NS) {
+      if (!killed) kill(pid, SIGKILL);
+      killed = 1;
+      /* a killed child dies at once, but for one stuck in the kernel: given 5 s more */
+      if (_hs_now_ns() - t0 > HS_MAP_LIMIT_NS + 5000000000ull) break;
+    }
+    struct timespec ts = {0, (long)nap};
+    nanosleep(&ts, NULL);
+    if (nap < 10000000) nap *= 2;
+  }
+  if (reaped) __atomic_fetch_add(&g_cpu_ns, cpu_of(&ru), __ATOMIC_RELAXED);
+  if (killed) return _hs_heapmap_write_refusal(path, "the map took longer than 30 s and was stopped");
+  if (!reaped) return 1; /* ECHILD: the child's end was not ours to see; its file tells */
+  if (reaped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    return _hs_heapmap_write_refusal(path, "the map's process failed");
+  return 1;
+}

@@ -1,0 +1,287 @@
+"""Heap maps: the allocator's heaps page by page, and a measured "what would a release give
+back right now", taken by the library in a fork()ed copy of the program (the file format
+and the per-page rules are in native/src/heapmap.c). And the pinners: the call sites whose
+live blocks keep otherwise-free pages resident.
+
+The CLI asks for a map while the program runs with request(segment, n) and wait_ack();
+for one at exit it sets heapmap_at_exit (at_exit()) before the program starts. The
+library writes "<segment path>.map.N" / ".map.exit"; collect(segment_path) reads the ones
+present and removes them."""
+
+from __future__ import annotations
+
+import base64
+import glob
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heapsight.segment import ALLOCATORS
+
+MAGIC = 0x313050414d485348   # "HSHMAP01"
+END = 0x4e4550414d485348     # "HSHMAPEN"
+VERSION = 1
+U8 = np.dtype("<u8")
+HEADER_DTYPE = np.dtype([
+    ("magic", U8), ("version", U8), ("header_bytes", U8), ("file_bytes", U8), ("status", U8),
+    ("allocator", U8), ("page_bytes", U8), ("time_ns", U8), ("rss_before", U8),
+    ("rss_after", U8), ("anon_before", U8), ("anon_after", U8), ("release_ns", U8),
+    ("walk_ns", U8), ("fork_ns", U8), ("child_ns", U8), ("n_heaps", U8),
+    ("tcache_key_found", U8), ("released_pages", U8), ("child_minflt", U8),
+    ("reserved", U8, (8,)), ("why", "S160"),
+])
+HEAP_DTYPE = np.dtype([
+    ("start", U8), ("pages", U8), ("arena", U8), ("kind", U8), ("walked", U8),
+    ("top_bytes", U8), ("live_bytes", U8), ("inuse_chunks", U8), ("free_chunks", U8),
+    ("tcache_chunks", U8), ("reserved", U8, (2,)),
+])
+assert HEADER_DTYPE.itemsize == 384 and HEAP_DTYPE.itemsize == 96
+
+# A page's flags: resident before the release, after it, holds part of the top chunk,
+# holds allocator bytes a release keeps (a chunk header, a free chunk's links), holds a
+# block parked in a thread's tcache.
+BEFORE, AFTER, TOP, ALLOC, TCACHE = 1, 2, 4, 8, 16
+# A page is pinned when it stays resident after the release though fewer than this share
+# of its bytes are live.
+PIN_FRACTION = 0.25
+EXIT = "exit"
+
+
+@dataclass
+class Heap:
+    """One heap: glibc's main heap ([heap], kind "main") or a thread arena's heap."""
+    start: int
+    arena: int
+    kind: str
+    walked: bool          # every chunk read; otherwise live and flags 4/8/16 are empty
+    top_bytes: int
+    live_bytes: int
+    inuse_chunks: int
+    free_chunks: int
+    tcache_chunks: int
+    live: np.ndarray      # uint32 per page: live (usable) bytes of in-use chunks on it
+    flags: np.ndarray     # uint8 per page: BEFORE | AFTER | TOP | ALLOC | TCACHE
+
+    @property
+    def pages(self) -> int:
+        return len(self.live)
+
+    def end(self, page: int) -> int:
+        return self.start + self.pages * page
+
+
+@dataclass
+class HeapMap:
+    status: str               # "mapped", or "not mapped: WHY"
+    allocator: str
+    page_bytes: int
+    time_ns: int              # CLOCK_MONOTONIC when the copy was taken (the library's clock)
+    rss_before: int           # the copy's VmRSS and RssAnon around the release
+    rss_after: int
+    anon_before: int
+    anon_after: int
+    release_ns: int
+    walk_ns: int
+    fork_ns: int              # fork() until the copy ran: the program could not allocate
+    child_ns: int
+    tcache_key_found: bool
+    released_pages: int       # pages of the heaps resident before the release, not after
+    child_minflt: int
+    note: str = ""
+    heaps: list = field(default_factory=list)
+
+    @property
+    def release_measured_bytes(self) -> int:
+        """What the release gave back in the copy: its anonymous RSS before less after."""
+        return max(0, self.anon_before - self.anon_after)
+
+
+def read(path: str) -> HeapMap:
+    """A map file; ValueError when it is not one or is cut short (a stopped child)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < HEADER_DTYPE.itemsize + 8:
+        raise ValueError(f"{path}: {len(data)} bytes, too short for a heap map")
+    h = np.frombuffer(data, HEADER_DTYPE, count=1)[0]
+    if int(h["magic"]) != MAGIC or int(h["version"]) != VERSION:
+        raise ValueError(f"{path}: not a heap map of this heapsight")
+    if int(h["file_bytes"]) != len(data) or int(np.frombuffer(data[-8:], U8)[0]) != END:
+        raise ValueError(f"{path}: cut short ({len(data)} of {int(h['file_bytes'])} bytes)")
+    why = bytes(h["why"]).split(b"\0")[0].decode(errors="replace")
+    status = "mapped" if int(h["status"]) == 0 else f"not mapped: {why}"
+    hm = HeapMap(status, ALLOCATORS.get(int(h["allocator"]), "unknown"), int(h["page_bytes"]),
+                 int(h["time_ns"]), int(h["rss_before"]), int(h["rss_after"]),
+                 int(h["anon_before"]), int(h["anon_after"]), int(h["release_ns"]),
+                 int(h["walk_ns"]), int(h["fork_ns"]), int(h["child_ns"]),
+                 bool(h["tcache_key_found"]), int(h["released_pages"]), int(h["child_minflt"]),
+                 why if int(h["status"]) == 0 else "")
+    at = HEADER_DTYPE.itemsize
+    for _ in range(int(h["n_heaps"])):
+        r = np.frombuffer(data, HEAP_DTYPE, count=1, offset=at)[0]
+        at += HEAP_DTYPE.itemsize
+        n = int(r["pages"])
+        live = np.frombuffer(data, np.dtype("<u4"), count=n, offset=at).copy()
+        flags = np.frombuffer(data, np.uint8, count=n, offset=at + 4 * n).copy()
+        at += (5 * n + 7) // 8 * 8
+        hm.heaps.append(Heap(int(r["start"]), int(r["arena"]), "main" if int(r["kind"]) == 0 else "thread",
+                             bool(r["walked"]), int(r["top_bytes"]), int(r["live_bytes"]),
+                             int(r["inuse_chunks"]), int(r["free_chunks"]), int(r["tcache_chunks"]),
+                             live, flags))
+    if at + 8 != len(data):
+        raise ValueError(f"{path}: {len(data) - at - 8} bytes unaccounted for")
+    return hm
+
+
+def pinned(heap: Heap, page: int) -> np.ndarray:
+    """Per page: resident after the release, with live bytes, under PIN_FRACTION of it."""
+    return ((heap.flags & AFTER) != 0) & (heap.live > 0) & (heap.live < page * PIN_FRACTION)
+
+
+def occupancy(heap: Heap, page: int) -> np.ndarray:
+    """Per page, uint8: 0 for no live byte, else ceil(live * 255 / page)."""
+    return np.minimum(255, -(-heap.live.astype(np.int64) * 255 // page)).astype(np.uint8)
+
+
+def to_json(hm: HeapMap, moment: str = EXIT, start_ns: int | None = None) -> dict:
+    """The summary's "heapmaps" entry (the caller adds "pinners"). An arena's pages:
+    free_resident_pages were resident before the release with no live byte and outside
+    the top chunk; pinned_pages see pinned(). A heap whose walk failed ("walked": false)
+    has its residency flags only: its occupancy is unknown, written as zeros."""
+    page = hm.page_bytes
+    arenas: dict = {}
+    for h in hm.heaps:
+        a = arenas.setdefault(h.arena, {"arena": h.arena, "pages": 0, "free_resident_pages": 0,
+                                        "pinned_pages": 0, "top_bytes": 0, "live_bytes": 0,
+                                        "walked": True, "heaps": []})
+        a["pages"] += h.pages
+        if h.walked:
+            free = ((h.flags & BEFORE) != 0) & (h.live == 0) & ((h.flags & TOP) == 0)
+            a["free_resident_pages"] += int(free.sum())
+            a["pinned_pages"] += int(pinned(h, page).sum())
+            a["top_bytes"] += h.top_bytes
+            a["live_bytes"] += h.live_bytes
+        a["walked"] = a["walked"] and h.walked
+        a["heaps"].append({"start": hex(h.start), "kind": h.kind, "pages": h.pages,
+                           "walked": h.walked,
+                           "occupancy": base64.b64encode(occupancy(h, page).tobytes()).decode("ascii"),
+                           "flags": base64.b64encode(h.flags.tobytes()).decode("ascii")})
+    t_s = round((hm.time_ns - start_ns) / 1e9, 3) if start_ns else None
+    return {"moment": moment, "t_s": t_s, "status": hm.status, "allocator": hm.allocator,
+            "page_bytes": page, "release_measured_bytes": hm.release_measured_bytes,
+            "rss_before": hm.rss_before, "rss_after": hm.rss_after,
+            "anon_before": hm.anon_before, "anon_after": hm.anon_after,
+            "released_pages": hm.released_pages, "note": hm.note,
+            "fork_ms": round(hm.fork_ns / 1e6, 2), "map_ms": round(hm.child_ns / 1e6, 1),
+            "arenas": [arenas[k] for k in sorted(arenas)]}
+
+
+def _block_arrays(blocks):
+    if isinstance(blocks, np.ndarray) and blocks.dtype.names:
+        return (blocks["addr"].astype(np.int64), blocks["size"].astype(np.int64),
+                blocks["p"].astype(np.float64), blocks["stack"].astype(np.int64))
+    rows = list(blocks)
+    if not rows:
+        z = np.zeros(0, np.int64)
+        return z, z, np.zeros(0), z
+    a = np.array([(r[0], r[1], r[3]) for r in rows], dtype=np.int64)
+    p = np.array([r[2] for r in rows], dtype=np.float64)
+    return a[:, 0], a[:, 1], p, a[:, 2]
+
+
+def pinners(hm: HeapMap, blocks, page_bytes: int | None = None) -> list:
+    """Who pins the pinned pages. blocks: the live sampled blocks at the map's moment, a
+    structured array with fields addr, size, p, stack (or (addr, size, p, stack) tuples),
+    size in usable bytes and p the block's sampling probability. Each pinned page's
+    non-live bytes are shared among the live blocks on it in proportion to their bytes
+    there; a sampled block counts share / p bytes and 1 / p blocks (Horvitz-Thompson), the
+    error its variance sum share^2 (1 - p) / p^2, 95%. Returns one entry per stack, most
+    pinned bytes first: {"stack", "blocks", "block_bytes", "pinned_bytes", "error_bytes"}
+    (the caller names the site)."""
+    page = page_bytes or hm.page_bytes
+    addr, size, p, stack = _block_arrays(blocks)
+    heaps = sorted((h for h in hm.heaps if h.walked), key=lambda h: h.start)
+    if not len(addr) or not heaps:
+        return []
+    starts = np.array([h.start for h in heaps], dtype=np.int64)
+    which = np.searchsorted(starts, addr, side="right") - 1
+    share = np.zeros(len(addr))
+    for i, h in enumerate(heaps):
+        sel = np.nonzero((which == i) & (addr < h.end(page)) & (size > 0))[0]
+        if not len(sel):
+            continue
+        pin = pinned(h, page)
+        if not pin.any():
+            continue
+        live = h.live.astype(np.float64)
+        lo, hi = addr[sel] - h.start, np.minimum(addr[sel] + size[sel], h.end(page)) - h.start
+        first, last = lo // page, (hi - 1) // page
+        # only a block's first and last pages can be pinned: the pages between are full
+        on_first = np.minimum(hi, (first + 1) * page) - lo
+        on_last = np.where(last > first, hi - last * page, 0)
+        for pg, on in ((first, on_first), (last, on_last)):
+            ok = pin[pg] & (on > 0)
+            pg_ok = pg[ok]
+            share[sel[ok]] += (page - live[pg_ok]) * on[ok] / live[pg_ok]
+    hit = share > 0
+    out = []
+    for s in np.unique(stack[hit]):
+        m = hit & (stack == s)
+        pi, sh = p[m], share[m]
+        n = float(np.sum(1.0 / pi))
+        out.append({"stack": int(s), "blocks": int(round(n)),
+                    "block_bytes": int(round(float(np.sum(size[m] / pi)) / n)),
+                    "pinned_bytes": int(round(float(np.sum(sh / pi)))),
+                    "error_bytes": int(round(1.96 * math.sqrt(float(np.sum(sh * sh * (1 - pi) / (pi * pi))))))})
+    out.sort(key=lambda e: -e["pinned_bytes"])
+    return out
+
+
+# -- asking for maps -------------------------------------------------------------------
+def at_exit(segment, on: bool = True) -> None:
+    """A map at exit, before the release probe (set before the program starts)."""
+    segment.header["heapmap_at_exit"] = 1 if on else 0
+
+
+def request(segment, n: int) -> None:
+    """Asks the library for map n (n above every earlier request): the helper thread sees
+    it within 20 ms, forks, and answers heapmap_ack = n once the file is written."""
+    segment.header["heapmap_seq"] = n
+
+
+def wait_ack(segment, n: int, timeout_s: float = 40.0, alive=None) -> bool:
+    """Whether map n was answered within timeout_s (the library bounds a map to 30 s);
+    alive(), when given, is asked between polls (the program may end meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if int(segment.header["heapmap_ack"]) >= n:
+            return True
+        if alive is not None and not alive():
+            return int(segment.header["heapmap_ack"]) >= n
+        time.sleep(0.005)
+    return False
+
+
+def path_of(segment_path: str, name) -> str:
+    return f"{segment_path}.map.{name}"
+
+
+def collect(segment_path: str) -> dict:
+    """The maps written beside the segment, by name (EXIT, or the request's number), read
+    and removed; a damaged or cut-short file is removed too, and left out."""
+    out = {}
+    for path in glob.glob(glob.escape(segment_path) + ".map.*"):
+        suffix = path[len(segment_path) + len(".map."):]
+        name = EXIT if suffix == EXIT else int(suffix) if suffix.isdigit() else None
+        try:
+            if name is not None:
+                out[name] = read(path)
+        except (OSError, ValueError):
+            pass
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return out
