@@ -85,7 +85,8 @@ def small_sites() -> dict:
                  "samples": 0, "stacks": [], "sites": []}]}
 
 
-# arena 0: one heap of 16 pages, in every state; arena 1: two heaps of 8 (free, pinned)
+# arena 0: one heap of 16 pages, in every state; arena 1: two heaps of 8 (free, pinned);
+# arena 2: a heap of 4 pages whose walk failed (residency only, occupancy zeros)
 OCC0 = [200] * 4 + [10] * 2 + [0] * 4 + [0] + [0] + [0] * 4
 FLAGS0 = [3] * 4 + [3] * 2 + [1] * 4 + [3] + [0] + [5] * 4
 # the states those pages are in, as the legend names them
@@ -96,15 +97,20 @@ def small_heapmaps() -> list:
     return [
         {"moment": "exit", "t_s": 3.99, "status": "mapped", "allocator": "glibc", "page_bytes": 4096,
          "release_measured_bytes": 12 * MB, "rss_before": 80 * MB, "rss_after": 68 * MB,
+         "fork_ms": 1.25, "map_ms": 30.5, "note": "",
          "arenas": [{"arena": 0, "pages": 16, "free_resident_pages": 5, "pinned_pages": 2,
                      "top_bytes": 4 * 4096,
-                     "heaps": [{"start": "0x55d0c0000000", "pages": 16, "occupancy": b64(OCC0),
-                                "flags": b64(FLAGS0)}]},
+                     "heaps": [{"start": "0x55d0c0000000", "kind": "main", "pages": 16, "walked": True,
+                                "occupancy": b64(OCC0), "flags": b64(FLAGS0)}]},
                     {"arena": 1, "pages": 16, "free_resident_pages": 8, "pinned_pages": 8, "top_bytes": 0,
                      "heaps": [{"start": "0x7f0000000000", "pages": 8, "occupancy": b64([0] * 8),
                                 "flags": b64([1] * 8)},
                                {"start": "0x7f0004000000", "pages": 8, "occupancy": b64([5] * 8),
-                                "flags": b64([3] * 8)}]}],
+                                "flags": b64([3] * 8)}]},
+                    {"arena": 2, "pages": 4, "free_resident_pages": 0, "pinned_pages": 0, "top_bytes": 0,
+                     "walked": False,
+                     "heaps": [{"start": "0x7f0008000000", "kind": "thread", "pages": 4, "walked": False,
+                                "occupancy": b64([0] * 4), "flags": b64([1, 1, 0, 3])}]}],
          "pinners": [{"stack": 0, "site": "parse_row (prog.c:30)", "blocks": 32768, "block_bytes": 64,
                       "pinned_bytes": 120 * MB, "error_bytes": 4 * MB},
                      {"stack": 4, "site": XSS, "blocks": 3, "block_bytes": 48, "pinned_bytes": 12288,
@@ -396,7 +402,7 @@ def test_moment_selector_redraws_the_graph_and_the_table(small_page, probe_page)
 
 @needs_chromium
 def test_heap_map_draws_a_cell_per_page_in_its_state_with_the_pinners(small_page, probe_page):
-    # GIVEN a map of 32 pages in two arenas; the mouse on page 4 of arena 0 (pinned)
+    # GIVEN a map of 36 pages in three arenas; the mouse on page 4 of arena 0 (pinned)
     a = probe_page(small_page, """
       var fig = document.getElementById('fig-s1-heapmap');
       var cells = {};
@@ -416,14 +422,14 @@ def test_heap_map_draws_a_cell_per_page_in_its_state_with_the_pinners(small_page
     assert a["errors"] == "0"
     # THEN every page is a cell (one page each: the map is small), in its state
     want = {}
-    for s in STATES0 + ["free"] * 8 + ["pinned"] * 8:
+    for s in STATES0 + ["free"] * 8 + ["pinned"] * 8 + ["unwalked"] * 3 + ["absent"]:
         want[s] = want.get(s, 0) + 1
-    assert a["ncells"] == "32" and json.loads(a["cells"]) == want
+    assert a["ncells"] == "36" and json.loads(a["cells"]) == want
     assert a["caption"].startswith("one cell = 1 page (4.0 KiB);"), a["caption"]
     # the legend gives each state's bytes
     legend = a["legend"]
     for label, pages in (("pinned: a few live bytes keep it resident", 10), ("free: a release gives it back", 12),
-                         ("top chunk", 4), ("not resident", 1)):
+                         ("top chunk", 4), ("not resident", 2)):
         assert f"{label}: {pages * 4}.0 KiB" in legend, (label, legend)
     # the cell under the mouse: its addresses, state and live bytes
     assert a["tip"].startswith("0x55d0c0004000 \u2013 0x55d0c0005000"), a["tip"]
@@ -433,6 +439,7 @@ def test_heap_map_draws_a_cell_per_page_in_its_state_with_the_pinners(small_page
     assert "gave back 12.0 MiB: its RSS went from 80.0 MiB to 68.0 MiB" in side
     assert "32,768 blocks of 64 B from parse_row (prog.c:30) pin 120.0 MiB that a trim cannot return." in side
     assert "120.0 MiB \u00b1 4.0 MiB" in side and XSS in side
+    assert "the program waited 1.25 ms for the fork; the copy took 30.5 ms" in side
 
 
 @needs_chromium
@@ -577,6 +584,9 @@ def test_page_states_follow_occupancy_and_flags():
     st = holders.page_states(np.array([holders.PIN_MAX, holders.PIN_MAX + 1], dtype=np.uint8),
                              np.array([3, 3], dtype=np.uint8))
     assert [holders.STATES[k][0] for k in st] == ["pinned", "live"]
+    # a heap whose walk failed: resident or not, nothing more
+    st = holders.page_states(np.zeros(3, dtype=np.uint8), np.array([1, 3, 0], dtype=np.uint8), walked=False)
+    assert [holders.STATES[k][0] for k in st] == ["unwalked", "unwalked", "absent"]
 
 
 def test_a_damaged_map_is_said_not_drawn():

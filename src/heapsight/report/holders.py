@@ -178,30 +178,39 @@ def _iec(v: float) -> str:
 # ---------------------------------------------------------------------------- heap maps
 
 # A page's state, in the order the legend lists them; the codes are what "states" holds.
-STATES = (("live", "live (more than a quarter of the page)", "#4e79a7"),
+STATES = (("live", "live (a quarter of the page or more)", "#4e79a7"),
           ("pinned", "pinned: a few live bytes keep it resident", "#e15759"),
           ("free", "free: a release gives it back", "#8cd17d"),
-          ("kept", "free, but a release keeps it (a free chunk's header, a cached block)", "#f1ce63"),
+          ("kept", "free, but a release keeps it (chunk headers, tcache)", "#f1ce63"),
           ("top", "top chunk", "#b07aa1"),
+          ("unwalked", "resident, not walked (its chunks could not be read)", "#a0a4a8"),
           ("absent", "not resident", "#e4e7eb"))
-LIVE, PINNED, FREE, KEPT, TOP, ABSENT = range(len(STATES))
-PIN_MAX = 64   # occupancy (of 255) up to which a page's live bytes are "a few": a quarter
-# flags of a page, as the heap map writes them
+LIVE, PINNED, FREE, KEPT, TOP, UNWALKED, ABSENT = range(len(STATES))
+# Pinned: resident after the release with live bytes under a quarter of the page
+# (heapmap.PIN_FRACTION). The occupancy byte, ceil(live * 255 / page), says so exactly
+# except for live bytes in (63/255, 64/255] of a page (16 bytes of a 4 KiB page), read
+# here as pinned.
+PIN_MAX = 64
+# flags of a page, as the heap map writes them (heapmap.BEFORE, AFTER, TOP)
 RESIDENT_BEFORE, RESIDENT_AFTER, IN_TOP = 1, 2, 4
 
 
-def page_states(occupancy: np.ndarray, flags: np.ndarray) -> np.ndarray:
+def page_states(occupancy: np.ndarray, flags: np.ndarray, walked: bool = True) -> np.ndarray:
     """Each page's state code (STATES) from its occupancy (0: no live byte, else
     ceil(live * 255 / page)) and flags. The later rules win: a page of the top chunk is
-    "top" whatever else holds, one not resident before the release is "absent"."""
+    "top" whatever else holds, one not resident before the release is "absent". A heap
+    whose walk failed has its residency only."""
     occ = np.asarray(occupancy, dtype=np.uint8)
     fl = np.asarray(flags, dtype=np.uint8)
     st = np.full(len(occ), LIVE, dtype=np.uint8)
-    st[(occ > 0) & (occ <= PIN_MAX) & (fl & RESIDENT_AFTER != 0)] = PINNED
-    st[(occ == 0) & (fl & RESIDENT_AFTER == 0)] = FREE
-    st[(occ == 0) & (fl & RESIDENT_AFTER != 0)] = KEPT
+    if not walked:
+        st[:] = UNWALKED
+    else:
+        st[(occ > 0) & (occ <= PIN_MAX) & (fl & RESIDENT_AFTER != 0)] = PINNED
+        st[(occ == 0) & (fl & RESIDENT_AFTER == 0)] = FREE
+        st[(occ == 0) & (fl & RESIDENT_AFTER != 0)] = KEPT
+        st[fl & IN_TOP != 0] = TOP
     st[fl & RESIDENT_BEFORE == 0] = ABSENT
-    st[fl & IN_TOP != 0] = TOP
     return st
 
 
@@ -216,8 +225,8 @@ def heap_cells(heap: dict, page: int) -> dict:
     if len(occ) != n or len(fl) != n:
         raise ValueError(f"heap at {heap.get('start')}: {n} pages but {len(occ)} occupancy "
                          f"and {len(fl)} flag bytes")
-    st = page_states(occ, fl)
-    return {"start": heap.get("start"), "pages": n,
+    st = page_states(occ, fl, heap.get("walked", True) is not False)
+    return {"start": heap.get("start"), "pages": n, "kind": heap.get("kind"),
             "states": base64.b64encode(st.tobytes()).decode("ascii"),
             "occupancy": base64.b64encode(occ.tobytes()).decode("ascii"),
             "counts": np.bincount(st, minlength=len(STATES)).tolist()}
@@ -225,9 +234,10 @@ def heap_cells(heap: dict, page: int) -> dict:
 
 def heapmap_entry(m: dict) -> dict:
     keep = ("moment", "t_s", "status", "allocator", "page_bytes", "release_measured_bytes",
-            "rss_before", "rss_after")
+            "rss_before", "rss_after", "note", "fork_ms", "map_ms")
     out = {k: m.get(k) for k in keep}
-    out["pinners"] = [{k: p.get(k) for k in ("site", "blocks", "block_bytes", "pinned_bytes", "error_bytes")}
+    out["pinners"] = [{k: p.get(k) for k in ("site", "stack", "blocks", "block_bytes", "pinned_bytes",
+                                             "error_bytes")}
                       for p in m.get("pinners") or [] if isinstance(p, dict)]
     if m.get("status") != "mapped":
         return out

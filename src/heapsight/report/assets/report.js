@@ -949,6 +949,7 @@
       html('span', null, l.label + ': ' + fmtBytes(l.bytes, 1), item);
     });
     var box = html('div', 'plotbox', null, fig);
+    if (M.note) html('div', 'note', M.note, fig);
     var tip = html('div', 'tip', null, fig);
     tip.style.display = 'none';
     var W = Math.max(320, Math.floor(box.clientWidth || fig.clientWidth || 640));
@@ -960,6 +961,7 @@
       (M.arenas || []).forEach(function (a, ai) {
         (a.heaps || []).forEach(function (h, hi) {
           heaps.push({arena: a, first: hi === 0, many: (a.heaps || []).length > 1, start: parseInt(h.start, 16),
+                      kind: h.kind === 'thread' ? 'thread heap' : h.kind === 'main' ? 'main heap' : 'heap',
                       startText: String(h.start), pages: h.pages, states: unb64(h.states), occ: unb64(h.occupancy)});
         });
       });
@@ -998,10 +1000,10 @@
         var a = h.arena;
         text(root, 0, y + 14, 'arena ' + String(a.arena) + (a.arena === 0 ? ' (main)' : '') + ': ' +
           count(a.pages) + ' pages, ' + fmtBytes((a.pages || 0) * page, 1) +
-          (h.many ? '' : ', heap at ' + h.startText), {'class': 'hm-label'});
+          (h.many ? '' : ', ' + h.kind + ' at ' + h.startText), {'class': 'hm-label'});
         y += ARENA_H;
       }
-      if (h.many) { text(root, 0, y + 12, 'heap at ' + h.startText + ': ' + count(h.pages) + ' pages', {'class': 'hm-sub'}); y += HEAP_H; }
+      if (h.many) { text(root, 0, y + 12, h.kind + ' at ' + h.startText + ': ' + count(h.pages) + ' pages', {'class': 'hm-sub'}); y += HEAP_H; }
       var n = Math.ceil(h.pages / group), tally = new Int32Array(states.length);
       for (var j = 0; j < n; j++) {
         tally.fill(0);
@@ -1051,11 +1053,16 @@
 
   // Beside the map: what a release measured, and the call sites whose live blocks keep
   // otherwise free pages resident.
+  function pinnerSite(p) { return p.site ? String(p.site) : 'stack ' + String(p.stack); }
   function pinnersTable(c, M) {
     var side = document.getElementById('side-' + c.id);
     if (!side || pngId) return;
     side.textContent = '';
     html('p', 'release', releaseSentence(M), side);
+    if (fin(M.fork_ms) && fin(M.map_ms)) {
+      html('p', 'table-note', 'The map and the release were taken in a fork()ed copy: the program waited ' +
+        trim(M.fork_ms.toFixed(2)) + ' ms for the fork; the copy took ' + trim(M.map_ms.toFixed(1)) + ' ms.', side);
+    }
     var pins = M.pinners || [];
     if (!pins.length) {
       html('p', 'pin-lead', 'No live block keeps an otherwise free page resident.', side);
@@ -1063,7 +1070,7 @@
     }
     var top = pins[0];
     html('p', 'pin-lead', count(top.blocks) + ' blocks of ' + fmtBytes(top.block_bytes || 0, 1) + ' from ' +
-      String(top.site) + ' pin ' + fmtBytes(top.pinned_bytes || 0, 1) + ' that a trim cannot return.', side);
+      pinnerSite(top) + ' pin ' + fmtBytes(top.pinned_bytes || 0, 1) + ' that a trim cannot return.', side);
     var tb = html('table', 'data pinners', null, side);
     html('caption', null, 'What pins the heap at ' + mapName(M), tb);
     var hr = html('tr', null, null, html('thead', null, null, tb));
@@ -1071,7 +1078,7 @@
     var body = html('tbody', null, null, tb);
     pins.slice(0, 20).forEach(function (p) {
       var tr = html('tr', null, null, body);
-      html('td', 'site', p.site, tr);
+      html('td', 'site', pinnerSite(p), tr);
       html('td', null, count(p.blocks), tr);
       html('td', null, fmtBytes(p.block_bytes || 0, 1), tr);
       html('td', null, fmtBytes(p.pinned_bytes || 0, 1) + (p.error_bytes > 0 ? ' \u00b1 ' + fmtBytes(p.error_bytes, 1) : ''), tr);
