@@ -354,3 +354,12 @@ def test_json_lists_every_site_and_the_terminal_the_top_five(tmp_path):
     for row, x in zip(shown, peak["sites"][:5]):
         assert x["site"][:30] in row, (row, x["site"])
     assert "sampled blocks" in lines[head + 6]
+
+
+def test_sample_bytes_takes_sizes_and_refuses_what_the_library_would_ignore(tmp_path, sites_bin):
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "--sample-bytes",
+                        "10", "--", sites_bin], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--sample-bytes 10: give 0 (off) or a size from 64" in p.stderr
+    assert "sites:" not in p.stdout   # refused before the program ran
+    s, _, _, _ = run(tmp_path, sites_bin, "--mb", "16", opts=["--sample-bytes", "1.5M"])
+    assert s["sites"]["sample_bytes"] == 1536 * 1024
