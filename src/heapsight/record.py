@@ -250,24 +250,37 @@ def _index(v, n: int, where: str, of: str) -> None:
         raise Damaged(where, f"{_shown(v)} is not the index of one of the {n} {of}")
 
 
+def _indices(v, n: int, where: str, of: str) -> None:
+    """A list of indices into n things: checked in bulk (a deep program's stacks hold
+    hundreds of thousands), element by element only to name a bad one."""
+    if not isinstance(v, list):
+        raise Damaged(where, f"expected a list, found {_shown(v)}")
+    if not v or (set(map(type, v)) == {int} and min(v) >= 0 and max(v) < n):
+        return
+    for i, x in enumerate(v):
+        _index(x, n, f"{where}[{i}]", of)
+
+
 def sites(v, where: str) -> None:
     """The sampled call sites (sites.build): frames, stacks of frame indices, and moments
     whose stacks and sites index them; every index in range."""
-    fields(required={"frames": list_of(FRAME), "stacks": list_of(list_of(number)),
+    fields(required={"frames": list_of(FRAME), "stacks": list_of(lambda x, w: None),
                      "moments": list_of(MOMENT)},
            optional={"symbolizer": string, "unwinder": string, "note": string,
                      **{k: number for k in ("sample_bytes", "samples", "frees_matched", "dropped",
                                             "unwind_us_per_sample", "frames_per_sample")}})(v, where)
     nf, ns = len(v["frames"]), len(v["stacks"])
     for i, st in enumerate(v["stacks"]):
-        for j, f in enumerate(st):
-            _index(f, nf, f"{where}.stacks[{i}][{j}]", "frames")
+        _indices(st, nf, f"{where}.stacks[{i}]", "frames")
     for i, m in enumerate(v["moments"]):
-        for j, st in enumerate(m["stacks"]):
-            _index(st["stack"], ns, f"{where}.moments[{i}].stacks[{j}].stack", "stacks")
-        for j, site in enumerate(m["sites"]):
-            if site.get("frame") is not None:
-                _index(site["frame"], nf, f"{where}.moments[{i}].sites[{j}].frame", "frames")
+        _indices([st["stack"] for st in m["stacks"]], ns, f"{where}.moments[{i}].stacks", "stacks")
+        named = [x.get("frame") for x in m["sites"]]
+        if not (set(map(type, named)) <= {int, type(None)}
+                and 0 <= min((f for f in named if f is not None), default=0)
+                and max((f for f in named if f is not None), default=-1) < nf):
+            for j, f in enumerate(named):
+                if f is not None:
+                    _index(f, nf, f"{where}.moments[{i}].sites[{j}].frame", "frames")
 
 
 SUMMARY = fields(
