@@ -7,15 +7,18 @@
  * FREE event naming it. The owner process only; nothing here calls malloc.
  *
  * The unwinder is libgcc's _Unwind_Backtrace (.eh_frame, DWARF CFI: Debian's binaries have
- * no frame pointers). bench/unwind measures it against libunwind's unw_backtrace: libunwind
- * is faster once its per-thread cache is warm (0.3-0.8 us against 2.8-4.5 us per stack in
- * perl and python3, about 200 ns per frame for libgcc), but costs 0.3 ms on its first stack,
- * keeps an mmapped cache per thread, is a package the program may not have, and its 1.6
- * cache has known faults when re-entered from a signal handler. libgcc is on every system
- * (the C++ exception unwinder), keeps no cache, and with glibc 2.35+ finds each frame's
- * object with _dl_find_object, which takes no lock. At the default mean a sample costs the
- * churn bench about 1% (bench/overhead). It is found with dlsym in libgcc_s itself: a
- * libunwind loaded in the program exports _Unwind_Backtrace too.
+ * no frame pointers). bench/unwind measures it against libunwind's unw_backtrace, and
+ * libunwind is faster per stack once warm (0.3-0.8 us against 2.8-4.5 us in perl and
+ * python3; libgcc works out every frame anew, about 200 ns or 2,000 instructions each),
+ * but it buys that speed with a cache per thread that it fills in full on the thread's
+ * first stack: 270 KiB of resident memory per sampling thread (bench/unwind: 64 threads,
+ * +17 MiB), memory the program would be charged with. It also costs 0.3 ms on its first
+ * stack, is a package the program may not have, and its 1.6 cache has known faults when
+ * re-entered from a signal handler. libgcc is on every system (it is the C++ exception
+ * unwinder), keeps no cache, and with glibc 2.35+ finds each frame's object with
+ * _dl_find_object, which takes no lock. At the default mean it costs the churn bench about
+ * 10 instructions per malloc/free pair (bench/overhead). It is found with dlsym in
+ * libgcc_s itself: a libunwind loaded in the program exports _Unwind_Backtrace too.
  *
  * Locks: one spin lock guards the private tables (live blocks, stacks) and the appends to
  * the profile. It is never held while unwinding or while the loader is asked anything, so
@@ -284,8 +287,10 @@ static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg) {
   return w->n < HS_MAX_FRAMES ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
-/* The stack at the allocation, heapsight's own frames left out, innermost first. */
-static __attribute__((noinline)) int unwind(uint64_t *out) {
+/* The stack at the allocation, heapsight's own frames left out, innermost first. Inline,
+ * like record(): libgcc works out every frame it passes, ours too (about 2,000
+ * instructions each), so the sample's own part of the stack is kept to one frame. */
+static inline __attribute__((always_inline)) int unwind(uint64_t *out) {
   struct hs_walk w = {out, 0, 1};
   g_backtrace(walk_cb, &w);
   return w.n;
@@ -346,7 +351,8 @@ static void add_modules(hs_profile_t *pr, hs_module_t *fresh, int n) {
   }
 }
 
-static void record(void *p, size_t usable, const void *caller) {
+static inline __attribute__((always_inline)) void record(void *p, size_t usable,
+                                                         const void *caller) {
   hs_profile_t *pr = &_hs_seg->profile;
   if (__atomic_load_n(&g_full, __ATOMIC_RELAXED)) { drop(pr); return; }
   uint64_t frames[HS_MAX_FRAMES];
