@@ -443,6 +443,37 @@ def test_heap_map_draws_a_cell_per_page_in_its_state_with_the_pinners(small_page
 
 
 @needs_chromium
+def test_grouped_cells_keep_a_lone_pinned_page_in_sight(probe_page):
+    # GIVEN a heap of 65,536 pages, free but for one pinned page in 64: too many for a cell each
+    pages = 65536
+    occ, flags = np.zeros(pages, np.uint8), np.ones(pages, np.uint8)
+    occ[::64], flags[::64] = 1, 3
+    maps = small_heapmaps()[:1]
+    maps[0]["arenas"] = [{"arena": 0, "pages": pages, "heaps": [
+        {"start": "0x10000000", "kind": "main", "pages": pages, "walked": True,
+         "occupancy": b64(occ), "flags": b64(flags)}]}]
+    page = report_html.build([("grouped", run_doc(None, maps))]).html
+    a = probe_page(page, """
+      var fig = document.getElementById('fig-s1-heapmap'), parts = {};
+      fig.querySelectorAll('path.cells').forEach(function (p) {
+        parts[p.getAttribute('data-state')] = (p.getAttribute('d').match(/M/g) || []).length;
+      });
+      document.body.dataset.parts = JSON.stringify(parts);
+      document.body.dataset.group = fig.dataset.group;
+      document.body.dataset.ncells = fig.dataset.cells;
+      document.body.dataset.caption = fig.querySelector('svg .axis-title').textContent;
+    """)
+    assert a["errors"] == "0"
+    # THEN the pages are grouped by a power of two that the caption names, and every cell
+    # holding the pinned page shows a part of it, beside the free part
+    group = int(a["group"])
+    assert group > 1 and group & (group - 1) == 0 and int(a["ncells"]) == pages // group
+    assert a["caption"].startswith(f"one cell = {group} pages ({group * 4}.0 KiB), split by the share")
+    parts = json.loads(a["parts"])
+    assert parts == {"pinned": pages // max(group, 64), "free": pages // group}
+
+
+@needs_chromium
 def test_a_map_not_made_says_why_and_the_release_only(small_page, probe_page):
     # WHEN the second map (not mapped: another allocator) is chosen
     a = probe_page(small_page, """

@@ -903,7 +903,7 @@
 
   // ------------------------------------------------------------------ heap map
   // Each arena's heaps, one cell per page or per group of pages (a power of two, the
-  // fewest that fit), coloured by the state most of its pages are in.
+  // fewest that fit), split by the states of its pages.
   var HEAP_CELL_PX = [14, 10, 7, 5];
   var heapCache = {};
   function unb64(s) {
@@ -919,6 +919,24 @@
       fmtBytes(M.release_measured_bytes, 1) +
       (fin(M.rss_before) && fin(M.rss_after) ? ': its RSS went from ' + fmtBytes(M.rss_before, 1) +
        ' to ' + fmtBytes(M.rss_after, 1) : '') + '.';
+  }
+  // A cell of several pages is split top to bottom by the share of its pages in each
+  // state, a state present at least a pixel high: one pinned page among free ones shows.
+  function splitCell(paths, tally, pages, x, y, s) {
+    var hs = [], big = -1, sum = 0;
+    for (var i = 0; i < tally.length; i++) {
+      var h = tally[i] ? Math.max(1, Math.round(s * tally[i] / pages)) : 0;
+      hs.push(h); sum += h;
+      if (tally[i] && (big < 0 || tally[i] > tally[big])) big = i;
+    }
+    hs[big] = Math.max(1, hs[big] + s - sum);   // the largest share takes up the rounding
+    var bottom = y + s;
+    for (i = 0; i < hs.length && y < bottom; i++) {
+      if (!hs[i]) continue;
+      var hh = Math.min(hs[i], bottom - y);   // more states than pixels: the last ones give way
+      paths[i].push('M' + x + ' ' + y + 'h' + s + 'v' + hh + 'h-' + s + 'z');
+      y += hh;
+    }
   }
   function mapName(M) { return String(M.moment || '?') + (fin(M.t_s) ? ' at ' + fmtSec(M.t_s) : ''); }
 
@@ -944,6 +962,7 @@
     }
     var legend = html('div', 'legend', null, fig);
     (M.legend || []).forEach(function (l) {
+      if (l.state === 'unwalked' && !l.pages) return;   // a failed walk is listed only when there was one
       var item = html('span', 'legend-item static', null, legend);
       html('span', 'sw', null, item).style.background = l.color;
       html('span', null, l.label + ': ' + fmtBytes(l.bytes, 1), item);
@@ -991,7 +1010,7 @@
     root.setAttribute('aria-label', (c.title || c.id) + ', ' + mapName(M));
     // the grouping, under the cells: what one cell is
     text(root, 0, H - 6, 'one cell = ' + (group === 1 ? '1 page (' + fmtBytes(page, 1) + ')'
-      : count(group) + ' pages (' + fmtBytes(group * page, 1) + '), coloured by the state most of its pages are in') +
+      : count(group) + ' pages (' + fmtBytes(group * page, 1) + '), split by the share of its pages in each state') +
       '; addresses rise left to right, row by row', {'class': 'axis-title'});
     var paths = states.map(function () { return []; });
     var y = 0, cells = 0, blocks = [];
@@ -1007,11 +1026,10 @@
       var n = Math.ceil(h.pages / group), tally = new Int32Array(states.length);
       for (var j = 0; j < n; j++) {
         tally.fill(0);
-        for (var p = j * group, e = Math.min(h.pages, p + group); p < e; p++) tally[h.states[p]]++;
-        var best = 0;
-        for (var q = 1; q < tally.length; q++) if (tally[q] > tally[best]) best = q;
+        var p0 = j * group, p1 = Math.min(h.pages, p0 + group);
+        for (var p = p0; p < p1; p++) tally[h.states[p]]++;
         var cx = (j % cols) * cell, cy = y + Math.floor(j / cols) * cell;
-        paths[best].push('M' + cx + ' ' + cy + 'h' + s + 'v' + s + 'h-' + s + 'z');
+        splitCell(paths, tally, p1 - p0, cx, cy, s);
       }
       cells += n;
       blocks.push({h: h, y0: y, n: n});
