@@ -1,6 +1,7 @@
 """`heapsight report`'s machinery: saved runs, comparisons and lab results as one
-self-contained HTML page (html.py), its charts (charts.py, decimate.py, drawn in the
-browser by assets/report.js) and PNG images of them (png.py).
+self-contained HTML page (html.py), its charts (charts.py, decimate.py; a run's call
+sites and heap maps: holders.py; all drawn in the browser by assets/report.js) and PNG
+images of them (png.py).
 
 Other commands write a page with write_html(path, [document]) where the document is what
 they save: a run record (record.to_json_dict), a comparison with its "runs", a lab file;

@@ -15,6 +15,8 @@ adds to that format:
   x/y "min"          the axis starts at this value at most (e.g. 0 for a bar of bytes).
 
 Values may be null (not measured): lines break there, stacked areas count it as 0.
+Two kinds of chart are not in that format: "flame" and "heapmap" (a run's call sites and
+heap maps), described in holders.py.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ heap maps page by page, as chart descriptions the renderer (assets/report.js) dr
                   as base64, one byte per page, and each state's pages and bytes; the
                   renderer groups pages into cells to fit its width.
 
-Both read the summary's "sites" and "heapmaps" (the shapes are in docs/numbers.md); a
-summary without them (older records) gives no chart.
+Both read the summary's "sites" and "heapmaps" (made by heapsight.sites and
+heapsight.heapmap); a summary without them (older records, sampling off) gives no chart.
 """
 
 from __future__ import annotations

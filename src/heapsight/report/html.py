@@ -213,7 +213,7 @@ def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
             f'<div class="from">{esc(source)}</div>',
             f'<div class="verdict v-{esc(kind)}">{esc(s.get("verdict", ""))}</div>',
             # what a reader needs first, in the first screen: the verdict, the breakdown and
-            # what to try; then the charts and the facts
+            # what to try; then the charts, who holds the memory, and the facts
             f'<div class="run-top">{breakdown_table(s)}{findings_html(s)}</div>',
             figures(cs), who, facts_html(run_facts(s)), "</section>"]
     return "".join(body), cs + who_charts
