@@ -367,3 +367,18 @@ def test_sample_bytes_takes_sizes_and_refuses_what_the_library_would_ignore(tmp_
     assert "sites:" not in p.stdout   # refused before the program ran
     s, _, _, _ = run(tmp_path, sites_bin, "--mb", "16", opts=["--sample-bytes", "1.5M"])
     assert s["sites"]["sample_bytes"] == 1536 * 1024
+
+
+def test_the_never_freed_finding_names_its_sites_and_asks_for_more_samples_when_few():
+    from heapsight import analysis
+    m = {"name": "never freed", "samples": 3,
+         "sites": [{"site": f"f{i} (x.c:{i})", "bytes": (5 - i) << 20, "error_bytes": 1 << 19}
+                   for i in range(5)]}
+    text, tries = analysis.where_allocated({"sample_bytes": 524288, "moments": [m]}, "./x")
+    assert "estimated from 3 sampled blocks): f0 (x.c:0) 5.0 MiB \u00b1512.0 KiB; f1" in text
+    assert "and 2 more call site(s)" in text
+    assert tries == ("heapsight run --sample-bytes 64K -- ./x",)
+    m["samples"] = 300
+    assert analysis.where_allocated({"sample_bytes": 524288, "moments": [m]}, "./x")[1] == ()
+    # no sites (sampling off): the tools that find them
+    assert analysis.where_allocated(None, "./x")[1][0] == "heaptrack ./x"

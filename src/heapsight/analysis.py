@@ -325,11 +325,12 @@ def where_allocated(sites: dict | None, cmd: str) -> tuple:
     text = (f"Where it was allocated (estimated from {never['samples']:,} sampled blocks): {top}"
             + (f"; and {more} more call site(s) (the run record and --json list them all)."
                if more > 0 else "."))
-    if never["samples"] >= FEW_SAMPLES:
+    finer = sites.get("sample_bytes", 0) // 8
+    if never["samples"] >= FEW_SAMPLES or finer < 64:
         return text, ()
-    finer = max(4096, sites["sample_bytes"] // 8)
+    size = f"{finer // 1024}K" if finer % 1024 == 0 else str(finer)
     return (text + " Few samples: a smaller sampling mean narrows the estimate.",
-            (f"heapsight run --sample-bytes {finer // 1024}K -- {cmd}",))
+            (f"heapsight run --sample-bytes {size} -- {cmd}",))
 
 
 def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
