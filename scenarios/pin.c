@@ -120,6 +120,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "pin: --every is at least 4096 and a multiple of 16, --keep 1..1000\n");
         return 2;
     }
+    /* stdio's blocks come before the heap is filled: allocated after, they would land on
+     * the keepers' pages */
+    static char outbuf[BUFSIZ], addrbuf[BUFSIZ];
+    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    FILE *addrs = NULL;
+    if (g_addrs) {
+        addrs = fopen(g_addrs, "w");
+        if (!addrs) {
+            perror(g_addrs);
+            return 1;
+        }
+        setvbuf(addrs, addrbuf, _IOFBF, sizeof addrbuf);
+    }
     int nw = g_threads ? (int)g_threads : 1;
     struct work works[64];
     memset(works, 0, sizeof works);
@@ -138,16 +151,11 @@ int main(int argc, char **argv)
         contiguous &= works[i].contiguous;
         keepers += works[i].n;
     }
-    if (g_addrs) {
-        FILE *f = fopen(g_addrs, "w");
-        if (!f) {
-            perror(g_addrs);
-            return 1;
-        }
+    if (addrs) {
         for (int i = 0; i < nw; i++)
             for (size_t k = 0; k < works[i].n; k++)
-                fprintf(f, "%lx\n", (unsigned long)(uintptr_t)works[i].keepers[k]);
-        fclose(f);
+                fprintf(addrs, "%lx\n", (unsigned long)(uintptr_t)works[i].keepers[k]);
+        fclose(addrs);
     }
     printf("pin: keepers=%zu keep=%ld every=%ld mib=%ld threads=%ld first=%p contiguous=%d "
            "freed_keepers=%ld\n", keepers, g_keep, g_every, g_mib, g_threads,

@@ -51,7 +51,8 @@
  *     child's first instruction: the time the program's threads could not allocate),
  *     child_ns (the child's whole run), n_heaps, tcache_key_found, released_pages
  *     (pagemap: resident before the release, not after, in the heaps), child_minflt (pages
- *     the child faulted: its copies, its buffers), reserved[11]; char why[160] (the reason
+ *     the child faulted: its copies, its buffers), child_cpu_ns (its CPU time, as it saw
+ *     it before writing), reserved[7]; char why[160] (the reason
  *     when not mapped, else a note or empty).
  *   per heap: u64 start, pages, arena (0 main, 1.. thread arenas in malloc_info's order),
  *     kind (0 main heap, 1 thread heap), walked, top_bytes, live_bytes, inuse_chunks,
@@ -109,8 +110,8 @@ typedef struct hs_map_header_s {
   uint64_t magic, version, header_bytes, file_bytes, status, allocator, page_bytes, time_ns;
   uint64_t rss_before, rss_after, anon_before, anon_after;
   uint64_t release_ns, walk_ns, fork_ns, child_ns, n_heaps, tcache_key_found;
-  uint64_t released_pages, child_minflt;
-  uint64_t reserved[8];
+  uint64_t released_pages, child_minflt, child_cpu_ns;
+  uint64_t reserved[7];
   char why[160];
 } hs_map_header_t;
 
@@ -265,7 +266,7 @@ static int list_maps(child_t *c) {
   for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
   size_t bytes = (lines + 1) * sizeof(map_t);
   c->maps = raw_map(bytes, 0);
-  if (!c->maps) { raw_unmap(text, cap); return 0; }
+  if (!c->maps) return 0;
   size_t n = 0;
   const char *s = text, *end = text + len;
   while (s < end && n <= lines) {
@@ -295,7 +296,9 @@ static int list_maps(child_t *c) {
     s = eol + 1;
   }
   c->n_maps = n;
-  raw_unmap(text, cap);
+  /* the text's own mapping stays: it is in the listing, and a listed mapping must stay
+   * readable (the child ends soon) */
+  (void)cap;
   return 1;
 }
 
@@ -474,6 +477,7 @@ static uint64_t number_arenas(child_t *c) {
       if (c->heaps[j].first && c->heaps[j].ar == hp->ar) first_hi = c->heaps[j].start + c->heaps[j].size;
     }
     hp->ok_layout = first_hi && hp->ar + G_MSTATE_BYTES <= first_hi &&
+                    readable(c, hp->ar, hp->ar + G_MSTATE_BYTES) &&
                     rd(hp->ar + G_MSTATE_SYSTEM_MEM) == sum;
   }
   return main_arena;
@@ -686,6 +690,7 @@ static int write_map(const char *path, hs_map_header_t *h, child_t *c) {
   return ok;
 }
 
+
 static uint64_t cpu_of(const struct rusage *ru) {
   return (uint64_t)ru->ru_utime.tv_sec * 1000000000ull + (uint64_t)ru->ru_utime.tv_usec * 1000ull +
          (uint64_t)ru->ru_stime.tv_sec * 1000000000ull + (uint64_t)ru->ru_stime.tv_usec * 1000ull;
@@ -771,7 +776,10 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0) 
     set_why(&h, not_mapped_why(h.allocator));
   }
   struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) == 0) h.child_minflt = (uint64_t)ru.ru_minflt;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    h.child_minflt = (uint64_t)ru.ru_minflt;
+    h.child_cpu_ns = cpu_of(&ru);
+  }
   h.child_ns = _hs_now_ns() - started;
   _exit(write_map(path, &h, &c) ? 0 : 6);
 }
@@ -849,7 +857,20 @@ int _hs_heapmap_write(const char *path) {
   if (reaped) __atomic_fetch_add(&g_cpu_ns, cpu_of(&ru), __ATOMIC_RELAXED);
   if (killed) return _hs_heapmap_write_refusal(path, "the map took longer than 30 s and was stopped");
   if (!reaped) return 1; /* ECHILD: the child's end was not ours to see; its file tells */
-  if (reaped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-    return _hs_heapmap_write_refusal(path, "the map's process failed");
+  if (reaped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    char why[80] = "the map's process failed: ";
+    size_t at = strlen(why);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? WTERMSIG(status) : -1;
+    memcpy(why + at, WIFEXITED(status) ? "exit status " : "signal ", WIFEXITED(status) ? 12 : 7);
+    at += WIFEXITED(status) ? 12 : 7;
+    if (code < 0) why[at++] = '?';
+    else {
+      if (code >= 100) why[at++] = (char)('0' + code / 100);
+      if (code >= 10) why[at++] = (char)('0' + code / 10 % 10);
+      why[at++] = (char)('0' + code % 10);
+    }
+    why[at] = 0;
+    return _hs_heapmap_write_refusal(path, why);
+  }
   return 1;
 }

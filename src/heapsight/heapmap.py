@@ -31,7 +31,7 @@ HEADER_DTYPE = np.dtype([
     ("rss_after", U8), ("anon_before", U8), ("anon_after", U8), ("release_ns", U8),
     ("walk_ns", U8), ("fork_ns", U8), ("child_ns", U8), ("n_heaps", U8),
     ("tcache_key_found", U8), ("released_pages", U8), ("child_minflt", U8),
-    ("reserved", U8, (8,)), ("why", "S160"),
+    ("child_cpu_ns", U8), ("reserved", U8, (7,)), ("why", "S160"),
 ])
 HEAP_DTYPE = np.dtype([
     ("start", U8), ("pages", U8), ("arena", U8), ("kind", U8), ("walked", U8),
@@ -90,6 +90,7 @@ class HeapMap:
     tcache_key_found: bool
     released_pages: int       # pages of the heaps resident before the release, not after
     child_minflt: int
+    child_cpu_ns: int
     note: str = ""
     heaps: list = field(default_factory=list)
 
@@ -117,7 +118,7 @@ def read(path: str) -> HeapMap:
                  int(h["anon_before"]), int(h["anon_after"]), int(h["release_ns"]),
                  int(h["walk_ns"]), int(h["fork_ns"]), int(h["child_ns"]),
                  bool(h["tcache_key_found"]), int(h["released_pages"]), int(h["child_minflt"]),
-                 why if int(h["status"]) == 0 else "")
+                 int(h["child_cpu_ns"]), why if int(h["status"]) == 0 else "")
     at = HEADER_DTYPE.itemsize
     for _ in range(int(h["n_heaps"])):
         r = np.frombuffer(data, HEAP_DTYPE, count=1, offset=at)[0]
