@@ -72,7 +72,7 @@ void _hs_sample_free(void *p);
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */
 void _hs_profile_start(void);             /* from the constructor: the unwinder */
 void _hs_profile_reset(hs_segment_t *seg); /* the owner re-attaches after execve */
-void _hs_profile_dl_changed(int closed);  /* after dlopen (0) or dlclose (1) */
+void _hs_profile_dlclosed(void);          /* after a dlclose: modules may be gone */
 
 static inline int hs_sample_maybe(const void *p) {
   return _hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)] != 0;

@@ -298,7 +298,7 @@ HS_EXPORT int dlclose(void *handle) {
     __atomic_store_n(&real, f, __ATOMIC_RELEASE);
   }
   int rc = f(handle);
-  _hs_profile_dl_changed(1);
+  _hs_profile_dlclosed();
   return rc;
 }
 

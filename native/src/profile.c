@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -91,11 +92,19 @@ static inline uint64_t mix64(uint64_t x) {
   return x ^ (x >> 33);
 }
 
+/* The system calls themselves, not the mmap hooks (mappings.c): those call dladdr, which
+ * takes the loader's lock, and this runs under g_lock (a thread inside dlopen may be
+ * waiting for g_lock). */
+static void *raw_mmap(size_t bytes) {
+  long r = syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  return r < 0 && r > -4096 ? NULL : (void *)r;
+}
+
 static int table_grow(hs_table_t *t) {
   uint64_t cap = t->cap ? t->cap * 2 : 1024;
-  void *m = mmap(NULL, cap * sizeof(hs_entry_t), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return 0;
+  void *m = raw_mmap(cap * sizeof(hs_entry_t));
+  if (!m) return 0;
   hs_entry_t *e = m;
   for (uint64_t i = 0; i < t->cap; i++) {
     if (!t->e[i].key) continue;
@@ -103,7 +112,7 @@ static int table_grow(hs_table_t *t) {
     while (e[j].key) j = (j + 1) & (cap - 1);
     e[j] = t->e[i];
   }
-  if (t->e) munmap(t->e, t->cap * sizeof(hs_entry_t));
+  if (t->e) syscall(SYS_munmap, t->e, t->cap * sizeof(hs_entry_t));
   t->e = e;
   t->cap = cap;
   return 1;
@@ -264,9 +273,7 @@ static void revalidate(hs_profile_t *pr) {
   __atomic_store_n(&g_revalidating, 0, __ATOMIC_RELEASE);
 }
 
-void _hs_profile_dl_changed(int closed) {
-  if (closed) __atomic_add_fetch(&g_dlclose_gen, 1, __ATOMIC_RELEASE);
-}
+void _hs_profile_dlclosed(void) { __atomic_add_fetch(&g_dlclose_gen, 1, __ATOMIC_RELEASE); }
 
 /* ---- unwinding ---- */
 struct hs_walk { uint64_t *out; int n, skipping; };
