@@ -9,9 +9,10 @@
  * allocated once blocks are freed, so no later block takes a freed one's address).
  * --fork 1: a child is forked after the threads; it frees every block of its copy and
  * allocates --blocks blocks of 7000 B from sampling_in_child, then exits; the parent frees
- * nothing. --exec 1: after the threads, the program execs itself (--exec 2), which
- * allocates --blocks blocks of 3000 B from sampling_after_exec. Its functions are exported
- * (CMakeLists.txt) so that the tests can name the frames of the installed program. */
+ * nothing. --small 1: every block is a small one. --exec 1: after the threads, the program
+ * execs itself (--exec 2), which allocates --blocks blocks of 3000 B from
+ * sampling_after_exec. Its functions are exported (CMakeLists.txt) so that the tests can
+ * name the frames of the installed program. */
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -20,7 +21,7 @@
 
 #include "scenario.h"
 
-static long nthreads = 4, nblocks = 20000, do_fork = 0, do_exec = 0;
+static long nthreads = 4, nblocks = 20000, do_fork = 0, do_exec = 0, only_small = 0;
 static const char *out_path = "";
 
 struct block { uint64_t addr, usable, freed; };
@@ -38,7 +39,8 @@ void *worker(void *arg) /* not static: named in the tests */
         if (i == 1)
             pthread_barrier_wait(&started); /* all hold a slot (or found none) from here */
         long k = i % 64;
-        void *p = k == 0 ? sampling_big() : k < 25 ? sampling_mid() : sampling_small();
+        void *p = only_small ? sampling_small()
+                : k == 0 ? sampling_big() : k < 25 ? sampling_mid() : sampling_small();
         if (!p)
             abort();
         struct block *b = &blocks[t * nblocks + i];
@@ -72,8 +74,8 @@ int main(int argc, char **argv)
 {
     struct hs_opt opts[] = {{"threads", &nthreads, NULL}, {"blocks", &nblocks, NULL},
                             {"fork", &do_fork, NULL}, {"exec", &do_exec, NULL},
-                            {"out", NULL, &out_path}};
-    hs_parse(argc, argv, opts, 5);
+                            {"small", &only_small, NULL}, {"out", NULL, &out_path}};
+    hs_parse(argc, argv, opts, 6);
     if (do_exec == 2) {
         for (long i = 0; i < nblocks; i++)
             if (!sampling_after_exec())

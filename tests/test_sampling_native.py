@@ -306,3 +306,31 @@ def test_the_profile_starts_over_when_the_owner_execs(tmp_path):
             names.add(function_at(prof, frames[0], int(i), exe, syms))
     assert "sampling_after_exec" in names and "sampling_mid" not in names
     check_events_consistent(prof)
+
+
+def test_a_full_profile_drops_samples_but_still_records_every_free(tmp_path):
+    # GIVEN 1.2 million 64 B blocks sampled at a mean of 64 B (two in three are sampled:
+    # more ALLOC and FREE events than the profile holds), half of them freed
+    exe, prof, blocks = sampling_run(tmp_path, "--threads", "2", "--blocks", "600000",
+                                     "--small", "1", sample_bytes=64)
+    # THEN the library counted what it could not record, and wrote no more than fits
+    assert int(prof.head["dropped_samples"]) > 0
+    assert int(prof.head["events_used"]) <= S.PROFILE_EVENTS
+    kinds = prof.events["kind"]
+    assert np.isin(kinds, [S.EVENT_ALLOC, S.EVENT_FREE]).all()
+    # AND every recorded sample of a freed block has its FREE (room was kept for it), and
+    # no FREE names anything but an earlier ALLOC
+    allocs = np.flatnonzero(kinds == S.EVENT_ALLOC)
+    frees = np.flatnonzero(kinds == S.EVENT_FREE)
+    target = prof.events["addr"][frees].astype(np.int64)
+    assert (target < frees).all() and (kinds[target] == S.EVENT_ALLOC).all()
+    assert len(np.unique(target)) == len(target)
+    order = np.argsort(blocks["addr"])
+    addrs = blocks["addr"][order]
+    pos = np.searchsorted(addrs, prof.events["addr"][allocs])
+    pos = np.minimum(pos, len(addrs) - 1)
+    ours = addrs[pos] == prof.events["addr"][allocs]
+    assert ours.sum() > 0.5 * S.PROFILE_EVENTS / 2
+    was_freed = blocks["freed"][order][pos[ours]].astype(bool)
+    has_free = np.isin(allocs[ours], target)
+    assert (has_free == was_freed).all()
