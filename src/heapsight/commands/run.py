@@ -4,9 +4,9 @@ Starts COMMAND with the preload library and samples it from this process; at the
 prints where the RSS went (live, waste, metadata, retained, non-heap) at the peak and at
 exit, what a release at exit gave back, the call sites holding the most at the peak and
 of what was never freed (estimated from allocations sampled with their stacks, with the
-sampling error), and a verdict with commands to try. The summary
-goes to stderr so the program's own output is untouched; the run is saved for reports.
-The exit code is the program's (128+N if it died from signal N).
+sampling error), and a verdict with commands to try. The summary goes to stderr so the
+program's own output is untouched; the run is saved for reports. The exit code is the
+program's (128+N if it died from signal N).
 
 A gate turns a figure into a CI check: when the program succeeded but a figure is above
 its limit, heapsight says which and exits with 90 (EXIT_GATE).
