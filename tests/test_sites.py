@@ -382,3 +382,27 @@ def test_the_never_freed_finding_names_its_sites_and_asks_for_more_samples_when_
     assert analysis.where_allocated({"sample_bytes": 524288, "moments": [m]}, "./x")[1] == ()
     # no sites (sampling off): the tools that find them
     assert analysis.where_allocated(None, "./x")[1][0] == "heaptrack ./x"
+
+
+def test_live_blocks_for_the_pinners_index_the_same_stacks_and_name_the_same_sites():
+    # GIVEN blocks from two stacks (malloc <- parse, and parse <- main), one freed at 30
+    allocs = np.zeros(3, P.ALLOC_DTYPE)
+    allocs["index"], allocs["addr"], allocs["size"] = [0, 1, 2], [0x1000, 0x2000, 0x3000], [64, 640, 64]
+    allocs["time_ns"], allocs["free_ns"] = [10, 20, 40], [30, P.NEVER, P.NEVER]
+    allocs["stack"] = [4, 1, 4]
+    words = np.array([0, 2, 0x402000, 0x403000, 2, 0x403000, 0x401000], dtype=np.uint64)
+    prof = P.Profile(4096, allocs, 1, words, (P.Module(0x400000, 0x500000, 0x400000, 0, "/p"),), 0)
+
+    def names(lookups):
+        fn = {0x401fff: "malloc", 0x402fff: "parse", 0x400fff: "main"}
+        return symbolize.Result({k: [symbolize.Frame(fn.get(k[1] + 0x400000), None, None, k[0], k[1])]
+                                 for k in lookups}, "test")
+    built = sites.build(prof, [sites.Moment("exit", None, 1.0, 0)], symbolizer=names)
+    blocks = sites.live_blocks(prof, 35)
+    # THEN the blocks live at 35, their probability, and stacks as build() numbers them
+    assert blocks["addr"].tolist() == [0x2000]
+    assert blocks["p"][0] == pytest.approx(1 - np.exp(-640 / 4096))
+    st = int(blocks["stack"][0])
+    assert sites.site_of_stack(built, st) == "parse (p)"
+    exit_sites = {built["stacks"][x["stack"]][0]: x for x in built["moments"][0]["stacks"]}
+    assert len(exit_sites) == 2

@@ -210,6 +210,34 @@ def build(prof: P.Profile, moments: list, unwinder: str = "",
     }
 
 
+# The block rows heapmap.pinners takes: address, usable size, sampling probability, and the
+# index of its stack in the sites' "stacks".
+BLOCK_DTYPE = np.dtype([("addr", "<u8"), ("size", "<u8"), ("p", "<f8"), ("stack", "<i8")])
+
+
+def live_blocks(prof: P.Profile, t_ns: int | None) -> np.ndarray:
+    """The sampled blocks live at t_ns (None: never freed), as BLOCK_DTYPE rows; stack
+    indices are those of build()'s "stacks" (the distinct stack offsets, in order)."""
+    allocs = prof.allocs
+    live = live_mask(allocs, t_ns)
+    offsets = np.unique(allocs["stack"])
+    out = np.zeros(int(live.sum()), BLOCK_DTYPE)
+    out["addr"], out["size"] = allocs["addr"][live], allocs["size"][live]
+    out["p"] = -np.expm1(-allocs["size"][live].astype(float) / float(prof.mean_bytes))
+    out["stack"] = np.searchsorted(offsets, allocs["stack"][live])
+    return out
+
+
+def site_of_stack(sites: dict, stack: int) -> str:
+    """The call site's name of a stack of a run's sites (as its moments name it), for the
+    pinners of a heap map."""
+    frames = [symbolize.Frame(f["function"], f["file"], f["line"], f["object"],
+                              int(f["address"], 16))
+              for f in (sites["frames"][i] for i in sites["stacks"][stack])]
+    site = next((f for f in frames if not is_allocator(f)), frames[-1] if frames else None)
+    return site.name() if site is not None else NO_STACK
+
+
 def moment(sites: dict | None, name: str) -> dict | None:
     """A moment of a summary's sites by name ("peak", "never freed", "snapshot: X")."""
     for m in (sites or {}).get("moments", ()):
