@@ -58,6 +58,9 @@ class Timeline:
     thinned: int = 0            # samples dropped by thinning (see compact)
     snapshots: list = field(default_factory=list)   # (label, t) of the samples asked for
     images: list = field(default_factory=list)      # (t, executable): each image the program ran
+    # for each of images: when the one before it was last seen (-1 for the first), so the
+    # exec happened between that and its t (the executable is read on the Python ticks only)
+    image_before_s: list = field(default_factory=list)
     children: dict = field(default_factory=dict)    # pid -> [name, peak RSS] of its descendants
     kinds: list = field(default_factory=list)       # (t, resident bytes by mappings.KINDS)
     max_rows: int = MAX_ROWS
@@ -208,8 +211,13 @@ class Sampler:
             exe = os.readlink(f"/proc/{self.pid}/exe")
         except OSError:
             return
-        if not self.timeline.images or self.timeline.images[-1][1] != exe:
-            self.timeline.images.append((round(t, 3), exe))
+        tl = self.timeline
+        if not tl.images or tl.images[-1][1] != exe:
+            tl.images.append((round(t, 3), exe))
+            tl.image_before_s.append(self._image_seen_s)
+        self._image_seen_s = t
+
+    _image_seen_s = -1.0    # when the executable was last read (the one before a change)
 
     def _children(self) -> float:
         """The RSS of the program's descendants (compilers' cc1, a shell's commands: they
