@@ -29,7 +29,9 @@ struct work {
     int contiguous;
 };
 
-__attribute__((noinline)) static void *keeper(size_t bytes)
+/* Not static: exported (ENABLE_EXPORTS), the call sites keep their names in the installed,
+ * stripped program. */
+__attribute__((noinline)) void *keeper(size_t bytes)
 {
     void *p = malloc(bytes);
     memset(p, 0x6b, bytes);
@@ -37,7 +39,7 @@ __attribute__((noinline)) static void *keeper(size_t bytes)
     return p;
 }
 
-__attribute__((noinline)) static void *filler(size_t bytes)
+__attribute__((noinline)) void *filler(size_t bytes)
 {
     void *p = malloc(bytes);
     memset(p, 0x66, bytes);
