@@ -406,3 +406,64 @@ def test_live_blocks_for_the_pinners_index_the_same_stacks_and_name_the_same_sit
     assert sites.site_of_stack(built, st) == "parse (p)"
     exit_sites = {built["stacks"][x["stack"]][0]: x for x in built["moments"][0]["stacks"]}
     assert len(exit_sites) == 2
+
+
+# ------------------------------------------------------------ heap maps and their pinners
+
+def test_each_snapshot_and_the_exit_have_a_heap_map_whose_pinners_are_named(hs_sites):
+    s, err, truth, _ = hs_sites
+    maps = s["heapmaps"]
+    assert [m["moment"] for m in maps] == ["snapshot: loaded", "snapshot: freed", "exit"]
+    assert all(m["status"] == "mapped" for m in maps), [m["status"] for m in maps]
+    snap_t = {x["label"]: x["at_s"] for x in s["snapshots"]}
+    for m in maps[:2]:   # taken while the program waits in heapsight_snapshot()
+        assert 0 <= m["t_s"] - snap_t[m["moment"].split(": ")[1]] < 0.1, (m["t_s"], snap_t)
+    # at "loaded" everything is live: a release gives back little; at "freed" most of the
+    # heap is free and the one cache block in 8 still live pins pages of it
+    assert maps[0]["release_measured_bytes"] < 0.05 * truth["load_rows"]
+    freed = maps[1]
+    assert freed["release_measured_bytes"] > 8 * MiB
+    assert freed["pinners"] and freed["pinners"][0]["site"].startswith("keep_cache (sites.c:")
+    assert record.load(str(hs_sites[3]))["summary"]["heapmaps"] == maps
+
+
+@pytest.fixture(scope="module")
+def pin_bin(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pin") / "hs-pin"
+    subprocess.run(["cc", "-O2", "-g", "-Wall", "-Wextra", "-pthread", "-I", str(ROOT / "scenarios"),
+                    "-o", str(out), str(ROOT / "scenarios" / "pin.c")], check=True, timeout=120)
+    return str(out)
+
+
+def test_the_pinners_of_a_freed_heap_are_its_keepers_with_the_bytes_they_pin(tmp_path, pin_bin):
+    # GIVEN hs-pin: 32 MiB freed but for one small keeper block per 16 KiB, each at the
+    # start of its page; sampled at 64 bytes (every keeper is sampled with p = 0.53: the
+    # estimate's error is a few percent)
+    s, err, _, _ = run(tmp_path, pin_bin, "--mib", "32", "--every", "16384",
+                       opts=["--sample-bytes", "64"])
+    (m,) = [m for m in s["heapmaps"] if m["moment"] == "exit"]
+    pins = m["pinners"]
+    line = source_line_of(ROOT / "scenarios" / "pin.c", "void *keeper(size_t bytes)") + 2
+    assert pins[0]["site"] == f"keeper (pin.c:{line})", pins[:2]
+    # THEN the pinned pages' free bytes are the keepers' (each pins its page but for the
+    # bytes it holds), within the estimate's error
+    page = m["page_bytes"]
+    pinned_pages = sum(a["pinned_pages"] for a in m["arenas"])
+    keepers = 32 * MiB // 16384
+    assert abs(pinned_pages - keepers) <= keepers * 0.02
+    truth = pinned_pages * (page - 48)          # a 40-byte keeper: a 48-byte chunk
+    assert abs(pins[0]["pinned_bytes"] - truth) <= 2 * pins[0]["error_bytes"] + 0.02 * truth
+    assert abs(pins[0]["blocks"] - keepers) <= 0.15 * keepers and pins[0]["block_bytes"] == 40
+    # and the terminal names them under the map
+    text = " ".join(err.split())
+    assert f"pinned at exit: {pinned_pages * page / MiB:.1f} MiB of heap pages" in text
+    assert f"keeper (pin.c:{line})" in text.split("pinned at exit:", 1)[1]
+
+
+def source_line_of(path: Path, needle: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if needle in t)
+
+
+def test_no_heap_map_takes_none(tmp_path, sites_bin):
+    s, err, _, _ = run(tmp_path, sites_bin, "--mb", "16", opts=["--no-heap-map"])
+    assert s["heapmaps"] == [] and "pinned at" not in err

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import allocators, analysis, attach, elf, interrupts, native, profile, sites
+from heapsight import (allocators, analysis, attach, elf, heapmap, interrupts, native, profile,
+                       sites)
 from heapsight.errors import HeapsightError
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.sampler import IDX, Sampler, Timeline
@@ -82,6 +83,7 @@ class Options:
     exporter: object = None              # reporters.openmetrics.Exporter: the latest split
     sample_bytes: int | None = None      # call sites: the sampling mean (0: off; None: the
                                          # library's default, or HEAPSIGHT_SAMPLE_BYTES as set)
+    heap_maps: bool = True               # map the heap at exit and at each snapshot
 
 
 def measure(argv: list, opts: Options) -> tuple:
@@ -93,6 +95,8 @@ def measure(argv: list, opts: Options) -> tuple:
               "malloc. Going on with /proc figures only (RSS, anonymous, file-backed).",
               file=sys.stderr)
     segment = None if linkage == "static" else Segment()
+    if segment is not None and opts.heap_maps:
+        heapmap.at_exit(segment)
     forwarded = []
 
     def on_signal(info):
@@ -105,10 +109,18 @@ def measure(argv: list, opts: Options) -> tuple:
                 pass
 
     releases = {}
+    maps_asked = {}   # heap map number -> its snapshot's moment name
 
     def on_snapshot(label, t):
-        """With --release-at-snapshot: the allocator's release, called in the program
-        through gdb, with RSS before and after."""
+        """A heap map of the moment (taken by the library in a fork()ed copy; waited for
+        a little, so that the copy is of this moment and is taken before a release); with
+        --release-at-snapshot, the allocator's release, called in the program through gdb,
+        with RSS before and after."""
+        if opts.heap_maps and segment is not None and segment.attached():
+            n = len(maps_asked) + 1
+            maps_asked[n] = f"snapshot: {label}"
+            heapmap.request(segment, n)
+            heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None)
         if opts.release_at_snapshot and segment is not None and segment.attached():
             try:
                 releases[(label, t)] = attach.trim(proc.pid, segment.allocator_name())
@@ -149,13 +161,29 @@ def measure(argv: list, opts: Options) -> tuple:
         interrupted = bool(forwarded) or bool(interrupts.drain())
         # the sampled allocations, copied out before the segment file goes
         prof = profile.read(segment) if segment is not None and segment.attached() else None
+        maps = [(maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
+                for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
+                                       key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
-                            opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof)
+                            opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof,
+                            [(name, hm) for name, hm in maps if name])
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         if segment is not None:
+            collect_maps(segment)   # none left beside a segment that is gone
             segment.close()
+
+
+# How long a snapshot waits for its heap map (the library bounds one to 30 s; a map of a
+# few hundred MiB takes tens of milliseconds): past it the map is still collected at the
+# end if written, but may be of a later moment.
+MAP_WAIT_S = 2.0
+
+
+def collect_maps(segment) -> dict:
+    """The heap maps the library wrote beside the segment, read and removed."""
+    return heapmap.collect(segment.path) if segment is not None else {}
 
 
 def snapshots(tl: Timeline, cols: dict, parts: dict, releases: dict) -> list:
@@ -238,20 +266,39 @@ def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
         return None
 
 
+def heap_maps(maps: list, prof, sampled_sites: dict | None, start_ns: int) -> tuple:
+    """The summary's "heapmaps": each map (heapmap.to_json) with its pinners, the call
+    sites whose live sampled blocks at the map's moment keep otherwise-free pages resident."""
+    out = []
+    for name, hm in maps:
+        entry = heapmap.to_json(hm, name, start_ns)
+        pins = []
+        if prof is not None and sampled_sites is not None and hm.status == "mapped":
+            pins = heapmap.pinners(hm, sites.live_blocks(prof, hm.time_ns))
+            for p in pins:
+                p["site"] = sites.site_of_stack(sampled_sites, p["stack"])
+        entry["pinners"] = pins
+        out.append(entry)
+    return tuple(out)
+
+
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
-              smaps_hz=math.nan, releases=None, prof=None) -> Summary:
-    """prof: the sampled allocations (profile.read), None for none."""
+              smaps_hz=math.nan, releases=None, prof=None, maps=()) -> Summary:
+    """prof: the sampled allocations (profile.read), None for none; maps: (moment name,
+    heapmap.HeapMap) of the heap maps taken."""
     attached = segment is not None and segment.attached()
     # An execve into an image that does not load the library (a static binary, or one whose
     # environment was cleared) leaves the old image's counters in the segment: the figures
     # are then /proc's alone, from the exec on.
     lost_at = None
     if attached and tl.images:
-        last_t, last_exe = tl.images[-1]
+        last_exe = tl.images[-1][1]
         attached_s = (segment.get("start_ns") - tl.start_ns) / 1e9 if tl.start_ns else 0.0
         image = segment.image()
-        if (image and not last_exe.endswith(image)) or (len(tl.images) > 1
-                                                        and last_t > attached_s + 0.02):
+        # the last exec happened after the library attached: its image does not load it
+        exec_after_attach = (len(tl.images) > 1 and len(tl.image_before_s) == len(tl.images)
+                             and tl.image_before_s[-1] > attached_s + 0.02)
+        if (image and not last_exe.endswith(image)) or exec_after_attach:
             lost_at, attached = tl.images[-1], False
     allocator = segment.allocator_name() if attached else "unknown"
     baseline = segment.get("start_anon_bytes") if attached else 0
@@ -315,7 +362,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
             release = Release(False, call, f"the program ended without running exit handlers ({how}); "
                               "figures are from the last sample")
         peak_usable = segment.get("peak_usable_bytes")
-        peak_at = (segment.get("peak_ns") - segment.get("start_ns")) / 1e9 if peak_usable else 0.0
+        # seconds from the run's start, like every other time (the library attaches later:
+        # after the loader, or after the program's execs)
+        origin = tl.start_ns or segment.get("start_ns")
+        peak_at = max(0.0, (segment.get("peak_ns") - origin) / 1e9) if peak_usable else 0.0
         peak_ns = segment.get("peak_ns")
         # the library's peak lags by what threads hold back (1 MiB in all at most): never
         # below a sample that saw more
@@ -414,4 +464,5 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
         images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
-        resident_by_kind=last_kinds(tl, duration_s), sites=sampled_sites)
+        resident_by_kind=last_kinds(tl, duration_s), sites=sampled_sites,
+        heapmaps=heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ())

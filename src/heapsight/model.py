@@ -168,11 +168,13 @@ class Summary:
                                 # (statistics, the release) and the process teardown
     sites: dict | None = None   # sampled call sites (sites.build: the JSON shape "sites"),
                                 # None when sampling was off or the library not active
+    heapmaps: tuple = ()        # heap maps at exit and at snapshots (heapmap.to_json, with
+                                # "pinners"): dicts, JSON-ready like sites
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
         # sites is JSON-ready already, and large: asdict would copy it deeply, slowly
-        d = asdict(replace(self, sites=None))
-        d["sites"] = self.sites
+        d = asdict(replace(self, sites=None, heapmaps=()))
+        d["sites"], d["heapmaps"] = self.sites, list(self.heapmaps)
         d["release"]["gave_back_bytes"] = self.release.gave_back_bytes
         return d

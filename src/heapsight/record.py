@@ -283,6 +283,24 @@ def sites(v, where: str) -> None:
                     _index(f, nf, f"{where}.moments[{i}].sites[{j}].frame", "frames")
 
 
+HEAP_OF_MAP = fields(required={"occupancy": string, "flags": string},
+                     optional={"start": string, "kind": string, "pages": number, "walked": boolean})
+ARENA_OF_MAP = fields(required={"heaps": list_of(HEAP_OF_MAP)},
+                      optional={"walked": boolean, **{k: number for k in (
+                          "arena", "pages", "free_resident_pages", "pinned_pages", "top_bytes",
+                          "live_bytes")}})
+PINNER = fields(required={"stack": number, "pinned_bytes": number},
+                optional={"site": string, **{k: number for k in ("blocks", "block_bytes",
+                                                                 "error_bytes")}})
+HEAPMAP = fields(required={"moment": string, "status": string, "arenas": list_of(ARENA_OF_MAP)},
+                 optional={"t_s": maybe(number), "allocator": string, "note": string,
+                           "pinners": list_of(PINNER),
+                           **{k: number for k in (
+                               "page_bytes", "release_measured_bytes", "rss_before", "rss_after",
+                               "anon_before", "anon_after", "released_pages", "fork_ms",
+                               "map_ms")}})
+
+
 SUMMARY = fields(
     required={"command": list_of(string)},
     optional={"pid": maybe(number), "started_pid": maybe(number), "exit_code": maybe(number),
@@ -290,7 +308,7 @@ SUMMARY = fields(
               "peak": maybe(BREAKDOWN), "final": maybe(BREAKDOWN), "release": RELEASE,
               "heap": maybe(HEAP), "findings": list_of(FINDING), "verdict": string,
               "holds": list_of(HOLD), "snapshots": list_of(SNAPSHOT),
-              "interrupted": boolean, "sites": maybe(sites),
+              "interrupted": boolean, "sites": maybe(sites), "heapmaps": list_of(HEAPMAP),
               **{k: number for k in (
                   "duration_s", "samples", "sample_hz", "sampler_cpu_s", "peak_rss_bytes",
                   "final_rss_bytes", "forks", "execs", "other_processes", "cpu_user_s",
@@ -309,7 +327,17 @@ def timeline(v, where: str) -> None:
                       + ", ".join(f"{c} {n}" for c, n in sorted(lengths.items())))
 
 
-RUN = fields(required={"summary": SUMMARY}, optional={"timeline": maybe(timeline)})
+def run_record(v, where: str) -> None:
+    """A run record; a heap map's pinners name stacks of the run's sites."""
+    fields(required={"summary": SUMMARY}, optional={"timeline": maybe(timeline)})(v, where)
+    s = v["summary"]
+    n = len((s.get("sites") or {}).get("stacks", ()))
+    for i, m in enumerate(s.get("heapmaps") or ()):
+        for j, p in enumerate(m.get("pinners") or ()):
+            _index(p["stack"], n, f"summary.heapmaps[{i}].pinners[{j}].stack", "stacks of the sites")
+
+
+RUN = run_record
 
 # ----------------------------------------------------------------- a comparison
 

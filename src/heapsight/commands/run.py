@@ -57,6 +57,10 @@ def add_arguments(p) -> None:
     p.add_argument("--html", metavar="FILE",
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    p.add_argument("--no-heap-map", action="store_true",
+                   help="do not map the heap page by page at exit and at snapshots (a fork()ed "
+                        "copy of the program walks it and measures what a release gives back; "
+                        "the pinners are named from it)")
     p.add_argument("--sample-bytes", metavar="SIZE", type=size_arg, default=None,
                    help="call sites: sample allocations once per SIZE bytes allocated on "
                         "average, with their stacks (default 512K; smaller is finer and costs "
@@ -190,7 +194,7 @@ def execute(args) -> int:
                    release=not args.no_release, warn=not args.quiet,
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
-                   sample_bytes=args.sample_bytes,
+                   sample_bytes=args.sample_bytes, heap_maps=not args.no_heap_map,
                    stdout=sys.stderr if args.json == "-" else None)
     exporter = None
     if args.openmetrics_port is not None:

@@ -145,6 +145,8 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
                    f"{h.peak_at_s:.2f} s{tail}", 2)
     if s.sites:
         _sites(c, s.sites)
+    for m in s.heapmaps:
+        _pinners(c, m)
     c.print()
     style = VERDICT_STYLE.get(s.findings[0].kind, "bold") if s.findings else "bold green"
     words = textwrap.wrap(s.verdict, max(20, c.width - 11)) or [""]
@@ -198,6 +200,31 @@ def _sites(c: Console, sites: dict) -> None:
     if sites.get("dropped"):
         _indent(c, f"note: {sites['dropped']:,} samples were not recorded (the profile was "
                    "full): the estimates miss them", 4, style="dim")
+
+
+TOP_PINNERS = 3
+
+
+def _pinners(c: Console, m: dict) -> None:
+    """A heap map's pinners: the call sites whose live blocks keep the most otherwise-free
+    pages resident, which a release cannot return."""
+    pins = [p for p in m.get("pinners") or () if p["pinned_bytes"] >= 64 * 1024]
+    if not pins:
+        return
+    c.print()
+    where = "at exit" if m["moment"] == "exit" else f"at {m['moment']}"
+    pinned = sum(a.get("pinned_pages", 0) for a in m["arenas"]) * m.get("page_bytes", 4096)
+    _indent(c, f"pinned {where}: {human(pinned)} of heap pages hold only a few live bytes "
+               "each, which a release cannot return; the blocks that keep them:", 2)
+    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, show_header=False)
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_column("error", justify="right", no_wrap=True, style="dim")
+    t.add_column("blocks", justify="right", no_wrap=True)
+    t.add_column("site", overflow="fold")
+    for p in pins[:TOP_PINNERS]:
+        t.add_row(human(p["pinned_bytes"]), f"\u00b1{human(p['error_bytes'])}",
+                  f"{p['blocks']:,} blocks of {human(p['block_bytes'])}", Text(p.get("site", "")))
+    _print(c, Padding(t, (0, 0, 0, 4), expand=False))
 
 
 _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
