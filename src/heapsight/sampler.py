@@ -151,6 +151,7 @@ class Sampler:
         self.smaps_period = 1.0 / smaps_hz if smaps_hz > 0 else math.inf
         self.pid = proc.pid
         self.timeline = Timeline()
+        self._own = set()   # pids of heapsight's own processes among the program's children
 
     def _reaped(self) -> bool:
         """waitpid with the program's resource usage (CPU time, faults) on the way."""
@@ -238,15 +239,18 @@ class Sampler:
                 except (OSError, ValueError):
                     continue
                 for kid in kids:
-                    if kid in seen:
+                    if kid in seen or kid in self._own:
                         continue
                     seen.add(kid)
                     todo.append(kid)
                     try:
-                        with open(f"/proc/{kid}/statm", "rb") as f:
-                            rss = int(f.read().split()[1]) * page
                         with open(f"/proc/{kid}/comm", "rb") as f:
                             name = f.read().decode(errors="replace").strip()
+                        if name == "hs-heapmap":   # heapsight's copy of the program (heapmap.c)
+                            self._own.add(kid)
+                            continue
+                        with open(f"/proc/{kid}/statm", "rb") as f:
+                            rss = int(f.read().split()[1]) * page
                     except (OSError, ValueError, IndexError):
                         continue
                     total += rss

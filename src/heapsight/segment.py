@@ -147,7 +147,8 @@ def remove_stale_segments() -> None:
     """Segments of heapsight processes of ours that died without cleaning up (kill -9).
     Another user's files, or ones we cannot remove, are left alone."""
     uid = os.geteuid()
-    for p in Path(_shm_dir()).glob("heapsight-*-*.seg"):
+    for p in [*Path(_shm_dir()).glob("heapsight-*-*.seg"),
+              *Path(_shm_dir()).glob("heapsight-*-*.seg.map.*")]:   # and its heap maps
         try:
             st = p.lstat()
             if st.st_uid != uid or not stat.S_ISREG(st.st_mode):
