@@ -26,7 +26,6 @@ def test_more_frees_than_allocations_read_as_nothing_live():
         m, head, slots = writable(seg)
         head["slots_used"] = 2
         c = 3  # usable sizes 48..63
-        slots[1]["n_alloc"], slots[1]["n_free"] = 10, 25
         slots[1]["usable_alloc_bytes"], slots[1]["usable_free_bytes"] = 480, 1200
         slots[1]["cls_alloc"][c], slots[1]["cls_free"][c] = 10, 25
         slots[1]["cls_waste"][c] = 80

@@ -9,7 +9,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 10
+#define HS_SEGMENT_VERSION 11
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -54,19 +54,24 @@ typedef struct hs_alloc_stats_s {
   uint64_t raw[10];          /* allocator-specific: glibc mallinfo2 fields in order */
 } hs_alloc_stats_t;
 
-/* One thread's counters. Only its owner writes them (no locks); readers sum all slots. */
+/* One thread's counters. Only its owner writes them (no locks); readers sum all slots.
+ * The hot path writes the first line (usable bytes, the flush and sample countdowns) and
+ * the size's class counters; what can be derived is derived when read: allocations and
+ * frees are the sums of the class counters, large heap blocks the allocations of the
+ * classes from 128 KiB up less the large mmapped ones. */
 typedef struct hs_slot_s {
   uint64_t claimed;          /* 1 while a live thread owns it */
   uint64_t tid;              /* last owner */
-  uint64_t n_alloc;          /* successful allocations (realloc counts one alloc + one free) */
-  uint64_t n_free;
-  uint64_t n_realloc;
   uint64_t usable_alloc_bytes;
   uint64_t usable_free_bytes;
+  int64_t flush_room;        /* bytes this thread may still add to the live figure before it
+                                flushes: pending bytes = flush_base - flush_room */
+  int64_t flush_max;         /* flush_base + the limit: frees past it flush too */
+  int64_t sample_left;       /* usable bytes until the next sampled allocation (profile.c) */
+  int64_t flush_base;        /* flush_room as set at the last flush */
+  uint64_t n_realloc;
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
-  uint64_t n_large_heap;     /* glibc: allocations >= 128 KiB served from an arena */
-  int64_t pending_bytes;     /* usable bytes not yet added to the global live figure */
-  int64_t sample_left;       /* usable bytes until this thread's next sampled allocation */
+  uint64_t n_mmapped_large;  /* of those, requested 128 KiB or more */
   uint64_t pad[5];
   /* Per usable-size class; together they are the size histogram, and requested bytes are
    * derived from them (usable - waste) when read, which keeps the hot path short. */

@@ -7,14 +7,16 @@
 
 #include "hs_internal.h"
 
-HS_TLS hs_slot_t *_hs_tslot;
+HS_TLS hs_slot_t *_hs_tslot;    /* the hot path's slot: set only when glibc's header is read */
+static HS_TLS hs_slot_t *t_slot_any; /* the slot of a thread when another allocator answers */
 static HS_TLS int t_busy;        /* inside a slow path: do not recurse */
 static HS_TLS int t_exited;      /* our key destructor ran: later calls go to slot 0 */
 HS_TLS int _hs_t_helper;         /* the stats thread: its allocations are a bug to report */
 static pthread_key_t g_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 /* A sink for calls that must not be counted (its countdown never reaches 0: not sampled). */
-static hs_slot_t g_discard = {.sample_left = INT64_MAX};
+static hs_slot_t g_discard = {.sample_left = INT64_MAX, .flush_room = INT64_MAX / 2,
+                              .flush_max = INT64_MAX};
 static uint64_t g_claimed;       /* slots owned by live threads */
 
 /* The peak is raised only when a thread flushes, so it lags the true live figure by the
@@ -41,12 +43,14 @@ static void raise_peak(hs_segment_t *seg, int64_t live) {
   }
 }
 
+static hs_slot_t *own_slot(void) { return _hs_tslot ? _hs_tslot : t_slot_any; }
+
 static void release_slot(void *arg) {
   (void)arg;
-  hs_slot_t *s = _hs_tslot;
+  hs_slot_t *s = own_slot();
   if (s == NULL || s == &g_discard) return;
   _hs_flush(s);
-  _hs_tslot = NULL;
+  _hs_tslot = t_slot_any = NULL;
   t_exited = 1;
   __atomic_store_n(&s->claimed, 0, __ATOMIC_RELEASE); /* totals stay: readers only sum */
   set_flush_limit(__atomic_sub_fetch(&g_claimed, 1, __ATOMIC_RELAXED));
@@ -81,11 +85,13 @@ hs_slot_t *_hs_slot_claim(void) {
   if (got) {
     pthread_once(&g_key_once, make_key);
     pthread_setspecific(g_key, (void *)1); /* so release_slot runs at thread exit */
-    _hs_tslot = got;
     /* Threads started together (a pool) claim their slots one by one: count those that
      * exist already, so the first ones do not hold back 64 KiB each until their next call. */
     uint64_t claimed = __atomic_add_fetch(&g_claimed, 1, __ATOMIC_RELAXED), threads = _hs_read_threads();
     set_flush_limit(threads > claimed ? threads : claimed);
+    _hs_flush(got); /* sets its flush countdown */
+    if (_hs_usable_by_header) _hs_tslot = got;
+    else t_slot_any = got;
   } else {
     __atomic_fetch_add(&seg->slot_overflows, 1, __ATOMIC_RELAXED);
     t_exited = 1; /* keep using the shared slot: cheaper than rescanning every call */
@@ -101,35 +107,73 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
   hs_slot_t *s = &_hs_seg->slots[0];
   unsigned c = hs_class_of(usable);
   if (is_alloc) {
-    __atomic_fetch_add(&s->n_alloc, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->usable_alloc_bytes, usable, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_alloc[c], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_waste[c], usable - req, __ATOMIC_RELAXED);
-    if (hdr & 2) __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
+    if (hdr & 2) {
+      __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
+      if (req >= HS_GLIBC_MMAP_THRESHOLD_START)
+        __atomic_fetch_add(&s->n_mmapped_large, 1, __ATOMIC_RELAXED);
+    }
     /* no slack here: the peak is raised at once */
     raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, (int64_t)usable,
                                            __ATOMIC_RELAXED));
     _hs_sample_shared(p, usable, caller);
   } else {
-    __atomic_fetch_add(&s->n_free, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_free[c], 1, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&_hs_seg->live_usable_bytes, (int64_t)usable, __ATOMIC_RELAXED);
   }
 }
 
-/* Move a thread's pending bytes into the global live figure and raise the peak. The peak
- * is exact to within what all threads hold back together: HS_FLUSH_TOTAL_BYTES, or
- * HS_FLUSH_MIN_BYTES per thread past 256 threads (_hs_flush_limit). */
+/* Move a thread's pending bytes into the global live figure, raise the peak, and start
+ * the thread's countdowns again from the current limit. The peak is exact to within what
+ * all threads hold back together: HS_FLUSH_TOTAL_BYTES, or HS_FLUSH_MIN_BYTES per thread
+ * past 256 threads (_hs_flush_limit, taken by each thread at its next flush). */
 void _hs_flush(hs_slot_t *s) {
-  int64_t d = s->pending_bytes;
-  s->pending_bytes = 0;
-  if (s == &g_discard || _hs_seg == NULL || d == 0) return;
+  if (s == &g_discard) return;
+  int64_t d = s->flush_base - s->flush_room, limit = __atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED);
+  s->flush_base = s->flush_room = limit;
+  s->flush_max = 2 * limit;
+  if (_hs_seg == NULL || d == 0) return;
   raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, d, __ATOMIC_RELAXED));
 }
 
 /* The main thread holds slot 1 from the first allocation on; at exit its pending bytes
  * must still reach the global figure. */
 void _hs_flush_current(void) {
-  if (_hs_tslot) _hs_flush(_hs_tslot);
+  hs_slot_t *s = own_slot();
+  if (s) _hs_flush(s);
+}
+
+/* The slow paths of hs_count_alloc / hs_count_free: no slot yet, another allocator than
+ * glibc (malloc_usable_size), or an mmapped chunk. */
+static hs_slot_t *slot_slow(void) {
+  hs_slot_t *s = own_slot();
+  return s ? s : _hs_slot_claim();
+}
+
+void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
+  size_t hdr = 0, u;
+  if (_hs_usable_by_header) {
+    hdr = hs_glibc_header(p);
+    u = hs_glibc_usable(hdr);
+  } else {
+    u = _hs_real.malloc_usable_size(p);
+  }
+  hs_slot_t *s = slot_slow();
+  if (s == NULL) { _hs_count_shared(1, u, req, hdr, p, caller); return; }
+  hs_add_alloc(s, p, u, req, caller);
+  if (hdr & 2) {
+    s->n_mmapped++;
+    if (req >= HS_GLIBC_MMAP_THRESHOLD_START) s->n_mmapped_large++;
+  }
+}
+
+void _hs_count_free_slow(void *p) {
+  size_t u = _hs_usable_by_header ? hs_glibc_usable(hs_glibc_header(p))
+                                  : _hs_real.malloc_usable_size(p);
+  hs_slot_t *s = slot_slow();
+  if (s == NULL) { _hs_count_shared(0, u, 0, 0, p, NULL); return; }
+  hs_add_free(s, u);
 }

@@ -38,6 +38,8 @@ extern HS_HIDDEN int64_t _hs_flush_limit;    /* pending bytes a thread may hold 
 
 void _hs_resolve(void);
 hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call */
+void _hs_count_alloc_slow(void *p, size_t req, const void *caller);
+void _hs_count_free_slow(void *p);
 void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
                       const void *caller);
 void _hs_flush(hs_slot_t *s);
@@ -93,50 +95,59 @@ static inline size_t hs_glibc_usable(size_t hdr) {
   return (hdr & ~(size_t)7) - ((hdr & 2) ? 2 * sizeof(size_t) : sizeof(size_t));
 }
 
-static inline hs_slot_t *hs_slot(void) {
-  hs_slot_t *s = _hs_tslot;
-  return HS_LIKELY(s != NULL) ? s : _hs_slot_claim();
-}
-
-__attribute__((always_inline)) static inline void hs_count_alloc(void *p, size_t req) {
-  size_t hdr = 0, u;
-  if (HS_LIKELY(_hs_usable_by_header)) {
-    hdr = hs_glibc_header(p);
-    u = hs_glibc_usable(hdr);
-  } else {
-    u = _hs_real.malloc_usable_size(p);
-  }
-  hs_slot_t *s = hs_slot();
-  if (HS_UNLIKELY(s == NULL)) {
-    _hs_count_shared(1, u, req, hdr, p, __builtin_return_address(0));
-    return;
-  }
-  /* sampling: two instructions (a subtract to memory and a branch) */
-  s->sample_left -= (int64_t)u;
-  if (HS_UNLIKELY(s->sample_left < 0)) _hs_sample_alloc(s, p, u, __builtin_return_address(0));
+/* The counting, once the slot and the usable size are known: the class counters, the
+ * usable bytes, the flush countdown (the global live figure and its peak) and the sample
+ * countdown (profile.c). Two subtracts to memory and their sign tests stand for the two
+ * comparisons with limits. */
+__attribute__((always_inline)) static inline void hs_add_alloc(hs_slot_t *s, void *p, size_t u,
+                                                              size_t req, const void *caller) {
   unsigned c = hs_class_of(u);
-  s->n_alloc++;
-  s->usable_alloc_bytes += u;
   s->cls_alloc[c]++;
   s->cls_waste[c] += u - req;
-  if (hdr & 2) s->n_mmapped++;
-  else if (HS_UNLIKELY(req >= HS_GLIBC_MMAP_THRESHOLD_START) && hdr) s->n_large_heap++;
-  s->pending_bytes += (int64_t)u;
-  if (HS_UNLIKELY(s->pending_bytes > _hs_flush_limit)) _hs_flush(s);
+  s->usable_alloc_bytes += u;
+  s->flush_room -= (int64_t)u;
+  if (HS_UNLIKELY(s->flush_room < 0)) _hs_flush(s);
+  s->sample_left -= (int64_t)u;
+  if (HS_UNLIKELY(s->sample_left < 0)) _hs_sample_alloc(s, p, u, caller);
 }
 
-/* Called before the real free, so the chunk is still ours to read. */
+__attribute__((always_inline)) static inline void hs_add_free(hs_slot_t *s, size_t u) {
+  s->cls_free[hs_class_of(u)]++;
+  s->usable_free_bytes += u;
+  int64_t room = s->flush_room + (int64_t)u;
+  s->flush_room = room;
+  if (HS_UNLIKELY(room > s->flush_max)) _hs_flush(s);
+}
+
+/* The hot path is for glibc's heap chunks: _hs_tslot is set only when the usable size can
+ * be read from the chunk header, so one test of the slot covers "no slot yet", "another
+ * allocator" and "not started"; an mmapped chunk (bit 1 of the size word) goes the slow way
+ * too (counters.c). */
+__attribute__((always_inline)) static inline void hs_count_alloc(void *p, size_t req) {
+  hs_slot_t *s = _hs_tslot;
+  size_t hdr;
+  if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2)) {
+    _hs_count_alloc_slow(p, req, __builtin_return_address(0));
+    return;
+  }
+  hs_add_alloc(s, p, (hdr & ~(size_t)7) - sizeof(size_t), req, __builtin_return_address(0));
+}
+
+/* Called before the real free, so the chunk is still ours to read; the caller has checked
+ * hs_sample_maybe (a sampled block's free is recorded first). */
+__attribute__((always_inline)) static inline void hs_count_free_unsampled(void *p) {
+  hs_slot_t *s = _hs_tslot;
+  size_t hdr;
+  if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2)) {
+    _hs_count_free_slow(p);
+    return;
+  }
+  hs_add_free(s, (hdr & ~(size_t)7) - sizeof(size_t));
+}
+
 __attribute__((always_inline)) static inline void hs_count_free(void *p) {
   if (HS_UNLIKELY(hs_sample_maybe(p))) _hs_sample_free(p); /* perhaps a sampled block */
-  size_t u = HS_LIKELY(_hs_usable_by_header) ? hs_glibc_usable(hs_glibc_header(p))
-                                             : _hs_real.malloc_usable_size(p);
-  hs_slot_t *s = hs_slot();
-  if (HS_UNLIKELY(s == NULL)) { _hs_count_shared(0, u, 0, 0, p, NULL); return; }
-  s->n_free++;
-  s->usable_free_bytes += u;
-  s->cls_free[hs_class_of(u)]++;
-  s->pending_bytes -= (int64_t)u;
-  if (HS_UNLIKELY(s->pending_bytes < -_hs_flush_limit)) _hs_flush(s);
+  hs_count_free_unsampled(p);
 }
 
 #endif

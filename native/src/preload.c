@@ -51,6 +51,8 @@ static void *pool_alloc_aligned(size_t align, size_t n) {
   }
   uintptr_t p = ((uintptr_t)(g_pool + at + 16) + align - 1) & ~(uintptr_t)(align - 1);
   ((size_t *)p)[-2] = n;
+  /* 255 sticks (profile.c never counts it down); pool blocks come before any sample */
+  __atomic_store_n(&_hs_sample_map[(p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)], 255, __ATOMIC_RELAXED);
   return (void *)p;
 }
 
@@ -154,9 +156,15 @@ HS_EXPORT void *malloc(size_t size) {
   return p;
 }
 
+/* The pool's blocks are marked in the sampled-block map (pool_alloc_aligned), so the one
+ * byte load that looks for sampled blocks finds them too. */
 HS_EXPORT void free(void *p) {
-  if (p == NULL || HS_UNLIKELY(in_pool(p))) return;
-  hs_count_free(p);
+  if (p == NULL) return;
+  if (HS_UNLIKELY(hs_sample_maybe(p))) {
+    if (in_pool(p)) return;
+    _hs_sample_free(p);
+  }
+  hs_count_free_unsampled(p);
   _hs_real.free(p);
 }
 

@@ -62,7 +62,8 @@ static void read_counters(const hs_segment_t *seg, double *row) {
   uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
   if (used < 1) used = 1;
   if (used > HS_MAX_SLOTS) used = HS_MAX_SLOTS;
-  uint64_t na = 0, nf = 0, ua = 0, uf = 0;
+  uint64_t ua = 0, uf = 0;
+  double na = 0, nf = 0;
   double waste = 0;
   static double cls_a[HS_CLASSES], cls_f[HS_CLASSES], cls_w[HS_CLASSES];
   memset(cls_a, 0, sizeof cls_a);
@@ -70,19 +71,19 @@ static void read_counters(const hs_segment_t *seg, double *row) {
   memset(cls_w, 0, sizeof cls_w);
   for (uint64_t i = 0; i < used; i++) {
     const hs_slot_t *s = &seg->slots[i];
-    na += s->n_alloc;
-    nf += s->n_free;
     ua += s->usable_alloc_bytes;
     uf += s->usable_free_bytes;
     for (int c = 0; c < HS_CLASSES; c++) {
-      uint64_t a = s->cls_alloc[c];
-      if (!a) continue;
+      uint64_t a = s->cls_alloc[c], f = s->cls_free[c]; /* a thread frees others' blocks too */
+      if (!(a | f)) continue;
       cls_a[c] += (double)a;
-      cls_f[c] += (double)s->cls_free[c];
+      cls_f[c] += (double)f;
       cls_w[c] += (double)s->cls_waste[c];
     }
   }
   for (int c = 0; c < HS_CLASSES; c++) {
+    na += cls_a[c]; /* allocations and frees are the classes' sums */
+    nf += cls_f[c];
     double live_n = cls_a[c] - cls_f[c];
     if (cls_a[c] > 0 && live_n > 0) waste += live_n * (cls_w[c] / cls_a[c]);
   }
@@ -90,8 +91,8 @@ static void read_counters(const hs_segment_t *seg, double *row) {
   double live_req = live_usable - round(waste);
   row[3] = live_usable;
   row[4] = live_req > 0 ? live_req : 0;
-  row[5] = (double)na;
-  row[6] = (double)nf;
+  row[5] = na;
+  row[6] = nf;
 }
 
 static int g_sfd = -1;

@@ -32,9 +32,9 @@ int main(void) {
   SEG(heapmap_seq); SEG(heapmap_ack); SEG(heapmap_at_exit); SEG(owners); SEG(slots); SEG(profile);
   first = 0;
   printf("}, \"slot\": {");
-  SLOT(claimed); SLOT(tid); SLOT(n_alloc); SLOT(n_free); SLOT(n_realloc);
-  SLOT(usable_alloc_bytes); SLOT(usable_free_bytes); SLOT(n_mmapped); SLOT(n_large_heap);
-  SLOT(pending_bytes); SLOT(sample_left); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
+  SLOT(claimed); SLOT(tid); SLOT(usable_alloc_bytes); SLOT(usable_free_bytes);
+  SLOT(flush_room); SLOT(flush_max); SLOT(sample_left); SLOT(flush_base); SLOT(n_realloc);
+  SLOT(n_mmapped); SLOT(n_mmapped_large); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
   first = 0;
   printf("}, \"profile\": {");
   PROF(magic); PROF(mean_bytes); PROF(events_used); PROF(stack_words_used); PROF(modules_used);

@@ -15,7 +15,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 10
+VERSION = 11
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -44,13 +44,15 @@ OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
                         ("mappings", U8), ("name", "S96")])
 
 SLOT_DTYPE = np.dtype([
-    ("claimed", U8), ("tid", U8), ("n_alloc", U8), ("n_free", U8), ("n_realloc", U8),
-    ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
-    ("n_mmapped", U8), ("n_large_heap", U8), ("pending_bytes", I8), ("sample_left", I8),
-    ("pad", U8, (5,)),
+    ("claimed", U8), ("tid", U8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
+    ("flush_room", I8), ("flush_max", I8), ("sample_left", I8), ("flush_base", I8),
+    ("n_realloc", U8), ("n_mmapped", U8), ("n_mmapped_large", U8), ("pad", U8, (5,)),
     ("cls_alloc", U8, (CLASSES,)), ("cls_free", U8, (CLASSES,)),
     ("cls_waste", U8, (CLASSES,)),
 ])
+# The first class of usable sizes from 128 KiB: with the large mmapped allocations, it
+# gives the large blocks served from the heap (not counted on the hot path).
+LARGE_CLASS = 64 + (17 - 10) * 8
 
 _HEADER_FIELDS = [
     ("magic", U8), ("version", U8), ("size_bytes", U8), ("slot_bytes", U8), ("max_slots", U8),
@@ -70,9 +72,9 @@ _HEADER_FIELDS = [
     ("owners", OWNER_DTYPE, (MAX_OWNERS,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
-# Consecutive u64 counters of a slot, from n_alloc on, summed together by the sampler.
-_SCALARS = ("n_alloc", "n_free", "n_realloc", "usable_alloc_bytes",
-            "usable_free_bytes", "n_mmapped", "n_large_heap")
+# The counters summed over the slots every reading (the others are derived from the classes).
+_SCALARS = ("usable_alloc_bytes", "usable_free_bytes", "n_realloc", "n_mmapped",
+            "n_mmapped_large")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary;
 # the file is sparse: only what the library writes takes memory.
@@ -191,10 +193,6 @@ class Segment:
             os.close(fd)
         self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
         self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
-        # The scalar counters of every slot as one 2-D view: one numpy call sums them all.
-        first = SLOT_DTYPE.fields["n_alloc"][1]
-        self._scalars = np.ndarray((MAX_SLOTS, len(_SCALARS)), U8, buffer=self._map,
-                                   offset=SLOTS_OFFSET + first, strides=(SLOT_DTYPE.itemsize, 8))
 
     def _open_existing(self, path: str) -> None:
         self.path, self.owned = path, False
@@ -214,9 +212,6 @@ class Segment:
     def _views(self) -> None:
         self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
         self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
-        first = SLOT_DTYPE.fields["n_alloc"][1]
-        self._scalars = np.ndarray((MAX_SLOTS, len(_SCALARS)), U8, buffer=self._map,
-                                   offset=SLOTS_OFFSET + first, strides=(SLOT_DTYPE.itemsize, 8))
 
     owned = True
 
@@ -273,21 +268,29 @@ class Segment:
         (docs/numbers.md); when classes is False the given waste ratio is applied instead,
         and the requested total (needed only at the end) is left at 0."""
         k = self._used()
-        f = dict(zip(_SCALARS, self._scalars[:k].sum(axis=0, dtype=np.uint64).tolist()))
+        s = self.slots[:k]
+        f = {name: int(s[name].sum(dtype=np.uint64)) for name in _SCALARS}
         # Frees of blocks the hooks never saw allocated (a library that reached malloc past
         # them) would make live figures negative: never publish an impossible count.
         live_usable = max(0, f["usable_alloc_bytes"] - f["usable_free_bytes"])
-        live_blocks = max(0, f["n_alloc"] - f["n_free"])
+        # allocations and frees are the sums of the class counters (the hot path keeps no
+        # other count of them)
+        cls_alloc, cls_free = s["cls_alloc"].sum(axis=0), s["cls_free"].sum(axis=0)
+        n_alloc, n_free = int(cls_alloc.sum()), int(cls_free.sum())
+        live_blocks = max(0, n_alloc - n_free)
+        large_heap = max(0, int(cls_alloc[LARGE_CLASS:].sum()) - f["n_mmapped_large"])
         requested_total = 0
         if classes:
-            n_alloc, live_n, waste = self._class_sums(k)
-            mean = np.divide(waste, n_alloc, out=np.zeros_like(waste), where=n_alloc > 0)
+            n_cls, live_n = cls_alloc.astype(np.float64), (cls_alloc.astype(np.float64)
+                                                           - cls_free.astype(np.float64))
+            waste = s["cls_waste"].sum(axis=0, dtype=np.float64)
+            mean = np.divide(waste, n_cls, out=np.zeros_like(waste), where=n_cls > 0)
             live_req = max(0, live_usable - int(round(float(np.dot(np.clip(live_n, 0, None), mean)))))
             requested_total = f["usable_alloc_bytes"] - int(waste.sum())
         else:
             live_req = int(live_usable * (1.0 - (waste_ratio or 0.0)))
-        return HeapCounters(f["n_alloc"], f["n_free"], requested_total, live_usable,
-                            live_req, live_blocks, f["n_mmapped"], f["n_large_heap"])
+        return HeapCounters(n_alloc, n_free, requested_total, live_usable,
+                            live_req, live_blocks, f["n_mmapped"], large_heap)
 
     def _class_sums(self, k: int):
         s = self.slots[:k]
