@@ -40,6 +40,8 @@ void _hs_resolve(void);
 hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call */
 void _hs_count_alloc_slow(void *p, size_t req, const void *caller);
 void _hs_count_free_slow(void *p);
+void *_hs_counted_slow(void *p, size_t req, const void *caller);          /* returns p */
+void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller); /* returns p */
 void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
                       const void *caller);
 void _hs_flush(hs_slot_t *s);
@@ -123,15 +125,17 @@ __attribute__((always_inline)) static inline void hs_add_free(hs_slot_t *s, size
  * be read from the chunk header, so one test of the slot covers "no slot yet", "another
  * allocator" and "not started"; an mmapped chunk (bit 1 of the size word) goes the slow way
  * too (counters.c). */
-__attribute__((always_inline)) static inline void hs_count_alloc(void *p, size_t req) {
+__attribute__((always_inline)) static inline void hs_count_alloc_by(void *p, size_t req,
+                                                                   const void *caller) {
   hs_slot_t *s = _hs_tslot;
   size_t hdr;
   if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2)) {
-    _hs_count_alloc_slow(p, req, __builtin_return_address(0));
+    _hs_count_alloc_slow(p, req, caller);
     return;
   }
-  hs_add_alloc(s, p, (hdr & ~(size_t)7) - sizeof(size_t), req, __builtin_return_address(0));
+  hs_add_alloc(s, p, (hdr & ~(size_t)7) - sizeof(size_t), req, caller);
 }
+#define hs_count_alloc(p, req) hs_count_alloc_by((p), (req), __builtin_return_address(0))
 
 /* Called before the real free, so the chunk is still ours to read; the caller has checked
  * hs_sample_maybe (a sampled block's free is recorded first). */

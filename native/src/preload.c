@@ -28,7 +28,9 @@ static HS_TLS int t_waited_out;  /* this thread waited its second: pool until re
 
 static void bootstrap_free(void *p);
 static size_t bootstrap_usable(void *p);
-hs_real_t _hs_real = {.free = bootstrap_free, .malloc_usable_size = bootstrap_usable};
+static void *bootstrap_malloc(size_t size);
+hs_real_t _hs_real = {.malloc = bootstrap_malloc, .free = bootstrap_free,
+                      .malloc_usable_size = bootstrap_usable};
 
 static char g_pool[64 * 1024] __attribute__((aligned(64)));
 static size_t g_pool_used;
@@ -127,7 +129,12 @@ void _hs_resolve(void) { (void)ready_slow(); }
         !ready_slow())                                                            \
       return (fallback);                                                          \
   } while (0)
-#define HS_READY() HS_READY_OR(pool_alloc(size))
+
+/* malloc needs no test of its own either: until start-up is done it calls this. */
+static void *bootstrap_malloc(size_t size) {
+  if (ready_slow() && _hs_real.malloc != bootstrap_malloc) return _hs_real.malloc(size);
+  return pool_alloc(size);
+}
 
 static void bootstrap_free(void *p) {
   if (ready_slow() && _hs_real.free != bootstrap_free) _hs_real.free(p);
@@ -148,23 +155,70 @@ __attribute__((noinline, cold)) static void *failed(size_t align) {
   return NULL;
 }
 
-HS_EXPORT void *malloc(size_t size) {
-  HS_READY();
-  void *p = _hs_real.malloc(size);
-  if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
-  else return failed(1);
+/* The counting after a successful allocation, in a function of its own that returns the
+ * block: malloc and calloc end with a jump to it, and every slow way out of it is a jump
+ * too, so the common case saves and restores no register at all. caller: the hook's
+ * caller, for the sample's stack. */
+__attribute__((noinline)) static void *counted_slow(void *p, size_t req, const void *caller) {
+  if (in_pool(p)) return p; /* from bootstrap_malloc: never counted */
+  return _hs_counted_slow(p, req, caller);
+}
+
+__attribute__((noinline)) static void *counted(void *p, size_t req, const void *caller) {
+  hs_slot_t *s = _hs_tslot;
+  size_t hdr;
+  if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2))
+    return counted_slow(p, req, caller);
+  size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
+  unsigned c = hs_class_of(u);
+  s->cls_alloc[c]++;
+  s->cls_waste[c] += u - req;
+  s->usable_alloc_bytes += u;
+  int64_t room = s->flush_room - (int64_t)u, left = s->sample_left - (int64_t)u;
+  s->flush_room = room;
+  s->sample_left = left;
+  if (HS_UNLIKELY((room | left) < 0)) return _hs_counted_due(s, p, u, caller);
   return p;
+}
+
+HS_EXPORT void *malloc(size_t size) {
+  void *p = _hs_real.malloc(size); /* bootstrap_malloc until start-up is done */
+  if (HS_UNLIKELY(p == NULL)) return failed(1);
+  return counted(p, size, __builtin_return_address(0));
 }
 
 /* The pool's blocks are marked in the sampled-block map (pool_alloc_aligned), so the one
  * byte load that looks for sampled blocks finds them too. */
+__attribute__((noinline)) static void free_marked(void *p) {
+  if (in_pool(p)) return;
+  _hs_sample_free(p);
+  hs_count_free_unsampled(p);
+  _hs_real.free(p);
+}
+
+__attribute__((noinline)) static void free_slow(void *p) {
+  _hs_count_free_slow(p);
+  _hs_real.free(p);
+}
+
+__attribute__((noinline)) static void free_flush(hs_slot_t *s, void *p) {
+  _hs_flush(s);
+  _hs_real.free(p);
+}
+
+/* As counted(): every way out is a jump (the real free last), so nothing is saved. */
 HS_EXPORT void free(void *p) {
   if (p == NULL) return;
-  if (HS_UNLIKELY(hs_sample_maybe(p))) {
-    if (in_pool(p)) return;
-    _hs_sample_free(p);
-  }
-  hs_count_free_unsampled(p);
+  if (HS_UNLIKELY(hs_sample_maybe(p))) return free_marked(p);
+  hs_slot_t *s = _hs_tslot;
+  size_t hdr;
+  if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2)) return free_slow(p);
+  size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
+  s->cls_free[hs_class_of(u)]++;
+  s->usable_free_bytes += u;
+  int64_t room = s->flush_room + (int64_t)u;
+  s->flush_room = room;
+  if (HS_UNLIKELY(room > s->flush_max)) return free_flush(s, p);
   _hs_real.free(p);
 }
 
@@ -173,9 +227,8 @@ HS_EXPORT void *calloc(size_t n, size_t m) {
   if (__builtin_mul_overflow(n, m, &size)) { errno = ENOMEM; return NULL; }
   HS_READY_OR(pool_alloc(size)); /* the static pool is zeroed, never reused */
   void *p = _hs_real.calloc(n, m);
-  if (HS_LIKELY(p != NULL)) hs_count_alloc(p, size);
-  else return failed(1);
-  return p;
+  if (HS_UNLIKELY(p == NULL)) return failed(1);
+  return counted(p, size, __builtin_return_address(0));
 }
 
 HS_EXPORT void *realloc(void *old, size_t size) {
