@@ -146,7 +146,7 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     if s.sites:
         _sites(c, s.sites)
     for m in s.heapmaps:
-        _pinners(c, m)
+        _pinners(c, m, sampled=s.sites is not None)
     c.print()
     style = VERDICT_STYLE.get(s.findings[0].kind, "bold") if s.findings else "bold green"
     words = textwrap.wrap(s.verdict, max(20, c.width - 11)) or [""]
@@ -205,17 +205,23 @@ def _sites(c: Console, sites: dict) -> None:
 TOP_PINNERS = 3
 
 
-def _pinners(c: Console, m: dict) -> None:
+def _pinners(c: Console, m: dict, sampled: bool) -> None:
     """A heap map's pinners: the call sites whose live blocks keep the most otherwise-free
     pages resident, which a release cannot return."""
     pins = [p for p in m.get("pinners") or () if p["pinned_bytes"] >= 64 * 1024]
-    if not pins:
+    pinned = sum(a.get("pinned_pages", 0) for a in m["arenas"]) * m.get("page_bytes", 4096)
+    if not pins and pinned < MiB:
         return
     c.print()
     where = "at exit" if m["moment"] == "exit" else f"at {m['moment']}"
-    pinned = sum(a.get("pinned_pages", 0) for a in m["arenas"]) * m.get("page_bytes", 4096)
-    _indent(c, f"pinned {where}: {human(pinned)} of heap pages hold only a few live bytes "
-               "each, which a release cannot return; the blocks that keep them:", 2)
+    text = (f"pinned {where}: {human(pinned)} of heap pages hold only a few live bytes each, "
+            "which a release cannot return; ")
+    if not pins:   # small blocks pin, and few of them were sampled
+        _indent(c, text + ("too few of their blocks were sampled to name them (a smaller "
+                           "--sample-bytes, e.g. 4K, would)" if sampled else
+                           "sampling was off, which would name their blocks"), 2)
+        return
+    _indent(c, text + "the blocks that keep them:", 2)
     t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, show_header=False)
     t.add_column("bytes", justify="right", no_wrap=True)
     t.add_column("error", justify="right", no_wrap=True, style="dim")
