@@ -39,6 +39,25 @@ def test_cpython_pymalloc_arenas_are_named_in_the_hold(tmp_path):
     assert any(x.startswith("PYTHONMALLOC=malloc") for x in hold["suggestions"])
 
 
+def test_the_mappings_stacks_name_the_code_that_needed_the_arenas(tmp_path):
+    # GIVEN python3 building strings and dicts (pymalloc maps its 1 MiB arenas itself)
+    s = run(tmp_path, "/usr/bin/python3", "-c",
+            "d = {}\nfor i in range(300000): d[i] = str(i) * 5\n")
+    owner = top(s)
+    m = {x["name"]: x for x in s["mapped_sites"]["moments"]}
+    # THEN every mapping was recorded with its stack: the peak of the recorded mappings is
+    # the owners table's peak, exactly, and the stacks add up to it
+    peak = m["peak mapped"]
+    assert peak["live_bytes"] == peak["estimated_bytes"] == owner["peak_bytes"]
+    assert sum(x["bytes"] for x in peak["sites"]) == peak["estimated_bytes"]
+    assert all(x["error_bytes"] == 0 for x in peak["sites"])   # recorded, not sampled
+    assert m["exit"]["estimated_bytes"] == owner["mapped_bytes"]
+    # AND the call site is the named code past pymalloc's unnamed arena functions: the
+    # interpreter's functions that needed objects
+    named = [x["site"] for x in peak["sites"] if "python3" in x["site"] and "+0x" not in x["site"]]
+    assert named and sum(x["bytes"] for x in peak["sites"] if x["site"] in named) >= 0.9 * peak["estimated_bytes"]
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="no JVM here (Debian package openjdk-17-jre-headless)")
 def test_the_jvm_heap_is_named(tmp_path):
     src = tmp_path / "Hold.java"

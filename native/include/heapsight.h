@@ -96,13 +96,15 @@ typedef struct hs_slot_s {
 #define HS_PROFILE_STACK_WORDS (1u << 21)
 #define HS_PROFILE_MODULES 2048
 #define HS_MAX_FRAMES 64
-enum { HS_EVENT_EMPTY = 0, HS_EVENT_ALLOC = 1, HS_EVENT_FREE = 2 };
+/* MAP: an anonymous private mmap (or brk) the program made itself, outside malloc (every
+ * one, not sampled: they are few); its munmap is a FREE naming it like an ALLOC's. */
+enum { HS_EVENT_EMPTY = 0, HS_EVENT_ALLOC = 1, HS_EVENT_FREE = 2, HS_EVENT_MAP = 3 };
 
 typedef struct hs_event_s {
-  uint64_t addr;             /* ALLOC: the block; FREE: index of the ALLOC event it ends */
-  uint64_t size;             /* ALLOC: usable bytes; FREE: 0 */
+  uint64_t addr;             /* ALLOC, MAP: the block; FREE: index of the event it ends */
+  uint64_t size;             /* ALLOC: usable bytes; MAP: bytes mapped; FREE: 0 */
   uint64_t time_ns;          /* CLOCK_MONOTONIC */
-  uint32_t stack;            /* ALLOC: word offset of its stack; FREE: 0 */
+  uint32_t stack;            /* ALLOC, MAP: word offset of its stack; FREE: 0 */
   uint32_t kind;             /* HS_EVENT_*, stored last */
 } hs_event_t;
 

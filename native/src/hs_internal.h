@@ -73,6 +73,8 @@ extern HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
 void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller);
 void _hs_sample_shared(void *p, size_t usable, const void *caller);
 void _hs_sample_free(void *p);
+void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's mmap */
+int _hs_profile_unmap(void *p);  /* 1: it was recorded */
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */
 void _hs_profile_start(void);             /* from the constructor: the unwinder */
 void _hs_profile_reset(hs_segment_t *seg); /* the owner re-attaches after execve */

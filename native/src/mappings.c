@@ -65,24 +65,33 @@ static void account(const void *caller, int64_t bytes, int calls) {
 
 static int counted(int flags) { return (flags & MAP_ANONYMOUS) && !(flags & MAP_SHARED); }
 
+/* A mapping counted for its caller's object, and recorded with its stack (profile.c). */
+static void mapped(void *p, size_t len, const void *caller) {
+  account(caller, (int64_t)len, 1);
+  if (caller) _hs_profile_map(p, len, caller);
+}
+
 HS_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
   hs_mmap_fn f = (hs_mmap_fn)real((void **)&g_mmap, "mmap");
   void *p = f(addr, len, prot, flags, fd, off);
-  if (p != MAP_FAILED && counted(flags)) account(__builtin_return_address(0), (int64_t)len, 1);
+  if (p != MAP_FAILED && counted(flags)) mapped(p, len, __builtin_return_address(0));
   return p;
 }
 
 HS_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
   hs_mmap_fn f = (hs_mmap_fn)real((void **)&g_mmap64, "mmap64");
   void *p = f(addr, len, prot, flags, fd, off);
-  if (p != MAP_FAILED && counted(flags)) account(__builtin_return_address(0), (int64_t)len, 1);
+  if (p != MAP_FAILED && counted(flags)) mapped(p, len, __builtin_return_address(0));
   return p;
 }
 
 HS_EXPORT int munmap(void *addr, size_t len) {
   hs_munmap_fn f = (hs_munmap_fn)real((void **)&g_munmap, "munmap");
   int rc = f(addr, len);
-  if (rc == 0) account(__builtin_return_address(0), -(int64_t)len, 0);
+  if (rc == 0) {
+    account(__builtin_return_address(0), -(int64_t)len, 0);
+    _hs_profile_unmap(addr);
+  }
   return rc;
 }
 
@@ -98,7 +107,11 @@ HS_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
   } else {
     p = f(old, old_len, new_len, flags);
   }
-  if (p != MAP_FAILED) account(__builtin_return_address(0), (int64_t)new_len - (int64_t)old_len, 0);
+  if (p != MAP_FAILED) {
+    account(__builtin_return_address(0), (int64_t)new_len - (int64_t)old_len, 0);
+    if (_hs_profile_unmap(old)) /* recorded again, at its new size and place */
+      _hs_profile_map(p, new_len, __builtin_return_address(0));
+  }
   return p;
 }
 

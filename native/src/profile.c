@@ -358,8 +358,12 @@ static void add_modules(hs_profile_t *pr, hs_module_t *fresh, int n) {
   }
 }
 
+/* Live blocks and mappings share the table: a mapping's key is its address | 1 (a
+ * block's address is at least 8-aligned, so the two never meet). */
+static inline uint64_t map_key(const void *p) { return (uint64_t)(uintptr_t)p | 1; }
+
 static inline __attribute__((always_inline)) void record(void *p, size_t usable,
-                                                         const void *caller) {
+                                                         const void *caller, uint32_t kind) {
   hs_profile_t *pr = &_hs_seg->profile;
   if (__atomic_load_n(&g_full, __ATOMIC_RELAXED)) { drop(pr); return; }
   uint64_t frames[HS_MAX_FRAMES];
@@ -406,10 +410,14 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
     return;
   }
   __atomic_store_n(&pr->events_used, used + 1, __ATOMIC_RELEASE);
-  put_event(pr, used, (uint64_t)(uintptr_t)p, usable, stack, HS_EVENT_ALLOC);
-  table_put(&g_live, (uint64_t)(uintptr_t)p, used);
-  unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
-  if (*c < 255) __atomic_store_n(c, (unsigned char)(*c + 1), __ATOMIC_RELAXED); /* 255 sticks */
+  put_event(pr, used, (uint64_t)(uintptr_t)p, usable, stack, kind);
+  if (kind == HS_EVENT_MAP) {
+    table_put(&g_live, map_key(p), used);
+  } else {
+    table_put(&g_live, (uint64_t)(uintptr_t)p, used);
+    unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
+    if (*c < 255) __atomic_store_n(c, (unsigned char)(*c + 1), __ATOMIC_RELAXED); /* 255 sticks */
+  }
   unlock();
 }
 
@@ -441,7 +449,7 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller) 
   s->sample_left = draw(); /* memoryless: the next interval starts at this block's end */
   if (!t_sampling) {
     t_sampling = 1;
-    record(p, usable, caller);
+    record(p, usable, caller, HS_EVENT_ALLOC);
     t_sampling = 0;
   }
   errno = saved;
@@ -457,7 +465,7 @@ void _hs_sample_shared(void *p, size_t usable, const void *caller) {
   if (__atomic_compare_exchange_n(&g_shared_left, &left, next, 0, __ATOMIC_RELAXED,
                                   __ATOMIC_RELAXED) && !t_sampling) {
     t_sampling = 1;
-    record(p, usable, caller);
+    record(p, usable, caller, HS_EVENT_ALLOC);
     t_sampling = 0;
   }
   errno = saved;
@@ -551,4 +559,29 @@ void _hs_profile_reset(hs_segment_t *seg) {
   clear(pr->stack_words, (sw < HS_PROFILE_STACK_WORDS ? sw : HS_PROFILE_STACK_WORDS) * 8);
   clear(pr->modules, (mo < HS_PROFILE_MODULES ? mo : HS_PROFILE_MODULES) * sizeof(hs_module_t));
   memset(pr, 0, offsetof(hs_profile_t, events));
+}
+
+/* Anonymous memory the program maps itself (mappings.c): every mapping is recorded with its
+ * stack, and its munmap (from its start) ends it. */
+void _hs_profile_map(void *p, size_t len, const void *caller) {
+  if (!sampling_here() || t_sampling || t_locked) return;
+  int saved = errno;
+  t_sampling = 1;
+  record(p, len, caller, HS_EVENT_MAP);
+  t_sampling = 0;
+  errno = saved;
+}
+
+int _hs_profile_unmap(void *p) {
+  if (t_locked || !_hs_is_owner() || __atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != P_ON) return 0;
+  hs_profile_t *pr = &_hs_seg->profile;
+  lock();
+  uint64_t found = table_take(&g_live, map_key(p));
+  if (found) {
+    uint64_t i = pr->events_used; /* room was kept when its MAP was recorded */
+    __atomic_store_n(&pr->events_used, i + 1, __ATOMIC_RELEASE);
+    put_event(pr, i, found - 1, 0, 0, HS_EVENT_FREE);
+  }
+  unlock();
+  return found != 0;
 }

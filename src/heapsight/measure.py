@@ -266,6 +266,36 @@ def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
         return None
 
 
+def mapped_sites(prof, tl: Timeline, end_ns: int | None) -> dict | None:
+    """The stacks of the anonymous memory the program mapped itself (every mmap outside
+    malloc is recorded: exact, not estimated), at the moment the most was mapped and at
+    exit, in the shape of call_sites'; None without any."""
+    mp = prof.mapped() if prof is not None else None
+    if mp is None:
+        return None
+    start = tl.start_ns
+
+    def since(ns):
+        return max(0.0, (ns - start) / 1e9) if start and ns else 0.0
+    rows = mp.allocs
+    # the mapped total over time: +size at each map, -size at each unmap; its maximum
+    freed = rows["free_ns"] != profile.NEVER
+    times = np.concatenate([rows["time_ns"], rows["free_ns"][freed]]).astype(np.int64)
+    steps = np.concatenate([rows["size"], -rows["size"][freed].astype(np.int64)]).astype(np.int64)
+    order = np.lexsort((steps, times))   # at one time, unmaps first
+    total = np.cumsum(steps[order])
+    k = int(np.argmax(total))
+    peak_ns, peak_bytes = int(times[order][k]), int(total[k])
+    exit_bytes = int(rows["size"][~freed].sum())
+    moments = [sites.Moment("peak mapped", peak_ns, since(peak_ns), peak_bytes),
+               sites.Moment("exit", None, since(end_ns) if end_ns else tl.duration_s, exit_bytes)]
+    try:
+        return sites.build(mp, moments, profile.UNWINDER, skip_unnamed=True)
+    except (OSError, ValueError, IndexError, KeyError) as e:   # never fails the run
+        print(f"heapsight: the mappings' stacks not read: {e}", file=sys.stderr)
+        return None
+
+
 def heap_maps(maps: list, prof, sampled_sites: dict | None, start_ns: int) -> tuple:
     """The summary's "heapmaps": each map (heapmap.to_json) with its pinners, the call
     sites whose live sampled blocks at the map's moment keep otherwise-free pages resident."""
@@ -426,6 +456,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                    if segment is not None and segment.get("owner_pid") else 0.0)
     sampled_sites = call_sites(prof, tl, cols, heap, peak_ns,
                                segment.get("exit_ns") if done else None) if heap else None
+    mapped_by_stack = mapped_sites(prof, tl, segment.get("exit_ns") if done else None) if heap else None
     found = analysis.findings(argv, final, release, heap, live_over_time(cols, final),
                               sampled_sites) if heap else []
     held = analysis.holds(cols["t"], parts, duration_s) if heap else []
@@ -465,4 +496,5 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
         images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
         resident_by_kind=last_kinds(tl, duration_s), sites=sampled_sites,
+        mapped_sites=mapped_by_stack,
         heapmaps=heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ())

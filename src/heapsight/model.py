@@ -170,11 +170,15 @@ class Summary:
                                 # None when sampling was off or the library not active
     heapmaps: tuple = ()        # heap maps at exit and at snapshots (heapmap.to_json, with
                                 # "pinners"): dicts, JSON-ready like sites
+    mapped_sites: dict | None = None  # the stacks of the memory mapped outside malloc (every
+                                # mapping, not sampled), in the shape of sites: moments
+                                # "peak mapped" and "exit"
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
         # sites is JSON-ready already, and large: asdict would copy it deeply, slowly
-        d = asdict(replace(self, sites=None, heapmaps=()))
+        d = asdict(replace(self, sites=None, heapmaps=(), mapped_sites=None))
         d["sites"], d["heapmaps"] = self.sites, list(self.heapmaps)
+        d["mapped_sites"] = self.mapped_sites
         d["release"]["gave_back_bytes"] = self.release.gave_back_bytes
         return d

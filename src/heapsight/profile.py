@@ -11,7 +11,7 @@ free_ns, which is what every estimate needs (sites.py)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,6 +51,16 @@ class Profile:
     unwind_ns: int = 0
     unwinds: int = 0
     unwind_frames: int = 0
+    # the MAP events (anonymous memory the program mapped itself, every mapping), in
+    # ALLOC_DTYPE rows: size is the length mapped
+    maps: np.ndarray = field(default_factory=lambda: np.zeros(0, ALLOC_DTYPE))
+
+    def mapped(self) -> "Profile | None":
+        """The mappings as a profile of their own, every one "sampled" (a mean of one byte:
+        p = 1), for sites.build; None when there are none."""
+        if not len(self.maps):
+            return None
+        return Profile(1, self.maps, 0, self.stack_words, self.modules, 0)
 
     def stack(self, offset: int) -> np.ndarray:
         """The return addresses of the stack at a word offset, innermost first; empty for
@@ -110,21 +120,8 @@ def _read(fd: int) -> Profile | None:
     n = min(h["events_used"], S.PROFILE_EVENTS)
     ev = _region(fd, S.PROFILE_EVENTS_OFFSET, S.EVENT_DTYPE, n)
     kind = ev["kind"]
-    alloc_i = np.flatnonzero(kind == S.EVENT_ALLOC)
-    allocs = np.zeros(len(alloc_i), ALLOC_DTYPE)
-    allocs["index"] = alloc_i
-    for f in ("addr", "size", "time_ns", "stack"):
-        allocs[f] = ev[f][alloc_i]
-    allocs["free_ns"] = NEVER
-    # a FREE event names its ALLOC event's index; one naming anything else is ignored
-    frees = ev[kind == S.EVENT_FREE]
-    target = frees["addr"]
-    ok = target < np.uint64(n)
-    target, when = target[ok].astype(np.int64), frees["time_ns"][ok]
-    ok = kind[target] == S.EVENT_ALLOC
-    target, when = target[ok], when[ok]
-    pos = np.searchsorted(alloc_i, target)
-    np.minimum.at(allocs["free_ns"], pos, when)
+    allocs, matched = _with_frees(ev, kind, S.EVENT_ALLOC, n)
+    maps, _ = _with_frees(ev, kind, S.EVENT_MAP, n)
     words = _region(fd, S.PROFILE_STACKS_OFFSET, "<u8",
                     min(h["stack_words_used"], S.PROFILE_STACK_WORDS))
     mods = _region(fd, S.PROFILE_MODULES_OFFSET, S.MODULE_DTYPE,
@@ -132,5 +129,25 @@ def _read(fd: int) -> Profile | None:
     modules = tuple(Module(int(m["lo"]), int(m["hi"]), int(m["bias"]), int(m["first_event"]),
                            bytes(m["path"]).split(b"\0")[0].decode(errors="surrogateescape"))
                     for m in mods if int(m["hi"]) > int(m["lo"]))
-    return Profile(h["mean_bytes"], allocs, len(target), words, modules, h["dropped_samples"],
-                   h["unwind_ns"], h["unwinds"], h["unwind_frames"])
+    return Profile(h["mean_bytes"], allocs, matched, words, modules, h["dropped_samples"],
+                   h["unwind_ns"], h["unwinds"], h["unwind_frames"], maps)
+
+
+def _with_frees(ev: np.ndarray, kind: np.ndarray, which: int, n: int) -> tuple:
+    """The events of one kind (ALLOC or MAP) as ALLOC_DTYPE rows with the time of the FREE
+    event that names each (NEVER if none), and how many FREE events named one of them."""
+    idx = np.flatnonzero(kind == which)
+    rows = np.zeros(len(idx), ALLOC_DTYPE)
+    rows["index"] = idx
+    for f in ("addr", "size", "time_ns", "stack"):
+        rows[f] = ev[f][idx]
+    rows["free_ns"] = NEVER
+    # a FREE event names its event's index; one naming anything else is ignored
+    frees = ev[kind == S.EVENT_FREE]
+    target = frees["addr"]
+    ok = target < np.uint64(n)
+    target, when = target[ok].astype(np.int64), frees["time_ns"][ok]
+    ok = kind[target] == which
+    target, when = target[ok], when[ok]
+    np.minimum.at(rows["free_ns"], np.searchsorted(idx, target), when)
+    return rows, len(target)

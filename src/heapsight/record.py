@@ -309,6 +309,7 @@ SUMMARY = fields(
               "heap": maybe(HEAP), "findings": list_of(FINDING), "verdict": string,
               "holds": list_of(HOLD), "snapshots": list_of(SNAPSHOT),
               "interrupted": boolean, "sites": maybe(sites), "heapmaps": list_of(HEAPMAP),
+              "mapped_sites": maybe(sites),
               **{k: number for k in (
                   "duration_s", "samples", "sample_hz", "sampler_cpu_s", "peak_rss_bytes",
                   "final_rss_bytes", "forks", "execs", "other_processes", "cpu_user_s",

@@ -80,7 +80,7 @@ SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # the file is sparse: only what the library writes takes memory.
 PROFILE_MAGIC = 0x31464f5250534853
 PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = 1 << 20, 1 << 21, 2048
-EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE = 0, 1, 2
+EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE, EVENT_MAP = 0, 1, 2, 3
 EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
                         ("kind", "<u4")])
 MODULE_DTYPE = np.dtype([("lo", U8), ("hi", U8), ("bias", U8), ("first_event", U8),

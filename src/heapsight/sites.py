@@ -90,7 +90,10 @@ class Stacks:
     """The distinct stacks of the sampled blocks, symbolized: frames (deduplicated, each
     a symbolize.Frame), each stack as frame indices innermost first, and its call site."""
 
-    def __init__(self, prof: P.Profile, symbolizer=symbolize.symbolize):
+    def __init__(self, prof: P.Profile, symbolizer=symbolize.symbolize, skip_unnamed=False):
+        """skip_unnamed: frames with no function name are stepped over too when the call
+        site is looked for (the mappings': a runtime's arena code is often static, unnamed
+        in a stripped binary, and the named caller past it says more)."""
         allocs = prof.allocs
         offsets, first, self.of_alloc = np.unique(allocs["stack"], return_index=True,
                                                   return_inverse=True)
@@ -137,7 +140,8 @@ class Stacks:
         flat_list = flat.tolist()
         self.stacks = [flat_list[a:b] for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]
         # the call site: the first frame of each stack outside the allocator, else its last
-        alloc = np.array([is_allocator(f) for f in self.frames] or [False], dtype=bool)
+        alloc = np.array([is_allocator(f) or (skip_unnamed and f.function is None)
+                          for f in self.frames] or [False], dtype=bool)
         outside = np.flatnonzero(~alloc[flat]) if len(flat) else np.zeros(0, np.int64)
         j = np.searchsorted(outside, ends[:-1])
         self.site_of = []
@@ -193,10 +197,10 @@ def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
 
 
 def build(prof: P.Profile, moments: list, unwinder: str = "",
-          symbolizer=symbolize.symbolize) -> dict:
+          symbolizer=symbolize.symbolize, skip_unnamed: bool = False) -> dict:
     """The run's "sites" (the JSON shape every reader shares): the sampling's own figures,
     the frames and stacks, and each moment's estimates."""
-    stacks = Stacks(prof, symbolizer)
+    stacks = Stacks(prof, symbolizer, skip_unnamed)
     per = (prof.unwinds or 0)
     return {
         "sample_bytes": prof.mean_bytes, "samples": int(len(prof.allocs)),

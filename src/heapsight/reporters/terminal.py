@@ -124,6 +124,12 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         _indent(c, "mapped outside malloc: " + "; ".join(
             f"{o['owner']}: {human(o['peak_bytes'])} at most, {human(o['mapped_bytes'])} at exit, "
             f"in {o['mappings']:,} mappings" for o in big[:3]), 2)
+        peak_mapped = next((m for m in (s.mapped_sites or {}).get("moments", ())
+                            if m["name"] == "peak mapped"), None)
+        if peak_mapped and peak_mapped["sites"]:
+            top = peak_mapped["sites"][:3]
+            _indent(c, f"mapped for (at {peak_mapped['t_s']:.2f} s, every mapping recorded): "
+                       + "; ".join(f"{x['site']} {human(x['bytes'])}" for x in top), 4)
     for h in s.holds:
         whose = "freed, kept by the allocator" if h.cause == "retained" else "not from malloc"
         _indent(c, f"held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
