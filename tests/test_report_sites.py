@@ -46,9 +46,11 @@ FRAMES = [
      "address": "0x9a000"},
     {"function": "build_index", "file": "/src/prog.c", "line": 40, "object": "/usr/bin/prog", "address": "0x1300"},
     {"function": None, "file": None, "line": None, "object": "/usr/lib/libfoo.so.1", "address": "0x1234"},
-    {"function": XSS, "file": "/src/x.c", "line": 1, "object": "/usr/bin/prog", "address": "0x1400"}]
-NAMES = ["main", "load", "parse_row", "strdup", "build_index", "libfoo.so.1+0x1234", XSS]
-STACKS = [[2, 1, 0], [3, 2, 1, 0], [4, 0], [5, 4, 0], [6, 0], []]   # innermost first; the last not unwound
+    {"function": XSS, "file": "/src/x.c", "line": 1, "object": "/usr/bin/prog", "address": "0x1400"},
+    {"function": "main", "file": "/src/prog.c", "line": 12, "object": "/usr/bin/prog", "address": "0x1010"}]
+NAMES = ["main", "load", "parse_row", "strdup", "build_index", "libfoo.so.1+0x1234", XSS, "main"]
+# innermost first; main calls build_index from another line (frame 7); the last not unwound
+STACKS = [[2, 1, 0], [3, 2, 1, 0], [4, 7], [5, 4, 7], [6, 0], []]
 
 
 def entry(stack, nbytes, blocks, err):
@@ -300,6 +302,8 @@ def test_flame_graph_draws_one_box_per_call_path_as_wide_as_its_bytes(small_page
       var pr = boxes().filter(function (b) { return b[0] === %d; })[0];
       mouse(rectOf(pr[0]), 'mousemove');
       put('tip', fig.querySelector('.tip').textContent);
+      mouse(rectOf(%d), 'mousemove');
+      put('tipmain', fig.querySelector('.tip').textContent);
       var side = document.getElementById('side-s1-flame');
       put('table', side.textContent);
       var row = side.querySelectorAll('tbody tr')[1];   // strdup
@@ -308,10 +312,11 @@ def test_flame_graph_draws_one_box_per_call_path_as_wide_as_its_bytes(small_page
         return +r.getAttribute('data-n'); }));
       row.dispatchEvent(new MouseEvent('mouseleave'));
       put('after', fig.querySelectorAll('rect.match').length);
-    """ % paths.index(("main", "load", "parse_row")))
+    """ % (paths.index(("main", "load", "parse_row")), paths.index(("main",))))
     assert a["errors"] == "0"
-    # THEN there is one box per call path with bytes (7: the root, main, load, parse_row,
-    # strdup under it, build_index, the unnamed frame under that), each as wide as its bytes
+    # THEN there is one box per call path with bytes (7: the root, main (both of its lines),
+    # load, parse_row, strdup under it, build_index, the unnamed frame under that), each as
+    # wide as its bytes
     drawn = json.loads(a["boxes"])
     assert len(drawn) == 7
     check_boxes(drawn, paths, expected_boxes(small_sites(), 0))
@@ -323,6 +328,8 @@ def test_flame_graph_draws_one_box_per_call_path_as_wide_as_its_bytes(small_page
     for want in ("parse_row", "/src/prog.c:30", "/usr/bin/prog", "800.0 MiB \u00b1 50.0 MiB",
                  "80% of the sampled live bytes at peak", "8,000"):
         assert want in tip, (want, tip)
+    # main is one box, from either of its lines
+    assert "/src/prog.c:10, 12" in a["tipmain"] and "100% of the sampled live bytes" in a["tipmain"]
     # AND the top call sites of the peak are listed beside it, largest first
     table = a["table"]
     assert "Top call sites at peak" in table

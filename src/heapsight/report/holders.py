@@ -2,7 +2,8 @@
 heap maps page by page, as chart descriptions the renderer (assets/report.js) draws.
 
   kind "flame"    the call paths of the sampled allocations merged into one tree (node 0 is
-                  the root; node i's parent is i - up[i], always before it), and for each moment
+                  the root; node i's parent is i - up[i], always before it; a named
+                  function's frames are one frame, its lines listed), and for each moment
                   the bytes, blocks and 95% error of the stacks live then, on the node where
                   each stack ends. The renderer sums them up the tree: a box per (frame,
                   path), as wide as the bytes allocated through it. Errors add as squares
@@ -100,22 +101,33 @@ def flame_chart(summary: dict, cid: str) -> dict | None:
               if isinstance(e.get("stack"), int)]
     # a stack the unwinder could not take has no frames: it gets one of its own, so that
     # its bytes show as a box under the root like any other
-    frames_in = list(sites.get("frames") or [])
+    frames_in = [f if isinstance(f, dict) else {} for f in sites.get("frames") or []]
     unwound = len(frames_in)
     frames_in.append({"function": NOT_UNWOUND})
-    stacks = [s if s else [unwound] for s in stacks]
+    # one box per function on a path, not per return address: the frames of one named
+    # function in one object are one (their lines listed); unnamed frames stay apart
+    canon, first = [], {}
+    for i, fr in enumerate(frames_in):
+        key = (fr.get("function"), fr.get("object")) if fr.get("function") else (i,)
+        canon.append(first.setdefault(key, i))
+    stacks = [[canon[f] if isinstance(f, int) and 0 <= f < len(canon) else f for f in s] if s else [unwound]
+              for s in stacks]
     parent, frame, end = merge_paths(stacks, wanted)
     # only the frames the tree uses travel, renumbered; objects once each
     used = sorted({f for f in frame[1:] if isinstance(f, int)})
     renum = {f: i for i, f in enumerate(used)}
+    lines = {}
+    for i, c in enumerate(canon):
+        if c in renum and isinstance(frames_in[i].get("line"), int):
+            lines.setdefault(c, set()).add(frames_in[i]["line"])
     objects, obj_index, frames = [], {}, []
     for f in used:
-        fr = frames_in[f] if 0 <= f < len(frames_in) and isinstance(frames_in[f], dict) else {}
+        fr = frames_in[f] if 0 <= f < len(frames_in) else {}
         obj = fr.get("object") or ""
         if obj not in obj_index:
             obj_index[obj] = len(objects)
             objects.append({"path": obj, "kind": object_kind(obj)})
-        frames.append([fr.get("function"), fr.get("file"), fr.get("line"), obj_index[obj],
+        frames.append([fr.get("function"), fr.get("file"), sorted(lines.get(f, ())), obj_index[obj],
                        fr.get("address")])
     # the sites table refers to frames too: keep its frame only if the tree has it
     out_moments = []
@@ -132,7 +144,8 @@ def flame_chart(summary: dict, cid: str) -> dict | None:
         table = []
         for s in (m.get("sites") or [])[:TOP_SITES]:
             row = {k: s.get(k) for k in ("site", "bytes", "share", "blocks", "error_bytes")}
-            row["frame"] = renum.get(s.get("frame"))
+            f = s.get("frame")
+            row["frame"] = renum.get(canon[f]) if isinstance(f, int) and 0 <= f < len(canon) else None
             table.append(row)
         out_moments.append({
             "name": m.get("name"), "t_s": m.get("t_s"), "live_bytes": m.get("live_bytes"),

@@ -842,7 +842,8 @@
         var r = root.getBoundingClientRect();
         var rowsT = [], f = n ? c.frames[c.frame[n]] : null;
         if (f) {
-          if (f[1]) rowsT.push(['', 'source', String(f[1]) + (fin(f[2]) && f[2] > 0 ? ':' + f[2] : '')]);
+          var ls = (f[2] || []).filter(function (v) { return fin(v) && v > 0; });
+          if (f[1]) rowsT.push(['', 'source', String(f[1]) + (ls.length ? ':' + ls.join(', ') : '')]);
           var o = c.objects[f[3]] || {};
           rowsT.push(['', 'object', (o.path || 'unknown') + (f[4] ? ' (' + f[4] + ')' : '')]);
         }
