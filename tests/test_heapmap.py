@@ -220,13 +220,18 @@ def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):
         for n in (1, 2):
             H.request(seg, n)
             assert H.wait_ack(seg, n, timeout_s=30, alive=lambda: p.poll() is None)
+            assert H.wait_written(seg.path, n, timeout_s=30)
         # THEN each is written and answered; no child of the map is left behind
         names = sorted(os.path.basename(x) for x in Path(seg.path).parent.glob(Path(seg.path).name + ".map.*"))
         assert names == [Path(seg.path).name + ".map.1", Path(seg.path).name + ".map.2"]
         # (the helper thread forked it: each thread's children are listed apart)
-        children = [c for t in Path(f"/proc/{p.pid}/task").iterdir()
+        def children():
+            return [c for t in Path(f"/proc/{p.pid}/task").iterdir()
                     for c in (t / "children").read_text().split()]
-        assert children == [], "a map's process is still the program's child (a zombie?)"
+        deadline = time.monotonic() + 5   # the file is whole a moment before the copy ends
+        while children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert children() == [], "a map's process is still the program's child (a zombie?)"
         maps = H.collect(seg.path)
         assert sorted(maps) == [1, 2]
         for hm in maps.values():

@@ -130,6 +130,10 @@ def page(inputs):
     return {"path": out, "html": text, "dom": png.dump_dom(str(out)), "data": page_data(text)}
 
 
+# a run's charts: its timeline's three, the flame graph of its sampled call sites, its heap map
+RUN_CHARTS = ["s1-memory", "s1-rate", "s1-arenas", "s1-flame", "s1-heapmap"]
+
+
 def test_every_chart_is_drawn_without_a_script_error(page):
     # GIVEN a report of a run, a comparison and a lab document, opened in Chromium
     charts = page["data"]["charts"]
@@ -137,8 +141,9 @@ def test_every_chart_is_drawn_without_a_script_error(page):
     attrs = body_attrs(page["dom"])
     assert attrs["data-charts"] == f"{len(charts)} drawn", attrs
     assert attrs["data-errors"] == "0", re.search(r'id="hs-errors"[^>]*>(.*?)<', page["dom"])
-    # run: memory, rate, arenas; comparison: memory, time, RSS; lab: its two charts
-    assert len(charts) == 8, [c["id"] for c in charts]
+    # run: memory, rate, arenas, its call sites' flame graph and its heap map; comparison:
+    # memory, time, RSS; lab: its two charts
+    assert len(charts) == 10, [c["id"] for c in charts]
 
 
 def test_page_is_self_contained(page):
@@ -379,7 +384,7 @@ def test_other_commands_write_a_page_from_what_they_save(inputs, tmp_path):
     page = report.write_html(str(tmp_path / "run.html"), [("this run", doc)])
     # THEN the file is the page, with the run's charts and its source named
     text = (tmp_path / "run.html").read_text()
-    assert text == page.html and [c["id"] for c in page.charts] == ["s1-memory", "s1-rate", "s1-arenas"]
+    assert text == page.html and [c["id"] for c in page.charts] == RUN_CHARTS
     assert "this run" in text
     with pytest.raises(HeapsightError):
         report.write_html(str(tmp_path / "no-such-dir" / "run.html"), [doc])
@@ -387,7 +392,7 @@ def test_other_commands_write_a_page_from_what_they_save(inputs, tmp_path):
 
 def test_run_and_compare_html_options_write_the_same_charts_as_report(inputs):
     # GIVEN the pages `run --html` and `compare --html` wrote next to their saved files
-    for kind, charts in (("run", ["s1-memory", "s1-rate", "s1-arenas"]),
+    for kind, charts in (("run", RUN_CHARTS),
                          ("compare", ["s1-memory", "s1-time", "s1-rss"])):
         html = (inputs["dir"] / f"{kind}.html").read_text()
         # THEN each holds its section's charts, as `heapsight report` draws them

@@ -844,6 +844,10 @@ int _hs_heapmap_write(const char *path) {
   if (pid == 0) child_main(path, t0);
   __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
   if (pid < 0) return _hs_heapmap_write_refusal(path, "fork failed (no memory for a copy?)");
+  /* the copy is this moment's: a program waiting in heapsight_snapshot() for the CLI (which
+   * waits for this answer) may go on while the copy is walked */
+  uint64_t ack = __atomic_load_n(&_hs_heapmap_ack_at_fork, __ATOMIC_ACQUIRE);
+  if (ack) __atomic_store_n(&_hs_seg->heapmap_ack, ack, __ATOMIC_RELEASE);
   int status = 0, killed = 0, reaped = 0;
   struct rusage ru;
   memset(&ru, 0, sizeof ru);

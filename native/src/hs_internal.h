@@ -74,6 +74,7 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller);
 void _hs_sample_shared(void *p, size_t usable, const void *caller);
 void _hs_sample_free(void *p);
 void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's mmap */
+extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request being taken */
 int _hs_profile_unmap(void *p);  /* 1: it was recorded */
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */
 void _hs_profile_start(void);             /* from the constructor: the unwinder */

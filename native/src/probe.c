@@ -87,6 +87,7 @@ static pid_t g_helper_tid;
 static uint64_t g_release_ns;
 static int g_in_map;                  /* the helper is taking a heap map */
 static uint64_t g_map_seen;           /* the last heapmap_seq answered */
+uint64_t _hs_heapmap_ack_at_fork;     /* heapmap.c answers this request once it has forked */
 
 /* "<segment path>.map.<suffix>", or 0 when the segment has no path of ours. */
 static int map_path(char *buf, size_t len, const char *suffix) {
@@ -113,7 +114,9 @@ static int answer_map_request(void) {
   g_map_seen = want;
   char num[24];
   int n = snprintf(num, sizeof num, "%llu", (unsigned long long)want);
+  __atomic_store_n(&_hs_heapmap_ack_at_fork, want, __ATOMIC_RELEASE);
   if (n > 0) take_map(num);
+  __atomic_store_n(&_hs_heapmap_ack_at_fork, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&_hs_seg->heapmap_ack, want, __ATOMIC_RELEASE);
   return 1;
 }

@@ -317,8 +317,11 @@ def trim(pid: int, allocator: str) -> dict:
 
 
 def _rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        raise HeapsightError(f"process {pid} has ended: nothing to release") from None
+    raise HeapsightError(f"process {pid} has ended: nothing to release")

@@ -253,8 +253,10 @@ def request(segment, n: int) -> None:
 
 
 def wait_ack(segment, n: int, timeout_s: float = 40.0, alive=None) -> bool:
-    """Whether map n was answered within timeout_s (the library bounds a map to 30 s);
-    alive(), when given, is asked between polls (the program may end meanwhile)."""
+    """Whether map n was answered within timeout_s: the library answers once its copy of
+    the program is taken (forked), so the map is of that moment and the program may go on;
+    the file is complete when the program has ended, or when wait_written says so. alive(),
+    when given, is asked between polls (the program may end meanwhile)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if int(segment.header["heapmap_ack"]) >= n:
@@ -262,6 +264,19 @@ def wait_ack(segment, n: int, timeout_s: float = 40.0, alive=None) -> bool:
         if alive is not None and not alive():
             return int(segment.header["heapmap_ack"]) >= n
         time.sleep(0.005)
+    return False
+
+
+def wait_written(segment_path: str, name, timeout_s: float = 40.0) -> bool:
+    """Whether map name's file was written whole within timeout_s (the library bounds a
+    map to 30 s)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            read(path_of(segment_path, name))
+            return True
+        except (OSError, ValueError):
+            time.sleep(0.01)
     return False
 
 
