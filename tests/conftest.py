@@ -18,6 +18,7 @@ import inspect
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,6 +27,12 @@ from pathlib import Path
 import pytest
 
 from heapsight.native import BIN_DIR
+
+# A shell runs a background job (`make test &`) with Ctrl-C ignored, and an ignored signal
+# stays ignored across exec: the tests of Ctrl-C, here and in the heapsight processes they
+# start, need it delivered. A handler (unlike "ignored") is reset to the default at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TIERS = ("unit", "scenario", "lab", "browser")
 TESTS_DIR = Path(__file__).resolve().parent
