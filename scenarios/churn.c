@@ -28,10 +28,15 @@ static void *worker(void *arg)
     char **ring = calloc(slots, sizeof *ring);
     if (!ring)
         abort();
-    for (long i = 0; i < j->ops; i++) {
-        long k = (long)(hs_rand(&j->seed) % (uint64_t)slots);
+    /* The loop's state is local: the jobs sit side by side in one array, and a thread
+     * writing its seed there would share a cache line with the other threads' (false
+     * sharing that made the 2-thread figures depend on where calloc put the array). */
+    uint64_t seed = j->seed;
+    const long n = j->ops;
+    for (long i = 0; i < n; i++) {
+        long k = (long)(hs_rand(&seed) % (uint64_t)slots);
         free(ring[k]); /* free(NULL) is fine for empty slots */
-        ring[k] = malloc(pick_size(&j->seed));
+        ring[k] = malloc(pick_size(&seed));
         if (!ring[k])
             abort();
         ring[k][0] = 1;
