@@ -15,7 +15,9 @@ same samples, so the shares add up to 1); the moment's live_bytes is the exact c
 that moment, beside the estimate for comparison.
 
 The call site of a stack is its innermost frame outside the allocator and the known
-allocation wrappers (ALLOCATOR_NAMES, ALLOCATOR_OBJECTS): the stacks keep every frame.
+allocation wrappers (ALLOCATOR_NAMES, ALLOCATOR_OBJECTS); when that frame has no name (a
+static function of a stripped binary), the first named frame after it in the same object,
+if any (_named_past). The stacks keep every frame.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ class Stacks:
             if a == b:
                 self.site_of.append(None)
             elif k < len(outside) and outside[k] < b:
-                self.site_of.append(flat_list[int(outside[k])])
+                self.site_of.append(_named_past(self.frames, flat_list, int(outside[k]), b))
             else:
                 self.site_of.append(flat_list[b - 1])
 
@@ -232,14 +234,32 @@ def live_blocks(prof: P.Profile, t_ns: int | None) -> np.ndarray:
     return out
 
 
+def _named_past(frames: list, stack: list, at: int, end: int) -> int:
+    """The call site from stack[at], the first frame outside the allocator: when it has no
+    name (a static function of a stripped binary: CPython's _PyMem_RawMalloc, SQLite's
+    sqlite3MemMalloc), the first named frame after it in the same object stands for it (the
+    function whose work it was: PyUnicode_New); when none is named (all of git), it stays."""
+    f = frames[stack[at]]
+    if f.function is not None:
+        return stack[at]
+    for i in range(at + 1, end):
+        g = frames[stack[i]]
+        if g.object == f.object and g.function is not None and not is_allocator(g):
+            return stack[i]
+    return stack[at]
+
+
 def site_of_stack(sites: dict, stack: int) -> str:
     """The call site's name of a stack of a run's sites (as its moments name it), for the
     pinners of a heap map."""
     frames = [symbolize.Frame(f["function"], f["file"], f["line"], f["object"],
                               int(f["address"], 16))
               for f in (sites["frames"][i] for i in sites["stacks"][stack])]
-    site = next((f for f in frames if not is_allocator(f)), frames[-1] if frames else None)
-    return site.name() if site is not None else NO_STACK
+    ids = list(range(len(frames)))
+    at = next((i for i, f in enumerate(frames) if not is_allocator(f)), None)
+    if at is None:
+        return frames[-1].name() if frames else NO_STACK
+    return frames[_named_past(frames, ids, at, len(ids))].name()
 
 
 def moment(sites: dict | None, name: str) -> dict | None:
