@@ -187,18 +187,15 @@ def holders_html(s: dict, sid: str) -> tuple:
     sites, and the heap map beside the blocks that pin it; each side panel is filled by
     the renderer for the moment or map selected. Nothing for a run without them."""
     out, cs = [], []
-    flame = holders.flame_chart(s, f"{sid}-flame")
-    if flame:
-        cs.append(flame)
-        out.append('<h3 class="holders">Who holds the memory: sampled call sites</h3>'
-                   f'<div class="holders-grid">{figure(flame)}'
-                   f'<div class="side" id="side-{esc(flame["id"])}"></div></div>')
-    hmap = holders.heapmap_chart(s, f"{sid}-heapmap")
-    if hmap:
-        cs.append(hmap)
-        out.append('<h3 class="holders">The heap, page by page, and the blocks that pin it</h3>'
-                   f'<div class="holders-grid">{figure(hmap)}'
-                   f'<div class="side" id="side-{esc(hmap["id"])}"></div></div>')
+    for title, chart in (("Who holds the memory: sampled call sites",
+                          holders.flame_chart(s, f"{sid}-flame")),
+                         ("The heap, page by page, and the blocks that pin it",
+                          holders.heapmap_chart(s, f"{sid}-heapmap"))):
+        if chart:
+            cs.append(chart)
+            out.append(f'<h3 class="holders">{esc(title)}</h3>'
+                       f'<div class="holders-grid">{figure(chart)}'
+                       f'<div class="side" id="side-{esc(chart["id"])}"></div></div>')
     return "".join(out), cs
 
 
