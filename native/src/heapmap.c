@@ -90,11 +90,6 @@
 
 #include "hs_internal.h"
 
-int _hs_heapmap_write(const char *path);
-int _hs_heapmap_write_refusal(const char *path, const char *why);
-int _hs_heapmap_forking(void);
-uint64_t _hs_heapmap_cpu_ns(void);
-
 #define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
 #define HS_MAP_END 0x4e4550414d485348ull     /* "HSHMAPEN" */
 #define HS_MAP_VERSION 1

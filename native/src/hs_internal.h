@@ -75,6 +75,12 @@ void _hs_sample_shared(void *p, size_t usable, const void *caller);
 void _hs_sample_free(void *p);
 void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's mmap */
 extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request being taken */
+/* The heap map (heapmap.c), taken on the helper thread (probe.c) */
+int _hs_heapmap_write(const char *path);
+int _hs_heapmap_write_refusal(const char *path, const char *why);
+int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
+uint64_t _hs_heapmap_cpu_ns(void);      /* the map children's CPU time, in all */
+const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */
 int _hs_profile_unmap(void *p);  /* 1: it was recorded */
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */
 void _hs_profile_start(void);             /* from the constructor: the unwinder */

@@ -15,13 +15,6 @@
 #include "hs_internal.h"
 #include "hs_options.h"
 
-/* heapmap.c and segment.c */
-int _hs_heapmap_write(const char *path);
-int _hs_heapmap_write_refusal(const char *path, const char *why);
-int _hs_heapmap_forking(void);
-uint64_t _hs_heapmap_cpu_ns(void);
-const char *_hs_segment_path(void);
-
 static uint64_t field_kb(const char *buf, const char *key) {
   const char *p = strstr(buf, key);
   if (!p) return 0;
