@@ -345,11 +345,18 @@ def test_a_sampled_block_stands_for_1_over_p():
     hm = synthetic([64] * 10, [R] * 10)
     # one block of 64 B seen per page, each sampled with p = 0.25: 40 blocks, 4 times the bytes
     blocks = [(0x10000 + i * PAGE, 64, 0.25, 9) for i in range(10)]
-    (e,) = H.pinners(hm, blocks)
-    assert e["blocks"] == 40 and e["block_bytes"] == 64
-    assert e["pinned_bytes"] == 10 * (PAGE - 64) * 4
+    # on two of the pages: 2 blocks seen stand for 8, 4 times the bytes (still under what
+    # the map measured on its 10 pinned pages)
+    (e,) = H.pinners(hm, blocks[:2])
+    assert e["blocks"] == 8 and e["block_bytes"] == 64
+    assert e["pinned_bytes"] == 2 * (PAGE - 64) * 4
     # variance: sum of share^2 (1 - p) / p^2
-    assert e["error_bytes"] == round(1.96 * np.sqrt(10 * (PAGE - 64) ** 2 * 0.75 / 0.0625))
+    assert e["error_bytes"] == round(1.96 * np.sqrt(2 * (PAGE - 64) ** 2 * 0.75 / 0.0625))
+    # on every page they would stand for 4 times what the map measured: scaled down to it,
+    # blocks and error alike
+    (e,) = H.pinners(hm, blocks)
+    assert e["pinned_bytes"] == 10 * (PAGE - 64) and e["blocks"] == 10
+    assert e["error_bytes"] == round(1.96 * np.sqrt(10 * (PAGE - 64) ** 2 * 0.75 / 0.0625) / 4)
     # an unwalked heap pins nothing it can name
     hm.heaps[0].walked = False
     assert H.pinners(hm, blocks) == []

@@ -198,7 +198,9 @@ def pinners(hm: HeapMap, blocks, page_bytes: int | None = None) -> list:
     size in usable bytes and p the block's sampling probability. Each pinned page's
     non-live bytes are shared among the live blocks on it in proportion to their bytes
     there; a sampled block counts share / p bytes and 1 / p blocks (Horvitz-Thompson), the
-    error its variance sum share^2 (1 - p) / p^2, 95%. Returns one entry per stack, most
+    error its variance sum share^2 (1 - p) / p^2, 95%; all scaled down, keeping their
+    shares, when they add up to more than the pinned bytes the map measured. Returns one
+    entry per stack, most
     pinned bytes first: {"stack", "blocks", "block_bytes", "pinned_bytes", "error_bytes"}
     (the caller names the site)."""
     page = page_bytes or hm.page_bytes
@@ -227,15 +229,21 @@ def pinners(hm: HeapMap, blocks, page_bytes: int | None = None) -> list:
             pg_ok = pg[ok]
             share[sel[ok]] += (page - live[pg_ok]) * on[ok] / live[pg_ok]
     hit = share > 0
+    # The map knows the pinned bytes exactly: estimates that add up to more (few samples of
+    # small blocks, each standing for hundreds) are scaled down to it, keeping their shares.
+    exact = sum(float((page - h.live[pinned(h, page)].astype(np.float64)).sum()) for h in heaps)
+    raw = float(np.sum(share[hit] / p[hit]))
+    scale = min(1.0, exact / raw) if raw > 0 else 1.0
     out = []
     for s in np.unique(stack[hit]):
         m = hit & (stack == s)
         pi, sh = p[m], share[m]
         n = float(np.sum(1.0 / pi))
-        out.append({"stack": int(s), "blocks": int(round(n)),
+        out.append({"stack": int(s), "blocks": int(round(n * scale)),
                     "block_bytes": int(round(float(np.sum(size[m] / pi)) / n)),
-                    "pinned_bytes": int(round(float(np.sum(sh / pi)))),
-                    "error_bytes": int(round(1.96 * math.sqrt(float(np.sum(sh * sh * (1 - pi) / (pi * pi))))))})
+                    "pinned_bytes": int(round(float(np.sum(sh / pi)) * scale)),
+                    "error_bytes": int(round(scale * 1.96 * math.sqrt(
+                        float(np.sum(sh * sh * (1 - pi) / (pi * pi))))))})
     out.sort(key=lambda e: -e["pinned_bytes"])
     return out
 
