@@ -27,3 +27,20 @@ def test_the_segment_is_made_0600_whatever_the_umask():
     finally:
         seg.close()
     assert not os.path.exists(seg.path)
+
+
+def test_a_process_keeps_its_own_segment_across_an_exec():
+    # GIVEN HEAPSIGHT_SEGMENT=auto (heapsight env) in a shell that execs the program: the
+    # shell, loading the library first, made /dev/shm/heapsight-PID-auto.seg for its pid
+    import subprocess
+    from heapsight import native
+    check = ("import os; print(any(f'heapsight-{os.getpid()}-auto.seg' in l "
+             "for l in open('/proc/self/maps')), os.getpid())")
+    env = dict(os.environ, LD_PRELOAD=str(native.LIB_PATH), HEAPSIGHT_SEGMENT="auto")
+    p = subprocess.run(["sh", "-c", f'exec /usr/bin/python3 -c "{check}"'], env=env,
+                       capture_output=True, text=True, timeout=60)
+    # THEN the program after the exec counts into that segment (not a private one)
+    mapped, pid = p.stdout.split()
+    assert p.returncode == 0 and mapped == "True", p.stderr
+    # AND it is gone once the program ended
+    assert not os.path.exists(f"/dev/shm/heapsight-{pid}-auto.seg")

@@ -141,6 +141,13 @@ static const char *make_own_segment(char *buf, size_t len) {
   int n = snprintf(buf, len, "/dev/shm/heapsight-%d-auto.seg", (int)getpid());
   if (n <= 0 || (size_t)n >= len) return NULL;
   int fd = open(buf, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    /* made by this very process before an execve (a launcher such as valgrind's, which
+     * loads the library too, then execs the tool that runs the program): open_segment
+     * takes it only if it is one of ours, made by this pid and not finished */
+    memcpy(g_own_path, buf, (size_t)n + 1);
+    return buf;
+  }
   if (fd < 0) return NULL;
   unsigned char head[HS_HEAD_BYTES];
   memset(head, 0, sizeof head);
