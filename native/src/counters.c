@@ -163,7 +163,7 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   }
   hs_slot_t *s = slot_slow();
   if (s == NULL) { _hs_count_shared(1, u, req, hdr, p, caller); return; }
-  hs_add_alloc(s, p, u, req, caller);
+  if (hs_add_alloc(s, u, req)) _hs_counted_due(s, p, u, caller);
   if (hdr & 2) {
     s->n_mmapped++;
     if (req >= HS_GLIBC_MMAP_THRESHOLD_START) s->n_mmapped_large++;
@@ -175,7 +175,7 @@ void _hs_count_free_slow(void *p) {
                                   : _hs_real.malloc_usable_size(p);
   hs_slot_t *s = slot_slow();
   if (s == NULL) { _hs_count_shared(0, u, 0, 0, p, NULL); return; }
-  hs_add_free(s, u);
+  if (hs_add_free(s, u)) _hs_flush(s);
 }
 
 /* The ways out of preload.c's counted(), each returning the block (a jump there). */

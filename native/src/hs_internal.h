@@ -108,26 +108,27 @@ static inline size_t hs_glibc_usable(size_t hdr) {
 
 /* The counting, once the slot and the usable size are known: the class counters, the
  * usable bytes, the flush countdown (the global live figure and its peak) and the sample
- * countdown (profile.c). Two subtracts to memory and their sign tests stand for the two
- * comparisons with limits. */
-__attribute__((always_inline)) static inline void hs_add_alloc(hs_slot_t *s, void *p, size_t u,
-                                                              size_t req, const void *caller) {
+ * countdown (profile.c). The two countdowns are subtracts to memory tested with one sign
+ * test; nonzero when one ran out: the caller then calls _hs_counted_due (a jump from
+ * preload.c's counted, so its common case saves no register). */
+__attribute__((always_inline)) static inline int hs_add_alloc(hs_slot_t *s, size_t u, size_t req) {
   unsigned c = hs_class_of(u);
   s->cls_alloc[c]++;
   s->cls_waste[c] += u - req;
   s->usable_alloc_bytes += u;
-  s->flush_room -= (int64_t)u;
-  if (HS_UNLIKELY(s->flush_room < 0)) _hs_flush(s);
-  s->sample_left -= (int64_t)u;
-  if (HS_UNLIKELY(s->sample_left < 0)) _hs_sample_alloc(s, p, u, caller);
+  int64_t room = s->flush_room - (int64_t)u, left = s->sample_left - (int64_t)u;
+  s->flush_room = room;
+  s->sample_left = left;
+  return (room | left) < 0;
 }
 
-__attribute__((always_inline)) static inline void hs_add_free(hs_slot_t *s, size_t u) {
+/* Nonzero when the thread's frees went past its limit: the caller flushes (_hs_flush). */
+__attribute__((always_inline)) static inline int hs_add_free(hs_slot_t *s, size_t u) {
   s->cls_free[hs_class_of(u)]++;
   s->usable_free_bytes += u;
   int64_t room = s->flush_room + (int64_t)u;
   s->flush_room = room;
-  if (HS_UNLIKELY(room > s->flush_max)) _hs_flush(s);
+  return room > s->flush_max;
 }
 
 /* The hot path is for glibc's heap chunks: _hs_tslot is set only when the usable size can
@@ -142,7 +143,8 @@ __attribute__((always_inline)) static inline void hs_count_alloc_by(void *p, siz
     _hs_count_alloc_slow(p, req, caller);
     return;
   }
-  hs_add_alloc(s, p, (hdr & ~(size_t)7) - sizeof(size_t), req, caller);
+  size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
+  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) _hs_counted_due(s, p, u, caller);
 }
 #define hs_count_alloc(p, req) hs_count_alloc_by((p), (req), __builtin_return_address(0))
 
@@ -155,7 +157,7 @@ __attribute__((always_inline)) static inline void hs_count_free_unsampled(void *
     _hs_count_free_slow(p);
     return;
   }
-  hs_add_free(s, (hdr & ~(size_t)7) - sizeof(size_t));
+  if (HS_UNLIKELY(hs_add_free(s, (hdr & ~(size_t)7) - sizeof(size_t)))) _hs_flush(s);
 }
 
 __attribute__((always_inline)) static inline void hs_count_free(void *p) {

@@ -170,14 +170,7 @@ __attribute__((noinline)) static void *counted(void *p, size_t req, const void *
   if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2))
     return counted_slow(p, req, caller);
   size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
-  unsigned c = hs_class_of(u);
-  s->cls_alloc[c]++;
-  s->cls_waste[c] += u - req;
-  s->usable_alloc_bytes += u;
-  int64_t room = s->flush_room - (int64_t)u, left = s->sample_left - (int64_t)u;
-  s->flush_room = room;
-  s->sample_left = left;
-  if (HS_UNLIKELY((room | left) < 0)) return _hs_counted_due(s, p, u, caller);
+  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) return _hs_counted_due(s, p, u, caller);
   return p;
 }
 
@@ -213,12 +206,7 @@ HS_EXPORT void free(void *p) {
   hs_slot_t *s = _hs_tslot;
   size_t hdr;
   if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2)) return free_slow(p);
-  size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
-  s->cls_free[hs_class_of(u)]++;
-  s->usable_free_bytes += u;
-  int64_t room = s->flush_room + (int64_t)u;
-  s->flush_room = room;
-  if (HS_UNLIKELY(room > s->flush_max)) return free_flush(s, p);
+  if (HS_UNLIKELY(hs_add_free(s, (hdr & ~(size_t)7) - sizeof(size_t)))) return free_flush(s, p);
   _hs_real.free(p);
 }
 
