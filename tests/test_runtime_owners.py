@@ -5,6 +5,7 @@ V8), checked on the runtimes installed here."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -41,8 +42,14 @@ def test_cpython_pymalloc_arenas_are_named_in_the_hold(tmp_path):
 
 def test_the_mappings_stacks_name_the_code_that_needed_the_arenas(tmp_path):
     # GIVEN python3 building strings and dicts (pymalloc maps its 1 MiB arenas itself)
-    s = run(tmp_path, "/usr/bin/python3", "-c",
-            "d = {}\nfor i in range(300000): d[i] = str(i) * 5\n")
+    out = tmp_path / "s.json"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "--json", str(out),
+                        "--", "/usr/bin/python3", "-c",
+                        "d = {}\nfor i in range(300000): d[i] = str(i) * 5\n"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=180,
+                       env=dict(os.environ, COLUMNS="200"))
+    assert p.returncode == 0, p.stderr
+    s = json.loads(out.read_text())
     owner = top(s)
     m = {x["name"]: x for x in s["mapped_sites"]["moments"]}
     # THEN every mapping was recorded with its stack: the peak of the recorded mappings is
@@ -56,6 +63,9 @@ def test_the_mappings_stacks_name_the_code_that_needed_the_arenas(tmp_path):
     # interpreter's functions that needed objects
     named = [x["site"] for x in peak["sites"] if "python3" in x["site"] and "+0x" not in x["site"]]
     assert named and sum(x["bytes"] for x in peak["sites"] if x["site"] in named) >= 0.9 * peak["estimated_bytes"]
+    # AND the terminal names the largest under "mapped outside malloc"
+    line = next(x for x in p.stderr.splitlines() if "mapped for (at" in x)
+    assert peak["sites"][0]["site"] in line
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="no JVM here (Debian package openjdk-17-jre-headless)")

@@ -7,6 +7,7 @@ run, compare and lab all measure the same way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import shutil
@@ -237,6 +238,11 @@ def _num(v, default=0):
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
+def _since(tl: Timeline, ns: int | None) -> float:
+    """A CLOCK_MONOTONIC time (the library's events) in the run's seconds."""
+    return max(0.0, (ns - tl.start_ns) / 1e9) if tl.start_ns and ns else 0.0
+
+
 def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
                end_ns: int | None) -> dict | None:
     """The sampled call sites at the peak, at exit, of the bytes never freed and at each
@@ -245,9 +251,7 @@ def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
     if prof is None or heap is None:
         return None
     start = tl.start_ns
-
-    def since(ns):
-        return max(0.0, (ns - start) / 1e9) if start and ns else 0.0
+    since = functools.partial(_since, tl)
     end_s = since(end_ns) if end_ns else tl.duration_s
     moments = [sites.Moment("peak", peak_ns, since(peak_ns), heap.peak_live_usable_bytes),
                sites.Moment("exit", None, end_s, heap.live_usable_bytes),
@@ -273,10 +277,7 @@ def mapped_sites(prof, tl: Timeline, end_ns: int | None) -> dict | None:
     mp = prof.mapped() if prof is not None else None
     if mp is None:
         return None
-    start = tl.start_ns
-
-    def since(ns):
-        return max(0.0, (ns - start) / 1e9) if start and ns else 0.0
+    since = functools.partial(_since, tl)
     rows = mp.allocs
     # the mapped total over time: +size at each map, -size at each unmap; its maximum
     freed = rows["free_ns"] != profile.NEVER
