@@ -9,7 +9,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 11
+#define HS_SEGMENT_VERSION 12
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -92,9 +92,12 @@ typedef struct hs_slot_s {
  * event whose stack needs them. A FREE event is only written for a recorded ALLOC, and room
  * for it is kept: every ALLOC's free, if it comes, is recorded. */
 #define HS_PROFILE_MAGIC 0x31464f5250534853ull /* "HSSPROF1": set up by the library */
-#define HS_PROFILE_EVENTS (1u << 20)
-#define HS_PROFILE_STACK_WORDS (1u << 21)
-#define HS_PROFILE_MODULES 2048
+/* Sized so the whole segment stays near 6 MiB: its file's pages are reserved in /dev/shm
+ * for the run, and its mapping counts against the program's address-space limit. Past
+ * them, samples are dropped and counted (dropped_samples). */
+#define HS_PROFILE_EVENTS (1u << 16)
+#define HS_PROFILE_STACK_WORDS (1u << 17)
+#define HS_PROFILE_MODULES 512
 #define HS_MAX_FRAMES 64
 /* MAP: an anonymous private mmap (or brk) the program made itself, outside malloc (every
  * one, not sampled: they are few); its munmap is a FREE naming it like an ALLOC's. */
@@ -179,13 +182,14 @@ typedef struct hs_segment_s {
    * writes "<segment path>.map.N" and sets heapmap_ack to N. At exit it writes
    * "<segment path>.map.exit" before the release, when heapmap_at_exit is 1. */
   uint64_t heapmap_seq, heapmap_ack, heapmap_at_exit;
-  uint64_t reserved[1];
+  uint64_t mapped_at;         /* the owner's address of this mapping: the CLI reads which of
+                                 its pages are resident in the program (/proc/PID/pagemap) */
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
-  /* Sampled allocations with their call stacks (profile.c); sparse: only what is written
-   * takes memory. */
+  /* Sampled allocations with their call stacks (profile.c). Left out of the file (its size
+   * ends here) when the run samples nothing. */
   hs_profile_t profile __attribute__((aligned(4096)));
 } hs_segment_t;
 

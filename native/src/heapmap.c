@@ -88,6 +88,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hs_fd.h"
 #include "hs_internal.h"
 
 #define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
@@ -174,7 +175,7 @@ static void header_init(hs_map_header_t *h, uint64_t time_ns) {
 }
 
 static int open_new(const char *path) {
-  return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  return hs_open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
 /* A "not mapped" file with only the header: why no map was taken. */
@@ -794,7 +795,7 @@ static const char *child_unsafe(void) {
   struct sigaction sa;
   if (sigaction(SIGCHLD, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
     return "the program handles SIGCHLD: the map's child process would reach its handler";
-  int dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = hs_open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
   if (dir < 0) return NULL;
   char buf[4096];
   const char *why = NULL;
@@ -811,7 +812,7 @@ static const char *child_unsafe(void) {
       memcpy(path, "/proc/self/task/", 16);
       memcpy(path + 16, d->name, len);
       memcpy(path + 16 + len, "/children", sizeof "/children");
-      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
       if (fd < 0) continue;
       char one;
       if (read(fd, &one, 1) == 1)

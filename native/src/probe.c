@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hs_fd.h"
 #include "hs_internal.h"
 #include "hs_options.h"
 
@@ -26,7 +27,7 @@ static uint64_t field_kb(const char *buf, const char *key) {
 }
 
 static int read_status(char *buf, size_t size) {
-  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  int fd = hs_open("/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
   ssize_t n = read(fd, buf, size - 1);
   close(fd);
@@ -222,7 +223,7 @@ static int thread_sleeping(pid_t tid) {
   char path[64], buf[512];
   int n = snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
   if (n <= 0) return 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
   ssize_t got = read(fd, buf, sizeof buf - 1);
   close(fd);

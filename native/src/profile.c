@@ -495,8 +495,10 @@ void _hs_profile_setup(void) {
   int saved = errno;
   _hs_options_read_sampling();
   hs_segment_t *seg = _hs_seg;
-  int on = seg && _hs_is_owner() && _hs_opt.sample_bytes > 0;
-  if (seg && _hs_is_owner()) {
+  /* a segment made without the profile's tables (the run samples nothing) has no room */
+  int room = seg && _hs_is_owner() && seg->size_bytes >= sizeof(hs_segment_t);
+  int on = room && _hs_opt.sample_bytes > 0;
+  if (room) {
     hs_profile_t *pr = &seg->profile;
     pr->mean_bytes = _hs_opt.sample_bytes;
     if (on) {

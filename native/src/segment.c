@@ -15,11 +15,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hs_fd.h"
 #include "hs_internal.h"
 
 hs_segment_t *_hs_seg;
-static int g_fd = -1;
+static size_t g_len;          /* bytes mapped: with or without the profile's tables */
+static dev_t g_dev;           /* the attached file, for the fork child to find it again */
+static ino_t g_ino;
 static int g_owner;
+
+/* The two sizes a segment file may have: with the profile's tables (sampling on), or
+ * without them when the run samples nothing (HEAPSIGHT_SAMPLE_BYTES=0). */
+#define HS_SEGMENT_BASE_BYTES offsetof(hs_segment_t, profile)
+static int valid_size(uint64_t n) { return n == sizeof(hs_segment_t) || n == HS_SEGMENT_BASE_BYTES; }
 
 uint64_t _hs_now_ns(void) {
   struct timespec ts;
@@ -29,19 +37,23 @@ uint64_t _hs_now_ns(void) {
 
 int _hs_is_owner(void) { return g_owner; }
 
+/* Counters for a process that owns no segment: it never samples, so no profile tables. */
 static hs_segment_t *private_segment(void) {
-  void *p = mmap(NULL, sizeof(hs_segment_t), PROT_READ | PROT_WRITE,
+  void *p = mmap(NULL, HS_SEGMENT_BASE_BYTES, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? NULL : (hs_segment_t *)p;
+  if (p == MAP_FAILED) return NULL;
+  g_len = HS_SEGMENT_BASE_BYTES;
+  return (hs_segment_t *)p;
 }
 
 static void fill_header(hs_segment_t *s) {
   s->version = HS_SEGMENT_VERSION;
-  s->size_bytes = sizeof(hs_segment_t);
+  s->size_bytes = g_len;
   s->slot_bytes = sizeof(hs_slot_t);
   s->max_slots = HS_MAX_SLOTS;
   s->n_classes = HS_CLASSES;
   s->slots_offset = offsetof(hs_segment_t, slots);
+  s->mapped_at = (uint64_t)(uintptr_t)s;
   s->start_ns = _hs_now_ns();
   _hs_read_status(&s->start_rss_bytes, &s->start_anon_bytes);
   s->usable_by_header = (uint64_t)_hs_usable_by_header;
@@ -65,17 +77,44 @@ static void on_fork_parent(void) {
   if (g_owner && !_hs_t_helper) __atomic_fetch_add(&_hs_seg->forks, 1, __ATOMIC_RELAXED);
 }
 
-/* The child must stop writing to the shared pages at once: map the same file privately
- * over the same address (copy-on-write), so every pointer into it stays valid. */
+/* The attached path: the file itself (O_NOFOLLOW, same device and inode), or -1. */
+static char g_path[4096];
+static int reopen_attached(void) {
+  int fd = hs_open(g_path, O_RDONLY | O_NOFOLLOW, 0);
+  struct stat st;
+  if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != g_dev || st.st_ino != g_ino ||
+                  (uint64_t)st.st_size < g_len)) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* The child must stop writing to the shared pages at once, keeping every pointer into
+ * them valid: the same file mapped privately over the same address (copy-on-write). No
+ * descriptor is kept open in the program (it could be one the program closed and reuses,
+ * closefrom() for one), so the file is opened again here, and taken only if it is the very
+ * file attached. If it is gone (removed at the run's end, replaced), the counters seen so
+ * far are copied into a private anonymous mapping instead. */
 void _hs_segment_after_fork_child(void) {
   if (!g_owner) return;
   g_owner = 0;
-  void *p = mmap(_hs_seg, sizeof(hs_segment_t), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_FIXED, g_fd, 0);
-  if (p == MAP_FAILED) {
-    /* Cannot detach safely: count into a private anonymous copy of nothing. */
-    mmap(_hs_seg, sizeof(hs_segment_t), PROT_READ | PROT_WRITE,
-         MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0);
+  int fd = reopen_attached();
+  void *p = MAP_FAILED;
+  if (fd >= 0) {
+    p = mmap(_hs_seg, g_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    close(fd);
+  }
+  if (p != MAP_FAILED) return;
+  /* the header and the slots in use (the profile is the parent's; the child never samples) */
+  size_t used = _hs_seg->slots_used < HS_MAX_SLOTS ? (size_t)_hs_seg->slots_used + 1 : HS_MAX_SLOTS;
+  size_t keep = offsetof(hs_segment_t, slots) + used * sizeof(hs_slot_t);
+  void *copy = mmap(NULL, keep, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy != MAP_FAILED) memcpy(copy, _hs_seg, keep);
+  mmap(_hs_seg, g_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0);
+  if (copy != MAP_FAILED) {
+    memcpy(_hs_seg, copy, keep);
+    munmap(copy, keep);
   }
 }
 
@@ -86,9 +125,9 @@ void _hs_segment_after_fork_child(void) {
  * whose run is not over. Anything else is left untouched and the program runs uncounted. So a variable that
  * leaks into a daemon outliving the run finds no live creator (or no file) and writes
  * nothing, and a path naming any other file never has a byte written into it. */
-/* The header's fields before `reserved`, read or written through a small buffer: the
+/* The header's fields before `owners`, read or written through a small buffer: the
  * whole segment type is 3 MB, too big for a stack (a program may run with 1 MiB). */
-#define HS_HEAD_BYTES offsetof(hs_segment_t, reserved)
+#define HS_HEAD_BYTES offsetof(hs_segment_t, owners)
 #define HEAD_GET(buf, field) head_get((buf), offsetof(hs_segment_t, field))
 #define HEAD_SET(buf, field, v) head_set((buf), offsetof(hs_segment_t, field), (v))
 static uint64_t head_get(const unsigned char *b, size_t off) {
@@ -98,17 +137,17 @@ static uint64_t head_get(const unsigned char *b, size_t off) {
 }
 static void head_set(unsigned char *b, size_t off, uint64_t v) { memcpy(b + off, &v, sizeof v); }
 
-static int open_segment(const char *path) {
-  int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+static int open_segment(const char *path, struct stat *out) {
+  int fd = hs_open(path, O_RDWR | O_NOFOLLOW, 0);
   if (fd < 0) return -1;
   struct stat st;
   unsigned char head[HS_HEAD_BYTES];
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-      (st.st_mode & 077) != 0 || (size_t)st.st_size != sizeof(hs_segment_t) ||
+      (st.st_mode & 077) != 0 || !valid_size((uint64_t)st.st_size) ||
       pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head)
     goto refuse;
   if (HEAD_GET(head, version) != HS_SEGMENT_VERSION ||
-      HEAD_GET(head, size_bytes) != sizeof(hs_segment_t))
+      HEAD_GET(head, size_bytes) != (uint64_t)st.st_size)
     goto refuse;
   /* attached already: by us before an execve, or by another process (then we only count
    * ourselves as a foreign attach); a finished run is never reopened */
@@ -120,6 +159,7 @@ static int open_segment(const char *path) {
   }
   if (creator == 0 || (kill((pid_t)creator, 0) != 0 && errno != EPERM))
     goto refuse;
+  *out = st;
   return fd;
 refuse:
   close(fd);
@@ -132,15 +172,14 @@ refuse:
  * attach PID` to read; it is removed at exit. */
 static char g_own_path[96];
 
-/* The attached segment's path (heap maps are written beside it). */
-static char g_path[4096];
+/* The attached segment's path (g_path above): heap maps are written beside it. */
 
 const char *_hs_segment_path(void) { return g_owner && g_path[0] ? g_path : NULL; }
 
 static const char *make_own_segment(char *buf, size_t len) {
   int n = snprintf(buf, len, "/dev/shm/heapsight-%d-auto.seg", (int)getpid());
   if (n <= 0 || (size_t)n >= len) return NULL;
-  int fd = open(buf, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int fd = hs_open(buf, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   if (fd < 0 && errno == EEXIST) {
     /* made by this very process before an execve (a launcher such as valgrind's, which
      * loads the library too, then execs the tool that runs the program): open_segment
@@ -155,7 +194,8 @@ static const char *make_own_segment(char *buf, size_t len) {
   HEAD_SET(head, version, HS_SEGMENT_VERSION);
   HEAD_SET(head, size_bytes, sizeof(hs_segment_t));
   HEAD_SET(head, creator_pid, (uint64_t)getpid());
-  int ok = fchmod(fd, 0600) == 0 && ftruncate(fd, sizeof(hs_segment_t)) == 0 &&
+  /* its pages reserved now: a tmpfs that runs out later would be SIGBUS at a write */
+  int ok = fchmod(fd, 0600) == 0 && posix_fallocate(fd, 0, sizeof(hs_segment_t)) == 0 &&
            pwrite(fd, head, sizeof head, 0) == (ssize_t)sizeof head;
   close(fd);
   if (!ok) {
@@ -179,10 +219,18 @@ void _hs_segment_attach(void) {
   char own[96];
   if (path && strcmp(path, "auto") == 0) path = make_own_segment(own, sizeof own);
   if (path && *path) {
-    int fd = open_segment(path);
+    struct stat st;
+    int fd = open_segment(path, &st);
     if (fd >= 0) {
-      void *p = mmap(NULL, sizeof(hs_segment_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p != MAP_FAILED) seg = (hs_segment_t *)p;
+      /* mapped, the file needs no descriptor: none of ours stays open in the program */
+      void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      close(fd);
+      if (p != MAP_FAILED) {
+        seg = (hs_segment_t *)p;
+        g_len = (size_t)st.st_size;
+        g_dev = st.st_dev;
+        g_ino = st.st_ino;
+      }
     }
     if (seg) {
       creator = seg->creator_pid;
@@ -196,8 +244,11 @@ void _hs_segment_attach(void) {
         /* the CLI's heap-map requests stand across the execve */
         uint64_t map_seq = seg->heapmap_seq, map_ack = seg->heapmap_ack,
                  map_at_exit = seg->heapmap_at_exit;
-        memset(seg, 0, offsetof(hs_segment_t, profile));
-        _hs_profile_reset(seg);
+        /* the header and the slots used: the others are still zero, and writing them
+         * would make them resident in the program */
+        uint64_t used = seg->slots_used < HS_MAX_SLOTS ? seg->slots_used + 1 : HS_MAX_SLOTS;
+        memset(seg, 0, offsetof(hs_segment_t, slots) + (size_t)used * sizeof(hs_slot_t));
+        if (g_len == sizeof(hs_segment_t)) _hs_profile_reset(seg);
         seg->owner_pid = me;
         seg->execs = execs;
         seg->forks = forks;
@@ -208,16 +259,13 @@ void _hs_segment_attach(void) {
         g_owner = 1;
       } else {
         __atomic_fetch_add(&seg->foreign_attaches, 1, __ATOMIC_RELAXED);
-        munmap(seg, sizeof(hs_segment_t));
+        munmap(seg, g_len);
         seg = NULL;
       }
     }
     if (seg) {
-      g_fd = fd;
       size_t n = strlen(path);
       if (n < sizeof g_path) memcpy(g_path, path, n + 1);
-    } else if (fd >= 0) {
-      close(fd);
     }
   }
   if (!seg) seg = private_segment();

@@ -23,7 +23,7 @@ from heapsight import (allocators, analysis, attach, elf, heapmap, interrupts, n
 from heapsight.errors import HeapsightError
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.sampler import IDX, Sampler, Timeline
-from heapsight.segment import STATE_DONE, Segment
+from heapsight.segment import STATE_DONE, Segment, segment_dir
 
 EXIT_NOT_FOUND = 127
 
@@ -87,6 +87,27 @@ class Options:
     heap_maps: bool = True               # map the heap at exit and at each snapshot
 
 
+def _samples(opts: Options) -> bool:
+    """Whether the library will sample call sites (what it reads: native/src/options.c)."""
+    if opts.sample_bytes is not None:
+        return opts.sample_bytes != 0
+    v = {**os.environ, **opts.extra_env}.get("HEAPSIGHT_SAMPLE_BYTES", "")
+    return not (v.isdigit() and int(v) == 0)
+
+
+def new_segment(prog: str, opts: Options) -> Segment | None:
+    """The run's stats segment; None, said in one line, when /dev/shm has no room for it
+    (the program then runs without the library: /proc figures only)."""
+    try:
+        return Segment(profile=_samples(opts))
+    except OSError as e:
+        if opts.warn:
+            print(f"heapsight: no room for the stats segment in {segment_dir()} ({e.strerror}): "
+                  f"running {prog} without heapsight's library, /proc figures only (free or "
+                  "enlarge /dev/shm for the heap split)", file=sys.stderr)
+        return None
+
+
 def measure(argv: list, opts: Options) -> tuple:
     """Run argv once under the library and the sampler: (Summary, Timeline)."""
     path = resolve_command(argv)
@@ -95,7 +116,7 @@ def measure(argv: list, opts: Options) -> tuple:
         print(f"heapsight: {argv[0]} is statically linked: the preload library cannot reach its "
               "malloc. Going on with /proc figures only (RSS, anonymous, file-backed).",
               file=sys.stderr)
-    segment = None if linkage == "static" else Segment()
+    segment = None if linkage == "static" else new_segment(argv[0], opts)
     if segment is not None and opts.heap_maps:
         heapmap.at_exit(segment)
     forwarded = []
@@ -428,6 +449,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                          "which does not load the preload library (a static "
                                          "binary, or its environment was cleared): /proc "
                                          "figures only, for the whole run")
+    elif segment is None:
+        preload, note = "not-attached", (f"no room in {segment_dir()} for heapsight's stats "
+                                         "segment: the program ran without the preload "
+                                         "library, /proc figures only")
     elif not attached:
         preload, note = "not-attached", ("the preload library never started in the program "
                                          "(setuid, or it clears LD_PRELOAD): /proc figures only")

@@ -15,7 +15,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 11
+VERSION = 12
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -68,7 +68,7 @@ _HEADER_FIELDS = [
     ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
     ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
     ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
-    ("heapmap_at_exit", U8), ("reserved", U8, (1,)),
+    ("heapmap_at_exit", U8), ("mapped_at", U8),
     ("owners", OWNER_DTYPE, (MAX_OWNERS,)),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
@@ -77,9 +77,9 @@ _SCALARS = ("usable_alloc_bytes", "usable_free_bytes", "n_realloc", "n_mmapped",
             "n_mmapped_large")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary;
-# the file is sparse: only what the library writes takes memory.
+# left out of the file when the run samples nothing (SEGMENT_BASE_BYTES).
 PROFILE_MAGIC = 0x31464f5250534853
-PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = 1 << 20, 1 << 21, 2048
+PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = 1 << 16, 1 << 17, 512
 EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE, EVENT_MAP = 0, 1, 2, 3
 EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
                         ("kind", "<u4")])
@@ -96,6 +96,7 @@ PROFILE_MODULES_OFFSET = PROFILE_STACKS_OFFSET + PROFILE_STACK_WORDS * 8
 PROFILE_BYTES = PROFILE_MODULES_OFFSET + PROFILE_MODULES * MODULE_DTYPE.itemsize
 PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize + 4095) // 4096 * 4096
 SEGMENT_BYTES = PROFILE_OFFSET + (PROFILE_BYTES + 4095) // 4096 * 4096
+SEGMENT_BASE_BYTES = PROFILE_OFFSET   # the file without the profile's tables
 
 # glibc's usable size for a class's smallest member, used to name histogram classes.
 def class_floor_bytes(c: int) -> int:
@@ -145,6 +146,11 @@ def _shm_dir() -> str:
     return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 
 
+def segment_dir() -> str:
+    """Where a run's segment file is made."""
+    return _shm_dir()
+
+
 def remove_stale_segments() -> None:
     """Segments of heapsight processes of ours that died without cleaning up (kill -9).
     Another user's files, or ones we cannot remove, are left alone."""
@@ -169,39 +175,51 @@ def remove_stale_segments() -> None:
 class Segment:
     """A segment file this process created for one run; removed by close()."""
 
-    def __init__(self, existing: str | None = None) -> None:
-        """A new segment for a run; or, with existing, the segment a running process made
-        for itself (HEAPSIGHT_SEGMENT=auto), mapped to read (and never removed here)."""
+    def __init__(self, existing: str | None = None, profile: bool = True) -> None:
+        """A new segment for a run (without the profile's tables when profile is False: the
+        run samples nothing); or, with existing, the segment a running process made for
+        itself (HEAPSIGHT_SEGMENT=auto), mapped to read (and never removed here).
+        A new one's pages are reserved at once: OSError (ENOSPC) if /dev/shm has no room."""
         if existing is not None:
             self._open_existing(existing)
             return
         remove_stale_segments()
+        size = SEGMENT_BYTES if profile else SEGMENT_BASE_BYTES
         self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         try:
             os.fchmod(fd, 0o600)  # exactly: a umask such as 0277 would leave it read-only
-            os.ftruncate(fd, SEGMENT_BYTES)
+            # reserved, not only sized: a tmpfs page that cannot be had at the library's
+            # first write to it would kill the program with SIGBUS
+            os.posix_fallocate(fd, 0, size)
             # what the library checks before it writes a byte (native/src/segment.c)
             head = np.zeros((), HEADER_DTYPE)
-            head["magic"], head["version"], head["size_bytes"] = CREATED, VERSION, SEGMENT_BYTES
+            head["magic"], head["version"], head["size_bytes"] = CREATED, VERSION, size
             head["creator_pid"] = os.getpid()
             os.pwrite(fd, head.tobytes(), 0)
             # read, and written in one place: the answer to heapsight_snapshot (snapshot_ack)
-            self._map = mmap.mmap(fd, SEGMENT_BYTES, mmap.MAP_SHARED,
-                                  mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
             os.close(fd)
-        self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
-        self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
+            fd = -1
+            self.close()
+            raise
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        self.size_bytes = size
+        self._views()
 
     def _open_existing(self, path: str) -> None:
         self.path, self.owned = path, False
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
-            if st.st_size != SEGMENT_BYTES or not stat.S_ISREG(st.st_mode):
+            if st.st_size not in (SEGMENT_BYTES, SEGMENT_BASE_BYTES) or not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"{path} is not a segment of this heapsight (size {st.st_size})")
-            self._map = mmap.mmap(fd, SEGMENT_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
+            self._map = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            self.size_bytes = st.st_size
         finally:
             os.close(fd)
         self._views()
