@@ -228,3 +228,50 @@ def test_a_segment_that_fits_is_reserved_whole(tmp_path):
     assert s["preload"] == "active"
     assert s["heap"]["n_alloc"] >= 400000
     assert s["sites"]["dropped"] > 0 and s["sites"]["samples"] > 10000
+
+
+# SAMPLED, then its own view at the end: VmRSS, and the Rss of heapsight's segment mapping
+# (0 bare).
+SAMPLED_SELF = SAMPLED.replace('  printf("done\\n");\n  return 7;', r'''
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  long seg_kb = 0, rss_kb = 0;
+  int in_seg = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) in_seg = strstr(line, "/heapsight-") != NULL;
+    else if (in_seg) sscanf(line, "Rss: %ld kB", &seg_kb);
+  }
+  fclose(f);
+  f = fopen("/proc/self/status", "r");
+  while (fgets(line, sizeof line, f)) sscanf(line, "VmRSS: %ld kB", &rss_kb);
+  fclose(f);
+  printf("self: rss=%ld seg=%ld\n", rss_kb * 1024, seg_kb * 1024);
+  return 0;''').replace("#include <stdlib.h>", "#include <stdlib.h>\n#include <string.h>")
+
+
+def test_the_segment_is_not_counted_as_the_programs_memory(hs, tmp_path):
+    # GIVEN four threads whose 1 MiB blocks are nearly all sampled: the library writes its
+    # profile's events until they are full (they were 32 MiB, and counted in the program's
+    # RSS: a 1.3 MiB program was reported at a 35 MiB peak)
+    exe = build(tmp_path, "sampled_self", SAMPLED_SELF)
+    bare = subprocess.Popen([exe], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(bare.pid, 0)
+    bare.returncode = os.waitstatus_to_exitcode(status)
+    bare_peak = usage.ru_maxrss * 1024
+    assert bare.returncode == 0
+    r = hs(exe, opts=["--no-save", "--no-heap-map", "--fail-if-rss", f"{bare_peak + (3 << 20)}"])
+    assert r.rc == 0, r.stderr[-2000:]
+    mine = {k: int(v) for k, v in r.truth("self").items()}
+    s = r.summary
+    # THEN the segment was written (its pages were resident in the program) ...
+    assert mine["seg"] >= 1 << 20
+    # ... and every figure leaves them out: RSS at exit is the program's RSS less them, the
+    # peak stays within the program's bare peak and heapsight's code (libheapsight, libm,
+    # libgcc_s: at most 3 MiB), and the smaps split shows no shared memory
+    assert abs(s["final_rss_bytes"] - (mine["rss"] - mine["seg"])) <= 256 << 10, (s["final"], mine)
+    assert s["peak_rss_bytes"] <= bare_peak + (3 << 20), (s["peak_rss_bytes"], bare_peak)
+    assert s["resident_by_kind"].get("shared", 0) < 64 << 10, s["resident_by_kind"]
+    # AND the summary says how much heapsight's segment took
+    assert s["heapsight_rss_bytes"] >= mine["seg"] - (64 << 10)
+    assert "heapsight's stats segment:" in r.stderr

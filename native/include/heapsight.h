@@ -92,11 +92,12 @@ typedef struct hs_slot_s {
  * event whose stack needs them. A FREE event is only written for a recorded ALLOC, and room
  * for it is kept: every ALLOC's free, if it comes, is recorded. */
 #define HS_PROFILE_MAGIC 0x31464f5250534853ull /* "HSSPROF1": set up by the library */
-/* Sized so the whole segment stays near 6 MiB: its file's pages are reserved in /dev/shm
- * for the run, and its mapping counts against the program's address-space limit. Past
- * them, samples are dropped and counted (dropped_samples). */
-#define HS_PROFILE_EVENTS (1u << 16)
-#define HS_PROFILE_STACK_WORDS (1u << 17)
+/* Sized so the whole segment stays under 5 MiB: its file's pages are reserved in /dev/shm
+ * for the run, and its mapping counts against the program's address-space limit. 32,768
+ * events hold 16,384 sampled blocks with their frees (8 GiB allocated at the default mean);
+ * past them, samples are dropped and counted (dropped_samples). */
+#define HS_PROFILE_EVENTS (1u << 15)
+#define HS_PROFILE_STACK_WORDS (1u << 16)
 #define HS_PROFILE_MODULES 512
 #define HS_MAX_FRAMES 64
 /* MAP: an anonymous private mmap (or brk) the program made itself, outside malloc (every

@@ -36,10 +36,14 @@ static int read_status(char *buf, size_t size) {
   return 1;
 }
 
+uint64_t _hs_segment_resident(void); /* segment.c */
+
+/* VmRSS less the segment's pages (heapsight's, not the program's), and RssAnon. */
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
   char buf[4096];
   if (!read_status(buf, sizeof buf)) return 0;
-  *rss_bytes = field_kb(buf, "\nVmRSS:") * 1024;
+  uint64_t rss = field_kb(buf, "\nVmRSS:") * 1024, own = _hs_segment_resident();
+  *rss_bytes = rss > own ? rss - own : 0;
   *anon_bytes = field_kb(buf, "\nRssAnon:") * 1024;
   return 1;
 }

@@ -136,9 +136,27 @@ static int read_stats(const hs_segment_t *seg, uint64_t *seen, double *row) {
   return 0;
 }
 
+/* The segment's pages resident in the program (its owner): present in its page tables,
+ * from /proc/PID/pagemap (bit 63) over the range the library mapped it at. -1 if unknown. */
+static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_bytes) {
+  static uint64_t entries[(sizeof(hs_segment_t) + 4095) / 4096];
+  uint64_t at = __atomic_load_n(&seg->mapped_at, __ATOMIC_ACQUIRE);
+  uint64_t page = (uint64_t)page_bytes, n = seg->size_bytes / page;
+  if (pagemap_fd < 0 || !at || !page || n > sizeof entries / 8) return -1;
+  ssize_t got = pread(pagemap_fd, entries, n * 8, (off_t)(at / page * 8));
+  if (got != (ssize_t)(n * 8)) return -1;
+  uint64_t present = 0;
+  for (uint64_t i = 0; i < n; i++) present += entries[i] >> 63;
+  return (double)present * page_bytes;
+}
+
+/* own[0]: heapsight's own bytes resident in the program (the segment's pages), taken out
+ * of every row's RSS: read each tick through pagemap_fd, or kept as given when it cannot
+ * be; own[1]: the most seen. */
 int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
                  uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
-                 uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why) {
+                 uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why,
+                 int pagemap_fd, double *own) {
   int rows = 0, sfd = signal_fd(wake_mask);
   for (;;) {
     uint64_t now = now_ns(), due = *next_ns < until_ns ? *next_ns : until_ns;
@@ -165,6 +183,10 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     row[2] = (double)(rss - shared) * page_bytes;
     for (int i = 3; i < ROW_COLUMNS; i++) row[i] = NAN;
     if (seg && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == HS_SEGMENT_MAGIC) {
+      double mine = own_resident(pagemap_fd, seg, page_bytes);
+      if (mine >= 0) own[0] = mine;
+      if (own[0] > own[1]) own[1] = own[0];
+      row[1] = row[1] > own[0] ? row[1] - own[0] : 0; /* shared pages: never in row[2] */
       read_counters(seg, row);
       read_stats(seg, stats_seq, row);
     }

@@ -167,8 +167,10 @@ def measure(argv: list, opts: Options) -> tuple:
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.WATCHED | {signal.SIGCHLD} | extra)
     try:
         try:
+            # close_fds=False: the fds heapsight inherited (a jobserver's pipe) are the
+            # program's; its own are all close-on-exec (PEP 446; test_segment_hygiene)
             proc = subprocess.Popen(argv, env=child_env(segment, opts), stdout=opts.stdout,
-                                    stderr=opts.stderr,
+                                    stderr=opts.stderr, close_fds=False,
                                     preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old_mask))
         except OSError as e:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
@@ -510,6 +512,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         preload=preload, preload_note=note, duration_s=round(duration_s, 3), samples=len(tl),
         sample_hz=hz, sampler_cpu_s=round(tl.sampler_cpu_s, 4),
         peak_rss_bytes=peak_rss,
+        # the last reading may precede the library's last writes: what it wrote counts too
+        heapsight_rss_bytes=int(max(tl.own_rss_bytes, segment.written_bytes() if attached else 0)),
         final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
         heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,

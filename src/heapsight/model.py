@@ -173,6 +173,8 @@ class Summary:
     mapped_sites: dict | None = None  # the stacks of the memory mapped outside malloc (every
                                 # mapping, not sampled), in the shape of sites: moments
                                 # "peak mapped" and "exit"
+    heapsight_rss_bytes: int = 0  # the most of heapsight's stats segment resident in the
+                                # program at once: left out of every RSS figure above
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

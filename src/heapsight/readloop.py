@@ -26,7 +26,7 @@ def _load():
         u64 = ctypes.c_uint64
         f.argtypes = [ctypes.c_int, ctypes.c_void_p, u64, ctypes.POINTER(u64), u64, u64, u64,
                       u64, ctypes.POINTER(u64), ctypes.c_double, ctypes.c_void_p, ctypes.c_int,
-                      ctypes.POINTER(ctypes.c_int)]
+                      ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
         f.restype = ctypes.c_int
         _lib = lib
     return _lib
@@ -56,13 +56,19 @@ class FastReader:
         self.buf = np.empty((ROWS, len(COLUMNS)), dtype=np.float64)
         self.why = ctypes.c_int(0)
         self.page = float(os.sysconf("SC_PAGE_SIZE"))
+        self.own = (ctypes.c_double * 2)(0.0, 0.0)
 
-    def loop(self, statm_fd: int, next_ns: int, until_ns: int, asked_seq: int, stats_seq: int):
+    def loop(self, statm_fd: int, next_ns: int, until_ns: int, asked_seq: int, stats_seq: int,
+             pagemap_fd: int | None = None, own_bytes: float = 0.0):
         """(rows as an (n, len(COLUMNS)) array copy, why, the next tick due in ns, the
-        allocator reading last taken)."""
+        allocator reading last taken). Rows' RSS leaves out heapsight's own bytes resident
+        in the program (the segment's pages), read through pagemap_fd each tick, else
+        own_bytes as given; self.own holds them at the last tick and the most seen."""
         self.next_ns.value, self.stats_seq.value = next_ns, max(0, stats_seq)
+        self.own[0], self.own[1] = own_bytes, own_bytes
         n = self.lib.hs_read_loop(statm_fd, self.seg_addr, self.start_ns, ctypes.byref(self.next_ns),
                                   self.period_ns, until_ns, self.mask, asked_seq,
                                   ctypes.byref(self.stats_seq), self.page,
-                                  self.buf.ctypes.data, ROWS, ctypes.byref(self.why))
+                                  self.buf.ctypes.data, ROWS, ctypes.byref(self.why),
+                                  -1 if pagemap_fd is None else pagemap_fd, self.own)
         return self.buf[:n].copy(), self.why.value, self.next_ns.value, self.stats_seq.value

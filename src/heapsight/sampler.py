@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heapsight import interrupts, mappings, procfs, readloop
-from heapsight.segment import Segment
+from heapsight.segment import Segment, open_pagemap
 
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
            "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads",
@@ -63,6 +63,9 @@ class Timeline:
     image_before_s: list = field(default_factory=list)
     children: dict = field(default_factory=dict)    # pid -> [name, peak RSS] of its descendants
     kinds: list = field(default_factory=list)       # (t, resident bytes by mappings.KINDS)
+    # heapsight's own pages resident in the program (the segment's), left out of every RSS
+    # figure above; the most seen at any tick
+    own_rss_bytes: float = 0.0
     max_rows: int = MAX_ROWS
 
     def append_row(self, row: list) -> None:
@@ -263,10 +266,23 @@ class Sampler:
         self.pid = pid
         self.status, self.statm = procfs.status(pid), procfs.Statm(pid)
         self.rollup = procfs.smaps_rollup(pid)
+        self.pagemap = open_pagemap(pid) if self.segment is not None else None
 
     def _close(self) -> None:
         for f in (self.status, self.statm, self.rollup):
             f.close()
+        if self.pagemap is not None:
+            os.close(self.pagemap)
+            self.pagemap = None
+
+    def _own_resident(self) -> float:
+        """heapsight's own bytes in the program's RSS now (the segment's resident pages)."""
+        seg = self.segment
+        if seg is None or not seg.attached() or seg.get("owner_pid") != self.pid:
+            return 0.0
+        own = float(seg.resident_in_owner(self.pagemap))
+        self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own)
+        return own
 
     def _retarget(self) -> None:
         """Follow the process that owns the segment when it is not the one we started
@@ -335,16 +351,24 @@ class Sampler:
                     self._image(now - start)
             else:
                 st = self.statm.read()
+            own = self._own_resident()
+            own_here = seg is not None and seg.attached() and seg.get("owner_pid") == self.pid
             if st is not None:
                 for k, v in st.items():
                     if k in I:
                         row[I[k]] = v
-                row[I["hwm"]], row[I["threads"]] = hwm, threads
+                # the segment's pages are shared memory in the program's RSS: left out. The
+                # kernel's peak (VmHWM) holds them too; they only grow, so VmHWM less them
+                # now is the least the program's own peak can have been
+                for k in ("rss", "shmem"):
+                    row[I[k]] = max(0.0, row[I[k]] - own)
+                row[I["hwm"]], row[I["threads"]] = max(0.0, hwm - own), threads
             if now >= next_kinds:
                 next_kinds = now + 1.0 / MAPPINGS_PER_S
                 try:
+                    own_map = seg.path if seg is not None else None   # heapsight's, not the program's
                     tl.kinds = (tl.kinds + [(now - start, mappings.resident_by_kind(
-                        mappings.read(self.pid)))])[-2:]   # the last two: the last may be cut
+                        [m for m in mappings.read(self.pid) if m.path != own_map]))])[-2:]   # the last two: the last may be cut
                 except (OSError, ValueError):
                     pass
             if now >= next_children:
@@ -411,13 +435,16 @@ class Sampler:
                           next_kinds, self._next_snapshot_due(start))
                 if due > next_tick:
                     rows, why, nxt, seq = fast.loop(self.statm.fd, int(next_tick * 1e9),
-                                                    int(due * 1e9), self._asked, stats_seq)
+                                                    int(due * 1e9), self._asked, stats_seq,
+                                                    self.pagemap if own_here else None, own)
+                    own = fast.own[0]
+                    tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
                     if seq != max(0, stats_seq):
                         stats_seq = seq
                     next_tick = nxt / 1e9
                     if len(rows):
-                        best_usable = self._append_fast(rows, best_usable, hwm, threads, pss,
-                                                        children_rss)
+                        best_usable = self._append_fast(rows, best_usable, max(0.0, hwm - own),
+                                                        threads, pss, children_rss)
                     if why == readloop.SIGNAL and self._wait(0.0):
                         next_poll = 0.0
                     elif why == readloop.GONE:

@@ -79,7 +79,7 @@ SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary;
 # left out of the file when the run samples nothing (SEGMENT_BASE_BYTES).
 PROFILE_MAGIC = 0x31464f5250534853
-PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = 1 << 16, 1 << 17, 512
+PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = 1 << 15, 1 << 16, 512
 EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE, EVENT_MAP = 0, 1, 2, 3
 EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
                         ("kind", "<u4")])
@@ -97,6 +97,16 @@ PROFILE_BYTES = PROFILE_MODULES_OFFSET + PROFILE_MODULES * MODULE_DTYPE.itemsize
 PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize + 4095) // 4096 * 4096
 SEGMENT_BYTES = PROFILE_OFFSET + (PROFILE_BYTES + 4095) // 4096 * 4096
 SEGMENT_BASE_BYTES = PROFILE_OFFSET   # the file without the profile's tables
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def open_pagemap(pid: int) -> int | None:
+    """/proc/PID/pagemap, to read which of the segment's pages the program has resident;
+    None when it cannot be opened (Segment.resident_in_owner then counts what was written)."""
+    try:
+        return os.open(f"/proc/{pid}/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 # glibc's usable size for a class's smallest member, used to name histogram classes.
 def class_floor_bytes(c: int) -> int:
@@ -274,6 +284,40 @@ class Segment:
     def image(self) -> str:
         """The executable that attached (its last 127 bytes)."""
         return bytes(self.header["image"]).split(b"\0")[0].decode(errors="surrogateescape")
+
+    def resident_in_owner(self, pagemap_fd: int | None) -> int:
+        """heapsight's own bytes in the program's RSS: the pages of this segment present in
+        its owner's page tables (/proc/PID/pagemap, bit 63, over the range the library
+        mapped it at), which is exact whatever touched them (the kernel maps neighbouring
+        pages on a read fault). When pagemap cannot be read, the pages the library has
+        written: the header, the slots used and the used parts of the profile."""
+        addr, page = int(self.header["mapped_at"]), PAGE_BYTES
+        n = self.size_bytes // page
+        if pagemap_fd is not None and addr:
+            try:
+                raw = os.pread(pagemap_fd, n * 8, addr // page * 8)
+            except OSError:
+                raw = b""
+            if len(raw) == n * 8:
+                return int(np.count_nonzero(np.frombuffer(raw, "<u8") >> np.uint64(63))) * page
+        return self.written_bytes() if addr else 0
+
+    def written_bytes(self) -> int:
+        """The bytes of the pages the library writes in the program: the header, the slots
+        up to the last one used, and the used parts of the profile's regions."""
+        pages = lambda lo, hi: (hi + PAGE_BYTES - 1) // PAGE_BYTES - lo // PAGE_BYTES if hi > lo else 0
+        n = pages(0, SLOTS_OFFSET + (self._used() + 1) * SLOT_DTYPE.itemsize)
+        if self.size_bytes >= SEGMENT_BYTES:
+            head = np.frombuffer(self._map, PROFILE_HEADER_DTYPE, count=1, offset=PROFILE_OFFSET)[0]
+            if int(head["magic"]) == PROFILE_MAGIC:
+                base = PROFILE_OFFSET
+                n += 1 + pages(base + PROFILE_EVENTS_OFFSET, base + PROFILE_EVENTS_OFFSET +
+                               min(int(head["events_used"]), PROFILE_EVENTS) * EVENT_DTYPE.itemsize)
+                n += pages(base + PROFILE_STACKS_OFFSET, base + PROFILE_STACKS_OFFSET +
+                           min(int(head["stack_words_used"]), PROFILE_STACK_WORDS) * 8)
+                n += pages(base + PROFILE_MODULES_OFFSET, base + PROFILE_MODULES_OFFSET +
+                           min(int(head["modules_used"]), PROFILE_MODULES) * MODULE_DTYPE.itemsize)
+        return n * PAGE_BYTES
 
     def allocator_name(self) -> str:
         return bytes(self.header["allocator_name"]).split(b"\0")[0].decode() or "unknown"

@@ -102,6 +102,9 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     if s.preload != "active":
         c.print("  (/proc figures only: no split into live, waste and retained)", style="dim")
     c.print(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s")
+    if s.heapsight_rss_bytes:
+        _indent(c, f"heapsight's stats segment: {human(s.heapsight_rss_bytes)} resident in the "
+                   "program at most, left out of every RSS figure here", 2, style="dim")
     for snap in s.snapshots:
         b = snap.breakdown
         p = b.parts()
