@@ -146,7 +146,8 @@ static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_
   ssize_t got = pread(pagemap_fd, entries, n * 8, (off_t)(at / page * 8));
   if (got != (ssize_t)(n * 8)) return -1;
   uint64_t present = 0;
-  for (uint64_t i = 0; i < n; i++) present += entries[i] >> 63;
+  for (uint64_t i = 0; i < n; i++) /* present (bit 63), a shared page (61) */
+    present += (entries[i] >> 61 & 5) == 5;
   return (double)present * page_bytes;
 }
 

@@ -133,6 +133,11 @@ class Timeline:
         return default
 
 
+def _less(value: float, own: float) -> float:
+    """A reading less heapsight's own bytes (NaN stays NaN: not read)."""
+    return value if math.isnan(value) else max(0.0, value - own)
+
+
 class Sampler:
     def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
@@ -275,10 +280,20 @@ class Sampler:
             os.close(self.pagemap)
             self.pagemap = None
 
+    def _segment_mapped(self) -> bool:
+        """Whether the program has the segment mapped where the library said: it owns it,
+        and runs the image that attached (after an exec into one without the library, that
+        address holds something else)."""
+        seg, images = self.segment, self.timeline.images
+        if seg is None or not seg.attached() or seg.get("owner_pid") != self.pid:
+            return False
+        image = seg.image()
+        return not images or (bool(image) and images[-1][1].endswith(image))
+
     def _own_resident(self) -> float:
         """heapsight's own bytes in the program's RSS now (the segment's resident pages)."""
         seg = self.segment
-        if seg is None or not seg.attached() or seg.get("owner_pid") != self.pid:
+        if not self._segment_mapped():
             return 0.0
         own = float(seg.resident_in_owner(self.pagemap))
         self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own)
@@ -352,7 +367,7 @@ class Sampler:
             else:
                 st = self.statm.read()
             own = self._own_resident()
-            own_here = seg is not None and seg.attached() and seg.get("owner_pid") == self.pid
+            own_here = self._segment_mapped()
             if st is not None:
                 for k, v in st.items():
                     if k in I:
@@ -361,8 +376,8 @@ class Sampler:
                 # kernel's peak (VmHWM) holds them too; they only grow, so VmHWM less them
                 # now is the least the program's own peak can have been
                 for k in ("rss", "shmem"):
-                    row[I[k]] = max(0.0, row[I[k]] - own)
-                row[I["hwm"]], row[I["threads"]] = max(0.0, hwm - own), threads
+                    row[I[k]] = _less(row[I[k]], own)
+                row[I["hwm"]], row[I["threads"]] = _less(hwm, own), threads
             if now >= next_kinds:
                 next_kinds = now + 1.0 / MAPPINGS_PER_S
                 try:
@@ -443,7 +458,7 @@ class Sampler:
                         stats_seq = seq
                     next_tick = nxt / 1e9
                     if len(rows):
-                        best_usable = self._append_fast(rows, best_usable, max(0.0, hwm - own),
+                        best_usable = self._append_fast(rows, best_usable, _less(hwm, own),
                                                         threads, pss, children_rss)
                     if why == readloop.SIGNAL and self._wait(0.0):
                         next_poll = 0.0

@@ -299,7 +299,10 @@ class Segment:
             except OSError:
                 raw = b""
             if len(raw) == n * 8:
-                return int(np.count_nonzero(np.frombuffer(raw, "<u8") >> np.uint64(63))) * page
+                # present (bit 63) and a shared page (61): the segment's, not anonymous
+                # memory of an image that replaced it
+                e = np.frombuffer(raw, "<u8") >> np.uint64(61)
+                return int(np.count_nonzero((e & np.uint64(5)) == 5)) * page
         return self.written_bytes() if addr else 0
 
     def written_bytes(self) -> int:
