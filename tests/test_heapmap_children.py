@@ -199,3 +199,31 @@ def test_maps_while_four_threads_allocate_hard(hs, tmp_path):
     for m in snaps:
         assert len(m["arenas"]) >= 2, m["arenas"]          # the main arena and thread ones
         assert all(a["walked"] for a in m["arenas"]), m["note"]
+
+
+SBRK = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(void) {
+  char *a = malloc(1000);
+  memset(a, 1, 1000);
+  sbrk(1 << 20);                        /* the break moved behind malloc's back */
+  usleep(600000);
+  printf("sbrk: first=%d\n", a[0]);
+  return 0;
+}
+"""
+
+
+def test_no_lock_is_taken_where_the_main_arena_does_not_check_out(hs, tmp_path):
+    # GIVEN a program that moved the break itself: the main arena's top no longer ends at it
+    exe = build(tmp_path, "sbrk", SBRK)
+    r = hs(exe, opts=["--every", "0.05"], timeout=120)
+    # THEN it runs as ever, and each map says why it was not taken
+    assert r.rc == 0 and r.truth("sbrk") == {"first": "1"}, (r.stdout, r.stderr)
+    snaps, statuses = snapshot_maps(r.summary)
+    assert snaps, statuses
+    assert all("not one piece ending at the program break" in s for s in statuses), statuses
