@@ -63,3 +63,37 @@ def test_our_own_leftover_of_a_dead_process_is_removed():
     ours = leftover("0000c0ffee00", os.geteuid())
     S.remove_stale_segments()
     assert not os.path.exists(ours)
+
+
+def dead_runs_segment(tmp_path) -> str:
+    """The segment of a heapsight process killed with -9 mid-run, with a heap map beside it."""
+    code = ("from heapsight import segment as S; import sys, time; s = S.Segment(); "
+            "open(s.path + '.map.1', 'wb').write(b'x'); print(s.path, flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    path = p.stdout.readline().strip()
+    p.kill()
+    p.wait()
+    assert os.path.exists(path) and os.path.exists(path + ".map.1")
+    return path
+
+
+def test_a_live_runs_segment_survives_a_heapsight_in_another_pid_namespace(tmp_path):
+    # GIVEN a live run's segment with a heap map beside it (this process made it: the pid in
+    # its name is invisible from a new PID namespace), and a killed run's leftover
+    live = S.Segment()
+    open(live.path + ".map.1", "wb").write(b"map")
+    dead = dead_runs_segment(tmp_path)
+    try:
+        # WHEN heapsight runs a program inside `unshare -p -f --mount-proc`
+        p = subprocess.run(["unshare", "-p", "-f", "--mount-proc", sys.executable, "-m", "heapsight",
+                            "run", "-q", "--no-heap-map", "--json", str(tmp_path / "s.json"), "--", "true"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert p.returncode == 0, p.stderr
+        # THEN the live run keeps its segment and map; the dead one's are gone
+        assert os.path.exists(live.path) and os.path.exists(live.path + ".map.1")
+        assert not os.path.exists(dead) and not os.path.exists(dead + ".map.1")
+    finally:
+        for f in (live.path + ".map.1", dead, dead + ".map.1"):
+            if os.path.exists(f):
+                os.unlink(f)
+        live.close()

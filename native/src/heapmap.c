@@ -1,9 +1,11 @@
 /* heapmap.c: the heap map, and a measured "what would a release give back right now".
  *
  * _hs_heapmap_write(path) runs on the library's helper thread (probe.c), never on one of
- * the program's. It fork()s: glibc's fork takes every arena lock around the copy, so the
- * child sees a consistent heap (and the library's atfork handler has already detached the
- * child from the shared segment). The child, single-threaded and on its own copy:
+ * the program's. It makes a copy of the process with a raw clone() whose exit signal is 0
+ * (make_copy): the program's wait() never sees it and its end sends no SIGCHLD. For glibc,
+ * every arena lock is held around the copy, taken as glibc's own fork() takes them, so the
+ * copy sees a consistent heap; the copy frees its copies of those locks and detaches from
+ * the shared segment first. The child, single-threaded and on its own copy:
  *   1. lists the heaps from /proc/self/maps: glibc's main heap ([heap]) and its thread
  *      arenas' heaps (64 MiB-aligned read-write mappings that start with a heap_info);
  *   2. reads its RSS and the heaps' page presence (/proc/self/pagemap);
@@ -18,11 +20,10 @@
  *   5. writes the file and _exit(0)s.
  * The parent waits, bounded: the child is killed after HS_MAP_LIMIT_NS. Its CPU time (wait4
  * rusage) is the library's, not the program's (_hs_heapmap_cpu_ns, added to
- * library_cpu_ns by probe.c). A child process must not disturb the program: the map is
- * refused (a "not mapped" file says why) when the program handles SIGCHLD itself or has
- * child processes of its own (a wait for any child could take ours); the child is named
- * "hs-heapmap" (the CLI leaves it out of the program's descendants) and is the first the
- * OOM killer takes.
+ * library_cpu_ns by probe.c). The child is named "hs-heapmap" (the CLI leaves it out of
+ * the program's descendants), runs none of the program's signal handlers, and is the first
+ * the OOM killer takes. No map is taken (a "not mapped" file says why) when glibc's
+ * main_arena cannot be found and checked, or when a thread keeps an arena's lock 0.2 s.
  *
  * The glibc layouts read (2.36, x86-64; malloc/malloc.c and malloc/arena.c):
  *   chunk: prev_size, size (bits PREV_INUSE 1, IS_MMAPPED 2, NON_MAIN_ARENA 4); user data at
@@ -46,9 +47,10 @@
  *   header, 384 bytes: u64 magic "HSHMAP01", version (1), header_bytes, file_bytes (the
  *     whole file: a shorter file is a child that was stopped), status (0 mapped, 1 not
  *     mapped), allocator (HS_ALLOC_*), page_bytes, time_ns (CLOCK_MONOTONIC just before the
- *     fork: the moment mapped), rss_before, rss_after, anon_before, anon_after (the child's
- *     VmRSS and RssAnon around the release), release_ns, walk_ns, fork_ns (fork() to the
- *     child's first instruction: the time the program's threads could not allocate),
+ *     copy: the moment mapped), rss_before, rss_after, anon_before, anon_after (the child's
+ *     VmRSS and RssAnon around the release), release_ns, walk_ns, fork_ns (from before
+ *     the locks were taken to the child's first instruction: about the time the program's
+ *     threads could not allocate),
  *     child_ns (the child's whole run), n_heaps, tcache_key_found, released_pages
  *     (pagemap: resident before the release, not after, in the heaps), child_minflt (pages
  *     the child faulted: its copies, its buffers), child_cpu_ns (its CPU time, as it saw
@@ -69,14 +71,17 @@
  * malloc_trim, so their top pages stay resident (bit 4, arena > 0). The main heap's pages
  * past the break the release lowered are past the walk: no live byte, no flag but 1.
  *
- * What a map costs the program (1 GiB heap, this machine): fork() takes ~21 ms, while the
- * allocator's locks are held (no thread of the program can allocate) and the address space
- * is locked; then every page the program writes for the first time after the fork takes a
+ * What a map costs the program (1 GiB heap, this machine): the copy takes ~21 ms, while
+ * the allocator's locks are held (no thread of the program can allocate) and the address
+ * space is locked; then every page the program writes for the first time after the fork takes a
  * minor fault, even once the child has ended (~1.2 us a page: ~0.3 s to rewrite 1 GiB).
  * At exit that is nothing; at a snapshot it is the price of the map. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <gnu/libc-version.h>
+#include <link.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
@@ -84,6 +89,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -129,7 +135,7 @@ _Static_assert(sizeof(hs_map_header_t) == 384, "the file header is 384 bytes");
 _Static_assert(sizeof(hs_map_heap_t) == 96, "a heap's record is 96 bytes");
 
 /* ---- the parent's side: state probe.c reads ---- */
-static volatile int g_forking;   /* 1 while fork() may wait for the allocator's locks */
+static volatile int g_forking;   /* 1 while the copy may wait for the allocator's locks */
 static uint64_t g_cpu_ns;        /* the children's CPU time, in all */
 
 int _hs_heapmap_forking(void) { return __atomic_load_n(&g_forking, __ATOMIC_ACQUIRE); }
@@ -330,7 +336,7 @@ static uint64_t rd(uint64_t addr) { return *(const volatile uint64_t *)(uintptr_
 /* start_brk, field 47 of /proc/self/stat (after the command's closing parenthesis). */
 static uint64_t read_start_brk(void) {
   char buf[2048];
-  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  int fd = hs_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
@@ -788,81 +794,299 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0) 
   _exit(write_map(path, &h, &c) ? 0 : 6);
 }
 
-/* Whether a child process of ours could disturb the program: it handles SIGCHLD (our
- * child's end would reach its handler), or it has children of its own (a wait for any
- * child could take ours). Returns the reason, or NULL. */
-static const char *child_unsafe(void) {
-  struct sigaction sa;
-  if (sigaction(SIGCHLD, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
-    return "the program handles SIGCHLD: the map's child process would reach its handler";
-  int dir = hs_open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-  if (dir < 0) return NULL;
-  char buf[4096];
-  const char *why = NULL;
-  for (;;) {
-    long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
-    if (n <= 0) break;
-    for (long at = 0; at < n && !why;) {
-      struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d =
-          (void *)(buf + at);
-      at += d->reclen;
-      if (d->name[0] < '0' || d->name[0] > '9') continue;
-      char path[96];
-      size_t len = strnlen(d->name, 32);
-      memcpy(path, "/proc/self/task/", 16);
-      memcpy(path + 16, d->name, len);
-      memcpy(path + 16 + len, "/children", sizeof "/children");
-      int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
-      if (fd < 0) continue;
-      char one;
-      if (read(fd, &one, 1) == 1)
-        why = "the program has child processes of its own: a wait for any child could "
-              "take the map's";
-      close(fd);
-    }
-    if (why) break;
+/* ---- the parent's side: glibc's arena locks, taken as its fork() takes them ----
+ * The copy is made by a raw clone() with exit signal 0: the program's wait(), waitpid(-1)
+ * and waitid(P_ALL) without __WALL never see it and its end sends no SIGCHLD (wait(2)); it
+ * is reaped with __WALL. A raw clone takes none of the locks glibc's fork takes, so this
+ * takes the arena locks itself, as __malloc_fork_lock_parent does (malloc/arena.c: the main
+ * arena, then ->next around the ring), with glibc's low-level lock (nptl/lowlevellock.c:
+ * an int, 0 free, 1 taken, 2 taken with waiters). list_lock is not taken (it is static):
+ * arenas are only ever linked in right after main_arena, so the ring is read again after
+ * locking and after the clone, and an arena linked meanwhile is locked too (glibc holds at
+ * most one arena lock at a time outside fork, so the order cannot deadlock). The copy
+ * resets its copies of the locks to 0 before its malloc_trim. main_arena is not exported:
+ * it is found in libc's writable data by its contents, see plausible_main. */
+#define G_MSTATE_FLAGS 4u
+#define G_NONCONTIGUOUS 2u
+#define G_MSTATE_FASTBINS 16u
+#define G_MSTATE_LAST_REMAINDER 104u
+#define G_MSTATE_BINS 112u
+#define G_NBINS_WORDS 254u
+#define HS_ARENAS_MAX 4096
+#define HS_LOCK_WAIT_NS 200000000ull   /* under probe.c's HS_PROBE_BLOCKED_NS */
+#define HS_COPY_ASLEEP_NS 2000000000ull
+
+static uint64_t g_main_arena;          /* found once, checked again at every map */
+static uint64_t g_locked[HS_ARENAS_MAX];
+static size_t g_n_locked;
+
+static long futex_op(int *f, int op, int val, const struct timespec *ts) {
+  return syscall(SYS_futex, f, op, val, ts, NULL, 0);
+}
+
+/* lll_lock, giving up at the deadline (then the lock is left as it was: taken). */
+static int lll_lock_until(int *f, uint64_t deadline) {
+  int free_ = 0;
+  if (__atomic_compare_exchange_n(f, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 1;
+  while (__atomic_exchange_n(f, 2, __ATOMIC_ACQUIRE) != 0) {
+    uint64_t now = _hs_now_ns();
+    if (now >= deadline) return 0;
+    struct timespec ts = {(time_t)((deadline - now) / 1000000000ull), (long)((deadline - now) % 1000000000ull)};
+    futex_op(f, FUTEX_WAIT_PRIVATE, 2, &ts);
   }
-  close(dir);
+  return 1;
+}
+
+static void lll_unlock(int *f) {
+  if (__atomic_exchange_n(f, 0, __ATOMIC_RELEASE) > 1) futex_op(f, FUTEX_WAKE_PRIVATE, 1, NULL);
+}
+
+static void unlock_arenas(void) {
+  while (g_n_locked) lll_unlock((int *)(uintptr_t)g_locked[--g_n_locked]);
+}
+
+/* Reads memory that may not be mapped: 0 instead of a fault. */
+static int peek(uint64_t addr, void *buf, size_t n) {
+  struct iovec local = {buf, n}, remote = {(void *)(uintptr_t)addr, n};
+  return syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)n;
+}
+
+static uint64_t load(uint64_t addr) { return __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE); }
+
+/* A thread arena: the malloc_state right after the heap_info at its heap's 64 MiB-aligned
+ * start, whose ar_ptr names it. Read with peek: it is not known to be mapped. */
+static int thread_arena_ok(uint64_t a) {
+  uint64_t h = a & ~(HS_MAP_HEAP_MAX - 1), info[4], next;
+  if (!a || (a & 15) || a - h < 32 || a - h > 128) return 0;
+  if (!peek(h, info, sizeof info) || info[0] != a || !info[2] || info[2] > HS_MAP_HEAP_MAX ||
+      info[3] < info[2] || a + G_MSTATE_BYTES > h + info[2])
+    return 0;
+  return peek(a + G_MSTATE_NEXT, &next, sizeof next);
+}
+
+/* libc's writable segment (.data, .bss): where main_arena is. */
+typedef struct { uint64_t addr, lo, hi; } libc_data_t;
+
+static int on_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  libc_data_t *d = arg;
+  int mine = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && d->addr >= lo && d->addr < lo + ph->p_memsz) mine = 1;
+  }
+  if (!mine) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W)) {
+      d->lo = info->dlpi_addr + ph->p_vaddr;
+      d->hi = d->lo + ph->p_memsz;
+    }
+  }
+  return 1;
+}
+
+/* Whether a is main_arena, by what glibc 2.36 keeps there (read racily: every word is
+ * some value it had): its lock word 0, 1 or 2; each of the 127 bins' two links either the
+ * bin itself (empty) or a chunk of the main heap, and so the fastbins and the last
+ * remainder (or 0); the top chunk in the main heap (or the initial top, inside itself,
+ * before the first sbrk); system_mem no more than the heap; and ->next a ring that
+ * closes on a, through thread arenas only. */
+static int plausible_main(uint64_t a, uint64_t heap_lo, uint64_t heap_hi) {
+  int lock = *(const volatile int *)(uintptr_t)a, flags = *(const volatile int *)(uintptr_t)(a + 4);
+  if (lock < 0 || lock > 2 || flags < 0 || flags > 7) return 0;
+  uint64_t top = load(a + G_MSTATE_TOP), sys = load(a + G_MSTATE_SYSTEM_MEM);
+  int fresh = top == a + G_MSTATE_TOP;
+  if (fresh ? sys != 0 : !(top >= heap_lo && top < heap_hi && sys && sys <= heap_hi - heap_lo)) return 0;
+  for (uint64_t i = 0; i < G_NBINS_WORDS; i++) {
+    uint64_t w = load(a + G_MSTATE_BINS + 8 * i), self = a + G_MSTATE_BINS + 16 * (i / 2) - 16;
+    if (w != self && !(w >= heap_lo && w < heap_hi && !(w & 15))) return 0;
+  }
+  for (uint64_t i = 0; i <= 10; i++) { /* the fastbins, then the last remainder */
+    uint64_t w = load(a + (i < 10 ? G_MSTATE_FASTBINS + 8 * i : G_MSTATE_LAST_REMAINDER));
+    if (w && !(w >= heap_lo && w < heap_hi && !(w & 15))) return 0;
+  }
+  uint64_t x = load(a + G_MSTATE_NEXT);
+  for (int steps = 0; x != a; steps++) {
+    if (steps >= HS_ARENAS_MAX || !thread_arena_ok(x)) return 0;
+    x = load(x + G_MSTATE_NEXT);
+  }
+  return 1;
+}
+
+/* main_arena's address (cached once one was found alone), or 0. */
+static uint64_t find_main_arena(uint64_t heap_lo, uint64_t heap_hi) {
+  if (g_main_arena && plausible_main(g_main_arena, heap_lo, heap_hi)) return g_main_arena;
+  libc_data_t d = {(uint64_t)(uintptr_t)&gnu_get_libc_version, 0, 0};
+  if (!dl_iterate_phdr(on_object, &d) || d.hi <= d.lo + G_MSTATE_BYTES) return 0;
+  uint64_t found = 0;
+  int n = 0;
+  for (uint64_t a = (d.lo + 7) & ~(uint64_t)7; a + G_MSTATE_BYTES <= d.hi; a += 8) {
+    if (plausible_main(a, heap_lo, heap_hi)) { found = a; n++; }
+  }
+  return n == 1 ? (g_main_arena = found) : 0;
+}
+
+/* Locks the arenas from `from` along ->next up to `upto` (not included). */
+static const char *lock_ring(uint64_t from, uint64_t upto, uint64_t deadline) {
+  for (uint64_t a = from; a != upto; a = load(a + G_MSTATE_NEXT)) {
+    if (g_n_locked == HS_ARENAS_MAX || !thread_arena_ok(a))
+      return "an arena on glibc's list did not look like glibc 2.36's";
+    if (!lll_lock_until((int *)(uintptr_t)a, deadline))
+      return "a thread of the program kept an arena's lock for 0.2 s: no copy was made";
+    g_locked[g_n_locked++] = a;
+  }
+  return NULL;
+}
+
+/* Every glibc arena lock, as fork() takes them; NULL, or why not (then none is held).
+ * *head: main_arena's ->next once they are all held. */
+static const char *lock_arenas(uint64_t *head, uint64_t deadline) {
+  uint64_t start_brk = read_start_brk(), brk = (uint64_t)syscall(SYS_brk, 0);
+  if (!start_brk || brk < start_brk) return "the program break could not be read";
+  uint64_t heap_hi = brk + (64u << 20); /* a stale read may show a chunk above a trimmed break */
+  uint64_t main_arena = find_main_arena(start_brk, heap_hi);
+  if (!main_arena) return "glibc's main arena was not found in libc's data (not glibc 2.36's layout?)";
+  g_n_locked = 0;
+  if (!lll_lock_until((int *)(uintptr_t)main_arena, deadline))
+    return "a thread of the program kept the main arena's lock for 0.2 s: no copy was made";
+  g_locked[g_n_locked++] = main_arena;
+  /* under its lock the main arena's top and the break stand still: exact checks */
+  brk = (uint64_t)syscall(SYS_brk, 0);
+  uint64_t top = load(main_arena + G_MSTATE_TOP);
+  int flags = *(const volatile int *)(uintptr_t)(main_arena + G_MSTATE_FLAGS);
+  int ok = top == main_arena + G_MSTATE_TOP
+               ? load(main_arena + G_MSTATE_SYSTEM_MEM) == 0
+               : !(flags & G_NONCONTIGUOUS) && top >= start_brk && top + 16 <= brk &&
+                     top + (load(top + 8) & ~(uint64_t)7) == brk;
+  if (!ok) {
+    unlock_arenas();
+    return "the main heap is not one piece ending at the program break (sbrk called by "
+           "the program, or brk unavailable)";
+  }
+  uint64_t first = load(main_arena + G_MSTATE_NEXT);
+  const char *why = lock_ring(first, main_arena, deadline);
+  /* arenas linked in meanwhile sit ahead of the first one locked */
+  for (uint64_t now; !why && (now = load(main_arena + G_MSTATE_NEXT)) != first; first = now)
+    why = lock_ring(now, first, deadline);
+  if (why) unlock_arenas();
+  *head = first;
   return why;
 }
 
+/* The copy's first steps: its copies of the locks taken for it are free (their holder is
+ * not in it), it stops writing to the shared segment, and no handler of the program runs
+ * in it (a crash reporter must not write for it). */
+static void copy_starts(void) {
+  for (size_t i = 0; i < g_n_locked; i++) *(int *)(uintptr_t)g_locked[i] = 0;
+  _hs_segment_after_fork_child();
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+  }
+}
+
+/* A copy of the process that is no child of the program's: see above. The allocator's
+ * locks are held across it for glibc; the others are copied as they stand (a lock a
+ * thread held at that moment stays taken in the copy: its release then sleeps, and the
+ * parent stops it). Returns the pid, -1 with *why. */
+static pid_t make_copy(const char *path, uint64_t t0, const char **why) {
+  int glibc = _hs_seg->allocator_id == HS_ALLOC_GLIBC;
+  uint64_t head = 0, deadline = t0 + HS_LOCK_WAIT_NS;
+  g_n_locked = 0;
+  if (glibc && (*why = lock_arenas(&head, deadline)) != NULL) return -1;
+  pid_t pid = -1;
+  for (int tries = 0; tries < 4; tries++) {
+    pid = (pid_t)syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL); /* exit signal 0: no SIGCHLD */
+    if (pid == 0) {
+      copy_starts();
+      child_main(path, t0);
+    }
+    if (pid < 0 || !glibc) break;
+    uint64_t main_arena = g_locked[0], now = load(main_arena + G_MSTATE_NEXT);
+    if (now == head) break;
+    /* an arena was linked in just before the copy, maybe in use in it: lock it, again */
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR) {}
+    pid = -1;
+    *why = lock_ring(now, head, deadline);
+    if (*why) { unlock_arenas(); return -1; }
+    head = now;
+  }
+  unlock_arenas();
+  if (pid < 0 && !*why)
+    *why = glibc && g_main_arena ? "clone failed, or new arenas kept being made during the copy"
+                                 : "clone failed (no memory for a copy?)";
+  return pid;
+}
+
+/* The copy's state from /proc/PID/stat: 'S' while it sleeps (waits for a lock). */
+static char copy_state(pid_t pid) {
+  char path[64], buf[512];
+  memcpy(path, "/proc/", 6);
+  size_t at = 6;
+  char digits[16];
+  int nd = 0;
+  for (unsigned v = (unsigned)pid; v || !nd; v /= 10) digits[nd++] = (char)('0' + v % 10);
+  while (nd) path[at++] = digits[--nd];
+  memcpy(path + at, "/stat", 6);
+  int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' ? p[2] : 0;
+}
 int _hs_heapmap_write(const char *path) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !path) return 0;
   if (seg->allocator_id == HS_ALLOC_UNKNOWN)
     return _hs_heapmap_write_refusal(path, not_mapped_why(HS_ALLOC_UNKNOWN));
-  const char *why = child_unsafe();
-  if (why) return _hs_heapmap_write_refusal(path, why);
   unlink(path); /* a stale file would make the child's O_EXCL fail */
   uint64_t t0 = _hs_now_ns();
+  const char *why = NULL;
   __atomic_store_n(&g_forking, 1, __ATOMIC_RELEASE);
-  pid_t pid = fork();
-  if (pid == 0) child_main(path, t0);
+  pid_t pid = make_copy(path, t0, &why);
   __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
-  if (pid < 0) return _hs_heapmap_write_refusal(path, "fork failed (no memory for a copy?)");
+  if (pid < 0) return _hs_heapmap_write_refusal(path, why);
   /* the copy is this moment's: a program waiting in heapsight_snapshot() for the CLI (which
    * waits for this answer) may go on while the copy is walked */
   uint64_t ack = __atomic_load_n(&_hs_heapmap_ack_at_fork, __ATOMIC_ACQUIRE);
   if (ack) __atomic_store_n(&_hs_seg->heapmap_ack, ack, __ATOMIC_RELEASE);
-  int status = 0, killed = 0, reaped = 0;
+  int status = 0, killed = 0, reaped = 0, stuck = 0;
   struct rusage ru;
   memset(&ru, 0, sizeof ru);
-  uint64_t nap = 1000000;
+  uint64_t nap = 1000000, asleep_since = 0;
   for (;;) {
     pid_t r = wait4(pid, &status, WNOHANG | __WALL, &ru);
     if (r == pid) { reaped = 1; break; }
-    if (r < 0 && errno != EINTR) break; /* ECHILD: reaped by the kernel (SIGCHLD ignored) */
-    if (_hs_now_ns() - t0 > HS_MAP_LIMIT_NS) {
+    if (r < 0 && errno != EINTR) break; /* ECHILD: a waitpid(-1, __WALL) of the program's */
+    uint64_t now = _hs_now_ns();
+    if (!killed && copy_state(pid) == 'S') {
+      if (!asleep_since) asleep_since = now;
+      stuck = now - asleep_since >= HS_COPY_ASLEEP_NS;
+    } else {
+      asleep_since = 0;
+    }
+    if (stuck || now - t0 > HS_MAP_LIMIT_NS) {
       if (!killed) kill(pid, SIGKILL);
       killed = 1;
       /* a killed child dies at once, but for one stuck in the kernel: given 5 s more */
-      if (_hs_now_ns() - t0 > HS_MAP_LIMIT_NS + 5000000000ull) break;
+      if (now - t0 > HS_MAP_LIMIT_NS + 5000000000ull) break;
     }
     struct timespec ts = {0, (long)nap};
     nanosleep(&ts, NULL);
     if (nap < 10000000) nap *= 2;
   }
   if (reaped) __atomic_fetch_add(&g_cpu_ns, cpu_of(&ru), __ATOMIC_RELAXED);
+  if (stuck)
+    return _hs_heapmap_write_refusal(path, "the copy waited 2 s for a lock of the allocator's "
+                                           "that a thread of the program held when it was made");
   if (killed) return _hs_heapmap_write_refusal(path, "the map took longer than 30 s and was stopped");
   if (!reaped) return 1; /* ECHILD: the child's end was not ours to see; its file tells */
   if (reaped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {

@@ -239,7 +239,7 @@ static int thread_sleeping(pid_t tid) {
 
 /* Runs one exit job on the helper; HS_PROBE_DONE once it is done, or why not. A heap map
  * (the exit job, or one the CLI asked for just before) waits for its child process,
- * asleep, and bounds itself (heapmap.c): only its fork(), which takes the allocator's
+ * asleep, and bounds itself (heapmap.c): only its copy, which takes the allocator's
  * locks, counts as possibly blocked, and its time does not count toward the limit. */
 static int on_helper(int job) {
   if (!g_helper_started) return HS_PROBE_NO_HELPER;
@@ -291,7 +291,7 @@ void _hs_stats_thread_start(void) {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  /* fork() runs the program's atfork handlers on this stack: room for them */
+  /* the heap map's copy starts on this stack (heapmap.c): room for it */
   pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED); /* never joined: see above */
   pthread_t t;

@@ -355,6 +355,11 @@ class Sampler:
             fast = readloop.FastReader(seg, tl.start_ns, self.period,
                                        WAKE | ({self.snapshot_signal} if self.snapshot_signal else set()))
         while True:
+            # a heapsight_snapshot() request is read before the tick's time: the program
+            # waits in its call from the request on, so this row (taken after) is its moment;
+            # one that comes during the tick is taken by the next (whose time follows it)
+            live = retargeted or (seg is not None and seg.attached())
+            req = seg.snapshot_request(self._asked) if live else None
             now = time.monotonic()
             row = blank[:]
             row[I["t"]] = now - start
@@ -399,7 +404,7 @@ class Sampler:
                 next_smaps = now + self.smaps_period
             row[I["pss"]] = pss
             counted = False
-            if retargeted or (seg is not None and seg.attached()):
+            if live:
                 if not retargeted:
                     self._retarget()
                     retargeted = True
@@ -419,7 +424,6 @@ class Sampler:
                 counted = True
                 # the allocator's statistics go in the row that first sees a new reading
                 # only (NaN elsewhere), so the record shows the rate they were taken at
-                req = seg.snapshot_request(self._asked)
                 if req is not None:   # the program called heapsight_snapshot(label)
                     self._asked = req[0]
                     self.pending.append(req[1])

@@ -3,11 +3,13 @@ checks this layout against the compiler's) and a reader the sampler calls every 
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import secrets
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,25 +163,68 @@ def segment_dir() -> str:
     return _shm_dir()
 
 
+# A leftover that never got its size may be a segment being made (its creator locks it
+# just after creating it): it is judged stale only when older than this.
+EMPTY_GRACE_S = 60.0
+
+
 def remove_stale_segments() -> None:
-    """Segments of heapsight processes of ours that died without cleaning up (kill -9).
-    Another user's files, or ones we cannot remove, are left alone."""
-    uid = os.geteuid()
-    for p in [*Path(_shm_dir()).glob("heapsight-*-*.seg"),
-              *Path(_shm_dir()).glob("heapsight-*-*.seg.map.*")]:   # and its heap maps
+    """Segments of heapsight processes of ours that died without cleaning up (kill -9),
+    and their heap maps. A segment is stale when its flock can be taken: its creator holds
+    one for the run's whole life (Segment), and the kernel drops it when the creator dies,
+    whatever PID namespace anyone is in (a pid is not proof: inside `unshare -p` the host's
+    runs all look dead). Another user's files, ones we cannot remove, and the segments a
+    process makes for itself (HEAPSIGHT_SEGMENT=auto: no heapsight process holds those) are
+    left alone."""
+    shm, uid = Path(_shm_dir()), os.geteuid()
+    for p in shm.glob("heapsight-*-*.seg"):
+        if not p.name.endswith("-auto.seg") and _ours(p, uid) and _stale(p):
+            for m in shm.glob(p.name + ".map.*"):
+                _remove(m, uid)
+    for m in shm.glob("heapsight-*-*.seg.map.*"):   # maps whose segment is gone
+        seg = shm / m.name.split(".seg.map.", 1)[0]
+        if not seg.name.endswith("-auto") and not Path(str(seg) + ".seg").exists():
+            _remove(m, uid)
+
+
+def _ours(p: Path, uid: int) -> bool:
+    try:
+        st = p.lstat()
+    except OSError:
+        return False
+    return st.st_uid == uid and stat.S_ISREG(st.st_mode)
+
+
+def _remove(p: Path, uid: int) -> None:
+    if _ours(p, uid):
         try:
-            st = p.lstat()
-            if st.st_uid != uid or not stat.S_ISREG(st.st_mode):
-                continue
-            pid = int(p.name.split("-")[1])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            try:
-                p.unlink()
-            except OSError:
-                pass
-        except (ValueError, OSError):
+            p.unlink()
+        except OSError:
             pass
+
+
+def _stale(p: Path) -> bool:
+    """Removes p if no process holds its lock; whether it did. The size is read under our
+    lock: the creator locks before it sizes the file, so a sized, unlocked file is one
+    whose creator has gone."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        st = os.fstat(fd)
+        if st.st_size == 0 and time.time() - st.st_mtime < EMPTY_GRACE_S:
+            return False
+        now = p.lstat()
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        p.unlink()
+        return True
+    except OSError:   # held (BlockingIOError), or not ours to remove
+        return False
+    finally:
+        os.close(fd)
 
 
 class Segment:
@@ -198,6 +243,9 @@ class Segment:
         self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
+        # held until close(), before the file has its size: what remove_stale_segments asks
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._lock_fd = os.dup(fd)
         try:
             os.fchmod(fd, 0o600)  # exactly: a umask such as 0277 would leave it read-only
             # reserved, not only sized: a tmpfs page that cannot be had at the library's
@@ -242,6 +290,7 @@ class Segment:
         self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
 
     owned = True
+    _lock_fd = -1
 
     def close(self) -> None:
         if not self.owned:
@@ -250,6 +299,9 @@ class Segment:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        if self._lock_fd >= 0:   # after the unlink: the file is never seen unlocked
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
     # -- reading -----------------------------------------------------------------------
     def attached(self) -> bool:

@@ -58,8 +58,8 @@ def add_arguments(p) -> None:
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     p.add_argument("--no-heap-map", action="store_true",
-                   help="do not map the heap page by page at exit and at snapshots (a fork()ed "
-                        "copy of the program walks it and measures what a release gives back; "
+                   help="do not map the heap page by page at exit and at snapshots (a copy "
+                        "of the program walks it and measures what a release gives back; "
                         "the pinners are named from it)")
     p.add_argument("--sample-bytes", metavar="SIZE", type=size_arg, default=None,
                    help="call sites: sample allocations once per SIZE bytes allocated on "
