@@ -134,15 +134,17 @@ def _run(argv, preexec, tmp_path, pass_fds=()):
 
 # glibc installs its own handler for SIGSETXID (33), which it keeps for itself, in a
 # process that creates a thread (sigaction() on it fails): the library's thread does, so
-# SigCgt's bit 32 may differ; nothing the program can see through sigaction does.
+# SigCgt's bit 32 may differ; and glibc's posix_spawn, which starts the program, leaves
+# its two internal signals (32, 33) ignored (SigIgn's bits 31, 32): nothing the program
+# can see through sigaction differs.
 GLIBC_INTERNAL_BITS = (1 << 31) | (1 << 32)
 
 
 def _comparable(out: bytes) -> list:
     lines = out.decode(errors="replace").splitlines()
     for i, ln in enumerate(lines):
-        if ln.startswith("SigCgt:"):
-            lines[i] = f"SigCgt: {int(ln.split()[1], 16) & ~GLIBC_INTERNAL_BITS:016x}"
+        if ln.startswith(("SigCgt:", "SigIgn:")):
+            lines[i] = f"{ln.split()[0]} {int(ln.split()[1], 16) & ~GLIBC_INTERNAL_BITS:016x}"
     return lines
 
 

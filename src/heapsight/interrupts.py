@@ -5,6 +5,10 @@ While the program runs these signals are blocked in heapsight and taken synchron
 the sampler (sigtimedwait), so each comes with its origin: one the terminal sent (the
 program, in the same foreground process group, got it too) is not sent again; one sent
 to heapsight alone (kill PID) is forwarded. Either way the run is marked interrupted.
+
+The program starts with the signal mask and the ignored signals heapsight was started
+with (START_MASK, START_IGNORED, read when heapsight is imported, before anything blocks
+or ignores a signal): see launch.py.
 """
 
 from __future__ import annotations
@@ -15,6 +19,16 @@ import signal
 
 WATCHED = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 SI_KERNEL = 0x80   # si_code of a signal the kernel raised: the terminal's ^C, ^\, hang-up
+
+# Python ignores these for itself before any of its code runs, so whether heapsight's
+# parent left them ignored is not known: the program gets them at their default, as
+# subprocess gives them.
+PYTHON_IGNORES = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
+# heapsight/__init__.py imports this module first: this is the state heapsight started with.
+START_MASK = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, ()))
+START_IGNORED = frozenset(s for s in signal.valid_signals()
+                          if s not in PYTHON_IGNORES and signal.getsignal(s) == signal.SIG_IGN)
+ALL = frozenset(signal.valid_signals())
 
 
 @contextlib.contextmanager

@@ -12,14 +12,13 @@ import math
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import (allocators, analysis, attach, elf, heapmap, interrupts, native, profile,
-                       sites)
+from heapsight import (allocators, analysis, attach, elf, heapmap, interrupts, launch, native,
+                       profile, sites)
 from heapsight.errors import HeapsightError
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.sampler import IDX, Sampler, Timeline
@@ -162,16 +161,17 @@ def measure(argv: list, opts: Options) -> tuple:
                                segment.allocator_name())
         opts.exporter.update_run(proc.pid, argv[0], segment.allocator_name(), b)
 
-    # Blocked here, taken by the sampler; the program starts with the mask we had.
+    # Blocked here, taken by the sampler; the program starts with the signal state heapsight
+    # was started with (launch.py). The snapshot signal is ignored as well as blocked: one
+    # that comes after the program ended, while the run is saved, must not end heapsight.
     extra = {opts.snapshot_signal} if opts.snapshot_signal else set()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.WATCHED | {signal.SIGCHLD} | extra)
+    if opts.snapshot_signal:
+        signal.signal(opts.snapshot_signal, signal.SIG_IGN)
     try:
         try:
-            # close_fds=False: the fds heapsight inherited (a jobserver's pipe) are the
-            # program's; its own are all close-on-exec (PEP 446; test_segment_hygiene)
-            proc = subprocess.Popen(argv, env=child_env(segment, opts), stdout=opts.stdout,
-                                    stderr=opts.stderr, close_fds=False,
-                                    preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old_mask))
+            proc = launch.start(path, argv, child_env(segment, opts), stdout=opts.stdout,
+                                stderr=opts.stderr)
         except OSError as e:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
 
@@ -220,6 +220,8 @@ def snapshots(tl: Timeline, cols: dict, parts: dict, releases: dict) -> list:
         if not len(hit):
             continue   # taken after the program's end (in the exit probe): not the program's
         i = int(hit[0])
+        if any(math.isnan(parts[f][i]) for f in analysis.PART_FIELDS):
+            continue   # its /proc read found the program gone (a signal as it ended)
         reading = {}
         for col in ("alloc_in_use", "alloc_free", "alloc_mapped"):
             seen = np.flatnonzero(~np.isnan(np.asarray(cols[col], dtype=float)[:i + 1]))

@@ -45,8 +45,8 @@ class Exporter:
         self.stamp = Gauge("heapsight_sample_timestamp_seconds",
                            "When the allocator's figures were read (Unix time)", labels,
                            registry=self.registry)
-        try:   # its thread starts with Ctrl-C blocked: interrupts stay the main thread's
-            with interrupts.deferred():
+        try:   # its thread starts with every signal blocked: they stay the main thread's
+            with interrupts.deferred(interrupts.ALL):
                 self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as e:
             raise HeapsightError(f"--openmetrics-port {port}: cannot listen on {addr}:{port} "
