@@ -11,7 +11,12 @@ from heapsight import segment as S
 def test_layout_matches_the_compiler():
     layout = json.loads(subprocess.run([scenario("hs-layout")], capture_output=True, text=True,
                                        check=True).stdout)
-    assert layout["segment_bytes"] == S.SEGMENT_BYTES
+    assert layout["segment_bytes"] == S.PROFILE_OFFSET + S.PROFILE_TABLES
+    # the file's size says the profile's room: both sides size every room alike
+    assert layout["segment_bytes_by_room"] == [S.segment_bytes(k) for k in range(S.ROOM_MAX + 1)]
+    assert (layout["profile_tables"], layout["profile_unit_bytes"], layout["room_default"]) == (
+        S.PROFILE_TABLES, S.UNIT_BYTES, S.ROOM_DEFAULT)
+    assert layout["unit"] == [S.EVENTS_UNIT, S.WORDS_UNIT, S.MODULES_UNIT]
     assert layout["slot_bytes"] == S.SLOT_DTYPE.itemsize
     assert layout["stats_bytes"] == S.STATS_DTYPE.itemsize
     assert layout["classes"] == S.CLASSES
@@ -20,7 +25,7 @@ def test_layout_matches_the_compiler():
             assert offset == S.SLOTS_OFFSET
             continue
         if name == "profile":
-            assert (offset, size) == (S.PROFILE_OFFSET, S.SEGMENT_BYTES - S.PROFILE_OFFSET)
+            assert (offset, size) == (S.PROFILE_OFFSET, S.PROFILE_HEADER_DTYPE.itemsize)
             continue
         dtype, py_offset = S.HEADER_DTYPE.fields[name][:2]
         assert (py_offset, dtype.itemsize) == (offset, size), name
@@ -29,12 +34,7 @@ def test_layout_matches_the_compiler():
         assert (py_offset, dtype.itemsize) == (offset, size), name
     assert (layout["event_bytes"], layout["module_bytes"]) == (
         S.EVENT_DTYPE.itemsize, S.MODULE_DTYPE.itemsize)
-    regions = {"events": S.PROFILE_EVENTS_OFFSET, "stack_words": S.PROFILE_STACKS_OFFSET,
-               "modules": S.PROFILE_MODULES_OFFSET}
     for name, (offset, size) in layout["profile"].items():
-        if name in regions:
-            assert offset == regions[name], name
-            continue
         dtype, py_offset = S.PROFILE_HEADER_DTYPE.fields[name][:2]
         assert (py_offset, dtype.itemsize) == (offset, size), name
     for name, (offset, size) in layout["stats"].items():

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from heapsight import segment
+
 HS = [sys.executable, "-m", "heapsight"]
 
 
@@ -275,3 +277,33 @@ def test_the_segment_is_not_counted_as_the_programs_memory(hs, tmp_path):
     # AND the summary says how much heapsight's segment took
     assert s["heapsight_rss_bytes"] >= mine["seg"] - (64 << 10)
     assert "heapsight's stats segment:" in r.stderr
+
+
+def test_the_profile_holds_a_long_run_and_shrinks_only_where_room_is_short(tmp_path):
+    # GIVEN a program whose 60,000 blocks of 1 MiB are nearly all sampled at the default mean
+    # (120,000 events with their frees: more than the least room holds)
+    exe = build(tmp_path, "long", SAMPLED.replace("100000", "15000"))
+    summary = tmp_path / "s.json"
+    r = subprocess.run([*HS, "run", "--no-save", "--no-heap-map", "--json", str(summary), "--",
+                        exe], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 7, r.stderr[-2000:]
+    s = json.loads(summary.read_text())
+    # THEN every sample is recorded (the 4.6 MiB segment dropped all past the 16,384th)
+    assert s["sites"]["dropped"] == 0
+    assert s["sites"]["samples"] >= 50000   # 1 - e^-2 of 60,000: 51,900 expected
+    assert "not recorded" not in r.stderr
+
+
+@needs_mount
+def test_a_dev_shm_short_of_the_default_room_gets_the_least(tmp_path):
+    # GIVEN a /dev/shm of 8 MiB: the default segment (15.9 MiB) does not fit, the least does
+    exe = build(tmp_path, "long", SAMPLED.replace("100000", "15000"))
+    summary = tmp_path / "s.json"
+    r = _with_small_shm("8m", [*HS, "run", "--no-save", "--no-heap-map", "--json",
+                               str(summary), "--", exe], tmp_path)
+    # THEN the run is measured with the library, its samples past the room counted and said
+    assert r.returncode == 7, r.stderr[-2000:]
+    s = json.loads(summary.read_text())
+    assert s["preload"] == "active"
+    assert 0 < s["sites"]["samples"] <= segment.EVENTS_UNIT // 2
+    assert s["sites"]["dropped"] > 0 and "not recorded" in r.stderr

@@ -5,11 +5,12 @@
 #ifndef HEAPSIGHT_H
 #define HEAPSIGHT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 12
+#define HS_SEGMENT_VERSION 13
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -92,13 +93,20 @@ typedef struct hs_slot_s {
  * event whose stack needs them. A FREE event is only written for a recorded ALLOC, and room
  * for it is kept: every ALLOC's free, if it comes, is recorded. */
 #define HS_PROFILE_MAGIC 0x31464f5250534853ull /* "HSSPROF1": set up by the library */
-/* Sized so the whole segment stays under 5 MiB: its file's pages are reserved in /dev/shm
- * for the run, and its mapping counts against the program's address-space limit. 32,768
- * events hold 16,384 sampled blocks with their frees (8 GiB allocated at the default mean);
- * past them, samples are dropped and counted (dropped_samples). */
-#define HS_PROFILE_EVENTS (1u << 15)
-#define HS_PROFILE_STACK_WORDS (1u << 16)
-#define HS_PROFILE_MODULES 512
+/* The tables follow the profile's header page, sized by the segment file itself: a profile
+ * of room k holds k units of HS_PROFILE_*_UNIT (events, stack words, modules), so its file
+ * is offsetof(hs_segment_t, profile) + HS_PROFILE_TABLES + k * HS_PROFILE_UNIT_BYTES bytes
+ * (hs_profile_room reads k back). The file's pages are reserved in /dev/shm for the run and
+ * its mapping counts against the program's address-space limit: heapsight makes room 8
+ * (262,144 events: 131,072 sampled blocks with their frees, 64 GiB allocated at the default
+ * mean; 13 MiB of tables), or room 1 (1.6 MiB) for a program with an address-space limit or
+ * a small /dev/shm. Past the room, samples are dropped and counted (dropped_samples). */
+#define HS_PROFILE_TABLES 4096u
+#define HS_PROFILE_EVENTS_UNIT (1u << 15)
+#define HS_PROFILE_WORDS_UNIT (1u << 16)
+#define HS_PROFILE_MODULES_UNIT 512u
+#define HS_PROFILE_ROOM_DEFAULT 8u
+#define HS_PROFILE_ROOM_MAX 16u
 #define HS_MAX_FRAMES 64
 /* MAP: an anonymous private mmap (or brk) the program made itself, outside malloc (every
  * one, not sampled: they are few); its munmap is a FREE naming it like an ALLOC's. */
@@ -128,9 +136,7 @@ typedef struct hs_profile_s {
   uint64_t dropped_samples;  /* samples not recorded: a region was full */
   uint64_t unwind_ns, unwinds, unwind_frames; /* what unwinding cost, in all */
   uint64_t reserved[7];
-  hs_event_t events[HS_PROFILE_EVENTS] __attribute__((aligned(4096)));
-  uint64_t stack_words[HS_PROFILE_STACK_WORDS];
-  hs_module_t modules[HS_PROFILE_MODULES];
+  /* the tables, from HS_PROFILE_TABLES: hs_profile_events, _words, _modules below */
 } hs_profile_t;
 
 #define HS_MAX_OWNERS 16
@@ -192,6 +198,36 @@ typedef struct hs_segment_s {
   /* Sampled allocations with their call stacks (profile.c). Left out of the file (its size
    * ends here) when the run samples nothing. */
   hs_profile_t profile __attribute__((aligned(4096)));
+  /* then the profile's tables, as many as the file's size says */
 } hs_segment_t;
+
+#define HS_PROFILE_UNIT_BYTES                                                               \
+  ((uint64_t)HS_PROFILE_EVENTS_UNIT * sizeof(hs_event_t) + (uint64_t)HS_PROFILE_WORDS_UNIT * 8 + \
+   (uint64_t)HS_PROFILE_MODULES_UNIT * sizeof(hs_module_t))
+/* a segment without the profile (the run samples nothing) ends where the profile starts */
+#define HS_SEGMENT_BASE_BYTES ((uint64_t)offsetof(hs_segment_t, profile))
+
+/* The bytes of a segment file with a profile of room k (0: without the profile). */
+static inline uint64_t hs_segment_bytes(uint64_t room) {
+  return room ? HS_SEGMENT_BASE_BYTES + HS_PROFILE_TABLES + room * HS_PROFILE_UNIT_BYTES
+              : HS_SEGMENT_BASE_BYTES;
+}
+
+/* The room of a segment file of this size; 0 when it has no profile (or is no segment). */
+static inline uint64_t hs_profile_room(uint64_t size_bytes) {
+  for (uint64_t k = 1; k <= HS_PROFILE_ROOM_MAX; k++)
+    if (hs_segment_bytes(k) == size_bytes) return k;
+  return 0;
+}
+
+static inline hs_event_t *hs_profile_events(hs_profile_t *p) {
+  return (hs_event_t *)(void *)((char *)p + HS_PROFILE_TABLES);
+}
+static inline uint64_t *hs_profile_words(hs_profile_t *p, uint64_t room) {
+  return (uint64_t *)(void *)(hs_profile_events(p) + room * HS_PROFILE_EVENTS_UNIT);
+}
+static inline hs_module_t *hs_profile_modules(hs_profile_t *p, uint64_t room) {
+  return (hs_module_t *)(void *)(hs_profile_words(p, room) + room * HS_PROFILE_WORDS_UNIT);
+}
 
 #endif

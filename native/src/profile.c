@@ -73,7 +73,12 @@ static uintptr_t g_vdso;
  * dlclose has unloaded since they were recorded (their ranges no longer count). */
 #define HS_PAGE_CACHE 1024
 static uint64_t g_known_pages[HS_PAGE_CACHE];
-static unsigned char g_dead[HS_PROFILE_MODULES];
+static unsigned char g_dead[HS_PROFILE_ROOM_MAX * HS_PROFILE_MODULES_UNIT];
+/* The profile's tables and their room, from the segment file's size (_hs_profile_setup). */
+static hs_event_t *g_events;
+static uint64_t *g_words;
+static hs_module_t *g_modules;
+static uint64_t g_events_cap, g_words_cap, g_modules_cap;
 static unsigned g_dlclose_gen, g_dlclose_seen;
 static int g_revalidating;
 
@@ -245,7 +250,7 @@ static int covered(hs_profile_t *pr, uintptr_t a) {
   if (__atomic_load_n(slot, __ATOMIC_RELAXED) == page) return 1;
   uint64_t n = __atomic_load_n(&pr->modules_used, __ATOMIC_ACQUIRE);
   for (uint64_t i = 0; i < n; i++) {
-    if (a >= pr->modules[i].lo && a < pr->modules[i].hi && !g_dead[i]) {
+    if (a >= g_modules[i].lo && a < g_modules[i].hi && !g_dead[i]) {
       __atomic_store_n(slot, page, __ATOMIC_RELAXED);
       return 1;
     }
@@ -265,8 +270,8 @@ static void revalidate(hs_profile_t *pr) {
   for (uint64_t i = 0; i < n; i++) {
     hs_module_t now;
     if (g_dead[i]) continue;
-    if (!find_object(pr->modules[i].lo, &now) || now.lo != pr->modules[i].lo ||
-        now.bias != pr->modules[i].bias)
+    if (!find_object(g_modules[i].lo, &now) || now.lo != g_modules[i].lo ||
+        now.bias != g_modules[i].bias)
       g_dead[i] = 1;
   }
   for (unsigned i = 0; i < HS_PAGE_CACHE; i++) __atomic_store_n(&g_known_pages[i], 0, __ATOMIC_RELAXED);
@@ -315,14 +320,14 @@ static uint32_t stack_offset(hs_profile_t *pr, const uint64_t *f, int n) {
     uint64_t mask = g_stacks.cap - 1;
     for (uint64_t j = mix64(h) & mask; g_stacks.e[j].key; j = (j + 1) & mask) {
       if (g_stacks.e[j].key != h) continue;
-      const uint64_t *w = &pr->stack_words[g_stacks.e[j].val];
+      const uint64_t *w = &g_words[g_stacks.e[j].val];
       if (w[0] == (uint64_t)n && memcmp(w + 1, f, (size_t)n * 8) == 0) return (uint32_t)g_stacks.e[j].val;
     }
   }
   uint64_t o = pr->stack_words_used;
-  if (o + 1 + (uint64_t)n > HS_PROFILE_STACK_WORDS || !table_room(&g_stacks)) return 0;
-  pr->stack_words[o] = (uint64_t)n;
-  memcpy(&pr->stack_words[o + 1], f, (size_t)n * 8);
+  if (o + 1 + (uint64_t)n > g_words_cap || !table_room(&g_stacks)) return 0;
+  g_words[o] = (uint64_t)n;
+  memcpy(&g_words[o + 1], f, (size_t)n * 8);
   __atomic_store_n(&pr->stack_words_used, o + 1 + (uint64_t)n, __ATOMIC_RELEASE);
   /* several stacks may share a hash: put keeps one entry per (hash, offset) pair */
   uint64_t mask = g_stacks.cap - 1, j = mix64(h) & mask;
@@ -335,7 +340,7 @@ static uint32_t stack_offset(hs_profile_t *pr, const uint64_t *f, int n) {
 
 static void put_event(hs_profile_t *pr, uint64_t i, uint64_t addr, uint64_t size,
                       uint32_t stack, uint32_t kind) {
-  hs_event_t *e = &pr->events[i];
+  hs_event_t *e = &g_events[i];
   e->addr = addr;
   e->size = size;
   e->time_ns = _hs_now_ns();
@@ -351,9 +356,9 @@ static void add_modules(hs_profile_t *pr, hs_module_t *fresh, int n) {
   for (int k = 0; k < n; k++) {
     if (covered(pr, (uintptr_t)fresh[k].lo)) continue; /* another thread was first */
     uint64_t m = pr->modules_used;
-    if (m >= HS_PROFILE_MODULES) { g_full = 1; return; }
+    if (m >= g_modules_cap) { g_full = 1; return; }
     fresh[k].first_event = pr->events_used;
-    pr->modules[m] = fresh[k];
+    g_modules[m] = fresh[k];
     __atomic_store_n(&pr->modules_used, m + 1, __ATOMIC_RELEASE);
   }
 }
@@ -402,7 +407,7 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
   uint32_t stack = g_full ? 0 : stack_offset(pr, frames, n);
   /* room for this ALLOC and for the FREE of every block still live, this one included */
   uint64_t used = pr->events_used;
-  if (g_full || (n && !stack) || used + g_live.used + 2 > HS_PROFILE_EVENTS ||
+  if (g_full || (n && !stack) || used + g_live.used + 2 > g_events_cap ||
       !table_room(&g_live)) {
     g_full = 1;
     unlock();
@@ -496,13 +501,19 @@ void _hs_profile_setup(void) {
   _hs_options_read_sampling();
   hs_segment_t *seg = _hs_seg;
   /* a segment made without the profile's tables (the run samples nothing) has no room */
-  int room = seg && _hs_is_owner() && seg->size_bytes >= sizeof(hs_segment_t);
+  uint64_t room = seg && _hs_is_owner() ? hs_profile_room(seg->size_bytes) : 0;
   int on = room && _hs_opt.sample_bytes > 0;
   if (room) {
     hs_profile_t *pr = &seg->profile;
+    g_events = hs_profile_events(pr);
+    g_words = hs_profile_words(pr, room);
+    g_modules = hs_profile_modules(pr, room);
+    g_events_cap = room * HS_PROFILE_EVENTS_UNIT;
+    g_words_cap = room * HS_PROFILE_WORDS_UNIT;
+    g_modules_cap = room * HS_PROFILE_MODULES_UNIT;
     pr->mean_bytes = _hs_opt.sample_bytes;
     if (on) {
-      pr->stack_words[0] = 0; /* offset 0: the empty stack */
+      g_words[0] = 0; /* offset 0: the empty stack */
       __atomic_store_n(&pr->stack_words_used, 1, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&pr->magic, HS_PROFILE_MAGIC, __ATOMIC_RELEASE);
@@ -556,11 +567,14 @@ static void clear(void *start, uint64_t bytes) {
 
 void _hs_profile_reset(hs_segment_t *seg) {
   hs_profile_t *pr = &seg->profile;
+  uint64_t room = hs_profile_room(seg->size_bytes);
   uint64_t ev = pr->events_used, sw = pr->stack_words_used, mo = pr->modules_used;
-  clear(pr->events, (ev < HS_PROFILE_EVENTS ? ev : HS_PROFILE_EVENTS) * sizeof(hs_event_t));
-  clear(pr->stack_words, (sw < HS_PROFILE_STACK_WORDS ? sw : HS_PROFILE_STACK_WORDS) * 8);
-  clear(pr->modules, (mo < HS_PROFILE_MODULES ? mo : HS_PROFILE_MODULES) * sizeof(hs_module_t));
-  memset(pr, 0, offsetof(hs_profile_t, events));
+  uint64_t ev_cap = room * HS_PROFILE_EVENTS_UNIT, sw_cap = room * HS_PROFILE_WORDS_UNIT,
+           mo_cap = room * HS_PROFILE_MODULES_UNIT;
+  clear(hs_profile_events(pr), (ev < ev_cap ? ev : ev_cap) * sizeof(hs_event_t));
+  clear(hs_profile_words(pr, room), (sw < sw_cap ? sw : sw_cap) * 8);
+  clear(hs_profile_modules(pr, room), (mo < mo_cap ? mo : mo_cap) * sizeof(hs_module_t));
+  memset(pr, 0, sizeof *pr);
 }
 
 /* Anonymous memory the program maps itself (mappings.c): every mapping is recorded with its

@@ -139,15 +139,19 @@ static int read_stats(const hs_segment_t *seg, uint64_t *seen, double *row) {
 /* The segment's pages resident in the program (its owner): present in its page tables,
  * from /proc/PID/pagemap (bit 63) over the range the library mapped it at. -1 if unknown. */
 static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_bytes) {
-  static uint64_t entries[(sizeof(hs_segment_t) + 4095) / 4096];
+  uint64_t entries[512];
   uint64_t at = __atomic_load_n(&seg->mapped_at, __ATOMIC_ACQUIRE);
   uint64_t page = (uint64_t)page_bytes, n = seg->size_bytes / page;
-  if (pagemap_fd < 0 || !at || !page || n > sizeof entries / 8) return -1;
-  ssize_t got = pread(pagemap_fd, entries, n * 8, (off_t)(at / page * 8));
-  if (got != (ssize_t)(n * 8)) return -1;
+  if (pagemap_fd < 0 || !at || !page) return -1;
   uint64_t present = 0;
-  for (uint64_t i = 0; i < n; i++) /* present (bit 63), a shared page (61) */
-    present += (entries[i] >> 61 & 5) == 5;
+  for (uint64_t done = 0; done < n;) { /* a page of entries at a time */
+    uint64_t want = n - done < 512 ? n - done : 512;
+    ssize_t got = pread(pagemap_fd, entries, want * 8, (off_t)((at / page + done) * 8));
+    if (got != (ssize_t)(want * 8)) return -1;
+    for (uint64_t i = 0; i < want; i++) /* present (bit 63), a shared page (61) */
+      present += (entries[i] >> 61 & 5) == 5;
+    done += want;
+  }
   return (double)present * page_bytes;
 }
 

@@ -24,10 +24,9 @@ static dev_t g_dev;           /* the attached file, for the fork child to find i
 static ino_t g_ino;
 static int g_owner;
 
-/* The two sizes a segment file may have: with the profile's tables (sampling on), or
- * without them when the run samples nothing (HEAPSIGHT_SAMPLE_BYTES=0). */
-#define HS_SEGMENT_BASE_BYTES offsetof(hs_segment_t, profile)
-static int valid_size(uint64_t n) { return n == sizeof(hs_segment_t) || n == HS_SEGMENT_BASE_BYTES; }
+/* The sizes a segment file may have: with the profile's tables (sampling on; the size
+ * says their room, heapsight.h), or without them when the run samples nothing. */
+static int valid_size(uint64_t n) { return n == HS_SEGMENT_BASE_BYTES || hs_profile_room(n) != 0; }
 
 uint64_t _hs_now_ns(void) {
   struct timespec ts;
@@ -213,10 +212,10 @@ static const char *make_own_segment(char *buf, size_t len) {
   memset(head, 0, sizeof head);
   HEAD_SET(head, magic, HS_SEGMENT_CREATED);
   HEAD_SET(head, version, HS_SEGMENT_VERSION);
-  HEAD_SET(head, size_bytes, sizeof(hs_segment_t));
+  HEAD_SET(head, size_bytes, hs_segment_bytes(HS_PROFILE_ROOM_DEFAULT));
   HEAD_SET(head, creator_pid, (uint64_t)getpid());
   /* its pages reserved now: a tmpfs that runs out later would be SIGBUS at a write */
-  int ok = fchmod(fd, 0600) == 0 && posix_fallocate(fd, 0, sizeof(hs_segment_t)) == 0 &&
+  int ok = fchmod(fd, 0600) == 0 && posix_fallocate(fd, 0, (off_t)hs_segment_bytes(HS_PROFILE_ROOM_DEFAULT)) == 0 &&
            pwrite(fd, head, sizeof head, 0) == (ssize_t)sizeof head;
   close(fd);
   if (!ok) {
@@ -269,7 +268,7 @@ void _hs_segment_attach(void) {
          * would make them resident in the program */
         uint64_t used = seg->slots_used < HS_MAX_SLOTS ? seg->slots_used + 1 : HS_MAX_SLOTS;
         memset(seg, 0, offsetof(hs_segment_t, slots) + (size_t)used * sizeof(hs_slot_t));
-        if (g_len == sizeof(hs_segment_t)) _hs_profile_reset(seg);
+        if (hs_profile_room(g_len)) _hs_profile_reset(seg);
         seg->owner_pid = me;
         seg->execs = execs;
         seg->forks = forks;

@@ -38,10 +38,16 @@ int main(void) {
   first = 0;
   printf("}, \"profile\": {");
   PROF(magic); PROF(mean_bytes); PROF(events_used); PROF(stack_words_used); PROF(modules_used);
-  PROF(dropped_samples); PROF(unwind_ns); PROF(unwinds); PROF(unwind_frames); PROF(events);
-  PROF(stack_words); PROF(modules);
+  PROF(dropped_samples); PROF(unwind_ns); PROF(unwinds); PROF(unwind_frames);
   first = 0;
   printf("}, \"event_bytes\": %zu, \"module_bytes\": %zu", sizeof(hs_event_t), sizeof(hs_module_t));
+  printf(", \"profile_tables\": %u, \"profile_unit_bytes\": %llu, \"room_default\": %u, "
+         "\"segment_bytes_by_room\": [", HS_PROFILE_TABLES,
+         (unsigned long long)HS_PROFILE_UNIT_BYTES, HS_PROFILE_ROOM_DEFAULT);
+  for (unsigned k = 0; k <= HS_PROFILE_ROOM_MAX; k++)
+    printf("%s%llu", k ? ", " : "", (unsigned long long)hs_segment_bytes(k));
+  printf("], \"unit\": [%u, %u, %u]", HS_PROFILE_EVENTS_UNIT, HS_PROFILE_WORDS_UNIT,
+         HS_PROFILE_MODULES_UNIT);
   printf(", \"stats\": {");
   STATS(time_ns); STATS(in_use_bytes); STATS(free_bytes); STATS(mapped_bytes);
   STATS(resident_bytes); STATS(mmapped_bytes); STATS(arenas); STATS(top_pad_bytes); STATS(raw);

@@ -111,21 +111,22 @@ def _region(fd: int, offset: int, dtype, count: int) -> np.ndarray:
 
 
 def _read(fd: int) -> Profile | None:
+    lay = S.profile_layout(os.fstat(fd).st_size)
+    if lay is None:   # made without the profile's tables: the run sampled nothing
+        return None
     head = _region(fd, 0, S.PROFILE_HEADER_DTYPE, 1)
     if len(head) != 1 or int(head["magic"][0]) != S.PROFILE_MAGIC:
         return None
     h = {k: int(head[k][0]) for k in S.PROFILE_HEADER_DTYPE.names if k != "reserved"}
     if not h["mean_bytes"]:
         return None
-    n = min(h["events_used"], S.PROFILE_EVENTS)
-    ev = _region(fd, S.PROFILE_EVENTS_OFFSET, S.EVENT_DTYPE, n)
+    n = min(h["events_used"], lay.events)
+    ev = _region(fd, lay.events_offset, S.EVENT_DTYPE, n)
     kind = ev["kind"]
     allocs, matched = _with_frees(ev, kind, S.EVENT_ALLOC, n)
     maps, _ = _with_frees(ev, kind, S.EVENT_MAP, n)
-    words = _region(fd, S.PROFILE_STACKS_OFFSET, "<u8",
-                    min(h["stack_words_used"], S.PROFILE_STACK_WORDS))
-    mods = _region(fd, S.PROFILE_MODULES_OFFSET, S.MODULE_DTYPE,
-                   min(h["modules_used"], S.PROFILE_MODULES))
+    words = _region(fd, lay.stacks_offset, "<u8", min(h["stack_words_used"], lay.stack_words))
+    mods = _region(fd, lay.modules_offset, S.MODULE_DTYPE, min(h["modules_used"], lay.modules))
     modules = tuple(Module(int(m["lo"]), int(m["hi"]), int(m["bias"]), int(m["first_event"]),
                            bytes(m["path"]).split(b"\0")[0].decode(errors="surrogateescape"))
                     for m in mods if int(m["hi"]) > int(m["lo"]))

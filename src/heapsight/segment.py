@@ -3,9 +3,11 @@ checks this layout against the compiler's) and a reader the sampler calls every 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
+import resource
 import secrets
 import stat
 import tempfile
@@ -17,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 12
+VERSION = 13
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -78,10 +80,13 @@ HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 _SCALARS = ("usable_alloc_bytes", "usable_free_bytes", "n_realloc", "n_mmapped",
             "n_mmapped_large")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
-# Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary;
+# Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary:
+# a header page, then the tables, as many as the file's size says (its room, heapsight.h);
 # left out of the file when the run samples nothing (SEGMENT_BASE_BYTES).
 PROFILE_MAGIC = 0x31464f5250534853
-PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = 1 << 15, 1 << 16, 512
+PROFILE_TABLES = 4096           # within the profile: the tables start a page in
+EVENTS_UNIT, WORDS_UNIT, MODULES_UNIT = 1 << 15, 1 << 16, 512
+ROOM_DEFAULT, ROOM_SMALL, ROOM_MAX = 8, 1, 16
 EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE, EVENT_MAP = 0, 1, 2, 3
 EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
                         ("kind", "<u4")])
@@ -92,13 +97,55 @@ PROFILE_HEADER_DTYPE = np.dtype([
     ("modules_used", U8), ("dropped_samples", U8), ("unwind_ns", U8), ("unwinds", U8),
     ("unwind_frames", U8), ("reserved", U8, (7,)),
 ])
-PROFILE_EVENTS_OFFSET = 4096  # within the profile: events are page aligned
-PROFILE_STACKS_OFFSET = PROFILE_EVENTS_OFFSET + PROFILE_EVENTS * EVENT_DTYPE.itemsize
-PROFILE_MODULES_OFFSET = PROFILE_STACKS_OFFSET + PROFILE_STACK_WORDS * 8
-PROFILE_BYTES = PROFILE_MODULES_OFFSET + PROFILE_MODULES * MODULE_DTYPE.itemsize
+UNIT_BYTES = EVENTS_UNIT * EVENT_DTYPE.itemsize + WORDS_UNIT * 8 + MODULES_UNIT * MODULE_DTYPE.itemsize
 PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize + 4095) // 4096 * 4096
-SEGMENT_BYTES = PROFILE_OFFSET + (PROFILE_BYTES + 4095) // 4096 * 4096
 SEGMENT_BASE_BYTES = PROFILE_OFFSET   # the file without the profile's tables
+
+
+@dataclass(frozen=True)
+class ProfileLayout:
+    """The profile's tables in a segment of one room: their lengths, and their offsets from
+    the profile's start."""
+    room: int
+    events: int
+    stack_words: int
+    modules: int
+    events_offset: int
+    stacks_offset: int
+    modules_offset: int
+
+
+def profile_room() -> int:
+    """The profile's room for a run: the default, or the least when the program will have
+    an address-space limit (it inherits heapsight's), which the segment's mapping counts
+    against."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return ROOM_DEFAULT if soft == resource.RLIM_INFINITY else ROOM_SMALL
+
+
+def segment_bytes(room: int) -> int:
+    """The size of a segment file whose profile has this room (0: no profile)."""
+    return PROFILE_OFFSET + PROFILE_TABLES + room * UNIT_BYTES if room else SEGMENT_BASE_BYTES
+
+
+def profile_layout(size_bytes: int) -> ProfileLayout | None:
+    """The tables of a segment file of this size; None when it has no profile."""
+    for room in range(1, ROOM_MAX + 1):
+        if segment_bytes(room) == size_bytes:
+            ev, words = room * EVENTS_UNIT, room * WORDS_UNIT
+            stacks = PROFILE_TABLES + ev * EVENT_DTYPE.itemsize
+            return ProfileLayout(room, ev, words, room * MODULES_UNIT, PROFILE_TABLES, stacks,
+                                 stacks + words * 8)
+    return None
+
+
+# a segment of the default room (what a run makes unless told otherwise)
+SEGMENT_BYTES = segment_bytes(ROOM_DEFAULT)
+_DEFAULT = profile_layout(SEGMENT_BYTES)
+PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = _DEFAULT.events, _DEFAULT.stack_words, _DEFAULT.modules
+PROFILE_EVENTS_OFFSET = _DEFAULT.events_offset
+PROFILE_STACKS_OFFSET = _DEFAULT.stacks_offset
+PROFILE_MODULES_OFFSET = _DEFAULT.modules_offset
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -239,7 +286,18 @@ class Segment:
             self._open_existing(existing)
             return
         remove_stale_segments()
-        size = SEGMENT_BYTES if profile else SEGMENT_BASE_BYTES
+        rooms = [profile_room()] if profile else [0]
+        if rooms[0] > ROOM_SMALL:
+            rooms.append(ROOM_SMALL)   # a /dev/shm without room for the default: the least
+        for room in rooms:
+            try:
+                self._create(segment_bytes(room))
+                return
+            except OSError as e:
+                if e.errno != errno.ENOSPC or room == rooms[-1]:
+                    raise
+
+    def _create(self, size: int) -> None:
         self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
@@ -274,7 +332,8 @@ class Segment:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
-            if st.st_size not in (SEGMENT_BYTES, SEGMENT_BASE_BYTES) or not stat.S_ISREG(st.st_mode):
+            if not stat.S_ISREG(st.st_mode) or (st.st_size != SEGMENT_BASE_BYTES and
+                                                 profile_layout(st.st_size) is None):
                 raise ValueError(f"{path} is not a segment of this heapsight (size {st.st_size})")
             self._map = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
             self.size_bytes = st.st_size
@@ -362,16 +421,17 @@ class Segment:
         up to the last one used, and the used parts of the profile's regions."""
         pages = lambda lo, hi: (hi + PAGE_BYTES - 1) // PAGE_BYTES - lo // PAGE_BYTES if hi > lo else 0
         n = pages(0, SLOTS_OFFSET + (self._used() + 1) * SLOT_DTYPE.itemsize)
-        if self.size_bytes >= SEGMENT_BYTES:
+        lay = profile_layout(self.size_bytes)
+        if lay is not None:
             head = np.frombuffer(self._map, PROFILE_HEADER_DTYPE, count=1, offset=PROFILE_OFFSET)[0]
             if int(head["magic"]) == PROFILE_MAGIC:
                 base = PROFILE_OFFSET
-                n += 1 + pages(base + PROFILE_EVENTS_OFFSET, base + PROFILE_EVENTS_OFFSET +
-                               min(int(head["events_used"]), PROFILE_EVENTS) * EVENT_DTYPE.itemsize)
-                n += pages(base + PROFILE_STACKS_OFFSET, base + PROFILE_STACKS_OFFSET +
-                           min(int(head["stack_words_used"]), PROFILE_STACK_WORDS) * 8)
-                n += pages(base + PROFILE_MODULES_OFFSET, base + PROFILE_MODULES_OFFSET +
-                           min(int(head["modules_used"]), PROFILE_MODULES) * MODULE_DTYPE.itemsize)
+                n += 1 + pages(base + lay.events_offset, base + lay.events_offset +
+                               min(int(head["events_used"]), lay.events) * EVENT_DTYPE.itemsize)
+                n += pages(base + lay.stacks_offset, base + lay.stacks_offset +
+                           min(int(head["stack_words_used"]), lay.stack_words) * 8)
+                n += pages(base + lay.modules_offset, base + lay.modules_offset +
+                           min(int(head["modules_used"]), lay.modules) * MODULE_DTYPE.itemsize)
         return n * PAGE_BYTES
 
     def allocator_name(self) -> str:
