@@ -130,7 +130,7 @@ typedef struct hs_module_s {
 typedef struct hs_profile_s {
   uint64_t magic;
   uint64_t mean_bytes;       /* sampling mean; 0: off */
-  uint64_t events_used;      /* claimed (past HS_PROFILE_EVENTS: dropped, counted below) */
+  uint64_t events_used;      /* claimed (past the room: dropped, counted below) */
   uint64_t stack_words_used;
   uint64_t modules_used;
   uint64_t dropped_samples;  /* samples not recorded: a region was full */
