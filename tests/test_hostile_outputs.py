@@ -1,7 +1,9 @@
 """Hostile output paths and input files, end to end through `python -m heapsight`: a device
-or a FIFO is written in place, parallel runs share no temporary file, a bad path is refused
-before the program runs, records are private, and `heapsight report` refuses a gzip bomb
-without taking its memory."""
+or a FIFO is written in place, a FIFO nobody reads is refused at once, /dev/stdout comes
+after the program's output and never replaces it, parallel runs share no temporary file
+and never replace each other's records, a bad path is refused before the program runs,
+records are private, an unwritable stderr keeps the program's exit code, and `heapsight
+report` refuses a FIFO and a gzip bomb at once."""
 
 from __future__ import annotations
 
@@ -52,24 +54,95 @@ def test_record_into_a_fifo_stays_a_fifo(tmp_path):
     assert temporaries(tmp_path) == []
 
 
-def test_ctrl_c_ends_a_run_whose_fifo_nobody_reads(tmp_path):
-    # GIVEN a run whose record goes to a FIFO that has no reader
+@pytest.mark.parametrize("option", ["-o", "--json", "--html"])
+def test_a_fifo_nobody_reads_is_refused_before_the_program_runs(tmp_path, option):
+    fifo, marker = tmp_path / "pipe", tmp_path / "ran"
+    os.mkfifo(fifo)
+    p = hs("run", "-q", option, str(fifo), "--", "touch", str(marker), cwd=tmp_path, timeout=30)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "is a FIFO with no reader" in lines[0], p.stderr
+    assert not marker.exists() and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_report_on_a_fifo_is_refused_at_once(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    p = subprocess.Popen([*HS, "run", "-q", "-o", str(fifo), "--", "true"], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)   # the program has ended; heapsight waits for a reader
-    assert p.poll() is None
-    # WHEN Ctrl-C comes THEN heapsight ends (130) instead of waiting on
-    p.send_signal(signal.SIGINT)
-    try:
-        _, err = p.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.communicate()
-        pytest.fail("heapsight kept waiting for the FIFO's reader after Ctrl-C")
-    assert p.returncode == 130 and "Traceback" not in err, err
-    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and temporaries(tmp_path) == []
+    p = hs("report", str(fifo), "-o", str(tmp_path / "page.html"), cwd=tmp_path, timeout=30)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"heapsight: error: {fifo}: is a FIFO (named pipe)"), p.stderr
+
+
+# The program prints a line and exits 3; the JSON goes to /dev/stdout.
+TO_STDOUT = ["run", "-q", "--no-save", "--json", "/dev/stdout", "--", "sh", "-c",
+             "echo program output; exit 3"]
+
+
+def test_json_to_dev_stdout_a_file_comes_after_the_programs_output(tmp_path):
+    # GIVEN stdout redirected to a file the user made (0644)
+    out = tmp_path / "out.txt"
+    out.write_text("")
+    os.chmod(out, 0o644)
+    inode = os.stat(out).st_ino
+    with open(out, "wb") as f:
+        p = subprocess.run([*HS, *TO_STDOUT], stdout=f, stderr=subprocess.PIPE, text=True,
+                           cwd=tmp_path, timeout=120)
+    # THEN the program's line is kept, the JSON follows it, the file is the same one
+    assert p.returncode == 3, p.stderr
+    first, rest = out.read_text().split("\n", 1)
+    assert first == "program output" and json.loads(rest)["exit_code"] == 3
+    assert os.stat(out).st_ino == inode and stat.S_IMODE(os.stat(out).st_mode) == 0o644
+
+
+def test_json_to_dev_stdout_a_pipe_is_streamed(tmp_path):
+    p = subprocess.run([*HS, *TO_STDOUT], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120)
+    assert p.returncode == 3 and "Traceback" not in p.stderr, p.stderr
+    first, rest = p.stdout.split("\n", 1)
+    assert first == "program output" and json.loads(rest)["exit_code"] == 3
+
+
+def test_the_file_stdout_goes_to_is_refused_by_its_name(tmp_path):
+    # `heapsight run --json out.txt -- prog > out.txt` would replace the program's output
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as f:
+        p = subprocess.run([*HS, "run", "-q", "--no-save", "--json", str(out), "--", "echo", "x"],
+                           stdout=f, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 2 and "is heapsight's stdout too" in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1
+
+
+def test_two_runs_with_one_record_name_keep_both(tmp_path):
+    # GIVEN two runs given the same -o, the second ending while the first is saved
+    rec = tmp_path / "same.hsrun.json.gz"
+    procs = [subprocess.Popen([*HS, "run", "-q", "-o", str(rec), "--", "sleep", str(t)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for t in (0.3, 1.5)]
+    errs = [pr.communicate(timeout=120)[1] for pr in procs]
+    # THEN neither replaced the other: the later one is beside it, and says where
+    assert [pr.returncode for pr in procs] == [0, 0], errs
+    other = tmp_path / "same-1.hsrun.json.gz"
+    assert "not replaced; written to" in errs[1] and str(other) in errs[1], errs
+    durations = sorted(json.loads(gzip.open(f).read())["summary"]["duration_s"] for f in (rec, other))
+    assert durations[0] < 1.0 < durations[1]
+    assert temporaries(tmp_path) == []
+
+
+@pytest.mark.parametrize("stderr", ["full", "closed", "pipe-closed"])
+def test_an_unwritable_stderr_keeps_the_programs_exit_code(tmp_path, stderr):
+    argv = [*HS, "run", "--no-save", "--", "sh", "-c", "exit 3"]
+    if stderr == "full":
+        with open("/dev/full", "wb") as full:
+            p = subprocess.run(argv, stderr=full, stdout=subprocess.PIPE, cwd=tmp_path, timeout=120)
+    elif stderr == "closed":
+        p = subprocess.run(argv, stdout=subprocess.PIPE, cwd=tmp_path, timeout=120,
+                           preexec_fn=lambda: os.close(2))
+    else:
+        r, w = os.pipe()
+        os.close(r)   # nobody reads heapsight's stderr: writes fail with EPIPE
+        p = subprocess.run(argv, stderr=w, stdout=subprocess.PIPE, cwd=tmp_path, timeout=120)
+        os.close(w)
+    # THEN heapsight exits with the program's code, and never writes its summary to stdout
+    assert p.returncode == 3 and p.stdout == b"", p.stdout[-300:]
 
 
 def test_parallel_runs_with_one_json_file_both_succeed(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from heapsight import __version__
@@ -45,7 +46,62 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class BestEffort:
+    """heapsight's stderr: what cannot be written there (2>/dev/full, a pipe nobody reads,
+    a closed fd 2) is dropped, so the exit code still says how the program ended."""
+
+    def __init__(self, stream):
+        self._stream = stream if stream is not None else open(os.devnull, "w")
+        self._failed = False
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            self._give_up()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            self._give_up()
+
+    def _give_up(self):
+        # what is left in the old stream's buffer would fail again at exit (exit code 120)
+        self._stream = open(os.devnull, "w")
+        self._failed = True
+
+    def usable(self) -> bool:
+        return not self._failed
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _finish_stdout() -> None:
+    """Flushes stdout now: a failure here was reported already (or cannot be), and must
+    not fail again at exit and change the exit code."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        sys.stdout = open(os.devnull, "w")
+
+
 def main(argv: list | None = None) -> int:
+    given = sys.stderr
+    sys.stderr = errors = BestEffort(given)
+    try:
+        return _main(argv)
+    finally:
+        _finish_stdout()
+        errors.flush()
+        if sys.stderr is errors and errors.usable():   # else a stream that fails stays away
+            sys.stderr = given
+
+
+def _main(argv: list | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.print_man:

@@ -42,9 +42,10 @@ def to_json_dict(summary: Summary, timeline: Timeline | None) -> dict:
     return doc
 
 
-def save(path: str, summary: Summary, timeline: Timeline) -> None:
-    """The run record, gzip'd by its .gz suffix (output.save_doc: whole or not at all)."""
-    output.save_doc(path, to_json_dict(summary, timeline))
+def save(path: str, summary: Summary, timeline: Timeline) -> str:
+    """The run record, gzip'd by its .gz suffix (output.save_doc: whole or not at all);
+    the path written."""
+    return output.save_doc(path, to_json_dict(summary, timeline))
 
 
 # The writers' earlier home; output.py is the one writer now.
@@ -58,8 +59,33 @@ def _refuse(path: str, problem: str) -> HeapsightError:
     return HeapsightError(f"{path}: {problem}", 2)
 
 
+def _pipe_dev() -> int:
+    """The device of anonymous pipes (pipefs): a pipe such as <(zcat r.gz) has one."""
+    r, w = os.pipe()
+    try:
+        return os.fstat(r).st_dev
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _refuse_special(path: str) -> None:
+    """A named FIFO would wait for a writer, a terminal for typing: refused at once."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return   # open() says why
+    mode = st.st_mode
+    if stat.S_ISFIFO(mode) and st.st_dev != _pipe_dev():
+        raise _refuse(path, "is a FIFO (named pipe), which would wait for a writer: give the "
+                            "file itself, or a pipe such as <(zcat run.hsrun.json.gz)")
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise _refuse(path, "is a device or a socket, not a heapsight file")
+
+
 def _read(path: str) -> bytes:
-    """The file's bytes, at most MAX_JSON_BYTES of them (a FIFO or <(...) too)."""
+    """The file's bytes, at most MAX_JSON_BYTES of them (a pipe such as <(...) too)."""
+    _refuse_special(path)
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())

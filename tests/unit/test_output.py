@@ -1,7 +1,8 @@
 """output.py, the one writer: the up-front check of an output path, and a write that is
-whole or not at all, never replaces a device or a FIFO, never shares a temporary file,
-makes private files, finishes under Ctrl-C but does not hang on a FIFO nobody reads; and
-non-UTF-8 arguments through JSON and the page."""
+whole or not at all, never replaces a device, a FIFO, heapsight's own stdout or a file
+another process made meanwhile, never shares a temporary file, makes private files and
+keeps a replaced one's mode, finishes under Ctrl-C and refuses a FIFO nobody reads at
+once; and non-UTF-8 arguments through JSON and the page."""
 
 from __future__ import annotations
 
@@ -70,15 +71,91 @@ def test_stdout_only_where_allowed():
     output.check("-", "--json", allow_stdout=True)
 
 
-def test_check_accepts_devices_fifos_links_and_new_files(tmp_path):
-    os.mkfifo(tmp_path / "fifo")
+def test_check_accepts_devices_links_and_new_files(tmp_path):
     (tmp_path / "real.json").write_text("{}")
     os.symlink(tmp_path / "real.json", tmp_path / "link.json")
     os.symlink(tmp_path / "new.json", tmp_path / "dangling.json")
-    for ok in ("/dev/null", tmp_path / "fifo", tmp_path / "link.json", tmp_path / "dangling.json",
+    for ok in ("/dev/null", tmp_path / "link.json", tmp_path / "dangling.json",
                tmp_path / "new.json", tmp_path / ("r" * 250)):
         output.check(str(ok), "--json")
-    assert leftovers(tmp_path) == [] and not (tmp_path / "new.json").exists()
+
+
+def test_a_fifo_with_no_reader_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    refused(fifo, "is a FIFO with no reader", "start its reader first")
+    with pytest.raises(HeapsightError, match="the FIFO has no reader") as e:
+        output.write(str(fifo), b"{}")
+    assert e.value.exit_code == 1 and time.monotonic() - started < 2
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_own_descriptors_are_written_through_never_replaced(tmp_path):
+    # GIVEN heapsight's fd 1 on a file that holds the program's output (> out.txt)
+    out = tmp_path / "out.txt"
+    out.write_bytes(b"")
+    os.chmod(out, 0o644)
+    saved = os.dup(1)
+    fd = os.open(out, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.close(fd)
+    try:
+        os.write(1, b"program output\n")
+        inode = os.stat(out).st_ino
+        # WHEN the JSON goes to /dev/stdout THEN it comes after the program's output, in
+        # the same file (same inode, same mode)
+        output.check("/dev/stdout", "--json")
+        output.write_json("/dev/stdout", {"n": 1})
+        # and the same file by its own name is refused: it would replace that output
+        msg = refused(out, "is heapsight's stdout too", "/dev/stdout")
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    text = out.read_text()
+    assert text.startswith("program output\n") and json.loads(text.split("\n", 1)[1]) == {"n": 1}
+    assert os.stat(out).st_ino == inode and stat.S_IMODE(os.stat(out).st_mode) == 0o644, msg
+
+
+def test_a_pipe_named_as_dev_fd_is_streamed(tmp_path):
+    r, w = os.pipe()
+    try:
+        output.check(f"/dev/fd/{w}", "--json")
+        output.write_json(f"/dev/fd/{w}", {"n": 2})
+    finally:
+        os.close(w)
+    with os.fdopen(r, "rb") as f:
+        assert json.loads(f.read()) == {"n": 2}
+
+
+def test_a_closed_or_read_only_descriptor_is_refused(tmp_path):
+    r, w = os.pipe()
+    os.close(w)
+    try:
+        refused(f"/dev/fd/{r}", "not open for writing")
+        refused(f"/proc/self/fd/{w}", "not open for writing")
+    finally:
+        os.close(r)
+
+
+def test_a_file_made_meanwhile_by_another_process_is_not_replaced(tmp_path):
+    # GIVEN two runs given the same -o: both checked it while it did not exist
+    path = tmp_path / "same.hsrun.json.gz"
+    output.check(str(path), "--output")
+    path.write_text("the other run's record")
+    # WHEN this one writes THEN the other's stays, and this one goes beside it
+    written = output.write(str(path), "{}", gzip=False)
+    assert path.read_text() == "the other run's record"
+    assert written == str(tmp_path / "same-1.hsrun.json.gz")
+    assert (tmp_path / "same-1.hsrun.json.gz").read_text() == "{}" and leftovers(tmp_path) == []
+
+
+def test_a_file_that_was_there_when_checked_is_replaced(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    output.check(str(path), "--json")
+    assert output.write(str(path), "new") == str(path) and path.read_text() == "new"
+    assert output.write(str(path), "newer") == str(path) and path.read_text() == "newer"
 
 
 # ------------------------------------------------------------------ write
@@ -91,61 +168,20 @@ def test_dev_null_stays_a_device():
 def test_a_fifo_is_written_into_and_stays_a_fifo(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
-    reader.start()
-    output.write_json(str(fifo), {"kind": "x"})
-    reader.join(timeout=10)
-    assert json.loads(got[0]) == {"kind": "x"} and stat.S_ISFIFO(os.stat(fifo).st_mode)
-
-
-def ctrl_c_at_a_fifo_nobody_reads(tmp_path) -> tuple:
-    """A FIFO with no reader (opening it for writing waits for one) and Ctrl-C to the main
-    thread 0.3 s later: (fifo, ended). If Ctrl-C is held back a reader comes after 3 s
-    (set ended when done), so a test fails rather than hangs."""
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    main = threading.main_thread().ident
-    ended = threading.Event()
-
-    def interrupt_then_unblock():
-        time.sleep(0.3)
-        signal.pthread_kill(main, signal.SIGINT)
-        if not ended.wait(3):
-            with open(fifo, "rb") as f:
-                f.read()
-    threading.Thread(target=interrupt_then_unblock, daemon=True).start()
-    return fifo, ended
-
-
-def test_ctrl_c_is_not_held_back_by_a_fifo_nobody_reads(tmp_path):
-    fifo, ended = ctrl_c_at_a_fifo_nobody_reads(tmp_path)
-    started = time.monotonic()
-    # WHEN Ctrl-C comes THEN it ends the wait at once
-    with pytest.raises(KeyboardInterrupt):
-        output.write(str(fifo), b"{}")
-    ended.set()
-    assert time.monotonic() - started < 2
+    # its reader is there first (a FIFO with none is refused, never waited for)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        output.write_json(str(fifo), {"kind": "x"})
+        got = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert json.loads(got) == {"kind": "x"} and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
 def test_a_device_that_refuses_the_write_is_one_line():
     with pytest.raises(HeapsightError, match="cannot write /dev/full: No space left") as e:
         output.write("/dev/full", b"{}")
     assert e.value.exit_code == 1 and stat.S_ISCHR(os.stat("/dev/full").st_mode)
-
-
-def test_a_fifo_nobody_reads_gives_up_at_ctrl_c_even_while_interrupts_wait(tmp_path):
-    # GIVEN a caller that defers interrupts while it saves (as run does after the program)
-    fifo, ended = ctrl_c_at_a_fifo_nobody_reads(tmp_path)
-    started = time.monotonic()
-    # WHEN Ctrl-C comes THEN the wait ends with a one-line error, and the interrupt acts
-    # once the caller lets it
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts.deferred():
-            with pytest.raises(HeapsightError, match="interrupted while waiting for the FIFO"):
-                output.write(str(fifo), b"{}")
-    ended.set()
-    assert time.monotonic() - started < 2 and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
 def test_a_symlink_is_followed_and_kept(tmp_path):
@@ -155,14 +191,15 @@ def test_a_symlink_is_followed_and_kept(tmp_path):
     assert os.path.islink(tmp_path / "link.json") and (tmp_path / "real.json").read_text() == "new"
 
 
-def test_files_are_private_new_or_replaced(tmp_path):
-    # records hold the whole command line; a file that is replaced becomes 0600 too
+def test_new_files_are_private_and_a_replaced_one_keeps_its_mode(tmp_path):
+    # records hold the whole command line: a new file is 0600; a file the user had is
+    # theirs, and keeps the mode they gave it
     new, old = tmp_path / "new.json", tmp_path / "old.json"
     old.write_text("{}")
     os.chmod(old, 0o644)
-    for p in (new, old):
+    for p, mode in ((new, 0o600), (old, 0o644)):
         output.write(str(p), "{}")
-        assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(p).st_mode) == mode
     assert leftovers(tmp_path) == []
 
 

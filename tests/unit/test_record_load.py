@@ -255,14 +255,13 @@ def test_a_gzip_inflating_past_the_limit_is_refused(tmp_path, capsys, monkeypatc
     refused(capsys, bomb, tmp_path, "inflates to more than 1 MiB")
 
 
-def test_a_fifo_is_read_with_the_same_limit(tmp_path, capsys, monkeypatch):
+def test_a_pipe_is_read_with_the_same_limit(tmp_path, capsys, monkeypatch):
     # GIVEN a pipe (heapsight report <(zcat x)) that would bring more than the limit
     monkeypatch.setattr(record, "MAX_JSON_BYTES", 1 << 20)
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
+    r, w = os.pipe()
 
     def feed():
-        with open(fifo, "wb") as f:
+        with open(w, "wb") as f:
             try:
                 f.write(json.dumps(dict(run_doc(), padding=" " * (2 << 20))).encode())
             except BrokenPipeError:
@@ -270,6 +269,17 @@ def test_a_fifo_is_read_with_the_same_limit(tmp_path, capsys, monkeypatch):
     writer = threading.Thread(target=feed)
     writer.start()
     # THEN it is refused at the limit, not read to its end
-    with pytest.raises(HeapsightError, match="larger than 1 MiB"):
-        record.load(str(fifo))
+    try:
+        with pytest.raises(HeapsightError, match="larger than 1 MiB"):
+            record.load(f"/dev/fd/{r}")
+    finally:
+        os.close(r)
     writer.join(timeout=10)
+
+
+def test_a_named_fifo_or_a_device_is_refused_at_once(tmp_path, capsys):
+    # a FIFO nobody writes would hold report forever; a terminal would wait for typing
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    refused(capsys, fifo, tmp_path, "is a FIFO (named pipe)")
+    refused(capsys, "/dev/zero", tmp_path, "is a device or a socket")

@@ -209,7 +209,7 @@ def execute(args) -> int:
         out = None
         if not args.no_save:
             out = args.output or default_output(argv, summary.started_pid)
-            record.save(out, summary, timeline)
+            out = record.save(out, summary, timeline)
         if args.json:
             output.write_json(args.json, summary.to_dict())
         if args.html:
