@@ -1,0 +1,33 @@
+"""heapsight's own process: numpy's worker threads never take a signal, and a command
+that needs no numpy does not load it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# the threads of a process that imported heapsight, then numpy (as any command does)
+THREADS = r"""
+import json, os, heapsight
+import numpy
+out = {}
+for t in sorted(os.listdir("/proc/self/task")):
+    status = open(f"/proc/self/task/{t}/status").read()
+    out[t] = [ln.split()[1] for ln in status.splitlines() if ln.startswith("SigBlk:")][0]
+print(json.dumps({"main": str(os.getpid()), "threads": out}))
+"""
+
+
+def test_numpys_threads_start_with_every_signal_blocked():
+    # GIVEN heapsight imported first, and numpy after it (from any module)
+    r = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True,
+                       check=True, timeout=60)
+    seen = json.loads(r.stdout)
+    others = {t: m for t, m in seen["threads"].items() if t != seen["main"]}
+    assert others, "numpy started no thread here: nothing to check"
+    # THEN the main thread blocks nothing, and every thread numpy started blocks all but
+    # the two signals that cannot be blocked (KILL, STOP) and glibc's internal ones
+    assert int(seen["threads"][seen["main"]], 16) == 0
+    for t, mask in others.items():
+        assert int(mask, 16) | (1 << 8) | (1 << 18) | (3 << 31) == (1 << 64) - 1, (t, mask)
