@@ -268,6 +268,20 @@ def _since(tl: Timeline, ns: int | None) -> float:
     return max(0.0, (ns - tl.start_ns) / 1e9) if tl.start_ns and ns else 0.0
 
 
+# Samples within this share of the most live bytes count as at the peak (a few frees of
+# small blocks while a large one is written must not move the moment off it).
+PEAK_LIVE_SLACK = 0.001
+
+
+def peak_live_row(live, rss, valid) -> int:
+    """The row of the peak moment: among the valid rows whose live bytes are within
+    PEAK_LIVE_SLACK (or a page) of the most, the one with the highest RSS (the first of
+    equals)."""
+    most = live[valid].max()
+    near = valid[live[valid] >= most - max(most * PEAK_LIVE_SLACK, 4096)]
+    return int(near[np.argmax(rss[near])])
+
+
 def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
                end_ns: int | None) -> dict | None:
     """The sampled call sites at the peak, at exit, of the bytes never freed and at each
@@ -377,10 +391,12 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     valid = np.flatnonzero(~np.isnan(rss_col))
     hwm = int(_num(tl.last("hwm"), 0))
     live_col = np.nan_to_num(np.asarray(cols["live_usable"], dtype=float), nan=0.0)
-    # The peak moment: the sample with the most live bytes (the first, if several), so the
-    # same program gives the same column every run; without heap figures, the highest RSS.
+    # The peak moment: of the samples at the most live bytes, the one with the highest RSS
+    # (a program that mallocs a block, then writes it, holds the same live bytes while its
+    # RSS grows: the first of them would show the block as never touched); without heap
+    # figures, the highest RSS.
     if len(valid) and attached and live_col[valid].max() > 0:
-        peak_i = int(valid[np.argmax(live_col[valid])])
+        peak_i = peak_live_row(live_col, rss_col, valid)
     elif len(valid):
         peak_i = int(valid[np.argmax(rss_col[valid])])
     else:
@@ -430,8 +446,15 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
             peak_usable = sampled
             peak_at = float(cols["t"][valid[np.argmax(live_col[valid])]])
             peak_ns = tl.start_ns + int(peak_at * 1e9)
+        # a peak is never below the live bytes at exit (the library's lags by what threads
+        # hold back): if they are the most, the peak is at exit
+        if c.live_usable_bytes > peak_usable:
+            peak_usable = c.live_usable_bytes
+            peak_ns = segment.get("exit_ns") or tl.start_ns + int(tl.duration_s * 1e9)
+            peak_at = max(0.0, (peak_ns - origin) / 1e9)
         # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
-        # of the live blocks at the sample with the most live bytes.
+        # of the live blocks at the sample with the most live bytes, never below the
+        # requested bytes live at exit.
         ratio = tl.peak_req_ratio
         arenas = int(_num(tl.last("arenas"), 0))
         if stats_before is not None:
@@ -440,7 +463,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         own = segment.get("library_threads") or (1 if segment.get("stats_hz_milli") else 0)
         threads = max(1, threads - own)  # the library's own threads are not the program's
         heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
-                           c.live_usable_bytes, peak_usable, int(peak_usable * ratio), round(peak_at, 3),
+                           c.live_usable_bytes, peak_usable,
+                           min(peak_usable, max(int(peak_usable * ratio), c.live_requested_bytes)),
+                           round(peak_at, 3),
                            c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
                            tuple(segment.size_classes()), segment.get("helper_mallocs"),
                            None if math.isnan(mapped_before) or not done else int(mapped_before))

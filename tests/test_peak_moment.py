@@ -1,0 +1,80 @@
+"""The peak column and the peak figures: taken where the program was at its most live
+bytes with the highest RSS, and never below what was live at exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HS = [sys.executable, "-m", "heapsight"]
+
+# mallocs 100 MiB, waits, then writes it 4 MiB at a time over about half a second
+TOUCH = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  size_t n = 100u << 20;
+  char *p = malloc(n);
+  usleep(150000);
+  for (size_t off = 0; off < n; off += 4u << 20) { memset(p + off, 1, 4u << 20); usleep(10000); }
+  usleep(150000);
+  free(p);
+  return 0;
+}
+"""
+
+# 200,000 malloc(1) (24 usable bytes, 1 requested, each) freed, then 1,100 blocks of 4,088
+# bytes (usable as requested) kept to the end: the most usable bytes are in the first
+# phase, the most requested bytes at exit
+MIX = r"""
+#include <stdlib.h>
+#include <unistd.h>
+#define N 200000
+static char *small[N];
+int main(void) {
+  for (int i = 0; i < N; i++) small[i] = malloc(1);
+  usleep(60000);
+  for (int i = 0; i < N; i++) free(small[i]);
+  for (int i = 0; i < 1100; i++) { char *volatile p = malloc(4088); p[0] = 1; }
+  usleep(30000);
+  return 0;
+}
+"""
+
+
+def run(tmp_path, name: str, source: str) -> tuple:
+    src, exe, js = tmp_path / f"{name}.c", tmp_path / name, tmp_path / f"{name}.json"
+    src.write_text(source)
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    r = subprocess.run([*HS, "run", "--no-save", "--json", str(js), "--", str(exe)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(js.read_text()), r.stderr
+
+
+def test_the_peak_column_is_where_the_peak_live_bytes_were_written(tmp_path):
+    # GIVEN a program at its most live bytes from its malloc on, whose RSS grows as it writes
+    s, err = run(tmp_path, "touch", TOUCH)
+    # THEN the peak column is taken once the block is written (it was the first sample
+    # at the peak: RSS 1.7 MiB, "99.9 MiB allocated, never touched")
+    peak = s["peak"]
+    assert peak["live_bytes"] >= 100 << 20
+    assert peak["rss_bytes"] >= 95 << 20, peak
+    assert peak["untouched_bytes"] < 8 << 20, peak
+    assert peak["rss_bytes"] >= s["peak_rss_bytes"] - (8 << 20)
+    assert "never touched" not in err.split("at exit")[0]
+
+
+def test_the_peak_live_bytes_are_never_below_those_at_exit(tmp_path):
+    # GIVEN a program whose requested bytes are at their most at exit
+    s, _ = run(tmp_path, "mix", MIX)
+    h = s["heap"]
+    # THEN both peaks are at least what was live at exit (the requested one was 200,664
+    # against 4,497,464 at exit: the usable peak's ratio of requested to usable)
+    assert h["peak_live_usable_bytes"] >= h["live_usable_bytes"] >= 1100 * 4088
+    assert h["peak_live_requested_bytes"] >= h["live_requested_bytes"]
+    assert h["peak_live_requested_bytes"] <= h["peak_live_usable_bytes"]
+    # and the usable peak is the first phase's: 200,000 blocks of 24 bytes
+    assert h["peak_live_usable_bytes"] >= 200000 * 24
