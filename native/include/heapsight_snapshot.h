@@ -9,6 +9,8 @@
  * weak, so a program built with this header links and runs without heapsight: the macro
  * calls the function only when the dynamic loader found it. Returns 1 when the snapshot was
  * taken (the call waits up to 200 ms for heapsight's sampler to take it), 0 otherwise.
+ * Calls made at the same time (from several threads) may be answered by one snapshot: each
+ * returns 1, the snapshot has the label of one of them and says how many more it answered.
  *
  * From Python (ctypes), with the same effect and the same safety:
  *   import ctypes

@@ -3,6 +3,8 @@ reporter formats through here, so one figure reads the same everywhere."""
 
 from __future__ import annotations
 
+import re
+
 
 def human(n: float) -> str:
     """Bytes in IEC units: 512 B, 1.5 KiB, 20.0 MiB."""
@@ -12,6 +14,15 @@ def human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text from the program (its name, arguments, snapshot labels) as the terminal should
+    show it: control characters (an escape sequence would be obeyed) written as \\xNN."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def human_short(n: float) -> str:

@@ -131,13 +131,26 @@ def measure(argv: list, opts: Options) -> tuple:
 
     releases = {}
     maps_asked = {}   # heap map number -> its snapshot's moment name
+    maps_at = {"last": -math.inf, "said": False}   # heap maps at most every HEAP_MAP_EVERY_S
 
     def on_snapshot(label, t):
         """A heap map of the moment (taken by the library in a fork()ed copy; waited for
         a little, so that the copy is of this moment and is taken before a release); with
         --release-at-snapshot, the allocator's release, called in the program through gdb,
         with RSS before and after."""
-        if opts.heap_maps and segment is not None and segment.attached():
+        wanted = opts.heap_maps and segment is not None and segment.attached()
+        # --every's snapshots (the sampler's labels) get a map at most every HEAP_MAP_EVERY_S:
+        # each copies the program; those asked for one by one (a signal, --at, the program's
+        # call) always get theirs
+        every = label.startswith("--every ")
+        if wanted and every and t - maps_at["last"] < HEAP_MAP_EVERY_S:
+            if opts.warn and not maps_at["said"]:
+                print(f"heapsight: --every {opts.snapshot_every_s:g}: heap maps are taken at "
+                      f"most every {HEAP_MAP_EVERY_S:g} s (each copies the program); the "
+                      "snapshots between have none", file=sys.stderr)
+            maps_at["said"] = True
+        elif wanted:
+            maps_at["last"] = t if every else maps_at["last"]
             n = len(maps_asked) + 1
             maps_asked[n] = f"snapshot: {label}"
             heapmap.request(segment, n)
@@ -198,6 +211,10 @@ def measure(argv: list, opts: Options) -> tuple:
             collect_maps(segment)   # none left beside a segment that is gone
             segment.close()
 
+
+# Heap maps at snapshots at most this often: each copies the program (a fork's worth of
+# page tables, and the walk in the copy), 5 ms on a small heap, more on a large one.
+HEAP_MAP_EVERY_S = 0.1
 
 # How long a snapshot waits for its heap map (the library bounds one to 30 s; a map of a
 # few hundred MiB takes tens of milliseconds): past it the map is still collected at the

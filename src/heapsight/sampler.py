@@ -425,8 +425,12 @@ class Sampler:
                 # the allocator's statistics go in the row that first sees a new reading
                 # only (NaN elsewhere), so the record shows the rate they were taken at
                 if req is not None:   # the program called heapsight_snapshot(label)
+                    # calls made together (from several threads) are answered by this one
+                    # sample: its label is the last one's, and says how many it answered
+                    merged = req[0] - self._asked - 1
                     self._asked = req[0]
-                    self.pending.append(req[1])
+                    self.pending.append(req[1] + (f" (and {merged} more call{'s' * (merged > 1)} "
+                                                  "answered by this snapshot)" if merged > 0 else ""))
                 seq = seg.get("stats_seq")
                 if seq != stats_seq:
                     stats = seg.alloc_stats()

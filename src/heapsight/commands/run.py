@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -31,7 +32,7 @@ import sys
 from heapsight import interrupts, output, record
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, parse_size
-from heapsight.measure import Options, measure, program_argv
+from heapsight.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
 from heapsight.reporters import html, terminal
 
 USAGE = "heapsight run [options] [--] PROGRAM [ARGS...]"
@@ -73,14 +74,16 @@ def add_arguments(p) -> None:
                             "<heapsight's pid>); the program never sees it")
     snaps.add_argument("--at", metavar="T[,T...]", type=times_arg, default=(),
                        help="take one at these seconds from the start")
-    snaps.add_argument("--every", metavar="T", type=float, default=0.0,
-                       help="take one every T seconds")
+    snaps.add_argument("--every", metavar="T", type=every_arg, default=0.0,
+                       help="take one every T seconds (heap maps at most every "
+                            f"{HEAP_MAP_EVERY_S:g} s: each copies the program)")
     snaps.add_argument("--release-at-snapshot", action="store_true",
                        help="at each snapshot also call the allocator's release in the program "
                             "(through gdb) and measure it: this changes the program's state")
-    p.add_argument("--openmetrics-port", type=int, metavar="PORT",
+    p.add_argument("--openmetrics-port", type=port_arg, metavar="PORT",
                    help="serve the latest split to Prometheus on http://127.0.0.1:PORT/metrics "
-                        "while the program runs (heapsight_memory_bytes{kind=...})")
+                        "while the program runs (heapsight_memory_bytes{kind=...}); 0: any free "
+                        "port, which heapsight prints")
     gates = p.add_argument_group("CI gates (exit 90 when the program succeeded but a figure is "
                                  "above its limit; SIZE like 512M, 2G, 100MB)")
     gates.add_argument("--fail-if-retained", metavar="SIZE", type=size_arg,
@@ -107,6 +110,11 @@ def size_arg(text: str) -> int:
 
 RESERVED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGKILL,
             signal.SIGSTOP}
+# signals that report a fault in heapsight itself (a blocked one would hide it), or stop and
+# continue it: never a request for a snapshot
+NOT_REQUESTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP,
+                signal.SIGSYS, signal.SIGABRT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU,
+                signal.SIGCONT, signal.SIGPIPE, signal.SIGXCPU, signal.SIGXFSZ}
 
 
 def signal_arg(text: str) -> int:
@@ -119,6 +127,9 @@ def signal_arg(text: str) -> int:
     if sig in RESERVED:
         raise argparse.ArgumentTypeError(f"{sig.name} is taken (heapsight passes it to the program "
                                          "or needs it): use USR1 or USR2")
+    if sig in NOT_REQUESTS:
+        raise argparse.ArgumentTypeError(f"{sig.name} reports a fault, or stops or continues a "
+                                         "process: use USR1 or USR2")
     return int(sig)
 
 
@@ -127,9 +138,32 @@ def times_arg(text: str) -> tuple:
         out = tuple(sorted(float(x) for x in text.split(",") if x.strip()))
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: give seconds, e.g. 0.5,2,10") from e
-    if not out or min(out) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give seconds of 0 or more, e.g. 0.5,2,10")
+    if not out or not all(math.isfinite(t) and t >= 0 for t in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: give finite seconds of 0 or more, e.g. 0.5,2,10")
     return out
+
+
+def every_arg(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, e.g. 0.5") from e
+    if not (math.isfinite(t) and t > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds above 0, "
+                                         "e.g. 0.5")
+    return t
+
+
+def port_arg(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: give 1 to 65535, or 0 "
+                                         "for any free port") from e
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range: give 1 to 65535, or 0 for any "
+                                         "free port")
+    return port
 
 
 def gate_failures(args, summary) -> list:
@@ -153,8 +187,6 @@ def validate(args) -> None:
         raise HeapsightError(f"--hz {args.hz:g} is out of range: give 1 to 1000 samples per second")
     if not (0 <= args.smaps_hz <= 100):
         raise HeapsightError(f"--smaps-hz {args.smaps_hz:g} is out of range: give 0 to 100")
-    if args.every < 0:
-        raise HeapsightError(f"--every {args.every:g}: give a positive number of seconds")
     if args.release_at_snapshot and not (args.snapshot_on or args.at or args.every):
         raise HeapsightError("--release-at-snapshot: no snapshot asked for (add --snapshot-on, "
                              "--at or --every)")
@@ -200,6 +232,9 @@ def execute(args) -> int:
     if args.openmetrics_port is not None:
         from heapsight.reporters import openmetrics
         exporter = openmetrics.serve("127.0.0.1", args.openmetrics_port)
+        if args.openmetrics_port == 0:
+            sys.stderr.write(f"heapsight: serving metrics on http://127.0.0.1:{exporter.port}"
+                             "/metrics\n")
         opts = dataclasses.replace(opts, exporter=exporter)
     # An interrupt after the program ended waits until the run is saved (then ends heapsight).
     with interrupts.deferred():

@@ -48,6 +48,7 @@ class Exporter:
         try:   # its thread starts with every signal blocked: they stay the main thread's
             with interrupts.deferred(interrupts.ALL):
                 self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
+            self.port = self.server.server_port   # the one bound, when port was 0
         except OSError as e:
             raise HeapsightError(f"--openmetrics-port {port}: cannot listen on {addr}:{port} "
                                  f"({e.strerror}); choose a free port") from e

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from heapsight import fmt
 from heapsight.comparison import METRICS, baseline
-from heapsight.fmt import human, pct
+from heapsight.fmt import human, pct, printable
 from heapsight.model import Breakdown, Summary
 
 ROWS = (("live (requested, not freed)", "live"), ("waste (rounding)", "waste"),
@@ -64,7 +64,7 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         probe += (f"; CPU {s.program_cpu_s:.2f} s, and {s.library_cpu_s * 1000:.0f} ms of "
                   "heapsight's library apart")
     c.print()
-    c.print(Text(f"heapsight: {' '.join(s.command)}", style="bold"), soft_wrap=True)
+    c.print(Text(f"heapsight: {printable(' '.join(s.command))}", style="bold"), soft_wrap=True)
     _indent(c, f"pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} "
                f"samples at {s.sample_hz:g} Hz", 2)
     if (s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid
@@ -108,7 +108,7 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     for snap in s.snapshots:
         b = snap.breakdown
         p = b.parts()
-        line = (f"snapshot [{snap.label}] at {snap.at_s:.2f} s: RSS {human(b.rss_bytes)}, live "
+        line = (f"snapshot [{printable(snap.label)}] at {snap.at_s:.2f} s: RSS {human(b.rss_bytes)}, live "
                 f"{human(p['live'])}, retained {human(p['retained'])}, non-heap {human(p['non-heap'])}")
         if snap.release and "gave_back_bytes" in snap.release:
             line += f"; {snap.release['call']} gave back {human(snap.release['gave_back_bytes'])}"
@@ -170,7 +170,7 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
             _command(c, sug, 6)
     if saved_to:
         c.print()
-        c.print(f"  run saved to {saved_to}", overflow="fold")
+        c.print(Text(f"  run saved to {printable(saved_to)}"), overflow="fold")
     c.print()
 
 
@@ -396,7 +396,7 @@ def render_attach(a, out) -> None:
     release estimate and, with --trim, the measured release."""
     c = console(out)
     c.print()
-    c.print(Text(f"heapsight attach: pid {a.pid}: {a.command}", style="bold"), soft_wrap=True)
+    c.print(Text(f"heapsight attach: pid {a.pid}: {printable(a.command)}", style="bold"), soft_wrap=True)
     _indent(c, f"allocator: {a.allocator}; RSS {human(a.rss_bytes)}", 2)
     for note in a.notes:
         _indent(c, f"note: {note}", 2, style="dim")
@@ -416,7 +416,7 @@ def render_attach(a, out) -> None:
         t.add_row("  retained (freed, kept)", human(a.retained_bytes),
                   pct(a.retained_bytes, a.rss_bytes))
     for name, v in a.non_heap.items():
-        t.add_row(f"  {name}", human(v), pct(v, a.rss_bytes))
+        t.add_row(Text(f"  {name}"), human(v), pct(v, a.rss_bytes))   # "[heap]" is no markup
     c.print()
     _print(c, Padding(t, (0, 0, 0, 2), expand=False))
     if a.arenas:
