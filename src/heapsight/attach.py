@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -81,7 +80,7 @@ def preloaded_segment(pid: int):
     return seg
 
 
-def check_target(pid: int) -> str:
+def check_target(pid: int, use_gdb: bool = True) -> str:
     """The process's command line, or a refusal with the fix."""
     if pid <= 0:
         raise HeapsightError(f"{pid} is not a process id")
@@ -98,7 +97,26 @@ def check_target(pid: int) -> str:
     if not raw:
         raise HeapsightError(f"process {pid} is a kernel thread or a zombie: nothing to attach to",
                              gdbcall.EXIT_REFUSED)
+    tracer = _status_field(pid, "TracerPid") if use_gdb else 0
+    if tracer:
+        name = _status_field(pid, "Name", tracer) or "?"
+        raise HeapsightError(f"process {pid} is already traced by process {tracer} ({name}): a "
+                             "process has one tracer at a time; detach that one first (or use "
+                             "--no-gdb for the /proc figures alone)", gdbcall.EXIT_REFUSED)
     return " ".join(os.fsdecode(a) for a in raw.rstrip(b"\0").split(b"\0"))
+
+
+def _status_field(pid: int, field: str, of: int | None = None):
+    """A field of /proc/PID/status (of another pid when given): an int where it is one."""
+    try:
+        with open(f"/proc/{of or pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    v = line.split(":", 1)[1].strip()
+                    return int(v) if v.isdigit() else v
+    except OSError:
+        return None
+    return None
 
 
 # ---------------------------------------------------------------- glibc: malloc_info
@@ -136,24 +154,21 @@ def parse_malloc_info(xml: str) -> dict:
 
 
 def glibc_figures(pid: int) -> dict:
-    d = tempfile.mkdtemp(prefix="heapsight-attach-")
-    os.chmod(d, 0o1733)   # the process (perhaps another user) writes its file here
-    path = os.path.join(d, "malloc_info.xml")
-    try:
-        got = gdbcall.call(pid, [f'(int)open("{path}", 577, 384)', "(long)fdopen($1, \"w\")",
-                                 "(int)malloc_info(0, (void*)$2)", "(int)fclose((void*)$2)"])
-        if gdbcall.number(got[2]) != 0 or not os.path.exists(path):
-            raise HeapsightError(f"malloc_info failed in process {pid}: its glibc malloc did not "
-                                 "answer (a static binary, or another allocator)", 1)
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return parse_malloc_info(f.read())
-    finally:
-        for p in (path,):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-        os.rmdir(d)
+    """malloc_info's XML, written by the process into a memfd of its own (no file in any
+    directory: none another user can plant a link in, and a process with a private /tmp
+    writes it just the same) and read through /proc/PID/fd while gdb holds it stopped."""
+    got = gdbcall.call(pid, ['(int)memfd_create("heapsight-malloc-info", 1)',
+                             '(long)fdopen($1, "w")', "(int)malloc_info(0, (void*)$2)",
+                             "(int)fflush((void*)$2)"], read_fd=0,
+                       then=("(int)fclose((void*)$2)",))
+    fd, info, flushed, xml = gdbcall.number(got[0]), gdbcall.number(got[2]), got[3], got[4]
+    if fd is None or fd < 0:
+        raise HeapsightError(f"process {pid}: memfd_create failed or is not in its C library "
+                             "(glibc 2.27 or later has it): its heap figures cannot be read", 1)
+    if info != 0 or not xml or "<malloc" not in xml:
+        raise HeapsightError(f"malloc_info failed in process {pid}: its glibc malloc did not "
+                             "answer (a static binary, or another allocator)", 1)
+    return parse_malloc_info(xml)
 
 
 # ---------------------------------------------------------------- jemalloc, tcmalloc
@@ -265,14 +280,13 @@ def verdict(a: Attached) -> str:
 
 def inspect(pid: int, use_gdb: bool = True) -> Attached:
     """One look at the process: mappings, allocator, its figures, the split."""
-    command = check_target(pid)
+    command = check_target(pid, use_gdb)
     try:
         maps = mappings.read(pid)
     except FileNotFoundError:
         raise HeapsightError(f"process {pid} ended", gdbcall.EXIT_REFUSED) from None
     except PermissionError:
-        raise HeapsightError(f"cannot read /proc/{pid}/smaps: another user's process; run "
-                             "heapsight as that user or as root", gdbcall.EXIT_REFUSED) from None
+        raise HeapsightError(_smaps_refused(pid), gdbcall.EXIT_REFUSED) from None
     alloc = mappings.allocator_of(maps)
     a = Attached(pid, command, alloc, sum(m.rss for m in maps), mappings.resident_by_kind(maps),
                  taken_at=time.time())
@@ -295,11 +309,29 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
             a.allocator_figures = jemalloc_figures(pid)
         else:
             a.allocator_figures = tcmalloc_figures(pid)
+        a.notes.append(f"gdb stopped the process for at most {gdbcall.last_seconds * 1000:.0f} ms "
+                       "to read these figures")
     else:
         a.notes.append(f"{alloc}: heapsight does not read its figures in a running process yet")
     split(a)
     a.verdict = verdict(a)
     return a
+
+
+def _smaps_refused(pid: int) -> str:
+    """Why /proc/PID/smaps could not be read, with the fix."""
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        uid = None
+    if uid is not None and uid != os.geteuid() and os.geteuid() != 0:
+        return (f"cannot read /proc/{pid}/smaps: another user's process; run heapsight as that "
+                "user or as root")
+    who = "the init process of this PID namespace" if pid == 1 else f"process {pid}"
+    return (f"cannot read /proc/{pid}/smaps: the kernel refused it although heapsight runs as "
+            f"{'root' if os.geteuid() == 0 else 'its user'}: {who} is not dumpable (it set "
+            "PR_SET_DUMPABLE 0, or runs a setuid program), or a security module (Yama, SELinux, "
+            "AppArmor) forbids reading it; attach cannot read it either")
 
 
 def trim(pid: int, allocator: str) -> dict:

@@ -15,11 +15,13 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 
 from heapsight import interrupts
 from heapsight.errors import HeapsightError
 
 VALUE = re.compile(r"^\$(\d+) = (.*)$")
+last_seconds = 0.0   # how long the last call's gdb ran: the most the process was stopped
 EXIT_REFUSED = 3
 
 
@@ -50,16 +52,30 @@ def refusal(pid: int, text: str) -> str | None:
     return None
 
 
-def call(pid: int, exprs: list, timeout_s: float = 30.0) -> list:
+CAPTURE_BEGIN, CAPTURE_END = "@@heapsight-capture-begin", "@@heapsight-capture-end"
+
+
+def call(pid: int, exprs: list, timeout_s: float = 30.0, read_fd: tuple | None = None,
+         then: tuple = ()) -> list:
     """Evaluates each of exprs in the process (gdb `print`) and returns their values as
-    text, in order (None for one that failed). Raises HeapsightError when gdb cannot
-    attach."""
+    text, in order (None for one that failed); then, with read_fd (an expression's index
+    whose value is a descriptor of the process), the file that descriptor is open on, read
+    through /proc/PID/fd while the process is still stopped, as one more text at the end;
+    then the expressions of then. Raises HeapsightError when gdb cannot attach."""
     argv = [gdb(), "-p", str(pid), "-batch", "-nx", "-q",
             "-ex", "set confirm off", "-ex", "set unwindonsignal on",
             "-ex", "set print elements 0"]
     for i, e in enumerate(exprs):   # a marker before each: a failed one prints no value
         argv += ["-ex", f"echo @@{i}\\n", "-ex", f"print {e}"]
+    if read_fd is not None:   # gdb's own shell reads it: the process writes no file anywhere
+        argv += ["-ex", f"echo {CAPTURE_BEGIN}\\n",
+                 "-ex", f'eval "shell cat /proc/{pid}/fd/%d", ${read_fd + 1}',
+                 "-ex", f"echo \\n{CAPTURE_END}\\n"]
+    for i, e in enumerate(then, len(exprs)):
+        argv += ["-ex", f"echo @@{i}\\n", "-ex", f"print {e}"]
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HEAPSIGHT_SEGMENT")}
+    global last_seconds
+    t0 = time.monotonic()
     with interrupts.deferred():   # gdb detaches before heapsight goes away
         try:
             # gdb needs SIGCHLD to see the process stop: it starts with no signal blocked
@@ -71,12 +87,19 @@ def call(pid: int, exprs: list, timeout_s: float = 30.0) -> list:
         except subprocess.TimeoutExpired as e:
             raise HeapsightError(f"gdb did not finish within {timeout_s:.0f} s on process {pid}; "
                                  "it was stopped and the process detached", 1) from e
+    # gdb's whole run: the process was stopped for part of it (from the attach to the detach)
+    last_seconds = time.monotonic() - t0
     out = p.stdout + "\n" + p.stderr
     why = refusal(pid, out)
     if why and not VALUE.search(p.stdout):
         raise HeapsightError(why, EXIT_REFUSED)
-    got, current = [None] * len(exprs), None
-    for line in p.stdout.splitlines():
+    stdout, captured = p.stdout, None
+    if read_fd is not None and CAPTURE_BEGIN in stdout and CAPTURE_END in stdout:
+        head, rest = stdout.split(CAPTURE_BEGIN + "\n", 1)
+        captured, tail = rest.rsplit("\n" + CAPTURE_END, 1)
+        stdout = head + tail
+    got, current = [None] * (len(exprs) + len(then)), None
+    for line in stdout.splitlines():
         line = line.strip()
         if line.startswith("@@") and line[2:].isdigit():
             current = int(line[2:])
@@ -88,7 +111,7 @@ def call(pid: int, exprs: list, timeout_s: float = 30.0) -> list:
     if exprs and all(v is None for v in got):
         raise HeapsightError(f"gdb could not call into process {pid}: "
                              + (errors[-1] if errors else "no output"), 1)
-    return got
+    return got[:len(exprs)] + ([captured] if read_fd is not None else []) + got[len(exprs):]
 
 
 def number(v: str | None) -> int | None:
