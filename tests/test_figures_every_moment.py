@@ -108,22 +108,21 @@ def test_the_librarys_own_cpu_is_counted_apart_from_the_programs(tmp_path):
     assert s["program_cpu_s"] < total
 
 
-def test_the_statistics_stop_when_a_reading_would_stall_the_program(tmp_path):
-    # GIVEN a program with 200k free chunks that then works for 5 s: a glibc reading walks
-    # every free chunk under the arena lock, for tens of milliseconds
+def test_the_statistics_go_on_when_the_heap_has_many_free_chunks(tmp_path):
+    # GIVEN a program with 200k free chunks that then works for 2 to 3 s: a reading that walked
+    # every free chunk under the arena lock (mallinfo2) took tens of milliseconds, so they
+    # had to stop; the readings take no lock and walk nothing now
     prog = ("my %h; $h{$_} = 'x' x 40 for 1 .. 300000; my @k = grep { $_ % 3 } keys %h; "
-            "delete @h{@k}; my $t = time; 1 while time - $t < 5;")
+            "delete @h{@k}; my $t = time; 1 while time - $t < 3;")
     busy = run(tmp_path, "perl", "-e", prog)
     tl = busy["timeline"]
-    late = [t for t, v in zip(tl["t"], tl["alloc_mapped"]) if v is not None and t > 3.0]
-    # THEN after such a reading no other is taken while it runs (a back-off alone still took
-    # one every 100 times the walk's length)
-    assert late == [], late
-    # and the split stays bounded: by the exit reading, all of the retained memory is there
+    late = [t for t, v in zip(tl["t"], tl["alloc_mapped"]) if v is not None and t > 1.0]
+    # THEN they go on at the rate asked (10 a second) to the end
+    assert len(late) >= 8, late
+    assert max(b - a for a, b in zip(late, late[1:])) < 0.3, late
+    assert tl["t"][-1] - late[-1] < 0.3
+    # and the split stays bounded: all of the retained memory is there at exit
     assert busy["summary"]["final"]["retained_bytes"] > 10 * MiB
-    # WHEN the heap is small THEN readings go on at the rate asked
-    idle = run(tmp_path, scenario("hs-idle"), "--ms", "1000")
-    assert sum(1 for v in idle["timeline"]["alloc_mapped"] if v is not None) >= 5
 
 
 def test_the_mappings_say_whose_memory_it_is(tmp_path):

@@ -300,7 +300,7 @@ def test_a_map_is_taken_where_a_child_process_could_disturb_the_program(code):
 
 
 def test_exit_from_a_signal_handler_inside_malloc_still_ends(tmp_path):
-    # the exit probe maps only after its statistics call has shown no arena lock is stuck
+    # the exit probe's map and release each give up on an arena lock that stays taken
     seen = set()
     for _ in range(10):
         rc, out, err, seg = run(scenario("hs-exit-signal"), "--after-ms", "20", timeout=60)
@@ -308,10 +308,12 @@ def test_exit_from_a_signal_handler_inside_malloc_still_ends(tmp_path):
             assert rc == 0, err
             (hm,) = H.collect(seg.path).values()
             seen.add(hm.status.split(":")[0])
+            # the map gives up on a lock held for 0.2 s (its copy takes them), saying so; the
+            # release after it then finds the lock held too
             if seg.get("exit_probe_status") == S.PROBE_ALLOCATOR_LOCKED:
-                assert hm.status == "not mapped: the allocator's lock stayed taken at exit"
+                assert hm.status.startswith("not mapped: ") and "lock" in hm.status, hm.status
             else:
-                assert hm.status == "mapped"
+                assert hm.status == "mapped" or "kept the main arena's lock" in hm.status, hm.status
         finally:
             seg.close()
     assert seen

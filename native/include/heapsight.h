@@ -10,7 +10,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 13
+#define HS_SEGMENT_VERSION 14
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -43,6 +43,7 @@ enum {
 };
 
 /* The allocator's own view of its heap, whichever allocator it is. Bytes unless named. */
+#define HS_STATS_UNKNOWN UINT64_MAX
 typedef struct hs_alloc_stats_s {
   uint64_t time_ns;          /* CLOCK_MONOTONIC when taken */
   uint64_t in_use_bytes;     /* handed out to the program, as the allocator counts it */
@@ -53,6 +54,8 @@ typedef struct hs_alloc_stats_s {
   uint64_t arenas;           /* arena count (glibc: <heap nr=...> in malloc_info) */
   uint64_t top_pad_bytes;    /* releasable top of the main heap (glibc keepcost) */
   uint64_t raw[10];          /* allocator-specific: glibc mallinfo2 fields in order */
+  /* in_use_bytes and free_bytes are HS_STATS_UNKNOWN where they would need a walk of the
+   * allocator's free lists (glibc: read without its locks, they are not known) */
 } hs_alloc_stats_t;
 
 /* One thread's counters. Only its owner writes them (no locks); readers sum all slots.
@@ -73,7 +76,9 @@ typedef struct hs_slot_s {
   uint64_t n_realloc;
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
   uint64_t n_mmapped_large;  /* of those, requested 128 KiB or more */
-  uint64_t pad[5];
+  uint64_t mmapped_alloc_bytes; /* glibc: the chunk sizes of those, */
+  uint64_t mmapped_free_bytes;  /* and of the ones freed (live: the difference) */
+  uint64_t pad[3];
   /* Per usable-size class; together they are the size histogram, and requested bytes are
    * derived from them (usable - waste) when read, which keeps the hot path short. */
   uint64_t cls_alloc[HS_CLASSES];  /* per usable-size class: allocations, */

@@ -5,7 +5,8 @@
  * The stats functions run on the library's statistics thread and in the exit probe: they
  * must not call malloc (an allocation there is counted in helper_mallocs and is a bug).
  * What each one calls:
- *   glibc     mallinfo2 + malloc_info into a FILE made in _hs_allocator_prepare (no malloc)
+ *   glibc     nothing of glibc's: each arena's system_mem read from its malloc_state (heapmap.c)
+ *             and the mmapped chunks the hooks count (no lock, no walk, no malloc)
  *   jemalloc  mallctl by name: ctl uses jemalloc's internal base allocator, never malloc
  *             (the first call sets up the thread's tsd and tcache, also internally; the
  *             thread's end runs jemalloc's thread cleanup: probe.c waits for it at exit)
@@ -34,44 +35,30 @@ typedef struct hs_allocator_s {
   int release_on_caller;   /* its release acts on the calling thread's heap: run it there */
 } hs_allocator_t;
 
-/* ---- glibc: mallinfo2 (all arenas) and malloc_info (arena count) ---- */
-static struct mallinfo2 (*g_mallinfo2)(void);
-static int (*g_malloc_info)(int, FILE *);
+/* ---- glibc: no call at all while the program runs ----
+ * mallinfo2 and malloc_info take every arena's lock and walk its bins (malloc.c: int_mallinfo
+ * under __libc_lock_lock (ar_ptr->mutex)): on a heap of many free chunks each reading
+ * stalled the program's threads (a perl hash of 250,000 entries ran 1.8x its bare time).
+ * What the split needs is what glibc holds from the OS, read without a lock: each arena's
+ * system_mem on main_arena's ring (heapmap.c) and the mmapped chunks the hooks count. The
+ * bytes in use and free inside the arenas would need the walk: unknown here (the heap map's
+ * copy walks them, at exit and at snapshots). */
 static int (*g_malloc_trim)(size_t);
-static FILE *g_info_fp;              /* fmemopen over g_info_buf, unbuffered: no malloc later */
-static char g_info_buf[512 * 1024];
-
-static pthread_mutex_t g_info_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int glibc_count_arenas(void) {
-  if (!g_info_fp || !g_malloc_info) return 0;
-  pthread_mutex_lock(&g_info_lock); /* the stats thread and the exit probe share the FILE */
-  rewind(g_info_fp);
-  g_malloc_info(0, g_info_fp);
-  long len = ftell(g_info_fp);
-  int n = 0;
-  if (len > 0) {
-    if ((size_t)len >= sizeof g_info_buf) len = sizeof g_info_buf - 1;
-    g_info_buf[len] = 0;
-    for (const char *p = g_info_buf; (p = strstr(p, "<heap nr=")) != NULL; p += 9) n++;
-  }
-  pthread_mutex_unlock(&g_info_lock);
-  return n;
-}
 
 static int glibc_stats(hs_alloc_stats_t *out) {
-  if (!g_mallinfo2) return 0;
-  struct mallinfo2 m = g_mallinfo2();
-  size_t raw[10] = {m.arena, m.ordblks, m.smblks, m.hblks, m.hblkhd,
-                    m.usmblks, m.fsmblks, m.uordblks, m.fordblks, m.keepcost};
-  for (int i = 0; i < 10; i++) out->raw[i] = raw[i];
-  out->in_use_bytes = m.uordblks + m.hblkhd;
-  out->free_bytes = m.fordblks;
-  out->mapped_bytes = m.arena + m.hblkhd;
-  out->mmapped_bytes = m.hblkhd;
+  uint64_t arenas = 0, system_mem = 0;
+  if (!_hs_glibc_arenas(&arenas, &system_mem)) return 0;
+  uint64_t mmapped = _hs_mmapped_chunk_bytes();
+  memset(out->raw, 0, sizeof out->raw);
+  out->raw[0] = system_mem; /* mallinfo2's arena and hblkhd, as it would give them */
+  out->raw[4] = mmapped;
+  out->in_use_bytes = HS_STATS_UNKNOWN;
+  out->free_bytes = HS_STATS_UNKNOWN;
+  out->mapped_bytes = system_mem + mmapped;
+  out->mmapped_bytes = mmapped;
   out->resident_bytes = 0; /* glibc has no resident figure: see docs/numbers.md */
-  out->top_pad_bytes = m.keepcost;
-  out->arenas = (uint64_t)glibc_count_arenas();
+  out->top_pad_bytes = 0;
+  out->arenas = arenas;
   return 1;
 }
 
@@ -316,8 +303,6 @@ static void drop_foreign_entry_points(void) {
  * Those other than glibc use malloc_usable_size (each exports it): _hs_usable_by_header
  * stays 0. */
 static void glibc_init(void) {
-  g_mallinfo2 = (struct mallinfo2 (*)(void))dlsym(RTLD_NEXT, "mallinfo2");
-  g_malloc_info = (int (*)(int, FILE *))dlsym(RTLD_NEXT, "malloc_info");
   g_malloc_trim = (int (*)(size_t))dlsym(RTLD_NEXT, "malloc_trim");
   _hs_usable_by_header = header_matches_glibc();
 }
@@ -369,15 +354,6 @@ void _hs_allocator_detect(void) {
   }
   if (g_alloc->id != HS_ALLOC_GLIBC) drop_foreign_entry_points();
   g_alloc->init();
-}
-
-/* Runs in the constructor, on the main thread: the FILE and its cookie are allocated here,
- * once, so the stats thread itself never allocates. */
-void _hs_allocator_prepare(void) {
-  if (g_alloc->id == HS_ALLOC_GLIBC && !g_info_fp) {
-    g_info_fp = fmemopen(g_info_buf, sizeof g_info_buf, "w");
-    if (g_info_fp) setvbuf(g_info_fp, NULL, _IONBF, 0);
-  }
 }
 
 void _hs_allocator_describe(hs_segment_t *seg) {

@@ -112,6 +112,7 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
     __atomic_fetch_add(&s->cls_waste[c], usable - req, __ATOMIC_RELAXED);
     if (hdr & 2) {
       __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&s->mmapped_alloc_bytes, hdr & ~(size_t)7, __ATOMIC_RELAXED);
       if (req >= HS_GLIBC_MMAP_THRESHOLD_START)
         __atomic_fetch_add(&s->n_mmapped_large, 1, __ATOMIC_RELAXED);
     }
@@ -122,6 +123,7 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
   } else {
     __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_free[c], 1, __ATOMIC_RELAXED);
+    if (hdr & 2) __atomic_fetch_add(&s->mmapped_free_bytes, hdr & ~(size_t)7, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&_hs_seg->live_usable_bytes, (int64_t)usable, __ATOMIC_RELAXED);
   }
 }
@@ -166,16 +168,31 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   if (hs_add_alloc(s, u, req)) _hs_counted_due(s, p, u, caller);
   if (hdr & 2) {
     s->n_mmapped++;
+    s->mmapped_alloc_bytes += hdr & ~(size_t)7;
     if (req >= HS_GLIBC_MMAP_THRESHOLD_START) s->n_mmapped_large++;
   }
 }
 
 void _hs_count_free_slow(void *p) {
-  size_t u = _hs_usable_by_header ? hs_glibc_usable(hs_glibc_header(p))
-                                  : _hs_real.malloc_usable_size(p);
+  size_t hdr = _hs_usable_by_header ? hs_glibc_header(p) : 0;
+  size_t u = _hs_usable_by_header ? hs_glibc_usable(hdr) : _hs_real.malloc_usable_size(p);
   hs_slot_t *s = slot_slow();
-  if (s == NULL) { _hs_count_shared(0, u, 0, 0, p, NULL); return; }
+  if (s == NULL) { _hs_count_shared(0, u, 0, hdr, p, NULL); return; }
+  if (hdr & 2) s->mmapped_free_bytes += hdr & ~(size_t)7;
   if (hs_add_free(s, u)) _hs_flush(s);
+}
+
+/* glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted by the
+ * hooks): the slots' sums, read racily (each a count some moment had). */
+uint64_t _hs_mmapped_chunk_bytes(void) {
+  hs_segment_t *seg = _hs_seg;
+  if (seg == NULL) return 0;
+  uint64_t used = seg->slots_used < HS_MAX_SLOTS ? seg->slots_used + 1 : HS_MAX_SLOTS, in = 0, out = 0;
+  for (uint64_t i = 0; i < used; i++) {
+    in += __atomic_load_n(&seg->slots[i].mmapped_alloc_bytes, __ATOMIC_RELAXED);
+    out += __atomic_load_n(&seg->slots[i].mmapped_free_bytes, __ATOMIC_RELAXED);
+  }
+  return in > out ? in - out : 0;
 }
 
 /* The ways out of preload.c's counted(), each returning the block (a jump there). */

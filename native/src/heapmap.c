@@ -928,6 +928,30 @@ static uint64_t find_main_arena(uint64_t heap_lo, uint64_t heap_hi) {
   return n == 1 ? (g_main_arena = found) : 0;
 }
 
+/* glibc's own figures without a lock or a walk of its free lists: the arenas on main_arena's
+ * ring and the sum of their system_mem (what each holds from the OS: the main heap's sbrk'd
+ * bytes, a thread arena's committed heaps; mallinfo2's `arena` field), read racily, each
+ * word some value it had. Arenas are never freed, and a thread arena is read with peek: a
+ * heap unmapped meanwhile reads as not an arena. 1 when main_arena was found, else 0. */
+int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem) {
+  uint64_t start_brk = read_start_brk(), brk = (uint64_t)syscall(SYS_brk, 0);
+  if (!start_brk || brk < start_brk) return 0;
+  uint64_t main_arena = find_main_arena(start_brk, brk + (64u << 20));
+  if (!main_arena) return 0;
+  uint64_t n = 1, sum = load(main_arena + G_MSTATE_SYSTEM_MEM);
+  for (uint64_t a = load(main_arena + G_MSTATE_NEXT); a != main_arena && n < HS_ARENAS_MAX; n++) {
+    uint64_t sys, next;
+    if (!thread_arena_ok(a) || !peek(a + G_MSTATE_SYSTEM_MEM, &sys, sizeof sys) ||
+        !peek(a + G_MSTATE_NEXT, &next, sizeof next))
+      return 0;
+    sum += sys;
+    a = next;
+  }
+  *arenas = n;
+  *system_mem = sum;
+  return 1;
+}
+
 /* Locks the arenas from `from` along ->next up to `upto` (not included). */
 static const char *lock_ring(uint64_t from, uint64_t upto, uint64_t deadline) {
   for (uint64_t a = from; a != upto; a = load(a + G_MSTATE_NEXT)) {

@@ -49,7 +49,6 @@ void _hs_segment_attach(void);
 void _hs_segment_after_fork_child(void);
 int _hs_is_owner(void);
 void _hs_allocator_detect(void);
-void _hs_allocator_prepare(void);
 void _hs_allocator_describe(hs_segment_t *seg);
 void _hs_flush_current(void);
 void _hs_segment_remove_own(void); /* HEAPSIGHT_SEGMENT=auto: the segment made for attach */
@@ -79,7 +78,9 @@ extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request b
 int _hs_heapmap_write(const char *path);
 int _hs_heapmap_write_refusal(const char *path, const char *why);
 int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
-uint64_t _hs_heapmap_cpu_ns(void);      /* the map children's CPU time, in all */
+uint64_t _hs_heapmap_cpu_ns(void);
+int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem); /* no lock, no walk */
+uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */      /* the map children's CPU time, in all */
 const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */
 int _hs_profile_unmap(void *p);  /* 1: it was recorded */
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */

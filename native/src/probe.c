@@ -275,7 +275,6 @@ static int on_helper(int job) {
 
 void _hs_stats_thread_start(void) {
   _hs_options_read();
-  _hs_allocator_prepare();
   if (!_hs_is_owner()) return;
   hs_alloc_stats_t st;
   memset(&st, 0, sizeof st);
@@ -318,9 +317,8 @@ void _hs_exit_probe(void) {
   int status, helper = g_helper_started;
   if (helper) status = on_helper(HS_JOB_STATS_BEFORE);
   else status = seg->allocator_id == HS_ALLOC_UNKNOWN ? HS_PROBE_DONE : HS_PROBE_NO_HELPER;
-  /* The heap map asked for at exit: before the release, and only once the statistics
-   * call has shown that no arena lock is stuck (a fork waiting on one would hold the
-   * stdio list lock that exit() needs). */
+  /* The heap map asked for at exit: before the release. Its copy gives up on an arena
+   * lock a thread of the program keeps (heapmap.c), and says so in the map. */
   if (__atomic_load_n(&seg->heapmap_at_exit, __ATOMIC_ACQUIRE) == 1) {
     int mapped = helper && status == HS_PROBE_DONE;
     if (mapped) status = on_helper(HS_JOB_MAP_EXIT);

@@ -127,8 +127,8 @@ static int read_stats(const hs_segment_t *seg, uint64_t *seen, double *row) {
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&seg->stats_seq, __ATOMIC_RELAXED) != seq) continue;
     *seen = seq;
-    row[7] = (double)st.in_use_bytes;
-    row[8] = (double)st.free_bytes;
+    row[7] = st.in_use_bytes == HS_STATS_UNKNOWN ? NAN : (double)st.in_use_bytes;
+    row[8] = st.free_bytes == HS_STATS_UNKNOWN ? NAN : (double)st.free_bytes;
     row[9] = (double)st.mapped_bytes;
     row[10] = (double)st.arenas;
     return 1;

@@ -34,7 +34,8 @@ int main(void) {
   printf("}, \"slot\": {");
   SLOT(claimed); SLOT(tid); SLOT(usable_alloc_bytes); SLOT(usable_free_bytes);
   SLOT(flush_room); SLOT(flush_max); SLOT(sample_left); SLOT(flush_base); SLOT(n_realloc);
-  SLOT(n_mmapped); SLOT(n_mmapped_large); SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
+  SLOT(n_mmapped); SLOT(n_mmapped_large); SLOT(mmapped_alloc_bytes); SLOT(mmapped_free_bytes);
+  SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
   first = 0;
   printf("}, \"profile\": {");
   PROF(magic); PROF(mean_bytes); PROF(events_used); PROF(stack_words_used); PROF(modules_used);

@@ -436,7 +436,8 @@ class Sampler:
                     stats = seg.alloc_stats()
                     if stats is not None:   # None: torn by a writer, read it next tick
                         stats_seq = seq
-                        row[I["alloc_in_use"]], row[I["alloc_free"]] = stats.in_use_bytes, stats.free_bytes
+                        row[I["alloc_in_use"]] = math.nan if stats.in_use_bytes is None else stats.in_use_bytes
+                        row[I["alloc_free"]] = math.nan if stats.free_bytes is None else stats.free_bytes
                         row[I["alloc_mapped"]], row[I["arenas"]] = stats.mapped_bytes, stats.arenas
             if st is not None or counted:
                 tl.append_row(row)

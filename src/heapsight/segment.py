@@ -19,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 13
+VERSION = 14
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -50,7 +50,8 @@ OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
 SLOT_DTYPE = np.dtype([
     ("claimed", U8), ("tid", U8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
     ("flush_room", I8), ("flush_max", I8), ("sample_left", I8), ("flush_base", I8),
-    ("n_realloc", U8), ("n_mmapped", U8), ("n_mmapped_large", U8), ("pad", U8, (5,)),
+    ("n_realloc", U8), ("n_mmapped", U8), ("n_mmapped_large", U8),
+    ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8), ("pad", U8, (3,)),
     ("cls_alloc", U8, (CLASSES,)), ("cls_free", U8, (CLASSES,)),
     ("cls_waste", U8, (CLASSES,)),
 ])
@@ -84,6 +85,7 @@ SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # a header page, then the tables, as many as the file's size says (its room, heapsight.h);
 # left out of the file when the run samples nothing (SEGMENT_BASE_BYTES).
 PROFILE_MAGIC = 0x31464f5250534853
+STATS_UNKNOWN = (1 << 64) - 1   # hs_alloc_stats_t: a figure that needs a walk, not taken
 PROFILE_TABLES = 4096           # within the profile: the tables start a page in
 EVENTS_UNIT, WORDS_UNIT, MODULES_UNIT = 1 << 15, 1 << 16, 512
 ROOM_DEFAULT, ROOM_SMALL, ROOM_MAX = 8, 1, 16
@@ -168,8 +170,8 @@ def class_floor_bytes(c: int) -> int:
 @dataclass(frozen=True)
 class AllocStats:
     """The allocator's own view (hs_alloc_stats_t)."""
-    in_use_bytes: int
-    free_bytes: int
+    in_use_bytes: int | None
+    free_bytes: int | None
     mapped_bytes: int
     resident_bytes: int
     mmapped_bytes: int
@@ -179,7 +181,10 @@ class AllocStats:
 
     @staticmethod
     def from_record(rec) -> "AllocStats":
-        return AllocStats(int(rec["in_use_bytes"]), int(rec["free_bytes"]), int(rec["mapped_bytes"]),
+        # in use and free: None where they would need a walk of the free lists (glibc's,
+        # read without its locks)
+        known = lambda v: None if int(v) == STATS_UNKNOWN else int(v)
+        return AllocStats(known(rec["in_use_bytes"]), known(rec["free_bytes"]), int(rec["mapped_bytes"]),
                           int(rec["resident_bytes"]), int(rec["mmapped_bytes"]), int(rec["arenas"]),
                           int(rec["top_pad_bytes"]), tuple(int(x) for x in rec["raw"]))
 

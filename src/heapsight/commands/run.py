@@ -50,9 +50,10 @@ def add_arguments(p) -> None:
     p.add_argument("--smaps-hz", type=float, default=4.0,
                    help="smaps_rollup samples per second (default 4)")
     p.add_argument("--stats-hz", type=float, default=10.0,
-                   help="allocator statistics (mallinfo2, arena count) per second, taken in the "
-                        "target by the library's thread (default 10; it slows down by itself when "
-                        "a call gets expensive)")
+                   help="allocator statistics (what it holds from the OS, arena count) per "
+                        "second, taken in the target by the library's thread without the "
+                        "allocator's locks (glibc: each arena's system_mem and the mmapped "
+                        "chunks; default 10)")
     p.add_argument("--no-release", action="store_true",
                    help="do not call the allocator's release (malloc_trim) at exit")
     p.add_argument("--html", metavar="FILE",
