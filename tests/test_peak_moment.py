@@ -78,3 +78,41 @@ def test_the_peak_live_bytes_are_never_below_those_at_exit(tmp_path):
     assert h["peak_live_requested_bytes"] <= h["peak_live_usable_bytes"]
     # and the usable peak is the first phase's: 200,000 blocks of 24 bytes
     assert h["peak_live_usable_bytes"] >= 200000 * 24
+
+
+# 8 MiB in fa(), then 32 MiB in fb(), which makes the peak
+FAFB = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((noinline)) char *fa(void) { char *p = malloc(8u << 20); memset(p, 1, 8u << 20); return p; }
+__attribute__((noinline)) char *fb(void) { char *p = malloc(32u << 20); memset(p, 1, 32u << 20); return p; }
+int main(void) {
+  char *volatile a = fa();
+  usleep(50000);
+  char *volatile b = fb();
+  usleep(50000);
+  free(b);
+  free(a);
+  return 0;
+}
+"""
+
+
+def test_the_block_that_makes_the_peak_is_among_the_peaks_call_sites(tmp_path):
+    src, exe, js = tmp_path / "fafb.c", tmp_path / "fafb", tmp_path / "s.json"
+    src.write_text(FAFB)
+    subprocess.run(["cc", "-O1", "-g", "-o", str(exe), str(src)], check=True)
+    r = subprocess.run([*HS, "run", "--no-save", "--json", str(js), "--", str(exe)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(js.read_text())
+    peak = next(m for m in s["sites"]["moments"] if m["name"] == "peak")
+    frames = s["sites"]["frames"]
+    got = {}
+    for x in peak["sites"]:
+        fn = frames[x["frame"]]["function"] if x["frame"] is not None else None
+        got[fn] = got.get(fn, 0) + x["bytes"]
+    # THEN fb's 32 MiB are there beside fa's 8 (the peak was timed before fb's sample was,
+    # and its sites were fa's alone: "8.0 MiB 100% fa")
+    assert got.get("fb", 0) > 30 << 20 and got.get("fa", 0) > 6 << 20, got

@@ -116,10 +116,11 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
       if (req >= HS_GLIBC_MMAP_THRESHOLD_START)
         __atomic_fetch_add(&s->n_mmapped_large, 1, __ATOMIC_RELAXED);
     }
-    /* no slack here: the peak is raised at once */
+    /* the sample before the peak it may raise (as in _hs_counted_due); no slack here: the
+     * peak is raised at once */
+    _hs_sample_shared(p, usable, caller);
     raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, (int64_t)usable,
                                            __ATOMIC_RELAXED));
-    _hs_sample_shared(p, usable, caller);
   } else {
     __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->cls_free[c], 1, __ATOMIC_RELAXED);
@@ -202,7 +203,9 @@ void *_hs_counted_slow(void *p, size_t req, const void *caller) {
 }
 
 void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller) {
-  if (s->flush_room < 0) _hs_flush(s);
+  /* the sample first: its event's time then comes before the peak's that this block's flush
+   * may raise, and the block that makes the peak is among the peak's call sites */
   if (s->sample_left < 0) _hs_sample_alloc(s, p, u, caller);
+  if (s->flush_room < 0) _hs_flush(s);
   return p;
 }

@@ -14,6 +14,7 @@ from heapsight.fmt import human, pct
 from heapsight.model import Breakdown, Finding, HeapFigures, Hold, Release
 from heapsight.segment import AllocStats
 
+KiB = 1024
 MiB = 1024 * 1024
 
 
@@ -204,9 +205,13 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
 
 
 def findings(command: list, final: Breakdown | None, release: Release,
-             heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None) -> list:
+             heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
+             mapped: dict | None = None) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size.
-    sites: the sampled call sites (sites.build), which name where never-freed bytes came from."""
+    sites: the sampled call sites (sites.build), which name where never-freed bytes came from;
+    mapped: what the exit's heap map measured (measure.exit_map_bytes: "pinned",
+    "thread_arenas_free" bytes), which puts bytes on the reasons memory stayed."""
+    mapped = mapped or {}
     if final is None:
         return []
     allocator, arenas, threads = heap.allocator, heap.arenas, heap.threads_seen
@@ -237,17 +242,29 @@ def findings(command: list, final: Breakdown | None, release: Release,
     # Retention: freed memory the allocator keeps resident.
     if final.retained_bytes >= MiB and final.retained_bytes >= 0.1 * rss:
         given = release.gave_back_bytes
-        mechanisms = []
+        # (bytes it explains, or None where unmeasured; the words): the largest first
+        reasons = []
         if allocator == "glibc":
+            if mapped.get("pinned"):
+                reasons.append((mapped["pinned"], f"{human(mapped['pinned'])} of heap pages hold "
+                                "only a few live bytes each: no release can return them while "
+                                "those blocks live"))
             if arenas > 1:
-                mechanisms.append(f"{arenas} malloc arenas (glibc gives each thread that "
-                                  f"allocates its own, up to 8 per core; {threads} threads seen)")
+                in_threads = mapped.get("thread_arenas_free")
+                reasons.append((in_threads, (f"{human(in_threads)} of free pages in " if in_threads
+                                             else "") + f"{arenas} malloc arenas (glibc gives "
+                                f"each thread that allocates its own, up to 8 per core; {threads} "
+                                f"thread{'s' * (threads != 1)} seen)"))
             if n_large_heap:
-                mechanisms.append(f"{n_large_heap} blocks of 128 KiB or more came from the heap "
-                                  "instead of their own mmap: freeing an mmapped block raised "
-                                  "the dynamic mmap threshold")
-            mechanisms.append("free chunks stay in the arenas' bins and tcache until "
-                              "malloc_trim or a top-of-heap shrink")
+                reasons.append((n_large_heap * 128 * KiB,
+                                f"{n_large_heap} block{'s' * (n_large_heap != 1)} of 128 KiB or "
+                                f"more came from the heap instead of {'their' if n_large_heap != 1 else 'its'} "
+                                "own mmap: freeing an mmapped block raised the dynamic mmap "
+                                "threshold"))
+            reasons.append((None, "free chunks stay in the arenas' bins and tcache until "
+                                  "malloc_trim or a top-of-heap shrink"))
+        reasons.sort(key=lambda r: (r[0] is None, -(r[0] or 0)))   # measured, largest first
+        mechanisms = [text for _, text in reasons]
         suggestions = []
         if allocator == "glibc":
             suggestions.append("call malloc_trim(0) after freeing a large structure "

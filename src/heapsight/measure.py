@@ -222,6 +222,18 @@ HEAP_MAP_EVERY_S = 0.1
 MAP_WAIT_S = 2.0
 
 
+def exit_map_bytes(hmaps) -> dict:
+    """From the exit's heap map (heap_maps' entries): the bytes of pinned pages, and of free
+    resident pages in glibc's thread arenas (arena 1 and up); {} without one."""
+    for m in hmaps:
+        if m["moment"] == heapmap.EXIT and m["status"] == "mapped":
+            page = m["page_bytes"]
+            return {"pinned": sum(a["pinned_pages"] for a in m["arenas"]) * page,
+                    "thread_arenas_free": sum(a["free_resident_pages"] for a in m["arenas"]
+                                              if a["arena"] != 0) * page}
+    return {}
+
+
 def collect_maps(segment) -> dict:
     """The heap maps the library wrote beside the segment, read and removed."""
     return heapmap.collect(segment.path) if segment is not None else {}
@@ -529,8 +541,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     sampled_sites = call_sites(prof, tl, cols, heap, peak_ns,
                                segment.get("exit_ns") if done else None) if heap else None
     mapped_by_stack = mapped_sites(prof, tl, segment.get("exit_ns") if done else None) if heap else None
+    hmaps = heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ()
     found = analysis.findings(argv, final, release, heap, live_over_time(cols, final),
-                              sampled_sites) if heap else []
+                              sampled_sites, exit_map_bytes(hmaps)) if heap else []
     held = analysis.holds(cols["t"], parts, duration_s) if heap else []
     # a hold that the exit findings already describe (same cause, as large) is not repeated
     kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
@@ -571,4 +584,4 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
         resident_by_kind=last_kinds(tl, duration_s), sites=sampled_sites,
         mapped_sites=mapped_by_stack,
-        heapmaps=heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ())
+        heapmaps=hmaps)
