@@ -334,7 +334,22 @@ static int readable(const child_t *c, uint64_t lo, uint64_t hi) {
 static uint64_t rd(uint64_t addr) { return *(const volatile uint64_t *)(uintptr_t)addr; }
 
 /* start_brk, field 47 of /proc/self/stat (after the command's closing parenthesis). */
+static uint64_t stat_start_brk(void);
+
+/* Read once: it is set at the image's exec and never moves. The statistics ask for it at
+ * every reading, and a descriptor opened on the library's thread each time would show in
+ * the program's /proc/self/fd. */
 static uint64_t read_start_brk(void) {
+  static uint64_t cached;
+  uint64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (!v) {
+    v = stat_start_brk();
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+static uint64_t stat_start_brk(void) {
   char buf[2048];
   int fd = hs_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;

@@ -194,14 +194,17 @@ static void *helper_main(void *arg) {
       pthread_mutex_unlock(&g_mu);
       hs_alloc_stats_t st;
       memset(&st, 0, sizeof st);
-      uint64_t t0 = _hs_now_ns();
+      /* the reading's cost in this thread's CPU time: a thread descheduled on a busy
+       * machine holds no lock of the allocator's meanwhile, one walking a free list does */
+      uint64_t t0 = thread_cpu_ns();
       if (_hs_allocator_stats(&st)) publish_stats(&st);
       publish_cpu();
-      uint64_t spent = _hs_now_ns() - t0, wait = period;
+      uint64_t spent = thread_cpu_ns() - t0, wait = period;
       if (spent * 100 > wait) wait = spent * 100;
-      /* A reading that walked the free lists for longer than HS_STATS_STALL_NS held an arena
-       * lock that long, stalling the program's threads on it: take no more while it runs
-       * (the CLI bounds each sample by the readings around it, the exit reading last). */
+      /* A reading that worked for longer than HS_STATS_STALL_NS (an allocator whose
+       * statistics walk under its lock; glibc's take none now) stalled the program's threads
+       * on it: take no more while it runs (the CLI bounds each sample by the readings
+       * around it, the exit reading last). */
       if (spent > HS_STATS_STALL_NS) sampling = 0;
       __atomic_store_n(&_hs_seg->stats_hz_milli, (uint64_t)(1e12 / (double)wait),
                        __ATOMIC_RELAXED);
