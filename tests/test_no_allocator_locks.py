@@ -63,3 +63,20 @@ def test_no_walking_statistics_are_called_during_the_run_or_at_exit(tmp_path):
     # holds from the OS (each arena's system_mem and the mmapped chunks, read unlocked)
     assert s["final"]["retained_bytes"] > 200 << 20, s["final"]
     assert s["heap"]["arenas"] >= 2
+
+
+def test_the_exit_waits_for_the_copy_to_be_made_not_walked(tmp_path):
+    # GIVEN perl with 250,000 freed hash entries (a heap of many free chunks), no release
+    js = tmp_path / "s.json"
+    prog = 'my %h; $h{$_} = "y" x 150 for 1..250000; undef %h;'
+    r = subprocess.run([*HS, "run", "--no-save", "--no-release", "--json", str(js), "--",
+                        "perl", "-e", prog], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(js.read_text())
+    (exit_map,) = [m for m in s["heapmaps"] if m["moment"] == "exit"]
+    # THEN the map of the exit is there, walked by the copy after the program had gone on,
+    # and the program's exit waited for the copy to be made only (300 ms before: the two
+    # statistics walks, and the copy's walk)
+    assert exit_map["status"] == "mapped", exit_map["status"]
+    assert exit_map["map_ms"] > s["exit_probe_s"] * 1000
+    assert s["exit_probe_s"] < 0.05, s["exit_probe_s"]

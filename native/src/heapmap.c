@@ -721,10 +721,24 @@ static uint64_t cpu_of(const struct rusage *ru) {
          (uint64_t)ru->ru_stime.tv_sec * 1000000000ull + (uint64_t)ru->ru_stime.tv_usec * 1000ull;
 }
 
-static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0) {
+static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, int detached) {
   uint64_t started = _hs_now_ns();
   prctl(PR_SET_NAME, "hs-heapmap", 0, 0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (detached) {
+    /* the program does not wait for this copy (the exit's): it outlives the program, and
+     * bounds itself, SIGALRM at its default (the program's handler is not ours to run) */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGALRM, &dfl, NULL);
+    sigset_t alrm;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    sigprocmask(SIG_UNBLOCK, &alrm, NULL);
+    alarm((unsigned)(HS_MAP_LIMIT_NS / 1000000000ull));
+  } else {
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  }
   int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) { (void)!write(fd, "1000", 4); close(fd); }
 
@@ -806,7 +820,17 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0) 
     h.child_cpu_ns = cpu_of(&ru);
   }
   h.child_ns = _hs_now_ns() - started;
-  _exit(write_map(path, &h, &c) ? 0 : 6);
+  /* written beside, then renamed: the CLI never reads half a map (and its clean-up of
+   * "<segment>.map.*" never takes the one being written) */
+  char part[4200];
+  size_t n = strnlen(path, sizeof part - 16), dot = n;
+  while (dot > 0 && path[dot - 1] != '.') dot--;   /* "<segment>.map.<name>" */
+  if (dot < 5 || n + 8 >= sizeof part) _exit(6);
+  memcpy(part, path, dot - 4);                      /* "<segment>." */
+  memcpy(part + dot - 4, "part-map.", 9);
+  memcpy(part + dot + 5, path + dot, n - dot + 1);  /* "<segment>.part-map.<name>" */
+  if (!write_map(part, &h, &c)) { unlink(part); _exit(6); }
+  _exit(rename(part, path) == 0 ? 0 : 6);
 }
 
 /* ---- the parent's side: glibc's arena locks, taken as its fork() takes them ----
@@ -1032,7 +1056,7 @@ static void copy_starts(void) {
  * locks are held across it for glibc; the others are copied as they stand (a lock a
  * thread held at that moment stays taken in the copy: its release then sleeps, and the
  * parent stops it). Returns the pid, -1 with *why. */
-static pid_t make_copy(const char *path, uint64_t t0, const char **why) {
+static pid_t make_copy(const char *path, uint64_t t0, int detached, const char **why) {
   int glibc = _hs_seg->allocator_id == HS_ALLOC_GLIBC;
   uint64_t head = 0, deadline = t0 + HS_LOCK_WAIT_NS;
   g_n_locked = 0;
@@ -1042,7 +1066,7 @@ static pid_t make_copy(const char *path, uint64_t t0, const char **why) {
     pid = (pid_t)syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL); /* exit signal 0: no SIGCHLD */
     if (pid == 0) {
       copy_starts();
-      child_main(path, t0);
+      child_main(path, t0, detached);
     }
     if (pid < 0 || !glibc) break;
     uint64_t main_arena = g_locked[0], now = load(main_arena + G_MSTATE_NEXT);
@@ -1081,7 +1105,7 @@ static char copy_state(pid_t pid) {
   const char *p = strrchr(buf, ')');
   return p && p[1] == ' ' ? p[2] : 0;
 }
-int _hs_heapmap_write(const char *path) {
+int _hs_heapmap_write(const char *path, int detached) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !path) return 0;
   if (seg->allocator_id == HS_ALLOC_UNKNOWN)
@@ -1090,9 +1114,13 @@ int _hs_heapmap_write(const char *path) {
   uint64_t t0 = _hs_now_ns();
   const char *why = NULL;
   __atomic_store_n(&g_forking, 1, __ATOMIC_RELEASE);
-  pid_t pid = make_copy(path, t0, &why);
+  pid_t pid = make_copy(path, t0, detached, &why);
   __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
   if (pid < 0) return _hs_heapmap_write_refusal(path, why);
+  if (detached) { /* the CLI waits for its file, or for it to end (heapmap_exit_pid) */
+    __atomic_store_n(&seg->heapmap_exit_pid, (uint64_t)pid, __ATOMIC_RELEASE);
+    return 1;
+  }
   /* the copy is this moment's: a program waiting in heapsight_snapshot() for the CLI (which
    * waits for this answer) may go on while the copy is walked */
   uint64_t ack = __atomic_load_n(&_hs_heapmap_ack_at_fork, __ATOMIC_ACQUIRE);

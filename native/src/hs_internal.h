@@ -75,7 +75,7 @@ void _hs_sample_free(void *p);
 void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's mmap */
 extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request being taken */
 /* The heap map (heapmap.c), taken on the helper thread (probe.c) */
-int _hs_heapmap_write(const char *path);
+int _hs_heapmap_write(const char *path, int detached); /* detached: not waited for */
 int _hs_heapmap_write_refusal(const char *path, const char *why);
 int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
 uint64_t _hs_heapmap_cpu_ns(void);

@@ -96,11 +96,11 @@ static int map_path(char *buf, size_t len, const char *suffix) {
 }
 
 /* A heap map, on the helper (heapmap.c forks from here, never from a program thread). */
-static void take_map(const char *suffix) {
+static void take_map(const char *suffix, int detached) {
   char path[4200];
   if (!map_path(path, sizeof path, suffix)) return;
   __atomic_store_n(&g_in_map, 1, __ATOMIC_RELEASE);
-  _hs_heapmap_write(path);
+  _hs_heapmap_write(path, detached);
   __atomic_store_n(&g_in_map, 0, __ATOMIC_RELEASE);
 }
 
@@ -113,7 +113,7 @@ static int answer_map_request(void) {
   char num[24];
   int n = snprintf(num, sizeof num, "%llu", (unsigned long long)want);
   __atomic_store_n(&_hs_heapmap_ack_at_fork, want, __ATOMIC_RELEASE);
-  if (n > 0) take_map(num);
+  if (n > 0) take_map(num, 0);
   __atomic_store_n(&_hs_heapmap_ack_at_fork, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&_hs_seg->heapmap_ack, want, __ATOMIC_RELEASE);
   return 1;
@@ -136,7 +136,7 @@ static void run_job(int job) {
   } else if (job == HS_JOB_STATS_AFTER) {
     _hs_allocator_stats(&seg->exit_stats_after);
   } else if (job == HS_JOB_MAP_EXIT) {
-    take_map("exit");
+    take_map("exit", 1); /* the program waits for the copy to be made, not walked */
   }
 }
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,6 +199,8 @@ def measure(argv: list, opts: Options) -> tuple:
         interrupted = bool(forwarded) or bool(interrupts.drain())
         # the sampled allocations, copied out before the segment file goes
         prof = profile.read(segment) if segment is not None and segment.attached() else None
+        if segment is not None and segment.attached():
+            wait_exit_map(segment)
         maps = [(maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
                 for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
                                        key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
@@ -232,6 +235,27 @@ def exit_map_bytes(hmaps) -> dict:
                     "thread_arenas_free": sum(a["free_resident_pages"] for a in m["arenas"]
                                               if a["arena"] != 0) * page}
     return {}
+
+
+# The exit map's copy bounds itself to 30 s (heapmap.c): a little more here.
+EXIT_MAP_WAIT_S = 35.0
+
+
+def wait_exit_map(segment) -> None:
+    """The program did not wait for its exit map's copy (it waits for the copy to be made,
+    not walked): the copy, left running, writes the map when it is done. Waits for that
+    file, or for the copy to end without one (gone, or a zombie nobody reaped)."""
+    pid = segment.get("heapmap_exit_pid")
+    path = f"{segment.path}.map.{heapmap.EXIT}"
+    deadline = time.monotonic() + EXIT_MAP_WAIT_S
+    while pid and not os.path.exists(path) and time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    break
+        except (OSError, IndexError):
+            break
+        time.sleep(0.005)
 
 
 def collect_maps(segment) -> dict:
