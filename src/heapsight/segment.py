@@ -233,10 +233,12 @@ def remove_stale_segments() -> None:
         if not p.name.endswith("-auto.seg") and _ours(p, uid) and _stale(p):
             for m in shm.glob(p.name + ".map.*"):
                 _remove(m, uid)
-    for m in shm.glob("heapsight-*-*.seg.map.*"):   # maps whose segment is gone
-        seg = shm / m.name.split(".seg.map.", 1)[0]
-        if not seg.name.endswith("-auto") and not Path(str(seg) + ".seg").exists():
-            _remove(m, uid)
+    # maps whose segment is gone, and maps an exit copy left half written (heapmap.c)
+    for kind in (".seg.map.", ".seg.part-map."):
+        for m in shm.glob(f"heapsight-*-*{kind}*"):
+            seg = shm / m.name.split(kind, 1)[0]
+            if not seg.name.endswith("-auto") and not Path(str(seg) + ".seg").exists():
+                _remove(m, uid)
 
 
 def _ours(p: Path, uid: int) -> bool:
