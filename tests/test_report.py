@@ -409,7 +409,7 @@ def test_missing_file_is_an_error_and_writes_nothing(inputs, tmp_path):
 
 
 @pytest.mark.parametrize("content", [b"hello, not json", b'{"kind": "something-else"}',
-                                     gzip.compress(b'{"kind": "heapsight-run"}')])
+                                     gzip.compress(b'{"kind": "heapsight-run"}', mtime=0)])
 def test_file_that_is_not_a_record_is_an_error_and_writes_nothing(tmp_path, content):
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(content)
