@@ -160,11 +160,15 @@ def snapshot_maps(summary):
     return [m for m in maps if m["moment"] != "exit"], [m["status"] for m in maps]
 
 
+# snapshots one by one, each with its map: every 20 ms for 3 s
+EVERY_20_MS = ",".join(f"{0.02 * i:.2f}" for i in range(1, 151))
+
+
 def test_the_programs_wait_never_reaps_the_maps_copy(hs, tmp_path):
     # GIVEN a program that forks 200 children one by one and reaps each with wait()
     exe = build(tmp_path, "waits", WAITS)
-    # WHEN it runs with a map taken every 20 ms
-    r = hs(exe, opts=["--every", "0.02"], timeout=180)
+    # WHEN it runs with a map taken every 20 ms (--at: --every maps at most every 0.1 s)
+    r = hs(exe, opts=["--at", EVERY_20_MS], timeout=180)
     # THEN each wait() returned the child it made, and nothing more was left to reap
     assert r.rc == 0, (r.stdout, r.stderr)
     assert r.truth("waits") == {"reaped": "200", "foreign": "0", "bad_status": "0", "after": "ECHILD"}
@@ -177,7 +181,7 @@ def test_the_programs_wait_never_reaps_the_maps_copy(hs, tmp_path):
 def test_a_sigchld_handler_hears_of_the_programs_children_only(hs, tmp_path):
     # GIVEN a program whose SIGCHLD handler reaps any child, one child alive at a time
     exe = build(tmp_path, "sigchld", SIGCHLD)
-    r = hs(exe, opts=["--every", "0.02"], timeout=180)
+    r = hs(exe, opts=["--at", EVERY_20_MS], timeout=180)
     # THEN one signal per child of its own, none empty, none about another process
     assert r.rc == 0, (r.stdout, r.stderr)
     assert r.truth("sigchld") == {"signals": "100", "reaped": "100", "empty": "0", "foreign": "0"}
@@ -189,7 +193,7 @@ def test_a_sigchld_handler_hears_of_the_programs_children_only(hs, tmp_path):
 def test_maps_while_four_threads_allocate_hard(hs, tmp_path):
     # GIVEN 4 threads in malloc/free all the time (the map takes every arena's lock)
     exe = build(tmp_path, "threads", THREADS, "-pthread")
-    r = hs(exe, "2", opts=["--every", "0.02"], timeout=120)
+    r = hs(exe, "2", opts=["--at", EVERY_20_MS], timeout=120)
     # THEN no deadlock, no crash, and the maps walked every arena
     assert r.rc == 0, (r.stdout, r.stderr)
     assert "threads: done" in r.stdout
