@@ -228,11 +228,15 @@ def findings(command: list, final: Breakdown | None, release: Release,
         if len(live_over_time) >= 2:
             steps = ", ".join(f"{human(v)} at {t:.2f} s" for t, v in live_over_time)
             grew = f"Live bytes over the run: {steps}. "
+        untouched = ""
+        if final.untouched_bytes >= MiB:
+            untouched = (f"{human(final.untouched_bytes)} of it was never touched (allocated but "
+                         "never written: it takes no RSS, only address space). ")
         out.append(Finding(
             "never-freed", final.live_bytes,
             f"{human(final.live_bytes)} still allocated at exit",
             "These blocks were allocated and not freed before the program ended. "
-            + grew
+            + untouched + grew
             + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
             "with it, a working set levels off) or if the program lost every pointer to it; "
             "many programs (git, compilers) keep their data until exit on purpose. No allocator "

@@ -335,3 +335,16 @@ def test_the_reasons_memory_stayed_lead_with_the_most_bytes():
         why.index("free chunks stay")
     assert pinned < large < bins, why
     assert "1 blocks" not in why and "instead of its own mmap" in why
+
+
+def test_never_freed_says_how_much_of_it_was_never_touched():
+    # GIVEN 673 MiB still allocated at exit, 601 MiB of it never written (xz -9's shape)
+    final = bd(live_bytes=673 * MiB, untouched_bytes=601 * MiB, file_bytes=2 * MiB,
+               rss_bytes=75 * MiB)
+    (f,) = [x for x in analysis.findings(["xz", "-9"], final, released(0), heap())
+            if x.kind == "never-freed"]
+    # THEN the finding says so (it counted the 601 MiB without a word)
+    assert "601.0 MiB of it was never touched" in f.detail
+    small = bd(live_bytes=673 * MiB, file_bytes=2 * MiB)
+    (g,) = [x for x in analysis.findings(["xz"], small, released(0), heap()) if x.kind == "never-freed"]
+    assert "never touched" not in g.detail

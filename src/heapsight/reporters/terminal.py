@@ -150,8 +150,8 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         tail = f"; {h.arenas} arena(s); {h.threads_seen} thread(s)" if h.allocator == "glibc" \
             else f"; {h.threads_seen} thread(s)"
         _indent(c, f"heap: {h.n_alloc:,} allocations, {h.n_free:,} frees, {h.live_blocks:,} blocks "
-                   f"live at exit; peak live {human(h.peak_live_requested_bytes)} at "
-                   f"{h.peak_at_s:.2f} s{tail}", 2)
+                   f"live at exit; peak live {human(h.peak_live_requested_bytes)} requested "
+                   f"({human(h.peak_live_usable_bytes)} usable) at {h.peak_at_s:.2f} s{tail}", 2)
     if s.sites:
         _sites(c, s.sites)
     for m in s.heapmaps:
@@ -187,10 +187,10 @@ def _sites(c: Console, sites: dict) -> None:
         if m is None or not m["sites"]:
             continue
         c.print()
-        _indent(c, f"call sites {title} ({human(m['live_bytes'])} at {m['t_s']:.2f} s; "
+        _indent(c, f"call sites {title} ({human(m['live_bytes'])} usable at {m['t_s']:.2f} s; "
                    f"top {min(TOP_SITES, len(m['sites']))} of {len(m['sites'])}):"
                 if name == "peak" else
-                f"call sites {title} ({human(m['live_bytes'])}; top "
+                f"call sites {title} ({human(m['live_bytes'])} usable; top "
                 f"{min(TOP_SITES, len(m['sites']))} of {len(m['sites'])}):", 2)
         t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, show_header=False)
         t.add_column("bytes", justify="right", no_wrap=True)
