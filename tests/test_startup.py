@@ -31,3 +31,12 @@ def test_numpys_threads_start_with_every_signal_blocked():
     assert int(seen["threads"][seen["main"]], 16) == 0
     for t, mask in others.items():
         assert int(mask, 16) | (1 << 8) | (1 << 18) | (3 << 31) == (1 << 64) - 1, (t, mask)
+
+
+def test_version_answers_without_loading_the_commands():
+    code = ("import sys\nfrom heapsight import cli\nrc = cli.main(['--version'])\n"
+            "print(rc, 'numpy' in sys.modules, 'heapsight.measure' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       timeout=60)
+    version, answer = r.stdout.splitlines()
+    assert version.startswith("heapsight ") and answer == "0 False False", r.stdout

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
 from heapsight import __version__
-from heapsight.commands import attach, compare, env, lab, report, run
 from heapsight.errors import HeapsightError
 
-COMMANDS = {"run": run, "attach": attach, "compare": compare, "lab": lab, "report": report,
-            "env": env}
+# The commands in the order --help lists them; each module is imported (with numpy and the
+# rest of what it needs) only when the parser is built, so --version answers at once.
+COMMAND_NAMES = ("run", "attach", "compare", "lab", "report", "env")
 
 DESCRIPTION = """\
 heapsight tells you why a process's memory did not go back to the OS after free(),
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:
         pass
     sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
-    for name, mod in COMMANDS.items():
+    for name in COMMAND_NAMES:
+        mod = importlib.import_module(f"heapsight.commands.{name}")
         doc = mod.__doc__ or ""
         sp = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
                             usage=getattr(mod, "USAGE", None),
@@ -102,6 +104,9 @@ def main(argv: list | None = None) -> int:
 
 
 def _main(argv: list | None) -> int:
+    if (sys.argv[1:] if argv is None else argv) in (["-V"], ["--version"]):
+        print(f"heapsight {__version__}")   # before the commands are imported
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.print_man:
