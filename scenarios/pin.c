@@ -80,6 +80,8 @@ __attribute__((noinline)) static void *first_keeper(uintptr_t top, void **parked
     return keeper((size_t)g_keep);
 }
 
+static pthread_barrier_t g_all_done;
+
 static void *run(void *arg)
 {
     struct work *w = arg;
@@ -106,6 +108,10 @@ static void *run(void *arg)
     w->contiguous &= (uintptr_t)w->keepers[0] == top + 16;
     KEEP(pads);
     KEEP(parked);
+    /* no thread ends before every one has its arena: glibc gives an ended thread's arena
+     * to the next thread that starts, and each thread is to have its own */
+    if (g_threads)
+        pthread_barrier_wait(&g_all_done);
     return NULL;
 }
 
@@ -140,6 +146,7 @@ int main(int argc, char **argv)
     memset(works, 0, sizeof works);
     if (g_threads) {
         pthread_t t[64];
+        pthread_barrier_init(&g_all_done, NULL, (unsigned)nw);
         for (int i = 0; i < nw; i++)
             pthread_create(&t[i], NULL, run, &works[i]);
         for (int i = 0; i < nw; i++)

@@ -66,17 +66,33 @@ def test_no_walking_statistics_are_called_during_the_run_or_at_exit(tmp_path):
 
 
 def test_the_exit_waits_for_the_copy_to_be_made_not_walked(tmp_path):
-    # GIVEN perl with 250,000 freed hash entries (a heap of many free chunks), no release
-    js = tmp_path / "s.json"
+    # GIVEN perl with 250,000 freed hash entries (a heap of many free chunks), run with
+    # heapsight's defaults, then with the release made in the program itself
     prog = 'my %h; $h{$_} = "y" x 150 for 1..250000; undef %h;'
-    r = subprocess.run([*HS, "run", "--no-save", "--no-release", "--json", str(js), "--",
-                        "perl", "-e", prog], capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr
-    s = json.loads(js.read_text())
+
+    def run(name, *opts):
+        js = tmp_path / f"{name}.json"
+        r = subprocess.run([*HS, "run", "--no-save", *opts, "--json", str(js), "--",
+                            "perl", "-e", prog], capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        return json.loads(js.read_text())
+
+    s, inside = run("defaults"), run("inside", "--release-in-program")
     (exit_map,) = [m for m in s["heapmaps"] if m["moment"] == "exit"]
     # THEN the map of the exit is there, walked by the copy after the program had gone on,
     # and the program's exit waited for the copy to be made only (300 ms before: the two
-    # statistics walks, and the copy's walk)
+    # statistics walks, the release, and the copy's walk)
     assert exit_map["status"] == "mapped", exit_map["status"]
-    assert exit_map["map_ms"] > s["exit_probe_s"] * 1000
-    assert s["exit_probe_s"] < 0.05, s["exit_probe_s"]
+    assert exit_map["map_ms"] > s["exit_held_s"] * 1000
+    assert 0 < s["exit_held_s"] <= s["exit_probe_s"]
+    assert s["exit_held_s"] < 0.05, s["exit_held_s"]
+    # the release was measured in the copy: the program kept its memory to the end ...
+    rel = s["release"]
+    assert rel["measured"] and rel["where"] == "copy", rel
+    assert rel["gave_back_bytes"] == exit_map["release_measured_bytes"] > 20 << 20
+    # ... and it gives back what the same release in the program gives back
+    rin = inside["release"]
+    assert rin["measured"] and rin["where"] == "program", rin
+    assert abs(rel["gave_back_bytes"] - rin["gave_back_bytes"]) <= 0.05 * rin["gave_back_bytes"]
+    # which the program waited for: its exit was held longer
+    assert inside["exit_held_s"] >= rin["seconds"] > 0

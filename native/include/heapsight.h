@@ -10,7 +10,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 15
+#define HS_SEGMENT_VERSION 16
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -198,6 +198,8 @@ typedef struct hs_segment_s {
                                  its pages are resident in the program (/proc/PID/pagemap) */
   uint64_t heapmap_exit_pid;  /* the exit map's copy, which the program does not wait for: the
                                  CLI waits for its file, or for it to end */
+  uint64_t exit_done_ns;      /* when the exit probe let the program go on (CLOCK_MONOTONIC):
+                                 less exit_ns, what heapsight held the program at exit */
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];

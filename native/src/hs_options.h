@@ -2,9 +2,13 @@
 #ifndef HS_OPTIONS_H
 #define HS_OPTIONS_H
 #include <stdint.h>
+#define HS_RELEASE_IN_COPY 2
 typedef struct hs_options_s {
   double stats_hz;      /* HEAPSIGHT_STATS_HZ: allocator statistics per second (0: off) */
-  int release_at_exit;  /* HEAPSIGHT_RELEASE_AT_EXIT: measure a release at exit */
+  int release_at_exit;  /* HEAPSIGHT_RELEASE_AT_EXIT: 1: the program calls the allocator's
+                           release at exit; "copy" (HS_RELEASE_IN_COPY): the exit map's copy
+                           does, but for a release that acts on the calling thread's own heap
+                           (mimalloc's), which the copy's one thread cannot reach; 0: none */
   uint64_t sample_bytes; /* HEAPSIGHT_SAMPLE_BYTES: mean usable bytes between sampled
                             allocations (0: off) */
 } hs_options_t;

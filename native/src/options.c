@@ -1,5 +1,6 @@
 /* options.c: the HEAPSIGHT_* environment variables the library reads, in one table.
- * Booleans accept 1/true/yes/on and 0/false/no/off; anything else warns and keeps the default. */
+ * Booleans accept 1/true/yes/on and 0/false/no/off (HEAPSIGHT_RELEASE_AT_EXIT also
+ * "copy"); anything else warns and keeps the default. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -55,5 +56,7 @@ void _hs_options_read_sampling(void) {
 
 void _hs_options_read(void) {
   read_double("HEAPSIGHT_STATS_HZ", &_hs_opt.stats_hz, 0, 1000);
-  read_bool("HEAPSIGHT_RELEASE_AT_EXIT", &_hs_opt.release_at_exit);
+  const char *v = getenv("HEAPSIGHT_RELEASE_AT_EXIT");
+  if (v && !strcasecmp(v, "copy")) _hs_opt.release_at_exit = HS_RELEASE_IN_COPY;
+  else read_bool("HEAPSIGHT_RELEASE_AT_EXIT", &_hs_opt.release_at_exit);
 }

@@ -303,8 +303,11 @@ void _hs_stats_thread_start(void) {
   if (g_helper_started) __atomic_store_n(&_hs_seg->library_threads, 1, __ATOMIC_RELAXED);
 }
 
-/* At exit, in the owner only: RSS and allocator figures, the allocator's release-now call,
- * and the same figures again. What the release gave back is the difference. The allocator
+/* At exit, in the owner only: RSS and allocator figures, the exit map's copy (which also
+ * measures the allocator's release, in the copy: the program keeps its memory and does not
+ * wait for it), the release-now call in the program itself only where asked (or where the
+ * copy cannot reach it: mimalloc's acts on the calling thread's heap), and the same figures
+ * again. What a release in the program gave back is the difference. The allocator
  * calls run on the helper (bounded, see above), but for an allocator whose release acts on
  * the calling thread's own heap (mimalloc's mi_collect, which takes no lock): that one
  * runs here. Without a helper (an allocator with no figures of its own) nothing that
@@ -331,8 +334,11 @@ void _hs_exit_probe(void) {
                                                 "program (an allocator without figures)"
                                               : "the allocator's lock stayed taken at exit");
   }
-  if (helper && status == HS_PROBE_DONE && _hs_opt.release_at_exit) {
-    if (_hs_allocator_release_on_caller()) {
+  int on_caller = _hs_allocator_release_on_caller();
+  int release = _hs_opt.release_at_exit == 1 ||
+                (_hs_opt.release_at_exit == HS_RELEASE_IN_COPY && on_caller);
+  if (helper && status == HS_PROBE_DONE && release) {
+    if (on_caller) {
       uint64_t t0 = _hs_now_ns();
       _hs_allocator_release();
       g_release_ns = _hs_now_ns() - t0;
@@ -358,5 +364,6 @@ void _hs_exit_probe(void) {
   g_stop = 1; /* a helper that finished its jobs ends; a stuck one dies with the process */
   pthread_cond_broadcast(&g_cv);
   pthread_mutex_unlock(&g_mu);
+  seg->exit_done_ns = _hs_now_ns();
   __atomic_store_n(&seg->state, HS_STATE_DONE, __ATOMIC_RELEASE);
 }

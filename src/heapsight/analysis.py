@@ -246,6 +246,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
     # Retention: freed memory the allocator keeps resident.
     if final.retained_bytes >= MiB and final.retained_bytes >= 0.1 * rss:
         given = release.gave_back_bytes
+        gave = "gave back" if release.where == "program" else "would give back"
         # (bytes it explains, or None where unmeasured; the words): the largest first
         reasons = []
         if allocator == "glibc":
@@ -287,12 +288,12 @@ def findings(command: list, final: Breakdown | None, release: Release,
                 "retention", final.retained_bytes,
                 f"{human(final.retained_bytes)} freed by the program but kept by {allocator}",
                 f"Not a leak: the program freed it, the allocator kept it resident. The release "
-                f"at exit ({release.call}) gave back {human(given)} "
+                f"at exit ({release.call}) {gave} {human(given)} "
                 f"({pct(given, final.retained_bytes)} of it). "
                 + ("Why it stayed: " + "; ".join(mechanisms) + "." if mechanisms else ""),
                 tuple(suggestions)))
         else:
-            how = (f"the release at exit ({release.call}) gave back only {human(given)}"
+            how = (f"the release at exit ({release.call}) {gave} only {human(given)}"
                    if release.measured else f"no release could be measured ({release.why_not})")
             kind = "fragmentation" if release.measured else "retention"
             out.append(Finding(

@@ -59,7 +59,8 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
         env["LD_PRELOAD"] = ":".join(libs)
         env["HEAPSIGHT_SEGMENT"] = segment.path
         env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
-        env["HEAPSIGHT_RELEASE_AT_EXIT"] = "1" if opts.release else "0"
+        env["HEAPSIGHT_RELEASE_AT_EXIT"] = ("1" if release_in_program(opts) else
+                                            "copy" if opts.release else "0")
         if opts.sample_bytes is not None:
             env["HEAPSIGHT_SAMPLE_BYTES"] = str(opts.sample_bytes)
     return env
@@ -71,7 +72,9 @@ class Options:
     hz: float = 100.0
     smaps_hz: float = 4.0
     stats_hz: float = 10.0
-    release: bool = True
+    release: bool = True        # measure what the allocator's release gives back at exit
+    release_in_program: bool = False   # in the program itself (its RSS drops, it waits for
+                                       # it), not in the exit map's copy
     extra_env: dict = field(default_factory=dict)
     extra_preload: tuple = ()   # libraries to preload after heapsight's (an allocator)
     stdout: object = None       # where the program's stdout goes (None: ours)
@@ -85,6 +88,16 @@ class Options:
     sample_bytes: int | None = None      # call sites: the sampling mean (0: off; None: the
                                          # library's default, or HEAPSIGHT_SAMPLE_BYTES as set)
     heap_maps: bool = True               # map the heap at exit and at each snapshot
+
+
+def release_in_program(opts: Options) -> bool:
+    """Whether the program itself calls the allocator's release at exit. By default the
+    release is measured in the exit map's copy (a fork()ed copy of the program, at the same
+    moment): the program keeps its RSS and does not wait for the release. In the program
+    when asked, or when no copy is made (--no-heap-map); and for mimalloc, whose mi_collect
+    acts on the calling thread's own heap, which the copy cannot reach (the library decides:
+    HEAPSIGHT_RELEASE_AT_EXIT=copy)."""
+    return opts.release and (opts.release_in_program or not opts.heap_maps)
 
 
 def _samples(opts: Options) -> bool:
@@ -206,7 +219,7 @@ def measure(argv: list, opts: Options) -> tuple:
                                        key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
                             opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof,
-                            [(name, hm) for name, hm in maps if name])
+                            [(name, hm) for name, hm in maps if name], opts.release)
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -406,9 +419,11 @@ def heap_maps(maps: list, prof, sampled_sites: dict | None, start_ns: int) -> tu
 
 
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
-              smaps_hz=math.nan, releases=None, prof=None, maps=()) -> Summary:
+              smaps_hz=math.nan, releases=None, prof=None, maps=(),
+              release_wanted=True) -> Summary:
     """prof: the sampled allocations (profile.read), None for none; maps: (moment name,
-    heapmap.HeapMap) of the heap maps taken."""
+    heapmap.HeapMap) of the heap maps taken; release_wanted: False under --no-release (the
+    exit map's copy releases all the same: its figure is not reported)."""
     attached = segment is not None and segment.attached()
     # An execve into an image that does not load the library (a static binary, or one whose
     # environment was cleared) leaves the old image's counters in the segment: the figures
@@ -476,12 +491,27 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                 round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
                 baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
                 mapped_before)
+            exit_map = dict(maps).get(heapmap.EXIT)
             if segment.get("exit_release_kind"):
                 release = Release(True, call, "", rss_b, segment.get("exit_rss_after"), anon_b,
-                                  segment.get("exit_anon_after"), segment.get("release_ns") / 1e9)
+                                  segment.get("exit_anon_after"), segment.get("release_ns") / 1e9,
+                                  where="program")
+            elif call == "none":
+                release = Release(False, call, f"no release call known for {allocator}")
+            elif not release_wanted or not segment.get("heapmap_at_exit"):
+                release = Release(False, call, "release at exit was turned off (--no-release)")
+            elif exit_map is not None and exit_map.anon_before:
+                # measured in the exit map's copy, at the program's exit (mapped or not: the
+                # copy releases before it walks, and writes the figures of its release
+                # either way): what the copy's anonymous memory dropped by is what the
+                # program's would have
+                gave = exit_map.release_measured_bytes
+                release = Release(True, call, "", rss_b, max(0, rss_b - gave), anon_b,
+                                  max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy")
             else:
-                release = Release(False, call, "release at exit was turned off (--no-release)"
-                                  if call != "none" else f"no release call known for {allocator}")
+                why = (exit_map.status.removeprefix("not mapped: ") if exit_map is not None
+                       else "its copy of the program wrote no map")
+                release = Release(False, call, f"not measured at exit: {why}")
         else:
             how = (f"killed by signal {-rc}" if rc < 0 else "it called _exit() or exec'd away")
             release = Release(False, call, f"the program ended without running exit handlers ({how}); "
@@ -602,6 +632,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
         stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4),
+        exit_held_s=round(max(0, segment.get("exit_done_ns") - segment.get("exit_ns")) / 1e9, 4)
+        if done else 0.0,
         library_cpu_s=round(library_cpu, 4),
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),

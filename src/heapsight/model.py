@@ -54,6 +54,8 @@ class Release:
     anon_before_bytes: int = 0
     anon_after_bytes: int = 0
     seconds: float = 0.0
+    where: str = "program"   # program: the program called it; copy: the exit map's fork()ed
+                             # copy did, at the same moment (the program kept its RSS)
 
     @property
     def gave_back_bytes(self) -> int:
@@ -166,6 +168,9 @@ class Summary:
     program_cpu_s: float = 0.0  # cpu_user_s + cpu_sys_s less library_cpu_s
     exit_probe_s: float = 0.0   # wall time after the program's end: heapsight's exit probe
                                 # (statistics, the release) and the process teardown
+    exit_held_s: float = 0.0    # of it, the time heapsight's exit probe held the program (its
+                                # exit handler: statistics, the exit map's fork, a release
+                                # asked for in the program)
     sites: dict | None = None   # sampled call sites (sites.build: the JSON shape "sites"),
                                 # None when sampling was off or the library not active
     heapmaps: tuple = ()        # heap maps at exit and at snapshots (heapmap.to_json, with

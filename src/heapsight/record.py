@@ -238,7 +238,7 @@ PARTS = ("waste_bytes", "live_bytes", "metadata_bytes", "retained_bytes", "non_h
          "file_bytes", "baseline_anon_bytes", "other_anon_bytes", "untouched_bytes")
 BREAKDOWN = fields(required={"at_s": number, "rss_bytes": number},
                    optional={k: number for k in PARTS})
-RELEASE = fields(optional={"measured": boolean, "call": string, "why_not": string,
+RELEASE = fields(optional={"measured": boolean, "call": string, "why_not": string, "where": string,
                            **{k: number for k in ("rss_before_bytes", "rss_after_bytes",
                                                   "anon_before_bytes", "anon_after_bytes",
                                                   "gave_back_bytes", "seconds")}})
@@ -340,7 +340,7 @@ SUMMARY = fields(
                   "duration_s", "samples", "sample_hz", "sampler_cpu_s", "peak_rss_bytes",
                   "final_rss_bytes", "forks", "execs", "other_processes", "cpu_user_s",
                   "cpu_sys_s", "minor_faults", "peak_rss_at_s", "stats_hz", "smaps_hz",
-                  "exit_probe_s")}})
+                  "exit_probe_s", "exit_held_s")}})
 
 
 def timeline(v, where: str) -> None:

@@ -55,7 +55,14 @@ def add_arguments(p) -> None:
                         "allocator's locks (glibc: each arena's system_mem and the mmapped "
                         "chunks; default 10)")
     p.add_argument("--no-release", action="store_true",
-                   help="do not call the allocator's release (malloc_trim) at exit")
+                   help="measure no release at exit (what the allocator's malloc_trim or "
+                        "purge would give back)")
+    p.add_argument("--release-in-program", action="store_true",
+                   help="the program itself calls the allocator's release at exit (its RSS "
+                        "drops and it waits for the release). By default the release is "
+                        "measured in the exit map's copy of the program, at the same moment, "
+                        "and the program keeps its memory; without a heap map "
+                        "(--no-heap-map) it is made in the program")
     p.add_argument("--html", metavar="FILE",
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
@@ -195,6 +202,9 @@ def validate(args) -> None:
             SAMPLE_BYTES_MIN <= args.sample_bytes <= SAMPLE_BYTES_MAX):
         raise HeapsightError(f"--sample-bytes {args.sample_bytes}: give 0 (off) or a size from "
                              f"{SAMPLE_BYTES_MIN} bytes to 1T (e.g. 64K; the default is 512K)")
+    if args.no_release and args.release_in_program:
+        raise HeapsightError("--no-release and --release-in-program ask for opposite things: "
+                             "give one of them")
     if not (0 <= args.stats_hz <= 1000):
         raise HeapsightError(f"--stats-hz {args.stats_hz:g} is out of range: give 0 to 1000")
     check_outputs(args)
@@ -224,7 +234,8 @@ def execute(args) -> int:
     validate(args)
     argv = program_argv(args.command, "run")
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
-                   release=not args.no_release, warn=not args.quiet,
+                   release=not args.no_release,
+                   release_in_program=args.release_in_program, warn=not args.quiet,
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
                    sample_bytes=args.sample_bytes, heap_maps=not args.no_heap_map,

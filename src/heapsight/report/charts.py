@@ -92,8 +92,9 @@ def split_rows(doc: dict, rows: np.ndarray, cols: dict | None = None) -> dict:
 
 
 def _fmt_release(rel: dict) -> str:
+    copy = " (in a copy of the program: it kept its memory)" if rel.get("where") == "copy" else ""
     return (f"release at exit: {rel.get('call')} {human(rel.get('rss_before_bytes', 0))}"
-            f" \u2192 {human(rel.get('rss_after_bytes', 0))}")
+            f" \u2192 {human(rel.get('rss_after_bytes', 0))}{copy}")
 
 
 def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") -> list:
@@ -133,7 +134,8 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
         fin = s.get("final")
         if rel.get("measured") and fin:
             markers.append({"x": fin["at_s"], "label": _fmt_release(rel)})
-            # the drop the release made, measured by the library around its call
+            # the drop the release made (or would make: measured in the exit map's copy),
+            # measured by the library around its call
             end = fin["at_s"] + max(float(rel.get("seconds") or 0), 1e-3)
             series.append({"name": "RSS through the release", "x": [fin["at_s"], round(end, 4)],
                            "y": [rel.get("rss_before_bytes"), rel.get("rss_after_bytes")],
@@ -141,7 +143,9 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
         elif fin:
             markers.append({"x": fin["at_s"], "label": "exit"})
         note = ("Each sample's RSS split as in the summary; the solid line is RSS"
-                + (", the dashed one its drop through the release at exit. " if rel.get("measured") else ". ")
+                + ((", the dashed one its drop through the release at exit"
+                    + (" (measured in a copy of the program: the program kept its memory). "
+                       if rel.get("where") == "copy" else ". ")) if rel.get("measured") else ". ")
                 if s.get("heap") is not None else
                 "The preload library was not active: /proc figures only. ")
         if len(keep) < len(idx):

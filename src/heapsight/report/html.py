@@ -155,9 +155,12 @@ def run_facts(s: dict) -> list:
     rel = s.get("release") or {}
     if rel.get("measured"):
         facts.append(("release at exit", esc(
-            f"{rel.get('call')} gave back {human(rel.get('gave_back_bytes', 0))} in "
+            f"{rel.get('call')} {'would give' if rel.get('where') == 'copy' else 'gave'} back "
+            f"{human(rel.get('gave_back_bytes', 0))} in "
             f"{rel.get('seconds', 0) * 1000:.1f} ms (RSS {human(rel.get('rss_before_bytes', 0))} "
-            f"\u2192 {human(rel.get('rss_after_bytes', 0))})")))
+            f"\u2192 {human(rel.get('rss_after_bytes', 0))}"
+            + ("; measured in a copy of the program at its exit: the program kept its memory"
+               if rel.get("where") == "copy" else "") + ")")))
     else:
         facts.append(("release at exit", esc(f"not measured: {rel.get('why_not', '')}")))
     if heap:

@@ -58,8 +58,8 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     c = console(out)
     how = (f"killed by signal {s.exit_signal}" if s.exit_signal else f"exited with code {s.exit_code}")
     alloc = s.heap.allocator if s.heap else "heap not visible"
-    probe = (f" (then {s.exit_probe_s * 1000:.0f} ms in heapsight's exit probe)"
-             if s.exit_probe_s >= 0.0005 else "")
+    probe = (f" (then {s.exit_probe_s * 1000:.0f} ms to end, of which heapsight held its "
+             f"exit {s.exit_held_s * 1000:.0f} ms)" if s.exit_probe_s >= 0.0005 else "")
     if s.library_cpu_s >= 0.0005:
         probe += (f"; CPU {s.program_cpu_s:.2f} s, and {s.library_cpu_s * 1000:.0f} ms of "
                   "heapsight's library apart")
@@ -140,9 +140,15 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     r = s.release
     c.print()
     if r.measured:
-        _indent(c, f"release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "
-                   f"{r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> "
-                   f"{human(r.rss_after_bytes)})", 2)
+        if r.where == "copy":
+            _indent(c, f"release at exit: {r.call} would give back {human(r.gave_back_bytes)} "
+                       f"in {r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> "
+                       f"{human(r.rss_after_bytes)}; measured in a copy of the program at its "
+                       "exit: the program kept its memory)", 2)
+        else:
+            _indent(c, f"release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "
+                       f"{r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> "
+                       f"{human(r.rss_after_bytes)})", 2)
     else:
         _indent(c, f"release at exit: not measured: {r.why_not}", 2)
     if s.heap:
