@@ -81,6 +81,8 @@
 #include <fcntl.h>
 #include <gnu/libc-version.h>
 #include <link.h>
+#include <setjmp.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <stddef.h>
@@ -96,10 +98,11 @@
 
 #include "hs_fd.h"
 #include "hs_internal.h"
+#include "hs_options.h"
 
 #define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
 #define HS_MAP_END 0x4e4550414d485348ull     /* "HSHMAPEN" */
-#define HS_MAP_VERSION 1
+#define HS_MAP_VERSION 2
 #define HS_MAP_LIMIT_NS 30000000000ull
 #define HS_MAP_HEAP_MAX (64ull << 20)
 
@@ -121,7 +124,8 @@ typedef struct hs_map_header_s {
   uint64_t rss_before, rss_after, anon_before, anon_after;
   uint64_t release_ns, walk_ns, fork_ns, child_ns, n_heaps, tcache_key_found;
   uint64_t released_pages, child_minflt, child_cpu_ns;
-  uint64_t reserved[7];
+  uint64_t reach_bytes;         /* the reach section's size, after the heaps (0: none) */
+  uint64_t reserved[6];
   char why[160];
 } hs_map_header_t;
 
@@ -131,6 +135,20 @@ typedef struct hs_map_heap_s {
   uint64_t reserved[2];
 } hs_map_heap_t;
 
+/* The reach section (reach.c's classes): the figures, then the blocks not reachable,
+ * by address (at most HS_REACH_LISTED of them). */
+typedef struct hs_map_reach_s {
+  uint64_t status;              /* 0 marked, 1 not (why says why) */
+  uint64_t reach_ns, root_bytes, n_blocks;
+  uint64_t bytes[4], blocks[4]; /* HS_REACH_LOST, _POSSIBLE, _REACHABLE, _INDIRECT */
+  uint64_t n_listed, n_unlisted;
+  uint64_t reserved[4];
+  char why[128];
+} hs_map_reach_t;
+typedef struct hs_map_block_s { uint64_t addr, usable, state; } hs_map_block_t;
+#define HS_REACH_LISTED (1u << 20)
+
+_Static_assert(sizeof(hs_map_reach_t) == 272, "the reach record is 272 bytes");
 _Static_assert(sizeof(hs_map_header_t) == 384, "the file header is 384 bytes");
 _Static_assert(sizeof(hs_map_heap_t) == 96, "a heap's record is 96 bytes");
 
@@ -142,10 +160,20 @@ int _hs_heapmap_forking(void) { return __atomic_load_n(&g_forking, __ATOMIC_ACQU
 uint64_t _hs_heapmap_cpu_ns(void) { return __atomic_load_n(&g_cpu_ns, __ATOMIC_RELAXED); }
 
 /* ---- small helpers usable in the child (no malloc, no stdio, no locks) ---- */
+/* The copy's own mappings: never roots of the reach (heapsight's memory, not the program's) */
+#define HS_OWN_MAX 64
+static hs_chunk_t g_own[HS_OWN_MAX];
+static size_t g_n_own;
+static int g_in_copy;
+
 static void *raw_map(size_t bytes, int populate) {
   void *p = (void *)syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
-  return (long)p < 0 && (long)p > -4096 ? NULL : p;
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+                                (populate ? MAP_POPULATE : 0), -1, 0);
+  if ((long)p < 0 && (long)p > -4096) return NULL;
+  if (g_in_copy && g_n_own < HS_OWN_MAX)
+    g_own[g_n_own++] = (hs_chunk_t){(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)p + bytes};
+  return p;
 }
 
 static void raw_unmap(void *p, size_t bytes) {
@@ -204,6 +232,7 @@ int _hs_heapmap_write_refusal(const char *path, const char *why) {
 typedef struct map_s {
   uint64_t lo, hi;
   int r, w, anon, heap; /* heap: the [heap] mapping */
+  int dev;              /* a device's memory (/dev/..., but shm and zero): never read */
 } map_t;
 
 typedef struct heap_s {
@@ -227,6 +256,8 @@ typedef struct child_s {
   uint64_t key;                 /* the tcache key, when found */
   int key_found;
   int finding_key;              /* the first walk: looks for the key only */
+  hs_chunk_t *chunks;           /* the in-use blocks, for the reach (NULL: not collected) */
+  size_t n_chunks, cap_chunks;
 } child_t;
 
 static char *read_file(const char *path, size_t *len, size_t *cap) {
@@ -300,6 +331,9 @@ static int list_maps(child_t *c) {
       }
       size_t plen = (size_t)(eol - p);
       m.heap = plen == 6 && memcmp(p, "[heap]", 6) == 0;
+      m.dev = plen > 5 && memcmp(p, "/dev/", 5) == 0 &&
+              !(plen > 9 && memcmp(p, "/dev/shm/", 9) == 0) &&
+              !(plen >= 9 && memcmp(p, "/dev/zero", 9) == 0);
       m.anon = priv && (plen == 0 || (plen > 6 && memcmp(p, "[anon:", 6) == 0));
       c->maps[n++] = m;
     }
@@ -581,6 +615,22 @@ static void try_key(child_t *c, uint64_t u) {
   }
 }
 
+/* Whether the user data at u is a tcache_perthread_struct: every one of the 64 bins'
+ * counts matches its list (empty iff 0; each entry a chunk of the bin's size carrying the
+ * key, when it is known). An all-zero block of that size is taken for one. */
+static int is_tcache(const child_t *c, uint64_t u) {
+  for (uint64_t i = 0; i < 64; i++) {
+    uint64_t e = rd(u + 128 + 8 * i);
+    uint16_t count = *(const volatile uint16_t *)(uintptr_t)(u + 2 * i);
+    if (!e != !count) return 0;
+    if (!e) continue;
+    if ((e & 15) || !readable(c, e - 16, e + 16)) return 0;
+    if ((rd(e - 8) & ~(uint64_t)7) != 32 + 16 * i) return 0;
+    if (c->key_found && rd(e + 8) != c->key) return 0;
+  }
+  return 1;
+}
+
 static void classify(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz, int inuse) {
   uint64_t page = c->page;
   if (c->finding_key) {
@@ -602,6 +652,9 @@ static void classify(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz, int inuse
     set_flag(hp, ch + 8, ch + 16, F_ALLOC, page);
     add_live(hp, ch + 16, ch + sz + 8, page);
     hp->out.inuse_chunks++;
+    /* a block of the program's (a thread's tcache_perthread_struct is glibc's own) */
+    if (c->chunks && c->n_chunks < c->cap_chunks && !(sz == G_TCACHE_STRUCT_CHUNK && is_tcache(c, ch + 16)))
+      c->chunks[c->n_chunks++] = (hs_chunk_t){ch + 16, ch + sz + 8};
   } else {
     set_flag(hp, ch + 8, ch + (sz < G_CHUNK_STRUCT ? sz : G_CHUNK_STRUCT), F_ALLOC, page);
     hp->out.free_chunks++;
@@ -691,8 +744,9 @@ static const char *not_mapped_why(uint64_t id) {
   }
 }
 
-static int write_map(const char *path, hs_map_header_t *h, child_t *c) {
-  uint64_t bytes = sizeof *h + 8;
+static int write_map(const char *path, hs_map_header_t *h, child_t *c,
+                     const hs_map_reach_t *rec, const hs_map_block_t *blocks) {
+  uint64_t bytes = sizeof *h + 8 + h->reach_bytes;
   for (size_t i = 0; i < c->n_heaps; i++) {
     uint64_t pages = c->heaps[i].out.pages;
     bytes += sizeof(hs_map_heap_t) + ((pages * 5 + 7) & ~(uint64_t)7);
@@ -709,6 +763,9 @@ static int write_map(const char *path, hs_map_header_t *h, child_t *c) {
     ok = write_all(fd, &hp->out, sizeof hp->out) && write_all(fd, hp->live, pages * 4) &&
          write_all(fd, hp->flags, pages) && write_all(fd, zeros, (8 - (pages * 5) % 8) % 8);
   }
+  if (ok && h->reach_bytes)
+    ok = write_all(fd, rec, sizeof *rec) &&
+         (!rec->n_listed || write_all(fd, blocks, rec->n_listed * sizeof *blocks));
   uint64_t end = HS_MAP_END;
   ok = ok && write_all(fd, &end, sizeof end);
   close(fd);
@@ -721,8 +778,179 @@ static uint64_t cpu_of(const struct rusage *ru) {
          (uint64_t)ru->ru_stime.tv_sec * 1000000000ull + (uint64_t)ru->ru_stime.tv_usec * 1000ull;
 }
 
+/* ---- the child: what the program can still reach (reach.c marks) ---- */
+extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* this library's */
+
+static sigjmp_buf g_fault;
+static void on_fault(int sig) {
+  (void)sig;
+  siglongjmp(g_fault, 1);
+}
+
+/* One root range; 0 when reading it faulted (a file mapping past its file's end). */
+static int scan_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
+  if (sigsetjmp(g_fault, 1)) return 0;
+  _hs_reach_root(r, lo, hi);
+  return 1;
+}
+
+static const map_t *map_at(const child_t *c, uint64_t addr) {
+  for (size_t i = 0; i < c->n_maps; i++) {
+    if (addr >= c->maps[i].lo && addr < c->maps[i].hi) return &c->maps[i];
+  }
+  return NULL;
+}
+
+static int in_heaps(const child_t *c, uint64_t lo, uint64_t hi) {
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    if (lo < c->heaps[i].end && hi > c->heaps[i].start) return 1;
+  }
+  return 0;
+}
+
+typedef struct excl_s { hs_chunk_t *r; size_t n, cap; } excl_t;
+static void exclude(excl_t *e, uint64_t lo, uint64_t hi) {
+  if (hi > lo && e->n < e->cap) e->r[e->n++] = (hs_chunk_t){lo, hi};
+}
+
+/* glibc's mmapped chunks at the start of an anonymous mapping outside the heaps: prev_size
+ * 0, a size of whole pages with IS_MMAPPED alone, inside the mapping; one after the other
+ * when the kernel merged their mappings. Appended to the blocks and excluded from the roots. */
+static void mmapped_chunks(child_t *c, const map_t *m, excl_t *ex) {
+  uint64_t a = m->lo;
+  while (a + 4096 <= m->hi && c->n_chunks < c->cap_chunks) {
+    uint64_t word = rd(a + 8), sz = word & ~(uint64_t)7;
+    if (rd(a) != 0 || (word & 7) != 2 || sz < c->page || sz % c->page || sz > m->hi - a) return;
+    c->chunks[c->n_chunks++] = (hs_chunk_t){a + 16, a + sz};
+    exclude(ex, a, a + sz);
+    a += sz;
+  }
+}
+
+/* Marks the blocks from the roots: every readable, writable mapping but the heaps, the
+ * mmapped chunks, heapsight's own memory (the segment, the library's data, its thread's
+ * stack and TLS, the copy's buffers) and, at exit, the exiting thread's stack below its
+ * stack pointer (dead frames). Fills rec, and *list with the blocks not reachable. */
+static void reach_why(hs_map_reach_t *rec, const char *why) {
+  size_t n = strnlen(why, sizeof rec->why - 1);
+  memcpy(rec->why, why, n);
+  rec->why[n] = 0;
+}
+
+static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t **list) {
+  uint64_t r0 = _hs_now_ns();
+  rec->status = 1;
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    if (!c->heaps[i].out.walked) {
+      reach_why(rec, "a heap was not walked: its blocks are not known");
+      return;
+    }
+  }
+  if (!c->chunks) {
+    reach_why(rec, "no room in the copy for the list of blocks");
+    return;
+  }
+  size_t n_excl = c->n_heaps + g_n_own + 16;
+  for (size_t i = 0; i < c->n_maps; i++) n_excl += c->maps[i].anon && c->maps[i].w ? 64 : 0;
+  excl_t ex = {raw_map(n_excl * sizeof(hs_chunk_t), 0), 0, n_excl};
+  if (!ex.r) {
+    reach_why(rec, "no room in the copy for its lists");
+    return;
+  }
+  for (size_t i = 0; i < c->n_maps; i++) {
+    const map_t *m = &c->maps[i];
+    if (m->r && m->w && m->anon && !in_heaps(c, m->lo, m->hi)) mmapped_chunks(c, m, &ex);
+  }
+  size_t n = c->n_chunks;
+  _hs_reach_sort(c->chunks, n);
+  for (size_t i = 1; i < n; i++) {
+    if (c->chunks[i].lo < c->chunks[i - 1].hi) {
+      reach_why(rec, "two blocks overlap: the heap's layout was not understood");
+      return;
+    }
+  }
+  uint8_t *state = raw_map(n + 1, 0);
+  uint32_t *stack = raw_map((2 * n + 1) * sizeof(uint32_t), 0);
+  if (!state || !stack) {
+    reach_why(rec, "no room in the copy for the marks");
+    return;
+  }
+  /* heapsight's own memory, and what is not a root */
+  for (size_t i = 0; i < c->n_heaps; i++) exclude(&ex, c->heaps[i].start, c->heaps[i].end);
+  for (size_t i = 0; i < g_n_own; i++) exclude(&ex, g_own[i].lo, g_own[i].hi);
+  hs_chunk_t tables[4];
+  for (size_t i = 0, k = _hs_profile_own(tables, 4); i < k; i++) exclude(&ex, tables[i].lo, tables[i].hi);
+  if (_hs_seg) {
+    uint64_t seg = (uint64_t)(uintptr_t)_hs_seg;
+    exclude(&ex, seg, seg + ((_hs_seg->size_bytes + c->page - 1) & ~(c->page - 1)));
+  }
+  const ElfW(Ehdr) *eh = &__ehdr_start;
+  const ElfW(Phdr) *ph = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff);
+  for (int i = 0; i < eh->e_phnum; i++) {
+    if (ph[i].p_type != PT_LOAD || !(ph[i].p_flags & PF_W)) continue;
+    uint64_t lo = (uint64_t)(uintptr_t)eh + ph[i].p_vaddr;
+    exclude(&ex, lo & ~(c->page - 1), (lo + ph[i].p_memsz + c->page - 1) & ~(c->page - 1));
+  }
+  uint64_t sp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+  const map_t *own_stack = map_at(c, sp);
+  if (own_stack) { /* the helper's stack, its TLS and its descriptor, at the mapping's top */
+    uint64_t top = _hs_helper_self ? (_hs_helper_self + 0x900 + c->page - 1) & ~(c->page - 1) : 0;
+    exclude(&ex, own_stack->lo, top > sp && top < own_stack->hi ? top : own_stack->hi);
+  }
+  uint64_t exit_sp = at_exit ? __atomic_load_n(&_hs_exit_sp, __ATOMIC_ACQUIRE) : 0;
+  const map_t *exit_stack = exit_sp ? map_at(c, exit_sp) : NULL;
+  if (exit_stack) exclude(&ex, exit_stack->lo, exit_sp & ~(uint64_t)7);
+  _hs_reach_sort(ex.r, ex.n);
+
+  hs_reach_t r;
+  _hs_reach_init(&r, c->chunks, n, state, stack);
+  struct sigaction sa, old_segv, old_bus;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_fault;
+  sa.sa_flags = SA_NODEFER;
+  sigaction(SIGSEGV, &sa, &old_segv);
+  sigaction(SIGBUS, &sa, &old_bus);
+  uint64_t skipped = 0;
+  for (size_t i = 0; i < c->n_maps; i++) {
+    const map_t *m = &c->maps[i];
+    if (!m->r || !m->w || m->dev) continue;
+    uint64_t at = m->lo;
+    for (size_t k = 0; k < ex.n && at < m->hi; k++) {
+      if (ex.r[k].hi <= at) continue;
+      if (ex.r[k].lo >= m->hi) break;
+      if (ex.r[k].lo > at && !scan_root(&r, at, ex.r[k].lo)) skipped += ex.r[k].lo - at;
+      at = ex.r[k].hi;
+    }
+    if (at < m->hi && !scan_root(&r, at, m->hi)) skipped += m->hi - at;
+  }
+  sigaction(SIGSEGV, &old_segv, NULL);
+  sigaction(SIGBUS, &old_bus, NULL);
+  /* heapsight's thread's DTV (glibc's, for it): its TCB's second word points inside it */
+  if (_hs_helper_self) _hs_reach_own(&r, rd(_hs_helper_self + 8));
+  _hs_reach_finish(&r);
+  rec->status = 0;
+  rec->root_bytes = r.root_bytes - skipped;
+  rec->n_blocks = n;
+  memcpy(rec->bytes, r.bytes, sizeof rec->bytes);
+  memcpy(rec->blocks, r.blocks, sizeof rec->blocks);
+  uint64_t unreached = r.blocks[HS_REACH_LOST] + r.blocks[HS_REACH_POSSIBLE] +
+                       r.blocks[HS_REACH_INDIRECT];
+  uint64_t listed = unreached < HS_REACH_LISTED ? unreached : HS_REACH_LISTED;
+  *list = listed ? raw_map(listed * sizeof(hs_map_block_t), 0) : NULL;
+  if (listed && !*list) listed = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < listed; i++) {
+    if (state[i] == HS_REACH_REACHABLE || state[i] == HS_REACH_OWN) continue;
+    (*list)[k++] = (hs_map_block_t){c->chunks[i].lo, c->chunks[i].hi - c->chunks[i].lo, state[i]};
+  }
+  rec->n_listed = k;
+  rec->n_unlisted = unreached - k;
+  rec->reach_ns = _hs_now_ns() - r0;
+}
+
 static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, int detached) {
   uint64_t started = _hs_now_ns();
+  g_in_copy = 1;
   prctl(PR_SET_NAME, "hs-heapmap", 0, 0, 0);
   if (detached) {
     /* the program does not wait for this copy (the exit's): it outlives the program, and
@@ -745,6 +973,9 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   hs_map_header_t h;
   header_init(&h, t0);
   h.fork_ns = started - t0;
+  hs_map_reach_t rec;
+  memset(&rec, 0, sizeof rec);
+  hs_map_block_t *blocks = NULL;
   child_t c;
   memset(&c, 0, sizeof c);
   c.page = h.page_bytes;
@@ -799,8 +1030,20 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
     walk_heaps(&c, main_arena);
     c.finding_key = 0;
     h.tcache_key_found = (uint64_t)c.key_found;
+    if (_hs_opt.reach) { /* room for every block: reserved, backed only where written */
+      uint64_t cap = 16;
+      for (size_t i = 0; i < c.n_heaps; i++) cap += (c.heaps[i].end - c.heaps[i].start) / G_MINSIZE;
+      for (size_t i = 0; i < c.n_maps; i++)
+        if (c.maps[i].anon && c.maps[i].w) cap += (c.maps[i].hi - c.maps[i].lo) / c.page;
+      c.chunks = raw_map(cap * sizeof(hs_chunk_t), 0);
+      c.cap_chunks = c.chunks ? cap : 0;
+    }
     walk_heaps(&c, main_arena);
     h.walk_ns = _hs_now_ns() - w0;
+    if (_hs_opt.reach) {
+      reach(&c, detached, &rec, &blocks);
+      h.reach_bytes = sizeof rec + rec.n_listed * sizeof(hs_map_block_t);
+    }
     if (c.n_heaps == 0) {
       h.status = 1;
       set_why(&h, "no glibc heap found ([heap] or a thread arena's heap)");
@@ -829,7 +1072,7 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   memcpy(part, path, dot - 4);                      /* "<segment>." */
   memcpy(part + dot - 4, "part-map.", 9);
   memcpy(part + dot + 5, path + dot, n - dot + 1);  /* "<segment>.part-map.<name>" */
-  if (!write_map(part, &h, &c)) { unlink(part); _exit(6); }
+  if (!write_map(part, &h, &c, &rec, blocks)) { unlink(part); _exit(6); }
   _exit(rename(part, path) == 0 ? 0 : 6);
 }
 

@@ -80,6 +80,28 @@ int _hs_heapmap_write_refusal(const char *path, const char *why);
 int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
 uint64_t _hs_heapmap_cpu_ns(void);
 int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem); /* no lock, no walk */
+extern HS_HIDDEN uint64_t _hs_exit_sp; /* probe.c: the exiting thread's stack pointer, while
+                                          the exit map's copy is made (0 otherwise) */
+extern HS_HIDDEN uint64_t _hs_helper_self; /* probe.c: the helper thread's pthread_self() */
+
+/* Reachability, in the heap map's copy (reach.c) */
+typedef struct hs_chunk_s { uint64_t lo, hi; } hs_chunk_t; /* a block's usable bytes */
+enum { HS_REACH_UNREACHED = 0, HS_REACH_LOST = 0, HS_REACH_POSSIBLE = 1,
+       HS_REACH_REACHABLE = 2, HS_REACH_INDIRECT = 3, HS_REACH_OWN = 4 };
+typedef struct hs_reach_s {
+  hs_chunk_t *chunks;  /* sorted by address, disjoint */
+  size_t n, top;
+  uint8_t *state;      /* HS_REACH_* per block */
+  uint32_t *stack;     /* 2n entries */
+  uint64_t lo, hi, root_bytes;
+  uint64_t bytes[4], blocks[4]; /* by state, after _hs_reach_finish */
+} hs_reach_t;
+void _hs_reach_sort(hs_chunk_t *chunks, size_t n);
+void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack);
+void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
+void _hs_reach_own(hs_reach_t *r, uint64_t addr);
+void _hs_reach_finish(hs_reach_t *r);
+size_t _hs_profile_own(hs_chunk_t *out, size_t max); /* profile.c: its tables' mappings */
 uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */      /* the map children's CPU time, in all */
 const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */
 int _hs_profile_unmap(void *p);  /* 1: it was recorded */

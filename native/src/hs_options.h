@@ -9,6 +9,8 @@ typedef struct hs_options_s {
                            release at exit; "copy" (HS_RELEASE_IN_COPY): the exit map's copy
                            does, but for a release that acts on the calling thread's own heap
                            (mimalloc's), which the copy's one thread cannot reach; 0: none */
+  int reach;            /* HEAPSIGHT_REACH: the heap map's copy marks what the program can
+                           still reach (reach.c; default 1) */
   uint64_t sample_bytes; /* HEAPSIGHT_SAMPLE_BYTES: mean usable bytes between sampled
                             allocations (0: off) */
 } hs_options_t;

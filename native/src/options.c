@@ -11,7 +11,7 @@
 
 #include "hs_options.h"
 
-hs_options_t _hs_opt = {.stats_hz = 10, .release_at_exit = 1, .sample_bytes = 524288};
+hs_options_t _hs_opt = {.stats_hz = 10, .release_at_exit = 1, .reach = 1, .sample_bytes = 524288};
 
 static void warn(const char *name, const char *val, const char *want) {
   char buf[256];
@@ -56,6 +56,7 @@ void _hs_options_read_sampling(void) {
 
 void _hs_options_read(void) {
   read_double("HEAPSIGHT_STATS_HZ", &_hs_opt.stats_hz, 0, 1000);
+  read_bool("HEAPSIGHT_REACH", &_hs_opt.reach);
   const char *v = getenv("HEAPSIGHT_RELEASE_AT_EXIT");
   if (v && !strcasecmp(v, "copy")) _hs_opt.release_at_exit = HS_RELEASE_IN_COPY;
   else read_bool("HEAPSIGHT_RELEASE_AT_EXIT", &_hs_opt.release_at_exit);

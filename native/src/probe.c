@@ -3,8 +3,11 @@
  * figures and takes the heap maps the CLI asks for (heapmap.c), and the release probe at
  * exit, which never waits without bound. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <unwind.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,6 +86,8 @@ static int g_job, g_job_done, g_stop;
 static int g_helper_started;
 static pid_t g_helper_tid;
 static uint64_t g_release_ns;
+HS_HIDDEN uint64_t _hs_exit_sp;
+HS_HIDDEN uint64_t _hs_helper_self;
 static int g_in_map;                  /* the helper is taking a heap map */
 static uint64_t g_map_seen;           /* the last heapmap_seq answered */
 uint64_t _hs_heapmap_ack_at_fork;     /* heapmap.c answers this request once it has forked */
@@ -166,6 +171,7 @@ static void publish_cpu(void) {
 static void *helper_main(void *arg) {
   (void)arg;
   _hs_t_helper = 1;
+  _hs_helper_self = (uint64_t)pthread_self(); /* its stack and TLS: never a root (reach.c) */
   __atomic_store_n(&g_helper_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
   int sampling = _hs_opt.stats_hz > 0;
   uint64_t period = sampling ? (uint64_t)(1e9 / _hs_opt.stats_hz) : 0, next = _hs_now_ns();
@@ -276,9 +282,50 @@ static int on_helper(int job) {
   return status;
 }
 
+/* Where exit() was called from: the stack pointer of its caller (the CFA of exit's own
+ * frame), found by libgcc's unwinder from the exit probe. The frames below it are exit's
+ * and its handlers' (heapsight's probe among them), laid over the dead frames of what
+ * ran before (malloc's, main's): uninitialised slots there hold stale pointers, which
+ * memcheck does not read (they are undefined to it) and the copy must not either. The
+ * unwinder's functions are looked up at start, never while the program exits. */
+typedef _Unwind_Reason_Code (*hs_bt_fn)(_Unwind_Trace_Fn, void *);
+typedef _Unwind_Ptr (*hs_region_fn)(struct _Unwind_Context *);
+typedef _Unwind_Word (*hs_cfa_fn)(struct _Unwind_Context *);
+static hs_bt_fn g_bt;
+static hs_region_fn g_region;
+static hs_cfa_fn g_cfa;
+
+struct exit_find { uint64_t exit_fn, cfa; int frames; };
+
+static _Unwind_Reason_Code exit_cb(struct _Unwind_Context *ctx, void *arg) {
+  struct exit_find *f = arg;
+  if ((uint64_t)g_region(ctx) == f->exit_fn) {
+    f->cfa = (uint64_t)g_cfa(ctx);
+    return _URC_END_OF_STACK;
+  }
+  return ++f->frames < 64 ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
+static void exit_unwinder_setup(void) {
+  void *gcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!gcc) return;
+  g_region = (hs_region_fn)dlsym(gcc, "_Unwind_GetRegionStart");
+  g_cfa = (hs_cfa_fn)dlsym(gcc, "_Unwind_GetCFA");
+  if (g_region && g_cfa) g_bt = (hs_bt_fn)dlsym(gcc, "_Unwind_Backtrace");
+}
+
+/* exit()'s caller's stack pointer, or the one given when exit() is not on the stack. */
+static uint64_t exit_caller_sp(uint64_t here) {
+  if (!g_bt) return here;
+  struct exit_find f = {(uint64_t)(uintptr_t)&exit, 0, 0};
+  g_bt(exit_cb, &f);
+  return f.cfa > here ? f.cfa : here;
+}
+
 void _hs_stats_thread_start(void) {
   _hs_options_read();
   if (!_hs_is_owner()) return;
+  exit_unwinder_setup();
   hs_alloc_stats_t st;
   memset(&st, 0, sizeof st);
   if (!_hs_allocator_stats(&st)) return; /* no figures: nothing to sample or to measure */
@@ -327,7 +374,12 @@ void _hs_exit_probe(void) {
    * lock a thread of the program keeps (heapmap.c), and says so in the map. */
   if (__atomic_load_n(&seg->heapmap_at_exit, __ATOMIC_ACQUIRE) == 1) {
     int mapped = helper && status == HS_PROBE_DONE;
+    /* the copy scans this thread's stack from exit()'s caller up (exit_caller_sp) */
+    if (mapped && _hs_opt.reach)
+      __atomic_store_n(&_hs_exit_sp, exit_caller_sp((uint64_t)(uintptr_t)__builtin_frame_address(0)),
+                       __ATOMIC_RELEASE);
     if (mapped) status = on_helper(HS_JOB_MAP_EXIT);
+    __atomic_store_n(&_hs_exit_sp, 0, __ATOMIC_RELEASE);
     char path[4200];
     if ((!mapped || status != HS_PROBE_DONE) && map_path(path, sizeof path, "exit"))
       _hs_heapmap_write_refusal(path, !helper ? "heapsight's thread was not running in the "

@@ -106,6 +106,19 @@ static void *raw_mmap(size_t bytes) {
   return r < 0 && r > -4096 ? NULL : (void *)r;
 }
 
+/* heapsight's own memory in the program (reach.c must not take it for roots): the
+ * tables' mappings. Read in the heap map's copy, where nothing changes them. */
+size_t _hs_profile_own(hs_chunk_t *out, size_t max) {
+  size_t n = 0;
+  const hs_table_t *t[2] = {&g_live, &g_stacks};
+  for (int i = 0; i < 2 && n < max; i++) {
+    if (t[i]->e)
+      out[n++] = (hs_chunk_t){(uint64_t)(uintptr_t)t[i]->e,
+                              (uint64_t)(uintptr_t)t[i]->e + t[i]->cap * sizeof(hs_entry_t)};
+  }
+  return n;
+}
+
 static int table_grow(hs_table_t *t) {
   uint64_t cap = t->cap ? t->cap * 2 : 1024;
   void *m = raw_mmap(cap * sizeof(hs_entry_t));

@@ -23,7 +23,7 @@ from heapsight.segment import ALLOCATORS
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
 END = 0x4e4550414d485348     # "HSHMAPEN"
-VERSION = 1
+VERSION = 2
 U8 = np.dtype("<u8")
 HEADER_DTYPE = np.dtype([
     ("magic", U8), ("version", U8), ("header_bytes", U8), ("file_bytes", U8), ("status", U8),
@@ -31,14 +31,25 @@ HEADER_DTYPE = np.dtype([
     ("rss_after", U8), ("anon_before", U8), ("anon_after", U8), ("release_ns", U8),
     ("walk_ns", U8), ("fork_ns", U8), ("child_ns", U8), ("n_heaps", U8),
     ("tcache_key_found", U8), ("released_pages", U8), ("child_minflt", U8),
-    ("child_cpu_ns", U8), ("reserved", U8, (7,)), ("why", "S160"),
+    ("child_cpu_ns", U8), ("reach_bytes", U8), ("reserved", U8, (6,)), ("why", "S160"),
 ])
 HEAP_DTYPE = np.dtype([
     ("start", U8), ("pages", U8), ("arena", U8), ("kind", U8), ("walked", U8),
     ("top_bytes", U8), ("live_bytes", U8), ("inuse_chunks", U8), ("free_chunks", U8),
     ("tcache_chunks", U8), ("reserved", U8, (2,)),
 ])
+# The reach section (native/src/reach.c's classes, in this order), then the blocks not
+# reachable by address.
+REACH_DTYPE = np.dtype([
+    ("status", U8), ("reach_ns", U8), ("root_bytes", U8), ("n_blocks", U8),
+    ("bytes", U8, (4,)), ("blocks", U8, (4,)), ("n_listed", U8), ("n_unlisted", U8),
+    ("reserved", U8, (4,)), ("why", "S128"),
+])
+BLOCK_DTYPE = np.dtype([("addr", U8), ("usable", U8), ("state", U8)])
+# memcheck's words for them, by reach.c's state numbers
+REACH_CLASSES = ("definitely_lost", "possibly_lost", "still_reachable", "indirectly_lost")
 assert HEADER_DTYPE.itemsize == 384 and HEAP_DTYPE.itemsize == 96
+assert REACH_DTYPE.itemsize == 272
 
 # A page's flags: resident before the release, after it, holds part of the top chunk,
 # holds allocator bytes a release keeps (a chunk header, a free chunk's links), holds a
@@ -74,6 +85,43 @@ class Heap:
 
 
 @dataclass
+class Reach:
+    """The copy's reachability marking (native/src/reach.c): bytes and blocks by memcheck's
+    class, usable bytes; the blocks not reachable (BLOCK_DTYPE, by address; state is the
+    index in REACH_CLASSES), all but n_unlisted of them."""
+    marked: bool
+    why: str                  # why not, when not marked
+    reach_ns: int
+    root_bytes: int           # the roots scanned
+    n_blocks: int
+    bytes: dict
+    blocks: dict
+    unreached: np.ndarray
+    n_unlisted: int
+
+    def to_json(self) -> dict:
+        if not self.marked:
+            return {"marked": False, "why": self.why}
+        return {"marked": True, "ms": round(self.reach_ns / 1e6, 1),
+                "root_bytes": self.root_bytes, "blocks_marked": self.n_blocks,
+                **{f"{c}_bytes": self.bytes[c] for c in REACH_CLASSES},
+                **{f"{c}_blocks": self.blocks[c] for c in REACH_CLASSES}}
+
+    def classes_of(self, addrs) -> np.ndarray:
+        """The class (index in REACH_CLASSES) of blocks by their user address: a listed
+        block's, else still reachable (or not a block the copy saw)."""
+        addrs = np.asarray(addrs, dtype=np.uint64)
+        out = np.full(len(addrs), REACH_CLASSES.index("still_reachable"), dtype=np.int64)
+        if len(self.unreached) and len(addrs):
+            at = np.searchsorted(self.unreached["addr"], addrs)
+            ok = at < len(self.unreached)
+            hit = np.zeros(len(addrs), dtype=bool)
+            hit[ok] = self.unreached["addr"][at[ok]] == addrs[ok]
+            out[hit] = self.unreached["state"][at[hit]].astype(np.int64)
+        return out
+
+
+@dataclass
 class HeapMap:
     status: str               # "mapped", or "not mapped: WHY"
     allocator: str
@@ -93,6 +141,7 @@ class HeapMap:
     child_cpu_ns: int
     note: str = ""
     heaps: list = field(default_factory=list)
+    reach: "Reach | None" = None   # what the program could still reach (glibc only)
 
     @property
     def release_measured_bytes(self) -> int:
@@ -131,6 +180,18 @@ def read(path: str) -> HeapMap:
                              bool(r["walked"]), int(r["top_bytes"]), int(r["live_bytes"]),
                              int(r["inuse_chunks"]), int(r["free_chunks"]), int(r["tcache_chunks"]),
                              live, flags))
+    if int(h["reach_bytes"]):
+        r = np.frombuffer(data, REACH_DTYPE, count=1, offset=at)[0]
+        at += REACH_DTYPE.itemsize
+        n = int(r["n_listed"])
+        blocks = np.frombuffer(data, BLOCK_DTYPE, count=n, offset=at).copy()
+        at += n * BLOCK_DTYPE.itemsize
+        hm.reach = Reach(int(r["status"]) == 0,
+                         bytes(r["why"]).split(b"\0")[0].decode(errors="replace"),
+                         int(r["reach_ns"]), int(r["root_bytes"]), int(r["n_blocks"]),
+                         {c: int(r["bytes"][i]) for i, c in enumerate(REACH_CLASSES)},
+                         {c: int(r["blocks"][i]) for i, c in enumerate(REACH_CLASSES)},
+                         blocks, int(r["n_unlisted"]))
     if at + 8 != len(data):
         raise ValueError(f"{path}: {len(data) - at - 8} bytes unaccounted for")
     return hm
@@ -176,6 +237,7 @@ def to_json(hm: HeapMap, moment: str = EXIT, start_ns: int | None = None) -> dic
             "anon_before": hm.anon_before, "anon_after": hm.anon_after,
             "released_pages": hm.released_pages, "note": hm.note,
             "fork_ms": round(hm.fork_ns / 1e6, 2), "map_ms": round(hm.child_ns / 1e6, 1),
+            "reach": hm.reach.to_json() if hm.reach is not None else None,
             "arenas": [arenas[k] for k in sorted(arenas)]}
 
 

@@ -1,0 +1,162 @@
+/* reach.c: which of the heap's blocks the program can still reach, in the heap map's copy.
+ *
+ * The copy (heapmap.c) lists every in-use block (glibc's chunks in its heaps, and its
+ * mmapped chunks) as user-byte ranges, sorts them, and hands over the roots: the program's
+ * writable memory that is not a heap block (the objects' .data and .bss, the anonymous
+ * mappings after them, every thread's stack and TLS; heapsight's own memory left out).
+ * Marking is conservative, as memcheck's leak check and LeakSanitizer's: any aligned word
+ * whose value lies in a block's usable bytes is taken for a pointer to it. A word equal to
+ * the block's first byte is a start pointer, any other an interior pointer. The classes
+ * are memcheck's:
+ *   reachable        a chain of start pointers from a root ("still reachable");
+ *   possible         reached from the roots only through an interior pointer somewhere on
+ *                    the way ("possibly lost");
+ *   lost             no pointer from the roots nor from a reached block ("definitely
+ *                    lost"): the head of a lost structure;
+ *   indirect         unreached, but pointed to (start or interior) by a lost block
+ *                    ("indirectly lost").
+ * The heads are found as memcheck finds them: unreached blocks in address order, each one
+ * not yet taken is a head whose pointers take what they reach; a head reached from a later
+ * one becomes part of it (a cycle keeps one head).
+ *
+ * Unreached blocks left after the heads are found are the heads: the lost state is the
+ * unreached one (0). Nothing here allocates, locks or calls into libc but memset: it runs in the copy. The
+ * mark stack holds each block at most twice (possible, then reachable), so 2n entries. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "hs_internal.h"
+
+static int64_t find(const hs_reach_t *r, uint64_t w) {
+  if (w < r->lo || w >= r->hi) return -1;
+  size_t a = 0, b = r->n; /* the last block whose lo <= w */
+  while (b - a > 1) {
+    size_t mid = a + (b - a) / 2;
+    if (r->chunks[mid].lo <= w) a = mid;
+    else b = mid;
+  }
+  return w >= r->chunks[a].lo && w < r->chunks[a].hi ? (int64_t)a : -1;
+}
+
+void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack) {
+  memset(r, 0, sizeof *r);
+  r->chunks = chunks;
+  r->n = n;
+  r->state = state;
+  r->stack = stack;
+  memset(state, HS_REACH_UNREACHED, n);
+  if (n) {
+    r->lo = chunks[0].lo;
+    r->hi = chunks[n - 1].hi;
+  }
+}
+
+/* Block i reached through a start pointer from a reachable place (definite), or not. */
+static void reached(hs_reach_t *r, size_t i, int definite) {
+  uint8_t s = r->state[i];
+  if (definite && s != HS_REACH_REACHABLE) r->state[i] = HS_REACH_REACHABLE;
+  else if (!definite && s == HS_REACH_UNREACHED) r->state[i] = HS_REACH_POSSIBLE;
+  else return;
+  r->stack[r->top++] = (uint32_t)i;
+}
+
+static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
+  lo = (lo + 7) & ~(uint64_t)7;
+  for (uint64_t at = lo; at + 8 <= hi; at += 8) {
+    uint64_t w = *(const volatile uint64_t *)(uintptr_t)at;
+    int64_t j = find(r, w);
+    if (j >= 0) reached(r, (size_t)j, definite && w == r->chunks[j].lo);
+  }
+}
+
+static void drain(hs_reach_t *r) {
+  while (r->top) {
+    size_t i = r->stack[--r->top];
+    scan_words(r, r->chunks[i].lo, r->chunks[i].hi, r->state[i] == HS_REACH_REACHABLE);
+  }
+}
+
+void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
+  r->root_bytes += hi > lo ? hi - lo : 0;
+  scan_words(r, lo, hi, 1);
+  drain(r);
+}
+
+/* A block of heapsight's own (its thread's DTV, which glibc allocated for it), found by
+ * an address inside it, and what only it reaches: left out of every class. After the
+ * roots, so that nothing the program reaches is taken. */
+void _hs_reach_own(hs_reach_t *r, uint64_t addr) {
+  drain(r);
+  int64_t i = find(r, addr);
+  if (i < 0 || r->state[i] != HS_REACH_UNREACHED) return;
+  r->state[i] = HS_REACH_OWN;
+  r->stack[r->top++] = (uint32_t)i;
+  while (r->top) {
+    size_t k = r->stack[--r->top];
+    uint64_t lo = (r->chunks[k].lo + 7) & ~(uint64_t)7;
+    for (uint64_t at = lo; at + 8 <= r->chunks[k].hi; at += 8) {
+      int64_t j = find(r, *(const volatile uint64_t *)(uintptr_t)at);
+      if (j >= 0 && r->state[j] == HS_REACH_UNREACHED) {
+        r->state[j] = HS_REACH_OWN;
+        r->stack[r->top++] = (uint32_t)j;
+      }
+    }
+  }
+}
+
+/* The unreached blocks: heads (lost) and what they reach (indirect). */
+void _hs_reach_finish(hs_reach_t *r) {
+  drain(r);
+  for (size_t head = 0; head < r->n; head++) {
+    if (r->state[head] != HS_REACH_UNREACHED) continue;
+    r->state[head] = HS_REACH_LOST;
+    r->stack[r->top++] = (uint32_t)head;
+    while (r->top) {
+      size_t i = r->stack[--r->top];
+      uint64_t lo = (r->chunks[i].lo + 7) & ~(uint64_t)7;
+      for (uint64_t at = lo; at + 8 <= r->chunks[i].hi; at += 8) {
+        int64_t j = find(r, *(const volatile uint64_t *)(uintptr_t)at);
+        if (j < 0 || (size_t)j == head) continue;
+        uint8_t s = r->state[j];
+        if (s == HS_REACH_UNREACHED || s == HS_REACH_LOST) { /* an earlier head: taken in */
+          r->state[j] = HS_REACH_INDIRECT;
+          r->stack[r->top++] = (uint32_t)j;
+        }
+      }
+    }
+  }
+  memset(r->bytes, 0, sizeof r->bytes);
+  memset(r->blocks, 0, sizeof r->blocks);
+  for (size_t i = 0; i < r->n; i++) {
+    if (r->state[i] == HS_REACH_OWN) continue;
+    r->bytes[r->state[i]] += r->chunks[i].hi - r->chunks[i].lo;
+    r->blocks[r->state[i]]++;
+  }
+}
+
+/* Sorts blocks by address, in place (heapsort: no allocation, no recursion). */
+static void sift(hs_chunk_t *a, size_t i, size_t n) {
+  for (;;) {
+    size_t big = i, l = 2 * i + 1, rt = l + 1;
+    if (l < n && a[l].lo > a[big].lo) big = l;
+    if (rt < n && a[rt].lo > a[big].lo) big = rt;
+    if (big == i) return;
+    hs_chunk_t t = a[i];
+    a[i] = a[big];
+    a[big] = t;
+    i = big;
+  }
+}
+
+void _hs_reach_sort(hs_chunk_t *a, size_t n) {
+  int sorted = 1;
+  for (size_t i = 1; i < n && sorted; i++) sorted = a[i - 1].lo <= a[i].lo;
+  if (sorted) return;
+  for (size_t i = n / 2; i-- > 0;) sift(a, i, n);
+  for (size_t end = n; end-- > 1;) {
+    hs_chunk_t t = a[0];
+    a[0] = a[end];
+    a[end] = t;
+    sift(a, 0, end);
+  }
+}
