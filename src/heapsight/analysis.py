@@ -221,17 +221,23 @@ def findings(command: list, final: Breakdown | None, release: Release,
     rss = max(final.rss_bytes, 1)
     heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
 
-    # Never freed: blocks still allocated when the program ended. A leak, or data kept
-    # until exit on purpose: how live bytes grew over the run is what tells them apart.
-    if final.live_bytes >= MiB and final.live_bytes >= 0.5 * (heap_total or 1):
-        grew = ""
-        if len(live_over_time) >= 2:
-            steps = ", ".join(f"{human(v)} at {t:.2f} s" for t, v in live_over_time)
-            grew = f"Live bytes over the run: {steps}. "
-        untouched = ""
-        if final.untouched_bytes >= MiB:
-            untouched = (f"{human(final.untouched_bytes)} of it was never touched (allocated but "
-                         "never written: it takes no RSS, only address space). ")
+    # Never freed: blocks still allocated when the program ended. With the exit's heap map
+    # marked (glibc), exactly which the program lost and which it still pointed to; else a
+    # leak or data kept until exit on purpose, told apart by how live bytes grew.
+    reach = mapped.get("reach") or {}
+    grew = ""
+    if len(live_over_time) >= 2:
+        steps = ", ".join(f"{human(v)} at {t:.2f} s" for t, v in live_over_time)
+        grew = f"Live bytes over the run: {steps}. "
+    untouched = ""
+    if final.untouched_bytes >= MiB:
+        untouched = (f"{human(final.untouched_bytes)} of it was never touched (allocated but "
+                     "never written: it takes no RSS, only address space). ")
+    if reach.get("marked"):
+        out.extend(reach_findings(reach, final, heap_total, grew, untouched, cmd))
+    elif final.live_bytes >= MiB and final.live_bytes >= 0.5 * (heap_total or 1):
+        unknown = (f" Whether a pointer to it remains was not checked: {reach['why']}."
+                   if reach.get("why") else "")
         out.append(Finding(
             "never-freed", final.live_bytes,
             f"{human(final.live_bytes)} still allocated at exit",
@@ -240,7 +246,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
             + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
             "with it, a working set levels off) or if the program lost every pointer to it; "
             "many programs (git, compilers) keep their data until exit on purpose. No allocator "
-            "setting can give it back. " + where_allocated(sites, cmd)[0],
+            "setting can give it back." + unknown + " " + where_allocated(sites, cmd)[0],
             where_allocated(sites, cmd)[1]))
 
     # Retention: freed memory the allocator keeps resident.
@@ -334,6 +340,58 @@ def findings(command: list, final: Breakdown | None, release: Release,
 FEW_SAMPLES = 30
 
 
+def _sites_text(m: dict | None, what: str) -> str:
+    if not m or not m.get("sites"):
+        return ""
+    top = "; ".join(f"{x['site']} {human(x['bytes'])} \u00b1{human(x['error_bytes'])}"
+                    for x in m["sites"][:3])
+    return f" Where {what} was allocated (estimated from {m['samples']:,} sampled blocks): {top}."
+
+
+def reach_findings(reach: dict, final: Breakdown, heap_total: int, grew: str, untouched: str,
+                   cmd: str) -> list:
+    """The never-freed blocks as the exit's copy marked them (measure.reach_sites' keys):
+    a LEAK for the lost ones (definitely, and indirectly: reachable only from lost blocks),
+    kept until exit for the ones the program still pointed to."""
+    out = []
+    definite, indirect = reach["definitely_lost_bytes"], reach["indirectly_lost_bytes"]
+    possible, kept = reach["possibly_lost_bytes"], reach["still_reachable_bytes"]
+    lost = definite + indirect
+    how = ("Checked in a copy of the program at its exit, as memcheck's leak check does: every "
+           "block no pointer from the program's memory (its globals, stacks, thread-local "
+           "storage) leads to, directly or through other blocks (usable bytes).")
+    if lost >= MiB:
+        largest = [b for b in reach.get("largest_lost", ()) if b.get("site")]
+        big = ("" if not largest else " Its largest blocks: " + "; ".join(
+            f"{human(b['usable_bytes'])} from {b['site']}" for b in largest[:3]) + ".")
+        text = _sites_text(reach.get("lost_sites"), "it")
+        out.append(Finding(
+            "leak", lost, f"{human(lost)} lost: no pointer to it remains",
+            f"Definitely lost: {human(definite)} in {reach['definitely_lost_blocks']:,} blocks; "
+            f"indirectly lost (pointed to only from lost blocks): {human(indirect)} in "
+            f"{reach['indirectly_lost_blocks']:,} blocks. " + how + text + big
+            + ("" if text or big else " Where it was allocated: a run with sampling on "
+               "(the default) names its call sites."),
+            (f"valgrind --leak-check=full --show-leak-kinds=definite {cmd}   # every lost "
+             "block's full stack, at 20-50x the run time",)))
+    if final.live_bytes >= MiB and final.live_bytes >= 0.5 * (heap_total or 1) and kept + possible >= MiB:
+        maybe = ""
+        if possible >= MiB:
+            maybe = (f" {human(possible)} in {reach['possibly_lost_blocks']:,} blocks is possibly "
+                     "lost: only pointers into their middle remain (a leak, or a structure "
+                     "addressed by an inner field)." + _sites_text(reach.get("possibly_lost_sites"),
+                                                                  "that"))
+        out.append(Finding(
+            "kept", kept + possible,
+            f"{human(kept)} kept until exit, still reachable",
+            f"Not a leak: the program still pointed to these blocks when it ended "
+            f"({reach['still_reachable_blocks']:,} blocks; many programs leave their data to the "
+            "exit on purpose). " + untouched + grew + "It matters if it grows with the work "
+            "(run it on a larger input: kept data grows with it, a working set levels off)."
+            + maybe + " No allocator setting can give it back.", ()))
+    return out
+
+
 def where_allocated(sites: dict | None, cmd: str) -> tuple:
     """The never-freed finding's last words and commands: its top call sites when the run
     sampled them, else the tools that find them."""
@@ -364,7 +422,8 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
     if not found:
         return (f"healthy: little memory left allocated, retained or wasted (final RSS {human(final.rss_bytes)}, "
                 f"of which {human(final.live_bytes)} live)")
-    words = {"hold": "HELD WHILE RUNNING", "never-freed": "NEVER FREED", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
+    words = {"hold": "HELD WHILE RUNNING", "never-freed": "NEVER FREED", "leak": "LEAK",
+             "kept": "KEPT UNTIL EXIT", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
              "waste": "SMALL-OBJECT WASTE", "non-heap": "NON-HEAP MEMORY"}
     top = found[0]
     rest = ", ".join(words[f.kind].lower() for f in found[1:])

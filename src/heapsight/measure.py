@@ -246,7 +246,8 @@ def exit_map_bytes(hmaps) -> dict:
             page = m["page_bytes"]
             return {"pinned": sum(a["pinned_pages"] for a in m["arenas"]) * page,
                     "thread_arenas_free": sum(a["free_resident_pages"] for a in m["arenas"]
-                                              if a["arena"] != 0) * page}
+                                              if a["arena"] != 0) * page,
+                    "reach": m.get("reach")}
     return {}
 
 
@@ -414,8 +415,43 @@ def heap_maps(maps: list, prof, sampled_sites: dict | None, start_ns: int) -> tu
             for p in pins:
                 p["site"] = sites.site_of_stack(sampled_sites, p["stack"])
         entry["pinners"] = pins
+        if hm.reach is not None and hm.reach.marked:
+            entry["reach"].update(reach_sites(hm, prof, sampled_sites))
         out.append(entry)
     return tuple(out)
+
+
+LOST = (heapmap.REACH_CLASSES.index("definitely_lost"), heapmap.REACH_CLASSES.index("indirectly_lost"))
+POSSIBLY = heapmap.REACH_CLASSES.index("possibly_lost")
+
+
+def reach_sites(hm, prof, sampled_sites) -> dict:
+    """Who lost it: the sampled blocks live at the map's moment, by the class the copy gave
+    them, per call site (lost: definitely and indirectly; possibly lost), and the largest
+    lost blocks, with their call site where a sample fell in them."""
+    out = {}
+    r = hm.reach
+    sampled = None
+    if prof is not None and sampled_sites is not None:
+        sampled = sites.live_blocks(prof, hm.time_ns)
+        cls = r.classes_of(sampled["addr"])
+        out["lost_sites"] = sites.by_site(sampled_sites, sampled[np.isin(cls, LOST)],
+                                          prof.mean_bytes)
+        out["possibly_lost_sites"] = sites.by_site(sampled_sites, sampled[cls == POSSIBLY],
+                                                   prof.mean_bytes)
+    lost = r.unreached[np.isin(r.unreached["state"].astype(np.int64), LOST)]
+    largest = lost[np.argsort(-lost["usable"].astype(np.int64), kind="stable")[:5]]
+    rows = []
+    for b in largest:
+        row = {"address": hex(int(b["addr"])), "usable_bytes": int(b["usable"]),
+               "class": heapmap.REACH_CLASSES[int(b["state"])], "site": None}
+        if sampled is not None:
+            hit = np.flatnonzero(sampled["addr"] == b["addr"])
+            if len(hit):
+                row["site"] = sites.site_of_stack(sampled_sites, int(sampled["stack"][hit[0]]))
+        rows.append(row)
+    out["largest_lost"] = rows
+    return out
 
 
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,

@@ -64,7 +64,7 @@ class Release:
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str                # never-freed | retention | fragmentation | waste | non-heap | hold
+    kind: str                # leak | kept | never-freed | retention | fragmentation | waste | non-heap | hold
     bytes: int
     title: str
     detail: str

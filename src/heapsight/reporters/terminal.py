@@ -26,7 +26,8 @@ from heapsight.model import Breakdown, Summary
 ROWS = (("live (requested, not freed)", "live"), ("waste (rounding)", "waste"),
         ("allocator metadata", "metadata"), ("retained (freed, kept)", "retained"),
         ("non-heap", "non-heap"))
-VERDICT_STYLE = {"hold": "bold yellow", "never-freed": "bold red", "retention": "bold yellow",
+VERDICT_STYLE = {"hold": "bold yellow", "never-freed": "bold red", "leak": "bold red",
+                 "kept": "bold yellow", "retention": "bold yellow",
                  "fragmentation": "bold red", "waste": "bold yellow", "non-heap": "bold yellow"}
 # compare's figures where less is better (given back is neither: it depends on what was kept)
 LOWER_IS_BETTER = {"peak_rss", "final_rss", "retained", "wall_s", "cpu_s", "minor_faults"}
@@ -151,6 +152,11 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
                        f"{human(r.rss_after_bytes)})", 2)
     else:
         _indent(c, f"release at exit: not measured: {r.why_not}", 2)
+    for m in s.heapmaps:
+        line = reach_line(m.get("reach"))
+        if line:
+            where = "at exit" if m["moment"] == "exit" else f"at {printable(str(m['moment']))}"
+            _indent(c, f"reachable {where}: {line}", 2)
     if s.heap:
         h = s.heap
         tail = f"; {h.arenas} arena(s); {h.threads_seen} thread(s)" if h.allocator == "glibc" \
@@ -218,6 +224,20 @@ def _sites(c: Console, sites: dict) -> None:
 
 
 TOP_PINNERS = 3
+
+
+def reach_line(r: dict | None) -> str:
+    """A heap map's reach (heapmap.Reach.to_json) in one line, "" for none."""
+    if not r:
+        return ""
+    if not r.get("marked"):
+        return f"not checked: {r.get('why', '')}"
+    parts = ", ".join(f"{name} {human(r[key + '_bytes'])} ({r[key + '_blocks']:,} blocks)"
+                      for key, name in (("definitely_lost", "definitely lost"),
+                                        ("indirectly_lost", "indirectly lost"),
+                                        ("possibly_lost", "possibly lost"),
+                                        ("still_reachable", "still reachable")))
+    return f"{parts}; marked in a copy of the program in {r['ms']:.1f} ms"
 
 
 def _pinners(c: Console, m: dict, sampled: bool) -> None:
