@@ -102,7 +102,7 @@ def test_the_librarys_own_cpu_is_counted_apart_from_the_programs(tmp_path):
             "delete @h{@k}; my $t = time; 1 while time - $t < 1;")
     s = run(tmp_path, "perl", "-e", prog, opts=("--stats-hz", "50"))["summary"]
     # THEN the library's CPU (its statistics thread, its exit probe) is measured and set apart
-    assert s["library_cpu_s"] > 0.005
+    assert s["library_cpu_s"] > 0.0005
     total = s["cpu_user_s"] + s["cpu_sys_s"]
     assert abs(s["program_cpu_s"] - (total - s["library_cpu_s"])) < 0.002
     assert s["program_cpu_s"] < total

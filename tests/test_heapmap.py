@@ -260,8 +260,9 @@ def test_the_program_output_and_exit_status_are_unchanged():
         assert (rc, out, err) == (bare.returncode, bare.stdout, bare.stderr) == (7, "out 10000\n", "err")
         (hm,) = H.collect(seg.path).values()
         assert hm.status == "mapped"
-        # the copy's CPU time is the library's, not the program's
-        assert seg.get("library_cpu_ns") >= hm.child_cpu_ns
+        # the copy's CPU time is its own: it outlives the program (which does not wait
+        # for it), so none of it is in the program's
+        assert hm.child_cpu_ns > 0
         assert not list(Path(seg.path).parent.glob(Path(seg.path).name + ".map.*"))
     finally:
         seg.close()

@@ -115,7 +115,7 @@ def test_json_to_stdout_keeps_program_output_on_stderr(tmp_path):
                        cwd=tmp_path, timeout=60)
     assert p.returncode == 0
     s = json.loads(p.stdout)  # nothing but the JSON on stdout
-    assert s["schema_version"] == 1 and s["verdict"].startswith("NEVER FREED")
+    assert s["schema_version"] == 1 and s["verdict"].startswith("LEAK: ")
     assert "leak: leaked_bytes=" in p.stderr and "VERDICT" in p.stderr
 
 

@@ -45,9 +45,16 @@ def test_leak_is_a_leak_with_exact_live_bytes(hs):
     r = hs(scenario("hs-leak"))
     assert r.rc == 0, r.stderr
     s, truth = r.summary, r.truth("leak")
-    assert kinds(s)[0] == "never-freed", s["verdict"]
-    assert s["verdict"].startswith("NEVER FREED")
+    assert kinds(s)[0] == "leak", s["verdict"]
+    assert s["verdict"].startswith("LEAK: ") and "lost: no pointer to it remains" in s["verdict"]
     leaked = int(truth["leaked_bytes"])
+    # every leaked block is definitely lost: no pointer to any of them remains (the copy
+    # at exit marked them; stdout's buffer is the one block still reachable)
+    (reach,) = [m["reach"] for m in s["heapmaps"] if m["moment"] == "exit"]
+    assert reach["definitely_lost_blocks"] == int(truth["leaked_blocks"])
+    assert reach["indirectly_lost_blocks"] == reach["possibly_lost_blocks"] == 0
+    # usable bytes: each block's request rounded up to its chunk, less than 16 bytes more
+    assert 0 <= reach["definitely_lost_bytes"] - leaked < 16 * int(truth["leaked_blocks"])
     # within 1%: stdout's own 4 KiB buffer is also live at exit
     assert abs(s["heap"]["live_requested_bytes"] - leaked) <= 0.01 * leaked
     assert s["final"]["retained_bytes"] < 0.05 * leaked
@@ -64,7 +71,8 @@ def test_one_byte_mallocs_waste_23_of_24_usable_bytes(hs):
     assert usable == pytest.approx(24 * count, rel=0.01)
     assert (usable - live_req) / usable == pytest.approx(23 / 24, abs=0.005)
     assert s["final"]["metadata_bytes"] == pytest.approx(8 * count, rel=0.01)
-    assert kinds(s)[0] == "waste"
+    # the blocks' pointers were dropped: a leak first, then their waste
+    assert kinds(s)[:2] == ["leak", "waste"], s["verdict"]
     # the size histogram: the 16..31-byte usable class holds them, 23 bytes wasted each
     floor, allocs, live, mean_waste = max(s["heap"]["size_classes"], key=lambda c: c[1])
     assert floor == 16 and allocs >= count and live >= count and mean_waste == pytest.approx(23, abs=0.1)

@@ -35,7 +35,12 @@ static int64_t find(const hs_reach_t *r, uint64_t w) {
     if (r->chunks[mid].lo <= w) a = mid;
     else b = mid;
   }
-  return w >= r->chunks[a].lo && w < r->chunks[a].hi ? (int64_t)a : -1;
+  /* a heap chunk's usable bytes end in the next chunk's first word (hi is 8 past a
+   * multiple of 16): a word equal to the next chunk's address is glibc's own pointer to
+   * that chunk (a bin's, the top's), not one to this block */
+  uint64_t hi = r->chunks[a].hi;
+  if ((hi & 15) == 8 && w >= hi - 8) return -1;
+  return w >= r->chunks[a].lo && w < hi ? (int64_t)a : -1;
 }
 
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack) {

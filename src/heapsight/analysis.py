@@ -234,7 +234,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
         untouched = (f"{human(final.untouched_bytes)} of it was never touched (allocated but "
                      "never written: it takes no RSS, only address space). ")
     if reach.get("marked"):
-        out.extend(reach_findings(reach, final, heap_total, grew, untouched, cmd))
+        out.extend(reach_findings(reach, final, heap_total, grew, untouched, cmd, sites))
     elif final.live_bytes >= MiB and final.live_bytes >= 0.5 * (heap_total or 1):
         unknown = (f" Whether a pointer to it remains was not checked: {reach['why']}."
                    if reach.get("why") else "")
@@ -349,7 +349,7 @@ def _sites_text(m: dict | None, what: str) -> str:
 
 
 def reach_findings(reach: dict, final: Breakdown, heap_total: int, grew: str, untouched: str,
-                   cmd: str) -> list:
+                   cmd: str, sites: dict | None = None) -> list:
     """The never-freed blocks as the exit's copy marked them (measure.reach_sites' keys):
     a LEAK for the lost ones (definitely, and indirectly: reachable only from lost blocks),
     kept until exit for the ones the program still pointed to."""
@@ -388,7 +388,8 @@ def reach_findings(reach: dict, final: Breakdown, heap_total: int, grew: str, un
             f"({reach['still_reachable_blocks']:,} blocks; many programs leave their data to the "
             "exit on purpose). " + untouched + grew + "It matters if it grows with the work "
             "(run it on a larger input: kept data grows with it, a working set levels off)."
-            + maybe + " No allocator setting can give it back.", ()))
+            + maybe + " No allocator setting can give it back. " + where_allocated(sites, cmd)[0],
+            where_allocated(sites, cmd)[1]))
     return out
 
 

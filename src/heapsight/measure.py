@@ -248,6 +248,8 @@ def exit_map_bytes(hmaps) -> dict:
                     "thread_arenas_free": sum(a["free_resident_pages"] for a in m["arenas"]
                                               if a["arena"] != 0) * page,
                     "reach": m.get("reach")}
+        if m["moment"] == heapmap.EXIT:
+            return {"reach": m.get("reach")}
     return {}
 
 

@@ -163,6 +163,12 @@ def run_facts(s: dict) -> list:
                if rel.get("where") == "copy" else "") + ")")))
     else:
         facts.append(("release at exit", esc(f"not measured: {rel.get('why_not', '')}")))
+    from heapsight.reporters.terminal import reach_line
+    for m in s.get("heapmaps") or ():
+        line = reach_line(m.get("reach"))
+        if line:
+            where = "at exit" if m.get("moment") == "exit" else f"at {m.get('moment')}"
+            facts.append((f"reachable {where}", esc(line)))
     if heap:
         facts.append(("heap", esc(
             f"{heap.get('n_alloc', 0):,} allocations, {heap.get('n_free', 0):,} frees, "
