@@ -794,6 +794,36 @@ static int scan_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
   return 1;
 }
 
+/* A root range, its resident (or swapped) pages only: a page never touched holds zeros
+ * (anonymous) or the file's bytes, no pointer of this run's; a large reservation costs
+ * nothing. Returns the bytes that faulted. */
+#define HS_REACH_LIMIT_NS 20000000000ull
+static int pm = -1;
+static uint64_t scan_resident(child_t *c, hs_reach_t *r, uint64_t lo, uint64_t hi) {
+  uint64_t faulted = 0;
+  if (pm < 0) pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (pm < 0) return scan_root(r, lo, hi) ? 0 : hi - lo;
+  uint64_t page = c->page, run_lo = 0;
+  int in_run = 0;
+  for (uint64_t pg = lo & ~(page - 1); pg < hi;) {
+    uint64_t n = (hi - pg + page - 1) / page;
+    if (n > HS_PM_ENTRIES) n = HS_PM_ENTRIES;
+    ssize_t got = pread(pm, c->pm_buf, n * 8, (off_t)(pg / page * 8));
+    if (got <= 0) return faulted + (scan_root(r, pg > lo ? pg : lo, hi) ? 0 : hi - pg);
+    n = (uint64_t)got / 8;
+    for (uint64_t k = 0; k < n; k++, pg += page) {
+      int here = (c->pm_buf[k] >> 62) != 0; /* present (63) or swapped (62) */
+      if (here && !in_run) { run_lo = pg > lo ? pg : lo; in_run = 1; }
+      if (!here && in_run) {
+        if (!scan_root(r, run_lo, pg)) faulted += pg - run_lo;
+        in_run = 0;
+      }
+    }
+  }
+  if (in_run && !scan_root(r, run_lo, hi)) faulted += hi - run_lo;
+  return faulted;
+}
+
 static const map_t *map_at(const child_t *c, uint64_t addr) {
   for (size_t i = 0; i < c->n_maps; i++) {
     if (addr >= c->maps[i].lo && addr < c->maps[i].hi) return &c->maps[i];
@@ -904,6 +934,7 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
 
   hs_reach_t r;
   _hs_reach_init(&r, c->chunks, n, state, stack);
+  r.deadline_ns = r0 + HS_REACH_LIMIT_NS;
   struct sigaction sa, old_segv, old_bus;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_fault;
@@ -918,16 +949,23 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
     for (size_t k = 0; k < ex.n && at < m->hi; k++) {
       if (ex.r[k].hi <= at) continue;
       if (ex.r[k].lo >= m->hi) break;
-      if (ex.r[k].lo > at && !scan_root(&r, at, ex.r[k].lo)) skipped += ex.r[k].lo - at;
+      if (ex.r[k].lo > at) skipped += scan_resident(c, &r, at, ex.r[k].lo);
       at = ex.r[k].hi;
     }
-    if (at < m->hi && !scan_root(&r, at, m->hi)) skipped += m->hi - at;
+    if (at < m->hi) skipped += scan_resident(c, &r, at, m->hi);
   }
   sigaction(SIGSEGV, &old_segv, NULL);
   sigaction(SIGBUS, &old_bus, NULL);
+  if (pm >= 0) close(pm);
+  pm = -1;
   /* heapsight's thread's DTV (glibc's, for it): its TCB's second word points inside it */
   if (_hs_helper_self) _hs_reach_own(&r, rd(_hs_helper_self + 8));
   _hs_reach_finish(&r);
+  if (r.late) {
+    reach_why(rec, "the marking took longer than 20 s and was given up");
+    rec->reach_ns = _hs_now_ns() - r0;
+    return;
+  }
   rec->status = 0;
   rec->root_bytes = r.root_bytes - skipped;
   rec->n_blocks = n;

@@ -95,6 +95,8 @@ typedef struct hs_reach_s {
   uint32_t *stack;     /* 2n entries */
   uint64_t lo, hi, root_bytes;
   uint64_t bytes[4], blocks[4]; /* by state, after _hs_reach_finish */
+  uint64_t deadline_ns, words, checked; /* past the deadline (CLOCK_MONOTONIC): late */
+  int late;
 } hs_reach_t;
 void _hs_reach_sort(hs_chunk_t *chunks, size_t n);
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack);

@@ -65,8 +65,18 @@ static void reached(hs_reach_t *r, size_t i, int definite) {
   r->stack[r->top++] = (uint32_t)i;
 }
 
+/* Past the deadline every scan stops at once (r->late): the figures are then not given. */
+static int late(hs_reach_t *r, uint64_t words) {
+  r->words += words;
+  if (r->words - r->checked < (1u << 20)) return r->late;
+  r->checked = r->words;
+  if (r->deadline_ns && _hs_now_ns() > r->deadline_ns) r->late = 1;
+  return r->late;
+}
+
 static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
   lo = (lo + 7) & ~(uint64_t)7;
+  if (hi <= lo || late(r, (hi - lo) / 8)) return;
   for (uint64_t at = lo; at + 8 <= hi; at += 8) {
     uint64_t w = *(const volatile uint64_t *)(uintptr_t)at;
     int64_t j = find(r, w);
@@ -75,7 +85,7 @@ static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
 }
 
 static void drain(hs_reach_t *r) {
-  while (r->top) {
+  while (r->top && !r->late) {
     size_t i = r->stack[--r->top];
     scan_words(r, r->chunks[i].lo, r->chunks[i].hi, r->state[i] == HS_REACH_REACHABLE);
   }
@@ -118,6 +128,10 @@ void _hs_reach_finish(hs_reach_t *r) {
     r->stack[r->top++] = (uint32_t)head;
     while (r->top) {
       size_t i = r->stack[--r->top];
+      if (late(r, (r->chunks[i].hi - r->chunks[i].lo) / 8)) {
+        r->top = 0;
+        return;
+      }
       uint64_t lo = (r->chunks[i].lo + 7) & ~(uint64_t)7;
       for (uint64_t at = lo; at + 8 <= r->chunks[i].hi; at += 8) {
         int64_t j = find(r, *(const volatile uint64_t *)(uintptr_t)at);

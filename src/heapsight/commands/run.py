@@ -68,7 +68,8 @@ def add_arguments(p) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     p.add_argument("--no-heap-map", action="store_true",
                    help="do not map the heap page by page at exit and at snapshots (a copy "
-                        "of the program walks it and measures what a release gives back; "
+                        "of the program walks it, measures what a release gives back and "
+                        "marks which blocks the program can still reach: lost or kept; "
                         "the pinners are named from it)")
     p.add_argument("--sample-bytes", metavar="SIZE", type=size_arg, default=None,
                    help="call sites: sample allocations once per SIZE bytes allocated on "

@@ -232,7 +232,8 @@ def reach_line(r: dict | None) -> str:
         return ""
     if not r.get("marked"):
         return f"not checked: {r.get('why', '')}"
-    parts = ", ".join(f"{name} {human(r[key + '_bytes'])} ({r[key + '_blocks']:,} blocks)"
+    parts = ", ".join(f"{name} {human(r[key + '_bytes'])} ({r[key + '_blocks']:,} "
+                      f"block{'s' * (r[key + '_blocks'] != 1)})"
                       for key, name in (("definitely_lost", "definitely lost"),
                                         ("indirectly_lost", "indirectly lost"),
                                         ("possibly_lost", "possibly lost"),
