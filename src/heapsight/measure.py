@@ -363,7 +363,8 @@ def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
     end_s = since(end_ns) if end_ns else tl.duration_s
     moments = [sites.Moment("peak", peak_ns, since(peak_ns), heap.peak_live_usable_bytes),
                sites.Moment("exit", None, end_s, heap.live_usable_bytes),
-               sites.Moment("never freed", None, end_s, heap.live_usable_bytes)]
+               sites.Moment("never freed", None, end_s, heap.live_usable_bytes),
+               sites.Moment(sites.ALLOCATED, sites.ALL, end_s, heap.requested_total_bytes)]
     t = np.asarray(cols["t"], dtype=float)
     live = np.asarray(cols["live_usable"], dtype=float)
     for label, at in tl.snapshots:

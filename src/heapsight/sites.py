@@ -80,8 +80,16 @@ def weights(sizes: np.ndarray, mean: int) -> tuple:
     return s / p, 1.0 / p, s * s * (1.0 - p) / (p * p)
 
 
+# A moment's t_ns for every sampled allocation of the run, freed or not (pprof's alloc_*)
+ALLOCATED = "allocated"
+ALL = -1
+
+
 def live_mask(allocs: np.ndarray, t_ns: int | None) -> np.ndarray:
-    """Which sampled blocks were live at t_ns (None: at the end: never freed)."""
+    """Which sampled blocks were live at t_ns (None: at the end: never freed; ALL: every
+    sampled allocation)."""
+    if t_ns == ALL:
+        return np.ones(len(allocs), dtype=bool)
     if t_ns is None:
         return allocs["free_ns"] == P.NEVER
     t = np.uint64(max(0, t_ns))
@@ -249,17 +257,28 @@ def _named_past(frames: list, stack: list, at: int, end: int) -> int:
     return stack[at]
 
 
+def _frames_of(frames: list, stack: list) -> list:
+    return [symbolize.Frame(f["function"], f["file"], f["line"], f["object"], int(f["address"], 16))
+            for f in (frames[i] for i in stack)]
+
+
+def site_position(frames: list, stack: list) -> int:
+    """Where a saved stack's call site is (an index into stack: the frames before it are
+    the allocator's), as the moments' sites are named."""
+    fr = _frames_of(frames, stack)
+    at = next((i for i, f in enumerate(fr) if not is_allocator(f)), None)
+    if at is None:
+        return max(0, len(fr) - 1)
+    return _named_past(fr, list(range(len(fr))), at, len(fr))
+
+
 def site_of_stack(sites: dict, stack: int) -> str:
     """The call site's name of a stack of a run's sites (as its moments name it), for the
     pinners of a heap map."""
-    frames = [symbolize.Frame(f["function"], f["file"], f["line"], f["object"],
-                              int(f["address"], 16))
-              for f in (sites["frames"][i] for i in sites["stacks"][stack])]
-    ids = list(range(len(frames)))
-    at = next((i for i, f in enumerate(frames) if not is_allocator(f)), None)
-    if at is None:
-        return frames[-1].name() if frames else NO_STACK
-    return frames[_named_past(frames, ids, at, len(ids))].name()
+    st = sites["stacks"][stack]
+    if not st:
+        return NO_STACK
+    return _frames_of(sites["frames"], st)[site_position(sites["frames"], st)].name()
 
 
 def by_site(sites: dict, blocks: np.ndarray, mean: int) -> dict:

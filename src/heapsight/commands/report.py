@@ -28,8 +28,15 @@ from heapsight.reporters import html
 def add_arguments(p) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="run records (.hsrun.json.gz), comparisons or lab results, in any mix")
-    p.add_argument("-o", "--output", metavar="FILE", default="heapsight-report.html",
-                   help="the HTML page to write (default heapsight-report.html)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="the HTML page to write (default heapsight-report.html; with --pprof "
+                        "alone, no page)")
+    p.add_argument("--pprof", metavar="FILE",
+                   help="write the run record's sampled call sites as a pprof heap profile "
+                        "(one run record: go tool pprof -top FILE)")
+    p.add_argument("--pprof-at", metavar="MOMENT", default="peak",
+                   help="the pprof profile's inuse moment: peak (default), exit, 'never "
+                        "freed', or a snapshot's label")
     p.add_argument("--png", metavar="DIR",
                    help="also write each chart as DIR/CHART_ID.png (drawn by headless Chromium)")
     p.add_argument("--title", metavar="T", help="the page's title")
@@ -38,6 +45,20 @@ def add_arguments(p) -> None:
 def execute(args) -> int:
     # Everything that can fail on the inputs fails before anything is written.
     docs = [(path, record.load(path)) for path in args.files]
+    if args.pprof:
+        runs = [(p, d) for p, d in docs if d.get("kind") == record.KIND]
+        if len(docs) != 1 or not runs:
+            raise HeapsightError("--pprof takes one run record (.hsrun.json.gz): "
+                                 f"{len(docs)} file(s) given, {len(runs)} of them run records")
+        from heapsight.reporters import pprof
+        data = pprof.encode(runs[0][1]["summary"], args.pprof_at)   # refusals before writing
+        output.check(args.pprof, "--pprof")
+        output.write(args.pprof, data, gzip=False)
+        print(f"heapsight report: wrote {args.pprof} (pprof, inuse at {args.pprof_at}; "
+              f"go tool pprof -top {args.pprof})", file=sys.stderr)
+        if args.output is None:
+            return 0
+    args.output = args.output or "heapsight-report.html"
     output.check(args.output, "--output")
     out_real = os.path.realpath(args.output)
     if any(os.path.realpath(f) == out_real for f in args.files):

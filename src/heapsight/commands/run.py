@@ -65,6 +65,13 @@ def add_arguments(p) -> None:
                         "(--no-heap-map) it is made in the program")
     p.add_argument("--html", metavar="FILE",
                    help="also write the run as a self-contained HTML page (as `heapsight report`)")
+    p.add_argument("--pprof", metavar="FILE",
+                   help="also write the sampled call sites as a pprof heap profile (gzipped "
+                        "profile.proto: go tool pprof -top FILE): alloc_objects/alloc_space "
+                        "over the run, inuse_objects/inuse_space at --pprof-at")
+    p.add_argument("--pprof-at", metavar="MOMENT", default="peak",
+                   help="the moment of the pprof profile's inuse figures: peak (default), "
+                        "exit, 'never freed', or a snapshot's label")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     p.add_argument("--no-heap-map", action="store_true",
                    help="do not map the heap page by page at exit and at snapshots (a copy "
@@ -214,7 +221,7 @@ def validate(args) -> None:
 def check_outputs(args) -> None:
     """Every output path, before the program runs; no two of them the same file."""
     named = [(o, p) for o, p in (("--json", args.json), ("--output", None if args.no_save else args.output),
-                                 ("--html", args.html)) if p and p != "-"]
+                                 ("--html", args.html), ("--pprof", args.pprof)) if p and p != "-"]
     seen = {}
     for option, path in named:
         real = os.path.realpath(path)
@@ -229,6 +236,11 @@ def check_outputs(args) -> None:
         output.check(args.output, "--output")
     if args.html:
         output.check(args.html, "--html")
+    if args.pprof:
+        output.check(args.pprof, "--pprof")
+        if args.sample_bytes == 0:
+            raise HeapsightError("--pprof writes the sampled call sites, and --sample-bytes 0 "
+                                 "turns sampling off: drop one of them")
 
 
 def execute(args) -> int:
@@ -262,6 +274,12 @@ def execute(args) -> int:
             output.write_json(args.json, summary.to_dict())
         if args.html:
             html.write(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
+        if args.pprof:
+            from heapsight.reporters import pprof
+            try:
+                output.write(args.pprof, pprof.encode(summary.to_dict(), args.pprof_at), gzip=False)
+            except HeapsightError as e:   # the run is saved: say why there is no profile
+                sys.stderr.write(f"heapsight: {e}\n")
     if not args.quiet:
         terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:

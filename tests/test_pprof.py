@@ -1,0 +1,99 @@
+"""pprof heap profiles of a run's sampled call sites (reporters/pprof.py), read back by the
+real tool: `go tool pprof`."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from conftest import scenario
+
+HS = [sys.executable, "-m", "heapsight"]
+UNITS = {"B": 1, "kB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3}
+
+
+def go() -> str:
+    path = shutil.which("go") or ("/usr/local/go/bin/go" if shutil.which("/usr/local/go/bin/go") else None)
+    if path is None:
+        pytest.fail("go is missing: `make test` installs golang-go (scripts/install-deps)")
+    return path
+
+
+def pprof_top(path, *opts) -> dict:
+    """`go tool pprof -top`: flat bytes per function."""
+    r = subprocess.run([go(), "tool", "pprof", "-top", *opts, str(path)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"\s*([\d.]+)(B|kB|MB|GB)\s+[\d.]+%\s+[\d.]+%\s+[\d.]+(?:B|kB|MB|GB)?\s+[\d.]+%\s+(.+)$", line)
+        if m and float(m.group(1)) > 0:
+            out[m.group(3).strip()] = float(m.group(1)) * UNITS[m.group(2)]
+    return out
+
+
+def by_function(summary, moment) -> dict:
+    sites = summary["sites"]
+    m = next(x for x in sites["moments"] if x["name"] == moment)
+    out = defaultdict(int)
+    for s in m["sites"]:
+        out[s["site"].split(" (")[0]] += s["bytes"]
+    return dict(out)
+
+
+@pytest.fixture(scope="module")
+def sites_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pprof")
+    rec, js, pb = tmp / "r.hsrun.json.gz", tmp / "s.json", tmp / "p.pb.gz"
+    r = subprocess.run([*HS, "run", "-q", "-o", str(rec), "--json", str(js), "--pprof", str(pb),
+                        "--sample-bytes", "8K", "--", scenario("hs-sites")], capture_output=True,
+                       text=True, timeout=120, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    return json.loads(js.read_text()), rec, pb, tmp
+
+
+def test_go_tool_pprof_reads_the_same_top_functions(sites_run):
+    s, _, pb, _ = sites_run
+    # THEN pprof's flat column is heapsight's call sites at the peak, within its rounding
+    ours, theirs = by_function(s, "peak"), pprof_top(pb)
+    top = sorted(ours, key=ours.get, reverse=True)[:3]
+    assert {"load_rows", "build_index", "keep_cache"} <= set(top) | set(ours), ours
+    for fn in top:
+        assert theirs.get(fn) == pytest.approx(ours[fn], rel=0.002, abs=600), (fn, ours, theirs)
+    # the other sample types: what was allocated over the run, at least what was live
+    alloc = pprof_top(pb, "-sample_index=alloc_space")
+    assert sum(alloc.values()) >= sum(theirs.values())
+    # and its mappings name the objects
+    raw = subprocess.run([go(), "tool", "pprof", "-raw", str(pb)], capture_output=True,
+                         text=True, timeout=120)
+    assert raw.returncode == 0 and "hs-sites" in raw.stdout and "Mappings" in raw.stdout
+
+
+def test_report_writes_the_same_profile_from_the_saved_record(sites_run):
+    _, rec, pb, tmp = sites_run
+    again = tmp / "again.pb.gz"
+    r = subprocess.run([*HS, "report", "--pprof", str(again), str(rec)], capture_output=True,
+                       text=True, timeout=120, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    assert again.read_bytes() == pb.read_bytes()
+    assert not (tmp / "heapsight-report.html").exists()   # --pprof alone writes no page
+
+
+def test_a_moment_that_is_not_there_is_refused_by_name(sites_run):
+    _, rec, _, tmp = sites_run
+    r = subprocess.run([*HS, "report", "--pprof", str(tmp / "x.pb.gz"), "--pprof-at", "lunch",
+                        str(rec)], capture_output=True, text=True, timeout=120, cwd=tmp)
+    assert r.returncode == 2 and "--pprof-at lunch: no such moment" in r.stderr
+    assert "peak" in r.stderr and not (tmp / "x.pb.gz").exists()
+
+
+def test_pprof_without_sampling_is_refused_before_the_run(tmp_path):
+    r = subprocess.run([*HS, "run", "--no-save", "--pprof", str(tmp_path / "p.pb.gz"),
+                        "--sample-bytes", "0", "--", "true"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "--sample-bytes 0" in r.stderr
+    assert not (tmp_path / "p.pb.gz").exists()
