@@ -4,7 +4,8 @@
  * 16 KiB, half in 200 KiB ones that glibc maps on their own); then everything is freed but
  * one cache block in 8, and a fourth function allocates --leak-mb MiB (32) never freed.
  * Snapshots (through heapsight_snapshot, when heapsight runs it) at "loaded" (the peak) and
- * "freed". Truth: usable bytes per function at the peak and at exit, on one line. */
+ * "freed". --index-x N: build_index allocates N times its share. Truth: usable bytes per
+ * function at the peak and at exit, on one line. */
 #include <malloc.h>
 #include "scenario.h"
 
@@ -65,13 +66,14 @@ static void free_all(struct blocks *b, int keep_every) {
 }
 
 int main(int argc, char **argv) {
-    long mb = 96, leak_mb = 32;
-    const struct hs_opt opts[] = {{"mb", &mb, NULL}, {"leak-mb", &leak_mb, NULL}};
+    long mb = 96, leak_mb = 32, index_x = 1;
+    const struct hs_opt opts[] = {{"mb", &mb, NULL}, {"leak-mb", &leak_mb, NULL},
+                                  {"index-x", &index_x, NULL}};
     hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     size_t total = (size_t)mb * MIB;
     load_rows(total / 2, &seed);
-    build_index(total * 3 / 10, &seed);
+    build_index(total * 3 / 10 * (size_t)index_x, &seed);
     keep_cache(total / 5, &seed);
     size_t peak_rows = rows.usable, peak_index = index_.usable, peak_cache = cache.usable;
     SNAPSHOT("loaded");

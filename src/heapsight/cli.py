@@ -12,7 +12,7 @@ from heapsight.errors import HeapsightError
 
 # The commands in the order --help lists them; each module is imported (with numpy and the
 # rest of what it needs) only when the parser is built, so --version answers at once.
-COMMAND_NAMES = ("run", "attach", "compare", "lab", "report", "env")
+COMMAND_NAMES = ("run", "attach", "compare", "lab", "report", "diff", "env")
 
 DESCRIPTION = """\
 heapsight tells you why a process's memory did not go back to the OS after free(),

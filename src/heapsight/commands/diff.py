@@ -1,0 +1,137 @@
+"""Two saved runs side by side: what moved from run A to run B.
+
+A and B are run records (`heapsight run` saves one per run): the same program before and
+after a change (MALLOC_ARENA_MAX, a malloc_trim, a pool, a new release). The diff gives
+the RSS split at the peak and at exit (each row's change in bytes and percent), peak RSS,
+what the release gave back, the largest hold, the pinned pages, reachability at exit
+(where both runs have it), the verdicts, and the call sites at the peak and of the bytes
+never freed: what grew, shrank, is new or gone, matched by function and file:line. A
+site's change inside the two runs' sampling error (its 99.9% interval) is "no change".
+
+examples:
+  heapsight diff before.hsrun.json.gz after.hsrun.json.gz
+  heapsight diff a.hsrun.json.gz b.hsrun.json.gz --json diff.json
+  heapsight diff base.hsrun.json.gz new.hsrun.json.gz --fail-if-grew retained=8M --fail-if-grew lost=0
+"""
+
+from __future__ import annotations
+
+import sys
+
+from heapsight import diffing, output, record
+from heapsight.errors import HeapsightError
+from heapsight.fmt import human, parse_size, printable
+
+USAGE = "heapsight diff [options] A B"
+EXIT_GATE = 90
+
+
+def add_arguments(p) -> None:
+    p.add_argument("a", metavar="A", help="the first run record (.hsrun.json.gz): before")
+    p.add_argument("b", metavar="B", help="the second run record: after")
+    p.add_argument("--json", metavar="FILE|-", help="the differences as JSON ('-': stdout)")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write both runs as one page (each run's timeline and call sites)")
+    p.add_argument("--force", action="store_true",
+                   help="compare records of two different programs")
+    p.add_argument("--fail-if-grew", metavar="FIGURE=SIZE", action="append", default=[],
+                   help="CI gate: exit 90 when FIGURE grew by more than SIZE from A to B; "
+                        "figures: " + ", ".join(diffing.GATE_FIGURES) + " (e.g. retained=8M)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+
+
+def gates(specs: list) -> list:
+    out = []
+    for spec in specs:
+        name, _, size = spec.partition("=")
+        if name not in diffing.GATE_FIGURES or not size:
+            raise HeapsightError(f"--fail-if-grew {spec}: give FIGURE=SIZE with FIGURE one of "
+                                 + ", ".join(diffing.GATE_FIGURES) + " (e.g. retained=8M)")
+        try:
+            out.append((name, parse_size(size)))
+        except ValueError as e:
+            raise HeapsightError(f"--fail-if-grew {spec}: {e}") from e
+    return out
+
+
+def load_run(path: str) -> dict:
+    doc = record.load(path)
+    if doc.get("kind") != record.KIND:
+        raise HeapsightError(f"{path}: {record.KINDS.get(doc.get('kind'), 'not a run record')}, "
+                             "not a run record: diff compares two runs (.hsrun.json.gz)", 2)
+    return doc
+
+
+def execute(args) -> int:
+    limits = gates(args.fail_if_grew)
+    da, db = load_run(args.a), load_run(args.b)
+    a, b = da["summary"], db["summary"]
+    if diffing.program(a) != diffing.program(b) and not args.force:
+        raise HeapsightError(f"{args.a} is a run of {diffing.program(a)} and {args.b} of "
+                             f"{diffing.program(b)}: add --force to compare them anyway")
+    if args.json:
+        output.check(args.json, "--json", allow_stdout=True)
+    if args.html:
+        output.check(args.html, "--html")
+    for name, _ in limits:
+        for path, s in ((args.a, a), (args.b, b)):
+            if diffing.figure(s, name) is None:
+                raise HeapsightError(f"--fail-if-grew {name}: {path} has no "
+                                     f"{diffing.GATE_FIGURES[name]} figure")
+    d = diffing.diff(a, b)
+    failed = []
+    for name, limit in limits:
+        grew = diffing.figure(b, name) - diffing.figure(a, name)
+        d.setdefault("gates", []).append({"figure": name, "grew": grew, "limit": limit,
+                                          "failed": grew > limit})
+        if grew > limit:
+            failed.append((name, grew, limit))
+    if args.json:
+        output.write_json(args.json, d)
+    if args.html:
+        from heapsight.reporters import html
+        html.write(args.html, [(args.a, da), (args.b, db)],
+                   f"heapsight diff: {diffing.program(a)}")
+    if not args.quiet:
+        render(d, args.a, args.b, sys.stdout if args.json != "-" else sys.stderr)
+    for name, grew, limit in failed:
+        sys.stderr.write(f"heapsight diff: gate failed: {diffing.GATE_FIGURES[name]} grew by "
+                         f"{human(grew)}, above the limit {human(limit)}\n")
+    return EXIT_GATE if failed else 0
+
+
+def _change(r: dict) -> str:
+    sign = "+" if r["change"] > 0 else "-" if r["change"] < 0 else ""
+    pct = f" ({r['percent']:+.1f}%)" if r.get("percent") is not None and r["change"] else ""
+    return f"{sign}{human(abs(r['change']))}{pct}" if r["change"] else "="
+
+
+def render(d: dict, path_a: str, path_b: str, out) -> None:
+    w = out.write
+    w(f"heapsight diff\n  A: {printable(path_a)} (pid {d['a']['pid']})\n"
+      f"  B: {printable(path_b)} (pid {d['b']['pid']})\n\n")
+    for at, title in (("peak", "at peak live"), ("exit", "at exit")):
+        w(f"  {title:<24}{'A':>12}{'B':>12}  change\n")
+        for r in d["split"][at]:
+            w(f"    {r['row']:<22}{human(r['a']):>12}{human(r['b']):>12}  {_change(r)}\n")
+        w("\n")
+    for r in d["figures"]:
+        w(f"  {r['figure']:<26}{human(r['a']):>12}{human(r['b']):>12}  {_change(r)}\n")
+    for moment, title in (("peak", "call sites at peak live"),
+                          ("never freed", "call sites of the bytes never freed")):
+        got = d["sites"].get(moment)
+        if got is None:
+            continue
+        moved = [r for r in got["rows"] if r["how"] != "no change"]
+        same = len(got["rows"]) - len(moved)
+        w(f"\n  {title} (estimated from {got['a_samples']:,} and {got['b_samples']:,} sampled "
+          f"blocks; a change inside the two runs' sampling error is no change):\n")
+        for r in moved[:12]:
+            w(f"    {r['how']:<7}{human(r['a']):>11} -> {human(r['b']):<11} "
+              f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))} "
+              f"(\u00b1{human(r['interval'])})  {printable(r['site'])}\n")
+        if len(moved) > 12:
+            w(f"    and {len(moved) - 12} more changed (--json lists them all)\n")
+        w(f"    {'no call site changed' if not moved else f'{same} other site(s): no change'}\n")
+    w(f"\n  verdict A: {printable(d['a']['verdict'] or '')}\n"
+      f"  verdict B: {printable(d['b']['verdict'] or '')}\n")

@@ -1,0 +1,139 @@
+"""Two run records side by side: what moved between a run A and a run B (`heapsight diff`).
+
+Pure: it takes two saved summaries (the "summary" of run records) and returns the
+differences as plain data, for the terminal, the JSON and the gates.
+
+  split     the RSS split at the peak and at exit, row by row: A, B, the change in bytes
+            and in percent of A
+  figures   peak RSS, the release at exit, the holds, the pinned pages at exit, and, where
+            both runs have it, reachability at exit (definitely/indirectly/possibly lost,
+            still reachable)
+  sites     the call sites at the peak and of the bytes never freed, matched by name
+            (function and file:line): a site changed when the difference of the two
+            estimates is outside its 99.9% interval (the two runs' sampling errors combined:
+            sqrt(eA^2 + eB^2), widened from 95% to 99.9%, so that a table of a dozen sites
+            names a change by chance about once in a hundred diffs); inside it, "no change"
+  verdicts  each run's verdict
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+Z95, Z999 = 1.96, 3.29
+SPLIT_ROWS = (("rss_bytes", "RSS"), ("live_bytes", "live"), ("waste_bytes", "waste"),
+              ("metadata_bytes", "allocator metadata"), ("retained_bytes", "retained"),
+              ("non_heap_bytes", "non-heap"))
+REACH = ("definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable")
+# the figures a gate can name (--fail-if-grew FIGURE=SIZE): where each is in a summary
+GATE_FIGURES = {
+    "peak_rss": "peak RSS", "retained": "retained at exit", "live": "live at exit",
+    "rss": "RSS at exit", "non_heap": "non-heap at exit", "peak_live": "live at the peak",
+    "lost": "definitely and indirectly lost at exit",
+}
+
+
+def program(summary: dict) -> str:
+    cmd = summary.get("command") or ["?"]
+    return os.path.basename(str(cmd[0]))
+
+
+def _row(a, b) -> dict:
+    a, b = int(a or 0), int(b or 0)
+    return {"a": a, "b": b, "change": b - a, "percent": round(100.0 * (b - a) / a, 1) if a else None}
+
+
+def split(a: dict, b: dict, at: str) -> list:
+    pa, pb = a.get(at) or {}, b.get(at) or {}
+    return [{"row": name, **_row(pa.get(key), pb.get(key))} for key, name in SPLIT_ROWS]
+
+
+def _exit_map(s: dict) -> dict:
+    return next((m for m in s.get("heapmaps") or () if m.get("moment") == "exit"), {})
+
+
+def reach(s: dict) -> dict | None:
+    r = _exit_map(s).get("reach")
+    return r if r and r.get("marked") else None
+
+
+def pinned(s: dict) -> int:
+    m = _exit_map(s)
+    return sum(a.get("pinned_pages", 0) for a in m.get("arenas") or ()) * m.get("page_bytes", 4096)
+
+
+def figure(s: dict, name: str) -> int | None:
+    """A gate's figure of one summary (GATE_FIGURES), None where the run has none."""
+    fin, peak = s.get("final") or {}, s.get("peak") or {}
+    if name == "lost":
+        r = reach(s)
+        return None if r is None else r["definitely_lost_bytes"] + r["indirectly_lost_bytes"]
+    return {"peak_rss": s.get("peak_rss_bytes"), "retained": fin.get("retained_bytes"),
+            "live": fin.get("live_bytes"), "rss": fin.get("rss_bytes"),
+            "non_heap": fin.get("non_heap_bytes"), "peak_live": peak.get("live_bytes")}.get(name)
+
+
+def figures(a: dict, b: dict) -> list:
+    rows = [("peak RSS", a.get("peak_rss_bytes"), b.get("peak_rss_bytes")),
+            ("release at exit gave back", (a.get("release") or {}).get("gave_back_bytes"),
+             (b.get("release") or {}).get("gave_back_bytes")),
+            ("largest hold", max((h.get("max_held_bytes", 0) for h in a.get("holds") or ()), default=0),
+             max((h.get("max_held_bytes", 0) for h in b.get("holds") or ()), default=0)),
+            ("pinned at exit", pinned(a), pinned(b))]
+    ra, rb = reach(a), reach(b)
+    if ra and rb:
+        rows += [(c.replace("_", " ") + " at exit", ra[c + "_bytes"], rb[c + "_bytes"]) for c in REACH]
+    return [{"figure": name, **_row(x, y)} for name, x, y in rows]
+
+
+def _moment(s: dict, name: str) -> dict | None:
+    return next((m for m in (s.get("sites") or {}).get("moments", ()) if m["name"] == name), None)
+
+
+def sites(a: dict, b: dict, moment: str) -> dict | None:
+    """The call sites of one moment in both runs, matched by name; None when either run
+    did not sample."""
+    ma, mb = _moment(a, moment), _moment(b, moment)
+    if ma is None or mb is None:
+        return None
+    sa = {x["site"]: x for x in ma["sites"]}
+    sb = {x["site"]: x for x in mb["sites"]}
+    rows = []
+    for name in sorted(set(sa) | set(sb)):
+        x, y = sa.get(name), sb.get(name)
+        ba, bb = (x or {}).get("bytes", 0), (y or {}).get("bytes", 0)
+        ea, eb = (x or {}).get("error_bytes", 0), (y or {}).get("error_bytes", 0)
+        # the difference's 99.9% interval: the two 95% errors combined, widened
+        interval = math.hypot(ea, eb) * Z999 / Z95
+        d = bb - ba
+        if abs(d) <= interval:
+            how = "no change"
+        elif x is None:
+            how = "new"
+        elif y is None:
+            how = "gone"
+        else:
+            how = "grew" if d > 0 else "shrank"
+        rows.append({"site": name, "a": ba, "b": bb, "change": d, "interval": int(round(interval)),
+                     "how": how})
+    rows.sort(key=lambda r: (r["how"] == "no change", -abs(r["change"])))
+    return {"moment": moment, "a_samples": ma["samples"], "b_samples": mb["samples"],
+            "rows": rows}
+
+
+def diff(a: dict, b: dict) -> dict:
+    """Everything that moved from run A to run B (summaries of run records)."""
+    out = {"a": {"command": a.get("command"), "pid": a.get("pid"), "verdict": a.get("verdict")},
+           "b": {"command": b.get("command"), "pid": b.get("pid"), "verdict": b.get("verdict")},
+           "split": {"peak": split(a, b, "peak"), "exit": split(a, b, "final")},
+           "figures": figures(a, b), "sites": {}}
+    for moment in ("peak", "never freed"):
+        got = sites(a, b, moment)
+        if got is not None:
+            out["sites"][moment] = got
+    return out
+
+
+def changed_sites(d: dict, moment: str) -> list:
+    return [r for r in (d["sites"].get(moment) or {}).get("rows", ()) if r["how"] != "no change"]

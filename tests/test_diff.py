@@ -1,0 +1,80 @@
+"""`heapsight diff A B`: what moved between two saved runs (diffing.py, commands/diff.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import scenario
+
+HS = [sys.executable, "-m", "heapsight"]
+
+
+def record(tmp_path, name, *argv, env=None, opts=()):
+    out = tmp_path / f"{name}.hsrun.json.gz"
+    r = subprocess.run([*HS, "run", "-q", "-o", str(out), *opts, "--", *argv],
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                       env={**os.environ, **(env or {})})
+    assert r.returncode == 0, r.stderr
+    return str(out)
+
+
+def diff(tmp_path, a, b, *opts):
+    js = tmp_path / "d.json"
+    r = subprocess.run([*HS, "diff", a, b, "--json", str(js), *opts], capture_output=True,
+                       text=True, timeout=120)
+    return r, (json.loads(js.read_text()) if js.exists() else None)
+
+
+def test_an_allocator_that_returns_memory_lowers_retained_and_moves_no_call_site(tmp_path):
+    # GIVEN the retention scenario under glibc, then under jemalloc with immediate decay
+    from test_allocators import allocator_lib
+    a = record(tmp_path, "glibc", scenario("hs-retention"))
+    b = record(tmp_path, "jemalloc", scenario("hs-retention"),
+               env={"LD_PRELOAD": allocator_lib("jemalloc"),
+                    "MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"})
+    r, d = diff(tmp_path, a, b)
+    assert r.returncode == 0, r.stderr
+    # THEN retained at exit falls by most of its 256 MiB, and no call site moved: the
+    # program is the same, its allocator is not
+    exit_rows = {x["row"]: x for x in d["split"]["exit"]}
+    assert exit_rows["retained"]["a"] > 200 << 20
+    assert exit_rows["retained"]["change"] < -150 << 20
+    for moment in ("peak", "never freed"):
+        assert d["sites"][moment]["rows"], moment
+        assert all(x["how"] == "no change" for x in d["sites"][moment]["rows"]), d["sites"][moment]
+    assert "no call site changed" in r.stdout and "retained" in r.stdout
+
+
+def test_the_function_that_allocates_twice_as_much_is_named_and_no_other(tmp_path):
+    a = record(tmp_path, "a", scenario("hs-sites"), opts=("--sample-bytes", "64K"))
+    b = record(tmp_path, "b", scenario("hs-sites"), "--index-x", "2", opts=("--sample-bytes", "64K"))
+    r, d = diff(tmp_path, a, b)
+    assert r.returncode == 0, r.stderr
+    moved = [x for x in d["sites"]["peak"]["rows"] if x["how"] != "no change"]
+    assert [x["site"].split(" (")[0] for x in moved] == ["build_index"], moved
+    assert moved[0]["how"] == "grew" and moved[0]["change"] > 20 << 20
+    # the bytes never freed did not move (leak_names, keep_cache's survivors)
+    assert all(x["how"] == "no change" for x in d["sites"]["never freed"]["rows"])
+    # and a gate on the peak's live bytes fails with 90
+    r2, d2 = diff(tmp_path, a, b, "--fail-if-grew", "peak_live=10M")
+    assert r2.returncode == 90 and "gate failed" in r2.stderr and d2["gates"][0]["failed"]
+    r3, _ = diff(tmp_path, a, b, "--fail-if-grew", "lost=1M")
+    assert r3.returncode == 0, r3.stderr
+
+
+def test_two_programs_are_refused_unless_forced(tmp_path):
+    a = record(tmp_path, "true", "true")
+    b = record(tmp_path, "false", "sh", "-c", "exit 0")
+    r, d = diff(tmp_path, a, b)
+    assert r.returncode == 2 and "--force" in r.stderr and d is None
+    r, d = diff(tmp_path, a, b, "--force")
+    assert r.returncode == 0 and d is not None
+
+
+def test_a_bad_gate_is_refused_by_name(tmp_path):
+    a = record(tmp_path, "true", "true")
+    r, _ = diff(tmp_path, a, a, "--fail-if-grew", "happiness=1M")
+    assert r.returncode == 2 and "FIGURE=SIZE" in r.stderr and "retained" in r.stderr
