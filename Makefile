@@ -10,7 +10,10 @@ NATIVE := $(shell find native scenarios lab -type f) CMakeLists.txt pyproject.to
 .PHONY: all setup demo test test-fast test-unit bench clean
 
 all: setup
+# The package's bytecode, compiled ahead: Python reads it even where PYTHONDONTWRITEBYTECODE
+# keeps it from writing its own (then every start would compile heapsight again: 50 ms).
 setup: .stamp-install
+	@$(PY) -m compileall -q src/heapsight >/dev/null
 
 .stamp-deps: scripts/install-deps
 	./scripts/install-deps

@@ -40,3 +40,27 @@ def test_version_answers_without_loading_the_commands():
                        timeout=60)
     version, answer = r.stdout.splitlines()
     assert version.startswith("heapsight ") and answer == "0 False False", r.stdout
+
+
+def test_help_and_one_commands_help_load_only_what_they_show():
+    # GIVEN `heapsight --help` and `heapsight diff --help`
+    code = ("import sys\nfrom heapsight import cli\n"
+            "try:\n    cli.main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "mods = sorted(m for m in sys.modules if m.startswith('heapsight.commands.'))\n"
+            "print('RESULT', rc, 'numpy' in sys.modules, 'rich' in sys.modules, ','.join(mods))")
+
+    def loaded(*argv):
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                           timeout=60)
+        line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT"))
+        return line.split(" ", 4)[1:], r.stdout
+
+    (rc, numpy, rich, mods), out = loaded("--help")
+    # THEN the top-level help lists every command, and imports none of them, nor numpy
+    assert rc == "0" and numpy == rich == "False" and mods == "", (rc, numpy, rich, mods)
+    for name in ("run", "attach", "compare", "lab", "report", "diff", "env"):
+        assert f"\n    {name} " in out, name
+    # and a command's help imports that command alone
+    (rc, numpy, rich, mods), out = loaded("diff", "--help")
+    assert rc == "0" and mods == "heapsight.commands.diff", mods
+    assert "--fail-if-grew" in out

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from heapsight import __version__
 from heapsight.errors import HeapsightError
 
-# The commands in the order --help lists them; each module is imported (with numpy and the
-# rest of what it needs) only when the parser is built, so --version answers at once.
+# The commands in the order --help lists them; a command's module is imported (with numpy
+# and the rest of what it needs) only when that command runs, so --version and --help
+# answer at once.
 COMMAND_NAMES = ("run", "attach", "compare", "lab", "report", "diff", "env")
 
 DESCRIPTION = """\
@@ -24,20 +26,49 @@ start with:  heapsight run -- ./your_program args
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _first_line(name: str) -> str:
+    """A command's one-line help: its module docstring's first line, read from the source
+    (the module itself is imported only when its command runs)."""
+    path = os.path.join(os.path.dirname(__file__), "commands", name + ".py")
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = f.read(4096)
+    except OSError:
+        head = ""
+    m = re.search(r'"""(.*)', head)
+    return m.group(1).strip() if m else ""
+
+
+class _Completion(argparse.Action):
+    """--print-completion SHELL: shtab, imported only when asked (it takes 25 ms)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import shtab
+        full = build_parser(full=True)
+        try:
+            sys.stdout.write(shtab.complete(full, shell=values) + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:   # a reader that stopped early (| head) is not an error
+            pass
+        parser.exit(0)
+
+
+def build_parser(full: bool = False, command: str | None = None) -> argparse.ArgumentParser:
+    """The parser. Only the command named (or all of them when full: the man page, shell
+    completion) is imported and given its options; the others are listed by name and
+    their one-line help."""
     p = argparse.ArgumentParser(prog="heapsight", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-V", "--version", action="version", version=f"heapsight {__version__}")
     p.add_argument("--print-man", action="store_true",
                    help="print the man page (roff) and exit: heapsight --print-man > heapsight.1")
-    try:   # shell completion: heapsight --print-completion bash > /etc/bash_completion.d/heapsight
-        import shtab
-        shtab.add_argument_to(p, ["--print-completion"], help="print a shell completion script "
-                              "(bash, zsh, tcsh) and exit")
-    except ImportError:
-        pass
+    p.add_argument("--print-completion", choices=("bash", "zsh", "tcsh"), action=_Completion,
+                   help="print a shell completion script (bash, zsh, tcsh) and exit")
     sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name in COMMAND_NAMES:
+        if not full and name != command:
+            sub.add_parser(name, help=_first_line(name), add_help=False)
+            continue
         mod = importlib.import_module(f"heapsight.commands.{name}")
         doc = mod.__doc__ or ""
         sp = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
@@ -46,6 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
         mod.add_arguments(sp)
         sp.set_defaults(module=mod)
     return p
+
+
+def _command_of(argv: list) -> str | None:
+    """The command named on the command line: its first word that is not an option."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMAND_NAMES else None
+    return None
 
 
 class BestEffort:
@@ -107,7 +148,8 @@ def _main(argv: list | None) -> int:
     if (sys.argv[1:] if argv is None else argv) in (["-V"], ["--version"]):
         print(f"heapsight {__version__}")   # before the commands are imported
         return 0
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(full="--print-man" in words, command=_command_of(words))
     args = parser.parse_args(argv)
     if args.print_man:
         from heapsight import manpage

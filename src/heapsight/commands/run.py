@@ -33,7 +33,6 @@ from heapsight import interrupts, output, record
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, parse_size
 from heapsight.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
-from heapsight.reporters import html, terminal
 
 USAGE = "heapsight run [options] [--] PROGRAM [ARGS...]"
 
@@ -273,6 +272,7 @@ def execute(args) -> int:
         if args.json:
             output.write_json(args.json, summary.to_dict())
         if args.html:
+            from heapsight.reporters import html
             html.write(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
         if args.pprof:
             from heapsight.reporters import pprof
@@ -281,6 +281,7 @@ def execute(args) -> int:
             except HeapsightError as e:   # the run is saved: say why there is no profile
                 sys.stderr.write(f"heapsight: {e}\n")
     if not args.quiet:
+        from heapsight.reporters import terminal
         terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:
             sys.stderr.write(f"heapsight: page written to {args.html}\n")
