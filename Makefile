@@ -35,11 +35,13 @@ demo: setup
 	@echo "== open heapsight-demo.html in a browser for the timeline; heapsight lab --quick re-runs the classic experiments =="
 
 # Test tiers (markers given in tests/conftest.py): unit (pure functions), scenario (starts
-# programs), lab (the experiments) and browser (headless Chromium). test runs them all.
+# programs), system (other systems beside heapsight: gdb, other allocators and runtimes,
+# heaptrack, valgrind, go), lab (the experiments) and browser (headless Chromium). test runs
+# them all.
 test: setup
 	$(PY) -m pytest -q tests
 
-# unit and scenario: the tiers to run while working (lab and browser add minutes)
+# unit and scenario: the tiers to run while working (system, lab and browser add minutes)
 test-fast: setup
 	$(PY) -m pytest -q -n 2 -m "unit or scenario" tests
 

@@ -7,6 +7,10 @@ Tiers (markers registered in pyproject.toml; `make test-fast` runs unit and scen
             or passes the "--png" option to a command. Wins over the rules below.
   unit      pure functions, no process started: tests/unit/ and tests/test_lab_stored.py.
   lab       the lab experiments: tests/test_lab_*.py (but test_lab_stored.py).
+  system    tests that drive another system beside heapsight, or many runs of it: gdb
+            (attach), the other allocators and runtimes, compare, the cross-checks against
+            heaptrack, valgrind and go tool pprof, the hostile inputs and interrupts
+            (SYSTEM_FILES). `make test` runs them; `make test-fast` leaves them out.
   scenario  everything else: tests that start heapsight or a scenario program.
 Tier markers are not written in test files (collection stops if one is): a test that
 needs another tier than its file's gets it by a rule here."""
@@ -34,9 +38,13 @@ from heapsight.native import BIN_DIR
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-TIERS = ("unit", "scenario", "lab", "browser")
+TIERS = ("unit", "scenario", "system", "lab", "browser")
 TESTS_DIR = Path(__file__).resolve().parent
 UNIT_FILES = {"test_lab_stored.py"}
+SYSTEM_FILES = {"test_attach.py", "test_attach_safety.py", "test_compare.py",
+                "test_hostile_commands.py", "test_hostile_outputs.py", "test_allocators.py",
+                "test_runtime_owners.py", "test_crosscheck.py", "test_sites_crosscheck.py",
+                "test_reach.py", "test_pprof.py", "test_diff.py", "test_terminal.py"}
 STARTS_CHROMIUM = re.compile(r"\b(?:dump_dom|screenshot)\(|[\"']--png[\"']")
 
 
@@ -65,6 +73,8 @@ def tier(item) -> str:
         return "unit"
     if path.name.startswith("test_lab_"):
         return "lab"
+    if path.name in SYSTEM_FILES:
+        return "system"
     return "scenario"
 
 
