@@ -90,3 +90,14 @@ def test_cxx_operator_new_delete_variants_are_all_counted(hs):
     emergency_pool = 72704  # libstdc++'s exception pool, allocated at start-up
     assert int(truth["live_bytes"]) + emergency_pool <= h["live_requested_bytes"] \
         <= int(truth["live_bytes"]) + emergency_pool + 8192
+
+
+def test_fewer_arenas_is_not_suggested_where_there_are_two_or_one(hs):
+    # GIVEN the retention scenario with one worker thread (glibc: the main arena and one)
+    r = hs(scenario("hs-retention"), "--threads", "1")
+    assert r.rc == 0, r.stderr
+    s = r.summary
+    assert s["heap"]["arenas"] <= 2 and s["heap"]["threads_seen"] == 2
+    # THEN no finding suggests MALLOC_ARENA_MAX=2, which cannot change anything here
+    assert any(f["kind"] in ("retention", "fragmentation") for f in s["findings"])
+    assert not any("MALLOC_ARENA_MAX" in c for f in s["findings"] for c in f["suggestions"])

@@ -200,6 +200,7 @@ typedef struct hs_segment_s {
                                  CLI waits for its file, or for it to end */
   uint64_t exit_done_ns;      /* when the exit probe let the program go on (CLOCK_MONOTONIC):
                                  less exit_ns, what heapsight held the program at exit */
+  uint64_t slot_claims;       /* counter slots claimed in all: the threads that allocated */
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];

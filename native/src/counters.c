@@ -74,6 +74,7 @@ hs_slot_t *_hs_slot_claim(void) {
         __atomic_compare_exchange_n(&seg->slots[i].claimed, &zero, 1, 0, __ATOMIC_ACQUIRE,
                                     __ATOMIC_RELAXED)) {
       got = &seg->slots[i];
+      __atomic_fetch_add(&seg->slot_claims, 1, __ATOMIC_RELAXED);
       got->tid = (uint64_t)syscall(SYS_gettid);
       got->sample_left = HS_SAMPLE_FRESH; /* its first allocation draws the interval */
       uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);

@@ -164,8 +164,10 @@ def owner_of(path: str) -> str:
     return path.rsplit("/", 1)[-1] or "the program"
 
 
-def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: tuple = ()) -> list:
-    """A finding for each hold: what held the memory, from when to when."""
+def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: tuple = (),
+                  arenas: int = 0) -> list:
+    """A finding for each hold: what held the memory, from when to when. arenas: glibc's
+    arena count (MALLOC_ARENA_MAX=2 is suggested only where there are more)."""
     cmd = shlex.join(command)
     out = []
     for h in found_holds:
@@ -176,7 +178,7 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                       f"freed and {allocator} kept. A release at that moment (malloc_trim for glibc) "
                       "would have given back the whole free pages among it.")
             sugg = ((f"GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- {cmd}",
-                     f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
+                     *((f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",) if arenas > 2 else ()))
                     if allocator == "glibc" else ())
         else:
             top = mapped_by[0] if mapped_by else None
@@ -195,7 +197,8 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                       "it visible.")
             sugg = ((f"PYTHONMALLOC=malloc heapsight run -- {cmd}   # CPython: objects from malloc, "
                      "which heapsight can see and trim",
-                     f"PYTHONMALLOC=malloc MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",
+                     *((f"PYTHONMALLOC=malloc MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",)
+                       if arenas > 2 else ()),
                      f"heapsight compare -- {cmd}   # with python-malloc and "
                      "python-malloc-jemalloc-eager beside the allocators")
                     if "python" in cmd else ())
@@ -281,7 +284,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
             suggestions.append("call malloc_trim(0) after freeing a large structure "
                                "(#include <malloc.h>), or from gdb now: "
                                "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'")
-            if arenas > 1:
+            if arenas > 2:   # two arenas or one: MALLOC_ARENA_MAX=2 changes nothing
                 suggestions.append(f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
             if n_large_heap:
                 suggestions.append("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 "

@@ -584,6 +584,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
         own = segment.get("library_threads") or (1 if segment.get("stats_hz_milli") else 0)
         threads = max(1, threads - own)  # the library's own threads are not the program's
+        # the threads that allocated (each claimed a counter slot): short-lived ones the
+        # samples of /proc miss
+        threads = max(threads, int(segment.get("slot_claims")))
         heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
                            c.live_usable_bytes, peak_usable,
                            min(peak_usable, max(int(peak_usable * ratio), c.live_requested_bytes)),
@@ -644,7 +647,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                        for f in found)]
     mapped_by = tuple({**o, "owner": analysis.owner_of(o["object"])}
                       for o in (segment.owners() if attached else []))
-    found = sorted(found + analysis.hold_findings(news, allocator, argv, mapped_by),
+    found = sorted(found + analysis.hold_findings(news, allocator, argv, mapped_by,
+                                                  heap.arenas if heap else 0),
                    key=lambda f: -f.bytes)
     # Peak RSS: the kernel's high-water mark, and never below any reading taken (the exit
     # reading comes after the last status read; a short program may have no VmHWM yet).

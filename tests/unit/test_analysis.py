@@ -273,7 +273,7 @@ def test_findings_are_sorted_by_size():
 
 def test_hold_findings_name_the_stretch_and_whose_memory():
     kept = Hold(0.25, 1.5, 100 * MiB, 120 * MiB, 2 * MiB, 100 * MiB, 0, "retained")
-    f, = analysis.hold_findings([kept], "glibc", CMD)
+    f, = analysis.hold_findings([kept], "glibc", CMD, arenas=4)
     assert (f.kind, f.bytes) == ("hold", 100 * MiB)
     assert f.title == "100.0 MiB held beyond live bytes from 0.25 s to 1.50 s"
     assert "(up to 120.0 MiB)" in f.detail and "glibc kept" in f.detail
@@ -281,6 +281,9 @@ def test_hold_findings_name_the_stretch_and_whose_memory():
         "GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- ./server --port 80",
         "MALLOC_ARENA_MAX=2 heapsight run -- ./server --port 80")
     assert analysis.hold_findings([kept], "jemalloc", CMD)[0].suggestions == ()
+    # with two arenas or one, fewer arenas is not suggested: it cannot change anything
+    assert analysis.hold_findings([kept], "glibc", CMD, arenas=2)[0].suggestions == (
+        "GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- ./server --port 80",)
     # anonymous memory malloc did not give: pymalloc's arenas for a Python program
     other = Hold(0.0, 2.0, 50 * MiB, 60 * MiB, MiB, 0, 50 * MiB, "non-heap")
     py, = analysis.hold_findings([other], "glibc", ["python3", "job.py"])

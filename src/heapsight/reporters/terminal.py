@@ -62,8 +62,10 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     probe = (f" (then {s.exit_probe_s * 1000:.0f} ms to end, of which heapsight held its "
              f"exit {s.exit_held_s * 1000:.0f} ms)" if s.exit_probe_s >= 0.0005 else "")
     if s.library_cpu_s >= 0.0005:
-        probe += (f"; CPU {s.program_cpu_s:.2f} s, and {s.library_cpu_s * 1000:.0f} ms of "
-                  "heapsight's library apart")
+        share = (f", {s.library_cpu_s / s.program_cpu_s:.0%} of the program's"
+                 if s.program_cpu_s >= 0.001 else "")
+        probe += (f"; CPU: the program {s.program_cpu_s:.2f} s, heapsight's library in it "
+                  f"{s.library_cpu_s * 1000:.0f} ms more{share}")
     c.print()
     c.print(Text(f"heapsight: {printable(' '.join(s.command))}", style="bold"), soft_wrap=True)
     _indent(c, f"pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} "
@@ -71,6 +73,11 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     if (s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid
             or s.children or len(s.images) > 1):
         _indent(c, f"note: {s.preload_note}", 2, style="dim")
+    # the answer first: the verdict, and the first thing to try; the figures follow
+    c.print()
+    _verdict(c, s)
+    if s.findings and s.findings[0].suggestions:
+        _command(c, s.findings[0].suggestions[0], 4)
 
     t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
     t.add_column("", no_wrap=True)
@@ -168,12 +175,9 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         _sites(c, s.sites)
     for m in s.heapmaps:
         _pinners(c, m, sampled=s.sites is not None)
-    c.print()
-    style = VERDICT_STYLE.get(s.findings[0].kind, "bold") if s.findings else "bold green"
-    words = textwrap.wrap(s.verdict, max(20, c.width - 11)) or [""]
-    c.print(Text.assemble("  VERDICT  ", (words[0], style)), no_wrap=True, overflow="ignore")
-    for more in words[1:]:
-        c.print(Text(" " * 11 + more, style=style), no_wrap=True, overflow="ignore")
+    if s.findings:
+        c.print()
+        c.print(Text("  why, and what to try:", style="bold"))
     for f in s.findings:
         c.print()
         c.print(Text(f"  * {f.title}", style="bold"))
@@ -184,6 +188,14 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         c.print()
         c.print(Text(f"  run saved to {printable(saved_to)}"), overflow="fold")
     c.print()
+
+
+def _verdict(c: Console, s: Summary) -> None:
+    style = VERDICT_STYLE.get(s.findings[0].kind, "bold") if s.findings else "bold green"
+    words = textwrap.wrap(s.verdict, max(20, c.width - 11)) or [""]
+    c.print(Text.assemble("  VERDICT  ", (words[0], style)), no_wrap=True, overflow="ignore")
+    for more in words[1:]:
+        c.print(Text(" " * 11 + more, style=style), no_wrap=True, overflow="ignore")
 
 
 TOP_SITES = 5
