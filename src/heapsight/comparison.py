@@ -77,16 +77,32 @@ def recommend(rows: list) -> str:
     ok = [r for r in rows if r["ok"] and r is not base]
 
     def change(r, key):
+        """The change of the medians, or 0.0 when it is noise: a difference is one only
+        when the repeats' ranges (min to max) do not overlap."""
+        if not separated(r["stats"][key], b[key]):
+            return 0.0
         return (r["stats"][key]["median"] - b[key]["median"]) / b[key]["median"] if b[key]["median"] else 0.0
+
+    def said(r, key, what):
+        if not separated(r["stats"][key], b[key]):
+            return f"{what} as glibc's within the repeats' spread"
+        return f"{change(r, key) * 100:+.0f}% {what}"
     # the lowest RSS at exit among those costing at most 25% more time; else the lowest
     better = [r for r in ok if change(r, "final_rss") <= -0.10]
     if not better:
-        return "keep glibc's defaults: no configuration lowered the RSS at exit by 10% or more"
+        return ("keep glibc's defaults: no configuration lowered the RSS at exit by 10% or more "
+                "beyond the spread of the repeats")
     affordable = [r for r in better if change(r, "wall_s") <= 0.25] or better
     pick = min(affordable, key=lambda r: r["stats"]["final_rss"]["median"])
-    return (f"{pick['name']}: {change(pick, 'final_rss') * 100:+.0f}% RSS at exit, "
-            f"{change(pick, 'peak_rss') * 100:+.0f}% peak RSS, {change(pick, 'wall_s') * 100:+.0f}% "
-            f"wall time against glibc's defaults ({pick['about']}); run it with: {pick['how']}")
+    return (f"{pick['name']}: {said(pick, 'final_rss', 'RSS at exit')}, "
+            f"{said(pick, 'peak_rss', 'peak RSS')}, {said(pick, 'wall_s', 'wall time')} "
+            f"against glibc's defaults ({pick['about']}); run it with: {pick['how']}")
+
+
+def separated(a: dict, b: dict) -> bool:
+    """Whether two figures' repeats (stats_of: median, min, max) do not overlap: a
+    difference of their medians is then more than the noise of the runs."""
+    return a["min"] > b["max"] or a["max"] < b["min"]
 
 
 @dataclass

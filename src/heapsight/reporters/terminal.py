@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from heapsight import fmt
-from heapsight.comparison import METRICS, baseline
+from heapsight.comparison import METRICS, baseline, separated
 from heapsight.fmt import human, pct, printable
 from heapsight.model import Breakdown, Summary
 
@@ -297,23 +297,29 @@ def _indent(c: Console, text: str, n: int, style: str | None = None) -> None:
         c.print(Text(" " * n + line, style=style or ""), no_wrap=True, overflow="ignore")
 
 
-def _command(c: Console, text: str, n: int) -> None:
+def _command(c: Console, text: str, n: int, prefix: str = "try: ") -> None:
     """A command to copy: one line whatever its length (the terminal wraps it, not us)."""
-    c.print(Text(" " * n + "try: ", style="dim") + Text(text, style="cyan"), soft_wrap=True)
+    c.print(Text(" " * n + prefix, style="dim") + Text(text, style="cyan"), soft_wrap=True)
 
 
 # below these, a change in percent says more about noise than about the allocator
 DELTA_FLOOR = {"wall_s": 0.01, "cpu_s": 0.01, "minor_faults": 100}
 
 
-def _delta(key: str, value: float, base: float | None, stacked: bool = False) -> Text:
-    """A median and its change against glibc's, coloured better (green) or worse (red);
-    stacked: the change on a line of its own (for a narrow terminal)."""
+def _delta(key: str, st: dict, base: dict | None, stacked: bool = False) -> Text:
+    """A median and its change against glibc's, coloured better (green) or worse (red)
+    when the repeats' ranges do not overlap; a change inside the noise is shown as "~"
+    (about the same); stacked: the change on a line of its own (for a narrow terminal)."""
+    value = st["median"]
     cell = Text(fmt.metric(key, value, short=True))
-    if base is None or not base or key == "given_back" or abs(base) < DELTA_FLOOR.get(key, MiB):
+    b = base["median"] if base is not None else None
+    if b is None or not b or key == "given_back" or abs(b) < DELTA_FLOOR.get(key, MiB):
         return cell
-    change = value / base - 1
+    change = value / b - 1
     if abs(change) < 0.005:
+        return cell
+    if not separated(st, base):
+        cell.append(("\n" if stacked else " ") + "~", style="dim")
         return cell
     style = ""
     if key in LOWER_IS_BETTER and abs(change) >= 0.05:
@@ -338,8 +344,8 @@ def _compare_table(rows, base, metrics, repeat, spread, stacked) -> tuple:
         cells = []
         for key, _ in metrics:
             st = r["stats"][key]
-            b = base["stats"][key]["median"] if base is not None and r is not base else None
-            cell = _delta(key, st["median"], b, stacked)
+            b = base["stats"][key] if base is not None and r is not base else None
+            cell = _delta(key, st, b, stacked)
             if spread and repeat > 1:   # half the min-max range, against the median
                 half = (st["max"] - st["min"]) / 2
                 cell.append(f"\n\u00b1{100 * half / st['median']:.0f}%" if st["median"] else
@@ -369,10 +375,12 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
                                             if spread and repeat > 1 else
                                             (" (--spread shows min-max)" if repeat > 1 else ""))
     _indent(c, f"{what}; changes against glibc's defaults, green better, red worse "
-               "(5% or more); 'given back' is what the release at exit returned", 0, style="dim")
+               "(5% or more), ~ within the spread of the repeats (their min-max ranges "
+               "overlap: no difference shown); 'given back' is what the release at exit "
+               "returned", 0, style="dim")
     c.print()
     text, _, how = doc["recommendation"].partition("; run it with: ")
-    _indent(c, f"recommendation: {text}" + ("; run it with:" if how else ""), 0, style="bold")
+    _indent(c, f"recommendation: {text}", 0, style="bold")
     if how:
         _command(c, how, 2)
 
