@@ -28,7 +28,7 @@
 
 /* Why the loop returned. */
 enum { HS_READ_UNTIL = 0, HS_READ_FULL = 1, HS_READ_SIGNAL = 2, HS_READ_GONE = 3,
-       HS_READ_ASKED = 4 };
+       HS_READ_ASKED = 4, HS_READ_OWNER = 5 };
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -161,7 +161,7 @@ static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_
 int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
                  uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
                  uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why,
-                 int pagemap_fd, double *own) {
+                 int pagemap_fd, double *own, uint64_t pid) {
   int rows = 0, sfd = signal_fd(wake_mask);
   for (;;) {
     uint64_t now = now_ns(), due = *next_ns < until_ns ? *next_ns : until_ns;
@@ -180,6 +180,10 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     }
     if (now >= until_ns) { *why = HS_READ_UNTIL; return rows; }
     if (rows >= max_rows) { *why = HS_READ_FULL; return rows; }
+    /* the counters are another process's than statm_fd's (a wrapper's program attached):
+     * the caller reads that process from now on */
+    uint64_t owner = seg ? __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE) : 0;
+    if (owner && pid && owner != pid) { *why = HS_READ_OWNER; return rows; }
     double *row = out + (size_t)rows * ROW_COLUMNS;
     uint64_t rss, shared;
     if (!read_statm(statm_fd, &rss, &shared)) { *why = HS_READ_GONE; return rows; }

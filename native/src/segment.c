@@ -230,6 +230,40 @@ void _hs_segment_remove_own(void) {
   if (g_own_path[0] && _hs_is_owner()) unlink(g_own_path);
 }
 
+/* Whether an image's name (basename) is `name`, or `name` followed by a version: python3
+ * matches python3.11, perl matches perl5.36.0. */
+static int name_is(const char *base, const char *name, size_t n) {
+  if (n == 0 || strncmp(base, name, n) != 0) return 0;
+  for (const char *p = base + n; *p; p++) {
+    if (!(*p == '.' || (*p >= '0' && *p <= '9'))) return 0;
+  }
+  return 1;
+}
+
+/* Whether this process may own the run's segment (its figures are the run's): when
+ * HEAPSIGHT_FOLLOW names a program, only a process of it may (by its executable's name,
+ * symlinks resolved, or the name it was started by: comm); else the first to attach. */
+static int may_own(void) {
+  const char *follow = getenv("HEAPSIGHT_FOLLOW");
+  if (!follow || !*follow) return 1;
+  char exe[4096], comm[32];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  const char *base = strrchr(exe, '/');
+  base = base ? base + 1 : exe;
+  comm[0] = 0;
+  int fd = hs_open("/proc/self/comm", O_RDONLY | O_CLOEXEC, 0);
+  if (fd >= 0) {
+    ssize_t k = read(fd, comm, sizeof comm - 1);
+    close(fd);
+    comm[k > 0 ? k : 0] = 0;
+    char *nl = strchr(comm, '\n');
+    if (nl) *nl = 0;
+  }
+  size_t len = strlen(follow);
+  return name_is(base, follow, len) || name_is(comm, follow, len);
+}
+
 void _hs_segment_attach(void) {
   if (_hs_seg) return;
   pthread_atfork(NULL, on_fork_parent, _hs_segment_after_fork_child);
@@ -255,8 +289,10 @@ void _hs_segment_attach(void) {
     if (seg) {
       creator = seg->creator_pid;
       uint64_t me = (uint64_t)getpid(), none = 0;
-      if (__atomic_compare_exchange_n(&seg->owner_pid, &none, me, 0, __ATOMIC_ACQ_REL,
-                                      __ATOMIC_ACQUIRE)) {
+      int may = may_own();
+      if (!may) none = __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE);
+      if (may && __atomic_compare_exchange_n(&seg->owner_pid, &none, me, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE)) {
         g_owner = 1;
       } else if (none == me) {
         /* execve in the owner: the old image and its heap are gone, start over. */

@@ -4,6 +4,7 @@ verdict for a run. How each figure is computed is written out in docs/numbers.md
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 
@@ -417,6 +418,25 @@ def where_allocated(sites: dict | None, cmd: str) -> tuple:
             (f"heapsight run --sample-bytes {size} -- {cmd}",))
 
 
+def child_findings(children: list, peak_rss: int, command: list, follow: str = "") -> list:
+    """A process the command started that held much more memory than the one measured
+    (a shell's or a build tool's child): named, with the option that measures it."""
+    if not children:
+        return []
+    top = children[0]
+    if top["peak_rss_bytes"] < max(16 * MiB, 2 * peak_rss) or top["name"] == follow:
+        return []
+    measured = os.path.basename(str(command[0])) if command else "the command"
+    return [Finding(
+        "child", top["peak_rss_bytes"],
+        f"{top['name']} (pid {top['pid']}), started by {measured}, peaked at "
+        f"{human(top['peak_rss_bytes'])}: the figures here are {measured}'s",
+        f"heapsight measures one process: the one it started, here {measured} (peak RSS "
+        f"{human(peak_rss)}). A process it started, {top['name']}, held much more memory; "
+        "--follow measures that one instead.",
+        (f"heapsight run --follow {shlex.quote(top['name'])} -- {shlex.join(command)}",))]
+
+
 def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
     if final is None:
         return "no samples: the program ended before the first measurement"
@@ -427,6 +447,7 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
         return (f"healthy: little memory left allocated, retained or wasted (final RSS {human(final.rss_bytes)}, "
                 f"of which {human(final.live_bytes)} live)")
     words = {"hold": "HELD WHILE RUNNING", "never-freed": "NEVER FREED", "leak": "LEAK",
+             "child": "IN A CHILD PROCESS",
              "kept": "KEPT UNTIL EXIT", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
              "waste": "SMALL-OBJECT WASTE", "non-heap": "NON-HEAP MEMORY"}
     top = found[0]

@@ -59,6 +59,8 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
         env["LD_PRELOAD"] = ":".join(libs)
         env["HEAPSIGHT_SEGMENT"] = segment.path
         env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
+        if opts.follow:
+            env["HEAPSIGHT_FOLLOW"] = opts.follow
         env["HEAPSIGHT_RELEASE_AT_EXIT"] = ("1" if release_in_program(opts) else
                                             "copy" if opts.release else "0")
         if opts.sample_bytes is not None:
@@ -88,6 +90,8 @@ class Options:
     sample_bytes: int | None = None      # call sites: the sampling mean (0: off; None: the
                                          # library's default, or HEAPSIGHT_SAMPLE_BYTES as set)
     heap_maps: bool = True               # map the heap at exit and at each snapshot
+    follow: str = ""                     # the program whose process is measured (its image
+                                         # name), "" for the first one started
 
 
 def release_in_program(opts: Options) -> bool:
@@ -219,7 +223,8 @@ def measure(argv: list, opts: Options) -> tuple:
                                        key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
                             opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof,
-                            [(name, hm) for name, hm in maps if name], opts.release)
+                            [(name, hm) for name, hm in maps if name], opts.release,
+                            opts.follow)
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -459,7 +464,7 @@ def reach_sites(hm, prof, sampled_sites) -> dict:
 
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
               smaps_hz=math.nan, releases=None, prof=None, maps=(),
-              release_wanted=True) -> Summary:
+              release_wanted=True, follow: str = "") -> Summary:
     """prof: the sampled allocations (profile.read), None for none; maps: (moment name,
     heapmap.HeapMap) of the heap maps taken; release_wanted: False under --no-release (the
     exit map's copy releases all the same: its figure is not reported)."""
@@ -468,7 +473,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     # environment was cleared) leaves the old image's counters in the segment: the figures
     # are then /proc's alone, from the exec on.
     lost_at = None
-    if attached and tl.images:
+    # (the images are the started process's: a descendant that owns the figures, the
+    # program a wrapper started, attached in its own image)
+    if attached and tl.images and segment.get("owner_pid") == started_pid:
         last_exe = tl.images[-1][1]
         attached_s = (segment.get("start_ns") - tl.start_ns) / 1e9 if tl.start_ns else 0.0
         image = segment.image()
@@ -607,6 +614,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         preload, note = "not-attached", (f"no room in {segment_dir()} for heapsight's stats "
                                          "segment: the program ran without the preload "
                                          "library, /proc figures only")
+    elif not attached and follow:
+        preload, note = "not-attached", (f"no process of {follow} ran under the preload "
+                                         f"library (--follow {follow}): /proc figures of the "
+                                         "process started only")
     elif not attached:
         preload, note = "not-attached", ("the preload library never started in the program "
                                          "(setuid, or it clears LD_PRELOAD): /proc figures only")
@@ -618,7 +629,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     forks = segment.get("forks") if attached else 0
     if forks:
         note += f"; its {forks} forked child process(es) are not counted"
-    if len(tl.images) > 1:
+    if len(tl.images) > 1 and (not attached or owner == started_pid):
         note += "; images: " + ", then ".join(f"{os.path.basename(exe)} from {t:.2f} s"
                                                for t, exe in tl.images)
     children = sorted(({"pid": pid, "name": name, "peak_rss_bytes": peak}
@@ -660,6 +671,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     peak_rss, peak_rss_at = max(readings, key=lambda r: (r[0], r[1] is not None))
     if peak_rss_at is None:  # VmHWM above every reading: it happened between two samples
         peak_rss_at = float(cols["t"][peak_rss_i]) if peak_rss_i is not None else 0.0
+    found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
+                   key=lambda f: -f.bytes)
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,

@@ -405,7 +405,7 @@ class Sampler:
             row[I["pss"]] = pss
             counted = False
             if live:
-                if not retargeted:
+                if not retargeted or seg.get("owner_pid") != self.pid:
                     self._retarget()
                     retargeted = True
                 exact = now >= next_classes
@@ -460,12 +460,21 @@ class Sampler:
                 if due > next_tick:
                     rows, why, nxt, seq = fast.loop(self.statm.fd, int(next_tick * 1e9),
                                                     int(due * 1e9), self._asked, stats_seq,
-                                                    self.pagemap if own_here else None, own)
+                                                    self.pagemap if own_here else None, own,
+                                                    self.pid)
                     own = fast.own[0]
                     tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
                     if seq != max(0, stats_seq):
                         stats_seq = seq
                     next_tick = nxt / 1e9
+                    owner = seg.get("owner_pid") if seg is not None else 0
+                    if len(rows) and owner and owner != self.pid:
+                        # the counters are another process's (the program a wrapper
+                        # started, which attached meanwhile) than the /proc figures read
+                        # beside them: those rows have no heap figures
+                        for name in readloop.COLUMNS[3:]:
+                            rows[:, readloop.COLUMNS.index(name)] = math.nan
+                        retargeted = False
                     if len(rows):
                         best_usable = self._append_fast(rows, best_usable, _less(hwm, own),
                                                         threads, pss, children_rss)

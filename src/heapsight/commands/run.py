@@ -71,6 +71,13 @@ def add_arguments(p) -> None:
     p.add_argument("--pprof-at", metavar="MOMENT", default="peak",
                    help="the moment of the pprof profile's inuse figures: peak (default), "
                         "exit, 'never freed', or a snapshot's label")
+    p.add_argument("--follow", metavar="NAME",
+                   help="measure the process of the program named NAME (its executable's "
+                        "name, or the name it was started by: perl, python3, cc1) among those "
+                        "the command starts: `heapsight run --follow perl -- sh -c 'perl x.pl; "
+                        "true'` measures perl, not the shell. By default the process started "
+                        "is measured, and a child that held much more memory is named, with "
+                        "this option to follow it")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     p.add_argument("--no-heap-map", action="store_true",
                    help="do not map the heap page by page at exit and at snapshots (a copy "
@@ -247,7 +254,8 @@ def execute(args) -> int:
     argv = program_argv(args.command, "run")
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
                    release=not args.no_release,
-                   release_in_program=args.release_in_program, warn=not args.quiet,
+                   release_in_program=args.release_in_program, follow=args.follow or "",
+                   warn=not args.quiet,
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
                    sample_bytes=args.sample_bytes, heap_maps=not args.no_heap_map,

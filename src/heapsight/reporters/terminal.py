@@ -26,7 +26,7 @@ from heapsight.model import Breakdown, Summary
 ROWS = (("live (requested, not freed)", "live"), ("waste (rounding)", "waste"),
         ("allocator metadata", "metadata"), ("retained (freed, kept)", "retained"),
         ("non-heap", "non-heap"))
-VERDICT_STYLE = {"hold": "bold yellow", "never-freed": "bold red", "leak": "bold red",
+VERDICT_STYLE = {"hold": "bold yellow", "never-freed": "bold red", "leak": "bold red", "child": "bold yellow",
                  "kept": "bold yellow", "retention": "bold yellow",
                  "fragmentation": "bold red", "waste": "bold yellow", "non-heap": "bold yellow"}
 # compare's figures where less is better (given back is neither: it depends on what was kept)

@@ -1,0 +1,56 @@
+"""The process measured when the command starts others: the one started by default, a
+child that held much more named with the option that measures it, and --follow NAME
+(HEAPSIGHT_FOLLOW) to measure that one."""
+
+import json
+import subprocess
+import sys
+
+from conftest import scenario
+
+HS = [sys.executable, "-m", "heapsight"]
+MiB = 1 << 20
+
+
+def run(tmp_path, *args):
+    js = tmp_path / "s.json"
+    r = subprocess.run([*HS, "run", "--no-save", "--json", str(js), *args], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(js.read_text()), r
+
+
+def test_a_child_that_held_more_is_named_with_the_option_that_measures_it(tmp_path):
+    # GIVEN a shell that runs a program leaking 40 MiB, then a builtin
+    cmd = f"{scenario('hs-leak')} --mb 40 --hold-ms 300; true"
+    s, r = run(tmp_path, "--", "sh", "-c", cmd)
+    # THEN the shell is measured (the process started), and the verdict says that its child
+    # held the memory, with the command that measures the child
+    assert s["pid"] == s["started_pid"]
+    top = s["findings"][0]
+    assert top["kind"] == "child" and s["verdict"].startswith("IN A CHILD PROCESS: hs-leak ")
+    assert top["bytes"] >= 40 * MiB
+    assert top["suggestions"][0].startswith("heapsight run --follow hs-leak -- sh -c ")
+    # and following it measures the program: its leak, exact, with its pid
+    s2, r2 = run(tmp_path, "--follow", "hs-leak", "--", "sh", "-c", cmd)
+    truth = dict(kv.split("=") for kv in r2.stdout.split()[1:])
+    assert s2["pid"] != s2["started_pid"]
+    assert f"figures are for pid {s2['pid']}, a process started by pid {s2['started_pid']}" in s2["preload_note"]
+    leaked = int(truth["leaked_bytes"])
+    assert abs(s2["heap"]["live_requested_bytes"] - leaked) <= 0.01 * leaked
+    assert s2["verdict"].startswith("LEAK: ")
+    # every sample with heap figures is the program's (none mixes the shell's RSS with the
+    # program's counters): the peak's live bytes are within its RSS
+    assert 39 * MiB <= s2["peak"]["live_bytes"] <= s2["peak"]["rss_bytes"] + s2["peak"]["untouched_bytes"]
+
+
+def test_follow_names_the_process_to_measure(tmp_path):
+    # GIVEN the same command, the shell asked for by name
+    s, _ = run(tmp_path, "--follow", "sh", "--", "sh", "-c", f"{scenario('hs-leak')} --mb 20; true")
+    # THEN the shell is measured: its own few allocations, not the program's 20 MiB
+    assert s["pid"] == s["started_pid"]
+    assert s["heap"]["live_requested_bytes"] < MiB
+    # and a name no process has: no figures from the library, said plainly
+    s3, _ = run(tmp_path, "--follow", "nosuchprogram", "--", "sh", "-c", "true")
+    assert s3["heap"] is None and s3["preload"] == "not-attached"
+    assert "no process of nosuchprogram ran under the preload library" in s3["preload_note"]
