@@ -47,7 +47,20 @@ HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
 
 enum { P_UNSET, P_OFF, P_ON };
 static int g_state;              /* P_*: until attach, nothing is decided */
-static double g_mean;            /* M, bytes */
+static double g_mean;            /* M, bytes: the mean the sampling reaches */
+/* Adaptive sampling (the default, when HEAPSIGHT_SAMPLE_BYTES is not set): the mean starts
+ * at M / 2^g_level (4 KiB for the default 512 KiB) and doubles every HS_SAMPLES_PER_LEVEL
+ * samples, up to M: a small program's call sites come from many samples, a large one's
+ * cost stays bounded. Each thread's countdown is drawn at the level current then
+ * (t_level), and its sample carries that level (the event's kind, bits 8-15): its
+ * inclusion probability is 1 - exp(-size / (M / 2^level)), known when it was taken, so
+ * the estimates stay unbiased (docs/numbers.md). */
+#define HS_SAMPLE_START 4096.0
+#define HS_SAMPLES_PER_LEVEL 1024
+static int g_level;              /* atomic */
+static int g_level_samples;      /* atomic: samples taken at g_level */
+static int g_shared_level;       /* the level of g_shared_left's countdown */
+static HS_TLS int t_level = -1;  /* the level of this thread's countdown; -1: none yet */
 static int64_t g_shared_left = 0; /* the countdown of threads without a slot (atomic) */
 static HS_TLS uint64_t t_rng;    /* xorshift64 state, 0 until seeded */
 static HS_TLS int t_sampling;    /* inside a sample: allocations here are not sampled */
@@ -197,11 +210,25 @@ static uint64_t next_random(void) {
   return x * 0x2545f4914f6cdd1dull;
 }
 
-/* Bytes to the next sample: exponential of mean M. */
-static int64_t draw(void) {
+/* Bytes to the next sample: exponential of mean M / 2^level. */
+static int64_t draw_at(int level) {
   double u = (double)((next_random() >> 11) + 1) * 0x1.0p-53; /* (0, 1] */
-  double v = -log(u) * g_mean;
+  double v = -log(u) * ldexp(g_mean, -level);
   return v < 9.0e18 ? (int64_t)v : INT64_MAX;
+}
+
+static int64_t draw(void) {
+  t_level = __atomic_load_n(&g_level, __ATOMIC_RELAXED);
+  return draw_at(t_level);
+}
+
+/* A sample was taken at `level`: the level's count, and the mean doubled past its quota. */
+static void count_sample(int level) {
+  if (level <= 0 || level != __atomic_load_n(&g_level, __ATOMIC_RELAXED)) return;
+  if (__atomic_add_fetch(&g_level_samples, 1, __ATOMIC_RELAXED) == HS_SAMPLES_PER_LEVEL) {
+    __atomic_store_n(&g_level_samples, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_level, level - 1, __ATOMIC_RELAXED);
+  }
 }
 
 /* ---- modules ---- */
@@ -464,10 +491,12 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller) 
     int64_t left = draw() + (s->sample_left - HS_SAMPLE_FRESH);
     if (left >= 0) { s->sample_left = left; errno = saved; return; }
   }
+  int level = t_level < 0 ? 0 : t_level; /* the countdown that ended: its level */
+  count_sample(level);
   s->sample_left = draw(); /* memoryless: the next interval starts at this block's end */
   if (!t_sampling) {
     t_sampling = 1;
-    record(p, usable, caller, HS_EVENT_ALLOC);
+    record(p, usable, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
     t_sampling = 0;
   }
   errno = saved;
@@ -479,12 +508,18 @@ void _hs_sample_shared(void *p, size_t usable, const void *caller) {
   int64_t left = __atomic_sub_fetch(&g_shared_left, (int64_t)usable, __ATOMIC_RELAXED);
   if (HS_LIKELY(left >= 0) || !sampling_here()) return;
   int saved = errno;
-  int64_t next = draw();
+  int level = __atomic_load_n(&g_shared_level, __ATOMIC_RELAXED);
+  int next_level = __atomic_load_n(&g_level, __ATOMIC_RELAXED);
+  int64_t next = draw_at(next_level);
   if (__atomic_compare_exchange_n(&g_shared_left, &left, next, 0, __ATOMIC_RELAXED,
-                                  __ATOMIC_RELAXED) && !t_sampling) {
-    t_sampling = 1;
-    record(p, usable, caller, HS_EVENT_ALLOC);
-    t_sampling = 0;
+                                  __ATOMIC_RELAXED)) {
+    __atomic_store_n(&g_shared_level, next_level, __ATOMIC_RELAXED);
+    count_sample(level);
+    if (!t_sampling) {
+      t_sampling = 1;
+      record(p, usable, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
+      t_sampling = 0;
+    }
   }
   errno = saved;
 }
@@ -533,6 +568,12 @@ void _hs_profile_setup(void) {
   }
   if (on) {
     g_mean = (double)_hs_opt.sample_bytes;
+    /* adaptive unless the mean was given: from 4 KiB (or M, if smaller) up to M */
+    int level = 0;
+    if (!getenv("HEAPSIGHT_SAMPLE_BYTES"))
+      while (level < 24 && ldexp(g_mean, -(level + 1)) >= HS_SAMPLE_START) level++;
+    __atomic_store_n(&g_level, level, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_shared_level, level, __ATOMIC_RELAXED);
     char exe[1024];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = 0;

@@ -443,10 +443,8 @@ def reach_sites(hm, prof, sampled_sites) -> dict:
     if prof is not None and sampled_sites is not None:
         sampled = sites.live_blocks(prof, hm.time_ns)
         cls = r.classes_of(sampled["addr"])
-        out["lost_sites"] = sites.by_site(sampled_sites, sampled[np.isin(cls, LOST)],
-                                          prof.mean_bytes)
-        out["possibly_lost_sites"] = sites.by_site(sampled_sites, sampled[cls == POSSIBLY],
-                                                   prof.mean_bytes)
+        out["lost_sites"] = sites.by_site(sampled_sites, sampled[np.isin(cls, LOST)])
+        out["possibly_lost_sites"] = sites.by_site(sampled_sites, sampled[cls == POSSIBLY])
     lost = r.unreached[np.isin(r.unreached["state"].astype(np.int64), LOST)]
     largest = lost[np.argsort(-lost["usable"].astype(np.int64), kind="stable")[:5]]
     rows = []

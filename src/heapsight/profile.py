@@ -24,8 +24,11 @@ NEVER = np.iinfo(np.uint64).max
 
 # The ALLOC events, one row each: its index among all events, the block, its usable
 # size, when, its stack (word offset) and when it was freed (NEVER: not by the end).
+# level: the sample was drawn at the mean mean_bytes / 2^level (adaptive sampling starts
+# finer, profile.c): its inclusion probability is 1 - exp(-size / that mean)
 ALLOC_DTYPE = np.dtype([("index", "<u8"), ("addr", "<u8"), ("size", "<u8"),
-                        ("time_ns", "<u8"), ("stack", "<u4"), ("free_ns", "<u8")])
+                        ("time_ns", "<u8"), ("stack", "<u4"), ("free_ns", "<u8"),
+                        ("level", "<u1")])
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class Profile:
     # the MAP events (anonymous memory the program mapped itself, every mapping), in
     # ALLOC_DTYPE rows: size is the length mapped
     maps: np.ndarray = field(default_factory=lambda: np.zeros(0, ALLOC_DTYPE))
+
+    def means(self, allocs: np.ndarray | None = None) -> np.ndarray:
+        """The sampling mean each sampled block was drawn at (bytes, float)."""
+        a = self.allocs if allocs is None else allocs
+        return float(self.mean_bytes) / np.exp2(a["level"].astype(float))
 
     def mapped(self) -> "Profile | None":
         """The mappings as a profile of their own, every one "sampled" (a mean of one byte:
@@ -122,8 +130,9 @@ def _read(fd: int) -> Profile | None:
         return None
     n = min(h["events_used"], lay.events)
     ev = _region(fd, lay.events_offset, S.EVENT_DTYPE, n)
-    kind = ev["kind"]
+    kind = ev["kind"] & np.uint32(0xff)   # bits 8-15: an ALLOC's level
     allocs, matched = _with_frees(ev, kind, S.EVENT_ALLOC, n)
+    allocs["level"] = (ev["kind"][allocs["index"].astype(np.int64)] >> np.uint32(8)) & np.uint32(0xff)
     maps, _ = _with_frees(ev, kind, S.EVENT_MAP, n)
     words = _region(fd, lay.stacks_offset, "<u8", min(h["stack_words_used"], lay.stack_words))
     mods = _region(fd, lay.modules_offset, S.MODULE_DTYPE, min(h["modules_used"], lay.modules))

@@ -72,10 +72,11 @@ class Moment:
     live_bytes: int
 
 
-def weights(sizes: np.ndarray, mean: int) -> tuple:
-    """Per sampled block: (bytes it stands for, blocks it stands for, its variance)."""
+def weights(sizes: np.ndarray, mean) -> tuple:
+    """Per sampled block: (bytes it stands for, blocks it stands for, its variance). mean:
+    the sampling mean, one for all or one per block (adaptive sampling)."""
     s = sizes.astype(float)
-    p = -np.expm1(-s / float(mean))
+    p = -np.expm1(-s / np.asarray(mean, dtype=float))
     p = np.where(p > 0, p, 1.0)
     return s / p, 1.0 / p, s * s * (1.0 - p) / (p * p)
 
@@ -176,7 +177,7 @@ def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
     """One moment: the estimate per live stack and per call site, largest first."""
     allocs = prof.allocs
     live = live_mask(allocs, m.t_ns)
-    b, k, v = weights(allocs["size"][live], prof.mean_bytes)
+    b, k, v = weights(allocs["size"][live], prof.means(allocs[live]))
     which = stacks.of_alloc[live]
     ns = len(stacks.stacks)
     by = [np.bincount(which, weights=w, minlength=ns) for w in (b, k, v)]
@@ -214,6 +215,9 @@ def build(prof: P.Profile, moments: list, unwinder: str = "",
     per = (prof.unwinds or 0)
     return {
         "sample_bytes": prof.mean_bytes, "samples": int(len(prof.allocs)),
+        # the finest mean drawn at (adaptive sampling starts finer and coarsens to
+        # sample_bytes); sample_bytes itself when the mean was fixed
+        "sample_bytes_min": int(prof.means().min()) if len(prof.allocs) else prof.mean_bytes,
         "frees_matched": int(prof.frees_matched), "dropped": int(prof.dropped),
         "unwinder": unwinder,
         "unwind_us_per_sample": round(prof.unwind_ns / per / 1000, 2) if per else 0.0,
@@ -237,7 +241,7 @@ def live_blocks(prof: P.Profile, t_ns: int | None) -> np.ndarray:
     offsets = np.unique(allocs["stack"])
     out = np.zeros(int(live.sum()), BLOCK_DTYPE)
     out["addr"], out["size"] = allocs["addr"][live], allocs["size"][live]
-    out["p"] = -np.expm1(-allocs["size"][live].astype(float) / float(prof.mean_bytes))
+    out["p"] = -np.expm1(-allocs["size"][live].astype(float) / prof.means(allocs[live]))
     out["stack"] = np.searchsorted(offsets, allocs["stack"][live])
     return out
 
@@ -281,10 +285,12 @@ def site_of_stack(sites: dict, stack: int) -> str:
     return _frames_of(sites["frames"], st)[site_position(sites["frames"], st)].name()
 
 
-def by_site(sites: dict, blocks: np.ndarray, mean: int) -> dict:
+def by_site(sites: dict, blocks: np.ndarray) -> dict:
     """Sampled blocks (live_blocks' rows, a subset: the lost ones, say) as estimated bytes
     and blocks per call site, with their 95% error, largest first, in a moment's shape."""
-    b, k, v = weights(blocks["size"], mean)
+    p = np.where(blocks["p"] > 0, blocks["p"], 1.0)
+    s = blocks["size"].astype(float)
+    b, k, v = s / p, 1.0 / p, s * s * (1.0 - p) / (p * p)
     acc: dict = {}
     names: dict = {}
     for i, stack in enumerate(blocks["stack"].tolist()):

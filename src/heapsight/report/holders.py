@@ -165,7 +165,10 @@ def sampling_note(sites: dict) -> str:
     parts = [str(sites["note"]).rstrip(".")] if sites.get("note") else []
     n, mean = sites.get("samples"), sites.get("sample_bytes")
     if isinstance(n, int) and isinstance(mean, (int, float)) and mean > 0:
-        parts.append(f"{n:,} sampled allocations, one per {_iec(mean)} allocated on average; "
+        low = sites.get("sample_bytes_min", mean)
+        per = (f"{_iec(low)} at first, coarsening to {_iec(mean)}," if isinstance(low, (int, float))
+               and 0 < low < mean else _iec(mean))
+        parts.append(f"{n:,} sampled allocations, one per {per} allocated on average; "
                      "bytes are estimates with their 95% interval")
     if sites.get("unwinder"):
         cost = sites.get("unwind_us_per_sample")

@@ -206,6 +206,9 @@ def _sites(c: Console, sites: dict) -> None:
     their 95% interval, the share of the moment's estimate, the site; and what the
     estimate rests on."""
     mean = human(sites["sample_bytes"]).replace(".0 ", " ")
+    low = sites.get("sample_bytes_min", sites["sample_bytes"])
+    if low < sites["sample_bytes"]:
+        mean = f"{human(low).replace('.0 ', ' ')} at first, coarsening to {mean},"
     for name, title in (("peak", "at peak live"), ("never freed", "of the bytes never freed")):
         m = next((x for x in sites["moments"] if x["name"] == name), None)
         if m is None or not m["sites"]:
