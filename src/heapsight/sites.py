@@ -53,6 +53,18 @@ ALLOCATOR_NAMES = re.compile(r"""^(?:
 ALLOCATOR_OBJECTS = re.compile(r"(^|/)lib(heapsight|jemalloc|tcmalloc\w*|mimalloc)[.-][^/]*$")
 
 Z95 = 1.96
+# What sampling cannot see: a site may hold up to about 3 M bytes in blocks much smaller
+# than the mean M with none of them sampled (a 5% chance: exp(-3)). The samples' own
+# variance says nothing of those bytes (a site known only by one large block shows 0), so
+# an interval is never narrower than this.
+UNSEEN_MEANS = 3.0
+
+
+def error_bytes(variance: float, mean: float) -> int:
+    """A 95% interval's half-width: the samples' own error, at least what the sampling
+    cannot see (UNSEEN_MEANS means; none where every block was recorded: mean 1)."""
+    err = Z95 * float(np.sqrt(variance))
+    return int(round(max(err, UNSEEN_MEANS * mean) if mean > 1 else err))
 NO_STACK = "(stack not unwound)"
 
 
@@ -184,7 +196,7 @@ def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
     present = np.bincount(which, minlength=ns) > 0
     total = float(b.sum())
     out_stacks = [{"stack": int(s), "bytes": int(round(by[0][s])), "blocks": int(round(by[1][s])),
-                   "error_bytes": int(round(Z95 * np.sqrt(by[2][s])))}
+                   "error_bytes": error_bytes(by[2][s], prof.mean_bytes)}
                   for s in np.flatnonzero(present)]
     out_stacks.sort(key=lambda x: -x["bytes"])
     # stacks of one call site together (the same name in the same object)
@@ -200,7 +212,8 @@ def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
     for key, (frame, nb, nk, nv) in sites.items():
         out_sites.append({"site": key[0] or NO_STACK, "frame": frame, "bytes": int(round(nb)),
                           "share": round(float(nb / total), 4) if total else 0.0,
-                          "blocks": int(round(nk)), "error_bytes": int(round(Z95 * np.sqrt(nv)))})
+                          "blocks": int(round(nk)),
+                          "error_bytes": error_bytes(nv, prof.mean_bytes)})
     out_sites.sort(key=lambda x: -x["bytes"])
     return {"name": m.name, "t_s": round(m.t_s, 3), "live_bytes": int(m.live_bytes),
             "estimated_bytes": int(round(total)), "samples": int(live.sum()),
@@ -302,7 +315,7 @@ def by_site(sites: dict, blocks: np.ndarray) -> dict:
     total = float(b.sum())
     out = [{"site": name, "bytes": int(round(nb)), "blocks": int(round(nk)),
             "share": round(nb / total, 4) if total else 0.0,
-            "error_bytes": int(round(Z95 * np.sqrt(nv)))}
+            "error_bytes": error_bytes(nv, sites.get("sample_bytes", 1))}
            for name, (nb, nk, nv) in acc.items()]
     out.sort(key=lambda x: -x["bytes"])
     return {"samples": int(len(blocks)), "estimated_bytes": int(round(total)), "sites": out}
