@@ -1,6 +1,7 @@
 """`heapsight diff A B`: what moved between two saved runs (diffing.py, commands/diff.py)."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -93,3 +94,18 @@ def test_a_bad_gate_is_refused_by_name(tmp_path):
     a = record(tmp_path, "true", "true")
     r, _ = diff(tmp_path, a, a, "--fail-if-grew", "happiness=1M")
     assert r.returncode == 2 and "FIGURE=SIZE" in r.stderr and "retained" in r.stderr
+
+
+def test_the_page_draws_both_runs_on_one_axis_and_what_moved(tmp_path):
+    from heapsight.report import png
+    a = record(tmp_path, "a", scenario("hs-sites"), opts=("--sample-bytes", "64K"))
+    b = record(tmp_path, "b", scenario("hs-sites"), "--index-x", "2", opts=("--sample-bytes", "64K"))
+    page = tmp_path / "d.html"
+    r, _ = diff(tmp_path, a, b, "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    dom = png.dump_dom(str(page))
+    # THEN every chart is drawn without an error, the first the two runs on one time axis
+    drawn = re.search(r'data-charts="(\d+) drawn"', dom)
+    assert drawn and int(drawn.group(1)) >= 3 and 'data-errors="0"' in dom
+    assert "Run A and run B on one time axis" in dom
+    assert "build_index" in dom.split('class="doc diff"', 1)[1].split("</section>", 1)[0]

@@ -90,8 +90,9 @@ def execute(args) -> int:
         output.write_json(args.json, d)
     if args.html:
         from heapsight.reporters import html
-        html.write(args.html, [(args.a, da), (args.b, db)],
-                   f"heapsight diff: {diffing.program(a)}")
+        head = {"kind": "heapsight-diff", "diff": d, "a": da, "b": db}
+        html.write(args.html, [(f"A: {args.a}, B: {args.b}", head), (f"A: {args.a}", da),
+                               (f"B: {args.b}", db)], f"heapsight diff: {diffing.program(a)}")
     if not args.quiet:
         render(d, args.a, args.b, sys.stdout if args.json != "-" else sys.stderr)
     for name, grew, limit in failed:

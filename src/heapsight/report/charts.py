@@ -255,6 +255,29 @@ def compare_charts(doc: dict, prefix: str, buckets: int = BUCKETS) -> list:
     return out
 
 
+def diff_charts(a: dict, b: dict, prefix: str, buckets: int = BUCKETS) -> list:
+    """Two runs on one time axis: RSS and live bytes of run A and run B (heapsight diff)."""
+    series = []
+    for label, doc, colors in (("A", a, ("#4e79a7", "#a0cbe8")), ("B", b, ("#f28e2b", "#ffbe7d"))):
+        cols = columns(doc, ("t", "rss", "live_usable"))
+        for key, name, color in (("rss", "RSS", colors[0]), ("live_usable", "live", colors[1])):
+            ok = np.flatnonzero(~np.isnan(cols[key]) & ~np.isnan(cols["t"]))
+            if not len(ok):
+                continue
+            k = ok[extreme_rows([cols[key][ok]], buckets)]
+            series.append({"name": f"{label}: {name}", "x": _nums(cols["t"][k], 4),
+                           "y": _nums(cols[key][k]), "color": color})
+    if not series:
+        return []
+    return [{"id": chart_id(prefix, "ab"), "title": "Run A and run B on one time axis",
+             "kind": "line",
+             "x": {"label": "time", "unit": "s", "log": False, "min": 0},
+             "y": {"label": "bytes", "unit": "bytes", "log": False, "min": 0},
+             "series": series,
+             "note": "RSS and live (usable) bytes of each run, from its start; A in blue, B in "
+                     "orange."}]
+
+
 # ---------------------------------------------------------------------------- lab
 
 def lab_charts(experiment: dict, prefix: str) -> list:

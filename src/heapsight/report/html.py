@@ -343,8 +343,47 @@ def lab_section(sid: str, source: str, doc: dict) -> tuple:
 
 # ---------------------------------------------------------------------------- page
 
+# ---------------------------------------------------------------------------- diff
+
+def diff_section(sid: str, source: str, doc: dict) -> tuple:
+    """heapsight diff's page head: both runs on one time axis, and what moved (a document
+    {"kind": "heapsight-diff", "diff": diffing.diff(...), "a": run A, "b": run B})."""
+    d = doc["diff"]
+    cs = ch.diff_charts(doc["a"], doc["b"], sid)
+
+    def change(r):
+        if not r["change"]:
+            return "="
+        pc = f" ({r['percent']:+.1f}%)" if r.get("percent") is not None else ""
+        return f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))}{pc}"
+
+    parts = [f'<section class="doc diff" id="{sid}">',
+             f'<h2><span class="kind">diff</span>{esc(source)}</h2>',
+             f'<div class="verdict">A: {esc(d["a"]["verdict"] or "")}<br>B: '
+             f'{esc(d["b"]["verdict"] or "")}</div>']
+    for at, title in (("peak", "at peak live"), ("exit", "at exit")):
+        parts.append(table(["", "A", "B", "change"],
+                           [[r["row"], human(r["a"]), human(r["b"]), change(r)]
+                            for r in d["split"][at]], f"the split {title}"))
+    parts.append(table(["", "A", "B", "change"],
+                       [[r["figure"], human(r["a"]), human(r["b"]), change(r)]
+                        for r in d["figures"]], "figures"))
+    for moment, got in d["sites"].items():
+        moved = [r for r in got["rows"] if r["how"] != "no change"]
+        rows = [[r["how"], human(r["a"]), human(r["b"]),
+                 f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))} (\u00b1{human(r['interval'])})",
+                 r["site"]] for r in moved] or [["no call site changed", "", "", "", ""]]
+        parts.append(table(["", "A", "B", "change", "site"], rows,
+                           f"call sites {moment} (a change inside the two runs' sampling error, "
+                           "their 99.9% interval, is no change)"))
+    parts += [figures(cs), "</section>"]
+    return "".join(parts), cs
+
+
 def section_title(doc: dict) -> str:
     k = doc.get("kind")
+    if k == "heapsight-diff":
+        return "diff"
     if k == "heapsight-run":
         return "run: " + ((doc.get("summary") or {}).get("command") or ["?"])[0].rsplit("/", 1)[-1]
     if k == "heapsight-compare":
@@ -364,6 +403,8 @@ def build(items: list, title: str | None = None) -> Page:
             part, cs = compare_section(sid, source, doc)
         elif kind == "heapsight-lab":
             part, cs = lab_section(sid, source, doc)
+        elif kind == "heapsight-diff":
+            part, cs = diff_section(sid, source, doc)
         else:
             raise ValueError(f"{source}: not a heapsight document (kind {kind!r})")
         sections.append(part)
