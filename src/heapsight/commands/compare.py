@@ -28,9 +28,39 @@ from heapsight.reporters import csv, html, terminal
 USAGE = "heapsight compare [options] [--] PROGRAM [ARGS...]"
 
 
+class Progress:
+    """compare's progress: one line updated in place on a terminal, a line per step
+    elsewhere (a log keeps them all)."""
+
+    def __init__(self, stream, in_place: bool = True):
+        self.stream = stream
+        try:
+            self.tty = in_place and stream.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.shown = False
+
+    def __call__(self, msg: str) -> None:
+        line = f"heapsight compare: {msg}"
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line)
+            self.stream.flush()
+            self.shown = True
+        else:
+            print(line, file=self.stream)
+
+    def done(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
 def add_arguments(p) -> None:
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
-                   help=f"comma-separated configurations (default: {DEFAULT_CONFIGS}); see --list")
+                   help=f"comma-separated configurations (default: {DEFAULT_CONFIGS}; the "
+                        "mmap baseline, one mapping per block, is slow and large: add it by "
+                        "name); see --list")
     p.add_argument("--config", action="append", default=[], metavar="NAME:ALLOC[:ENV=VAL,...]",
                    help="add your own: ALLOC is glibc, jemalloc, tcmalloc, mimalloc, mmap, or the "
                         "path of an allocator library; ENV=VAL pairs are set for the program")
@@ -94,8 +124,12 @@ def execute(args) -> int:
                                  (args.html, "--html", False)):
         if path:
             output.check(path, option, allow_stdout=stdout)
-    cmp = comparison.run_all(argv, configs, args.repeat, args.show_output,
-                             progress=lambda msg: print(f"heapsight compare: {msg}", file=sys.stderr))
+    progress = Progress(sys.stderr, in_place=not args.show_output)   # the program's output
+                                                                     # would land on its line
+    try:
+        cmp = comparison.run_all(argv, configs, args.repeat, args.show_output, progress=progress)
+    finally:
+        progress.done()
     doc = cmp.doc(with_runs=False)
     terminal.render_compare(doc, sys.stderr, spread=args.spread)
     if cmp.interrupted:
