@@ -1,0 +1,36 @@
+"""compare's progress line (commands/compare.py's Progress)."""
+
+import io
+
+from heapsight.commands.compare import Progress
+
+
+class Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_one_line_is_updated_in_place_and_cleared_at_the_end():
+    out = Tty()
+    p = Progress(out)
+    p("[1/6] glibc (run 1 of 3)")
+    p("[2/6] jemalloc (run 1 of 3)")
+    assert "\n" not in out.getvalue()
+    assert out.getvalue().count("\r\x1b[K") == 2 and out.getvalue().endswith("jemalloc (run 1 of 3)")
+    p.done()
+    assert out.getvalue().endswith("\r\x1b[K")
+
+
+def test_elsewhere_each_step_is_a_line_of_its_own():
+    out = io.StringIO()
+    p = Progress(out)
+    p("[1/2] glibc (run 1 of 1)")
+    p("[2/2] jemalloc (run 1 of 1)")
+    p.done()
+    assert out.getvalue() == ("heapsight compare: [1/2] glibc (run 1 of 1)\n"
+                              "heapsight compare: [2/2] jemalloc (run 1 of 1)\n")
+    # and on a terminal where the program's own output is shown, lines too
+    tty = Tty()
+    q = Progress(tty, in_place=False)
+    q("x")
+    assert tty.getvalue() == "heapsight compare: x\n"
