@@ -135,3 +135,33 @@ def test_the_mappings_say_whose_memory_it_is(tmp_path):
     assert k["file"] > 0 and k["stack"] > 0
     assert abs(sum(k[x] for x in ("heap", "arena", "stack", "file", "shared", "anon"))
                - s["final"]["rss_bytes"]) < 0.1 * s["final"]["rss_bytes"]
+
+
+MAPS_AND_LETS_GO = r"""
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(void) {
+    size_t n = 100u << 20;
+    char *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memset(p, 1, n);
+    usleep(300000);
+    munmap(p, n);
+    usleep(1300000);
+    return 0;
+}
+"""
+
+
+def test_the_mappings_are_read_near_the_peak_not_only_when_the_clock_says(tmp_path):
+    # GIVEN a program that maps and writes 100 MiB, holds it 0.3 s, unmaps it and waits
+    src, exe = tmp_path / "m.c", tmp_path / "m"
+    src.write_text(MAPS_AND_LETS_GO)
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True, timeout=60)
+    s = run(tmp_path, str(exe))["summary"]
+    # THEN the reading by kind of mapping near peak RSS has the 100 MiB as other anonymous
+    # memory, and the last one (after the unmap) has not
+    peak, last = s["resident_by_kind_peak"], s["resident_by_kind"]
+    assert peak["anon"] >= 95 << 20, peak
+    assert last["anon"] < 10 << 20 and last["at_s"] > peak["at_s"], last
+    assert abs(peak["at_s"] - s["peak_rss_at_s"]) < 0.3

@@ -28,7 +28,7 @@
 
 /* Why the loop returned. */
 enum { HS_READ_UNTIL = 0, HS_READ_FULL = 1, HS_READ_SIGNAL = 2, HS_READ_GONE = 3,
-       HS_READ_ASKED = 4, HS_READ_OWNER = 5 };
+       HS_READ_ASKED = 4, HS_READ_OWNER = 5, HS_READ_EXITING = 6, HS_READ_RSS = 7 };
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -161,7 +161,8 @@ static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_
 int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
                  uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
                  uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why,
-                 int pagemap_fd, double *own, uint64_t pid) {
+                 int pagemap_fd, double *own, uint64_t pid, int watch_exit,
+                 double rss_above) {
   int rows = 0, sfd = signal_fd(wake_mask);
   for (;;) {
     uint64_t now = now_ns(), due = *next_ns < until_ns ? *next_ns : until_ns;
@@ -184,6 +185,11 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
      * the caller reads that process from now on */
     uint64_t owner = seg ? __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE) : 0;
     if (owner && pid && owner != pid) { *why = HS_READ_OWNER; return rows; }
+    /* the program entered its exit handlers: the caller reads what it wants of that moment */
+    if (watch_exit && seg && __atomic_load_n(&seg->state, __ATOMIC_ACQUIRE) >= HS_STATE_EXITING) {
+      *why = HS_READ_EXITING;
+      return rows;
+    }
     double *row = out + (size_t)rows * ROW_COLUMNS;
     uint64_t rss, shared;
     if (!read_statm(statm_fd, &rss, &shared)) { *why = HS_READ_GONE; return rows; }
@@ -201,6 +207,12 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     }
     rows++;
     *next_ns += period_ns;
+    /* a new high of RSS: the caller reads the mappings of that moment */
+    if (rss_above > 0 && row[1] > rss_above) {
+      if (*next_ns < now) *next_ns = now;
+      *why = HS_READ_RSS;
+      return rows;
+    }
     if (*next_ns < now) *next_ns = now; /* fell behind: no burst to catch up */
     if (seg && __atomic_load_n(&seg->snapshot_seq, __ATOMIC_ACQUIRE) > asked_seq) {
       *why = HS_READ_ASKED;

@@ -309,11 +309,24 @@ def snapshots(tl: Timeline, cols: dict, parts: dict, releases: dict) -> list:
 
 
 def last_kinds(tl: Timeline, end_s: float) -> dict:
-    """The last classification of the program's mappings taken before its end."""
+    """The classification of the program's mappings as it entered its exit (read then), or
+    else the last taken before its end."""
+    if tl.kinds_exit is not None:
+        t, kinds = tl.kinds_exit
+        return {"at_s": round(t, 3), **kinds}
     before = [(t, k) for t, k in tl.kinds if t <= end_s]
     if not before:
         return {}
     t, kinds = before[-1]
+    return {"at_s": round(t, 3), **kinds}
+
+
+def peak_kinds(tl: Timeline) -> dict:
+    """The classification read when RSS was highest (within 0.2 s of it: it is read on the
+    sampler's Python ticks), {} without one."""
+    if tl.kinds_peak is None:
+        return {}
+    t, kinds, _ = tl.kinds_peak
     return {"at_s": round(t, 3), **kinds}
 
 
@@ -692,6 +705,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
         images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
-        resident_by_kind=last_kinds(tl, duration_s), sites=sampled_sites,
+        resident_by_kind=last_kinds(tl, duration_s), resident_by_kind_peak=peak_kinds(tl),
+        sites=sampled_sites,
         mapped_sites=mapped_by_stack,
         heapmaps=hmaps)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heapsight import interrupts, mappings, procfs, readloop
-from heapsight.segment import Segment, open_pagemap
+from heapsight.segment import STATE_EXITING, Segment, open_pagemap
 
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
            "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads",
@@ -36,6 +36,13 @@ IDX = {c: i for i, c in enumerate(COLUMNS)}
 MAX_ROWS = 100_000
 THIN_BUCKET = 8
 WAKE = interrupts.WATCHED | {signal.SIGCHLD}
+
+
+def peak_kinds_above(tl, now: float, last: float) -> float:
+    """The RSS above which the mappings are read again as the peak's: 10% and 1 MiB above
+    the last such reading (so a program that grows to N MiB is read about 25 + log1.1(N)
+    times at most, each reading ~10 us per MiB mapped)."""
+    return 0.5 if tl.kinds_peak is None else 1.1 * tl.kinds_peak[2] + (1 << 20)
 
 
 @dataclass
@@ -63,6 +70,8 @@ class Timeline:
     image_before_s: list = field(default_factory=list)
     children: dict = field(default_factory=dict)    # pid -> [name, peak RSS] of its descendants
     kinds: list = field(default_factory=list)       # (t, resident bytes by mappings.KINDS)
+    kinds_peak: tuple | None = None  # (t, kinds, RSS) read when RSS was highest so far
+    kinds_exit: tuple | None = None  # (t, kinds) read as the program entered its exit
     # heapsight's own pages resident in the program (the segment's), left out of every RSS
     # figure above; the most seen at any tick
     own_rss_bytes: float = 0.0
@@ -299,6 +308,17 @@ class Sampler:
         self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own)
         return own
 
+    def _kinds(self) -> dict | None:
+        """The program's resident memory by kind of mapping (heapsight's segment left
+        out), None when /proc would not say."""
+        try:
+            own_map = self.segment.path if self.segment is not None else None
+            kinds = mappings.resident_by_kind([m for m in mappings.read(self.pid)
+                                               if m.path != own_map])
+        except (OSError, ValueError):
+            return None
+        return kinds if any(kinds.values()) else None   # read as the process went: nothing
+
     def _retarget(self) -> None:
         """Follow the process that owns the segment when it is not the one we started
         (a wrapper that forked the real program)."""
@@ -347,6 +367,7 @@ class Sampler:
         next_poll, next_children, children_rss = start, start, math.nan
         next_kinds = start + 0.05
         hwm, threads, best_usable = math.nan, math.nan, 0
+        last_peak_kinds, exit_tried = -math.inf, False
         waste_ratio, pss, stats_seq, retargeted = 0.0, math.nan, -1, False
         blank = [math.nan] * len(COLUMNS)
         I = IDX
@@ -383,14 +404,24 @@ class Sampler:
                 for k in ("rss", "shmem"):
                     row[I[k]] = _less(row[I[k]], own)
                 row[I["hwm"]], row[I["threads"]] = _less(hwm, own), threads
-            if now >= next_kinds:
+            rss_now = row[I["rss"]]
+            above = peak_kinds_above(tl, now, last_peak_kinds)
+            peak_due = not math.isnan(rss_now) and above > 0 and rss_now > above
+            exiting = (not exit_tried and seg is not None and seg.attached()
+                       and seg.get("state") >= STATE_EXITING)
+            exit_tried = exit_tried or exiting
+            if now >= next_kinds or peak_due or exiting:
                 next_kinds = now + 1.0 / MAPPINGS_PER_S
-                try:
-                    own_map = seg.path if seg is not None else None   # heapsight's, not the program's
-                    tl.kinds = (tl.kinds + [(now - start, mappings.resident_by_kind(
-                        [m for m in mappings.read(self.pid) if m.path != own_map]))])[-2:]   # the last two: the last may be cut
-                except (OSError, ValueError):
-                    pass
+                kinds = self._kinds()
+                # once the program is past heapsight's exit probe its teardown unmaps as it
+                # goes: a reading then is not kept
+                torn = seg is not None and seg.attached() and seg.get("state") > STATE_EXITING
+                if kinds is not None and not torn:
+                    tl.kinds = (tl.kinds + [(now - start, kinds)])[-2:]   # the last two: the last may be cut
+                    if peak_due:
+                        tl.kinds_peak, last_peak_kinds = (now - start, kinds, rss_now), now
+                    if exiting:
+                        tl.kinds_exit = (now - start, kinds)
             if now >= next_children:
                 children_rss = self._children()
                 if self.on_tick is not None and tl.flat:
@@ -461,7 +492,8 @@ class Sampler:
                     rows, why, nxt, seq = fast.loop(self.statm.fd, int(next_tick * 1e9),
                                                     int(due * 1e9), self._asked, stats_seq,
                                                     self.pagemap if own_here else None, own,
-                                                    self.pid)
+                                                    self.pid, watch_exit=not exit_tried,
+                                                    rss_above=peak_kinds_above(tl, now, last_peak_kinds))
                     own = fast.own[0]
                     tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
                     if seq != max(0, stats_seq):

@@ -123,13 +123,16 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         elif snap.release:
             line += f"; release not measured: {snap.release.get('error')}"
         _indent(c, line, 2)
-    k = s.resident_by_kind
-    if k:
-        _indent(c, f"by mapping at {k['at_s']:.2f} s: " + ", ".join(
-            f"{name} {human(k[kind])}" for kind, name in (
-                ("heap", "[heap]"), ("arena", "thread arenas"), ("stack", "stacks"),
-                ("file", "file-backed"), ("shared", "shared"), ("anon", "other anonymous"))
-            if k.get(kind)), 2)
+    peak_k, last_k = s.resident_by_kind_peak, s.resident_by_kind
+    same = bool(peak_k) and bool(last_k) and peak_k.get("at_s") == last_k.get("at_s")
+    for k, when in ((peak_k, "near peak RSS, at" if not same else "near peak RSS and last, at"),
+                    (None if same else last_k, "at")):
+        if k:
+            _indent(c, f"by mapping {when} {k['at_s']:.2f} s: " + ", ".join(
+                f"{name} {human(k[kind])}" for kind, name in (
+                    ("heap", "[heap]"), ("arena", "thread arenas"), ("stack", "stacks"),
+                    ("file", "file-backed"), ("shared", "shared"), ("anon", "other anonymous"))
+                if k.get(kind)), 2)
     big = [o for o in s.mapped_by if o["peak_bytes"] >= MiB]
     if big:
         _indent(c, "mapped outside malloc: " + "; ".join(
