@@ -22,7 +22,7 @@ from heapsight.errors import HeapsightError
 from heapsight.report import html as report_html
 from heapsight.report.decimate import extreme_rows
 from heapsight.report import png
-from heapsight.sampler import COLUMNS
+from heapsight.timeline import COLUMNS
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "test-output"   # kept for people to look at
 PAGE_LIMIT_BYTES = 5 * 1024 * 1024   # a 10-minute 1 kHz run must stay an easy page to open

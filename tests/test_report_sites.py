@@ -20,7 +20,7 @@ import pytest
 from heapsight.report import holders
 from heapsight.report import html as report_html
 from heapsight.report import png
-from heapsight.sampler import COLUMNS
+from heapsight.timeline import COLUMNS
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "test-output"   # kept for people to look at
 FLAME_LIMIT_MS = 500   # a 10,000-stack, 60-frame profile: well under a second to draw

@@ -1,13 +1,12 @@
 """One measured run: start the program under the preload library, sample it from this
-process until it ends, collect the library's exit figures, and summarize. summarize() is
-a pure function of the saved measurements (the segment's figures and the timeline), so
-run, compare and lab all measure the same way.
+process until it ends, collect the library's exit figures, take the capture (capture.py:
+what the analysis reads, kept in the record) and summarize it (summary.py), so run,
+compare and lab all measure the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
 import shutil
@@ -16,14 +15,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from heapsight import (allocators, analysis, attach, elf, heapmap, interrupts, launch, native,
-                       profile, sites)
+from heapsight import (analysis, attach, capture, elf, heapmap, interrupts, launch, native,
+                       profile)
 from heapsight.errors import HeapsightError
-from heapsight.model import HeapFigures, Release, Snapshot, Summary
-from heapsight.sampler import IDX, Sampler, Timeline
-from heapsight.segment import STATE_DONE, Segment, segment_dir
+from heapsight.sampler import IDX, Sampler
+from heapsight.segment import Segment, segment_dir
+from heapsight.summary import _num, summarize
 
 EXIT_NOT_FOUND = 127
 
@@ -221,10 +218,18 @@ def measure(argv: list, opts: Options) -> tuple:
         maps = [(maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
                 for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
                                        key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
+        named_maps = [(name, hm) for name, hm in maps if name]
+        # what the analysis reads, kept in the record: a saved run is analysed again by
+        # today's code (capture.py); taken before summarize, which cuts the timeline
+        cap = capture.take(argv, proc.pid, proc.returncode, linkage, segment, timeline,
+                           opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof, named_maps,
+                           opts.release, opts.follow)
+        symbols = capture.Recording()
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
                             opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof,
-                            [(name, hm) for name, hm in maps if name], opts.release,
-                            opts.follow)
+                            named_maps, opts.release, opts.follow, symbolizer=symbols)
+        cap["symbols"] = symbols.to_json()
+        timeline.capture = cap
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -241,21 +246,6 @@ HEAP_MAP_EVERY_S = 0.1
 # few hundred MiB takes tens of milliseconds): past it the map is still collected at the
 # end if written, but may be of a later moment.
 MAP_WAIT_S = 2.0
-
-
-def exit_map_bytes(hmaps) -> dict:
-    """From the exit's heap map (heap_maps' entries): the bytes of pinned pages, and of free
-    resident pages in glibc's thread arenas (arena 1 and up); {} without one."""
-    for m in hmaps:
-        if m["moment"] == heapmap.EXIT and m["status"] == "mapped":
-            page = m["page_bytes"]
-            return {"pinned": sum(a["pinned_pages"] for a in m["arenas"]) * page,
-                    "thread_arenas_free": sum(a["free_resident_pages"] for a in m["arenas"]
-                                              if a["arena"] != 0) * page,
-                    "reach": m.get("reach")}
-        if m["moment"] == heapmap.EXIT:
-            return {"reach": m.get("reach")}
-    return {}
 
 
 # The exit map's copy bounds itself to 30 s (heapmap.c): a little more here.
@@ -282,430 +272,3 @@ def wait_exit_map(segment) -> None:
 def collect_maps(segment) -> dict:
     """The heap maps the library wrote beside the segment, read and removed."""
     return heapmap.collect(segment.path) if segment is not None else {}
-
-
-def snapshots(tl: Timeline, cols: dict, parts: dict, releases: dict) -> list:
-    """Each snapshot the sampler took (before the program's end): its sample's split, the
-    allocator's latest reading at or before it, and the release measured there, if any."""
-    t = np.asarray(cols["t"], dtype=float)
-    out = []
-    for label, at in tl.snapshots:
-        hit = np.flatnonzero(t == at)
-        if not len(hit):
-            continue   # taken after the program's end (in the exit probe): not the program's
-        i = int(hit[0])
-        if any(math.isnan(parts[f][i]) for f in analysis.PART_FIELDS):
-            continue   # its /proc read found the program gone (a signal as it ended)
-        reading = {}
-        for col in ("alloc_in_use", "alloc_free", "alloc_mapped"):
-            seen = np.flatnonzero(~np.isnan(np.asarray(cols[col], dtype=float)[:i + 1]))
-            reading[col] = int(cols[col][seen[-1]]) if len(seen) else None
-        out.append(Snapshot(label, round(at, 3),
-                            analysis.Breakdown(round(at, 3), **{f: int(parts[f][i])
-                                                                for f in analysis.PART_FIELDS}),
-                            reading["alloc_in_use"], reading["alloc_free"], reading["alloc_mapped"],
-                            releases.get((label, at))))
-    return out
-
-
-def last_kinds(tl: Timeline, end_s: float) -> dict:
-    """The classification of the program's mappings as it entered its exit (read then), or
-    else the last taken before its end."""
-    if tl.kinds_exit is not None:
-        t, kinds = tl.kinds_exit
-        return {"at_s": round(t, 3), **kinds}
-    before = [(t, k) for t, k in tl.kinds if t <= end_s]
-    if not before:
-        return {}
-    t, kinds = before[-1]
-    return {"at_s": round(t, 3), **kinds}
-
-
-def peak_kinds(tl: Timeline) -> dict:
-    """The classification read when RSS was highest (within 0.2 s of it: it is read on the
-    sampler's Python ticks), {} without one."""
-    if tl.kinds_peak is None:
-        return {}
-    t, kinds, _ = tl.kinds_peak
-    return {"at_s": round(t, 3), **kinds}
-
-
-def live_over_time(cols: dict, final) -> tuple:
-    """Live bytes at a quarter, half and three quarters of the run, and at exit: how what
-    was never freed grew (a leak grows with the work; a working set levels off)."""
-    t = np.asarray(cols["t"], dtype=float)
-    live = np.asarray(cols["live_req"], dtype=float)
-    ok = np.flatnonzero(~np.isnan(live))
-    if final is None or len(ok) < 4:
-        return ()
-    end = final.at_s
-    out = []
-    for q in (0.25, 0.5, 0.75):
-        i = ok[np.searchsorted(t[ok], q * end, side="left").clip(0, len(ok) - 1)]
-        out.append((float(t[i]), int(live[i])))
-    return tuple(out) + ((end, final.live_bytes),)
-
-
-def _num(v, default=0):
-    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-
-def _since(tl: Timeline, ns: int | None) -> float:
-    """A CLOCK_MONOTONIC time (the library's events) in the run's seconds."""
-    return max(0.0, (ns - tl.start_ns) / 1e9) if tl.start_ns and ns else 0.0
-
-
-# Samples within this share of the most live bytes count as at the peak (a few frees of
-# small blocks while a large one is written must not move the moment off it).
-PEAK_LIVE_SLACK = 0.001
-
-
-def peak_live_row(live, rss, valid) -> int:
-    """The row of the peak moment: among the valid rows whose live bytes are within
-    PEAK_LIVE_SLACK (or a page) of the most, the one with the highest RSS (the first of
-    equals)."""
-    most = live[valid].max()
-    near = valid[live[valid] >= most - max(most * PEAK_LIVE_SLACK, 4096)]
-    return int(near[np.argmax(rss[near])])
-
-
-def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
-               end_ns: int | None) -> dict | None:
-    """The sampled call sites at the peak, at exit, of the bytes never freed and at each
-    snapshot (sites.py), with the exact live usable bytes of each moment beside the
-    estimate. Times are the timeline's (seconds from its first sample, like snapshots)."""
-    if prof is None or heap is None:
-        return None
-    start = tl.start_ns
-    since = functools.partial(_since, tl)
-    end_s = since(end_ns) if end_ns else tl.duration_s
-    moments = [sites.Moment("peak", peak_ns, since(peak_ns), heap.peak_live_usable_bytes),
-               sites.Moment("exit", None, end_s, heap.live_usable_bytes),
-               sites.Moment("never freed", None, end_s, heap.live_usable_bytes),
-               sites.Moment(sites.ALLOCATED, sites.ALL, end_s, heap.requested_total_bytes)]
-    t = np.asarray(cols["t"], dtype=float)
-    live = np.asarray(cols["live_usable"], dtype=float)
-    for label, at in tl.snapshots:
-        hit = np.flatnonzero(t == at)
-        if len(hit) and not math.isnan(live[hit[0]]):   # as snapshots(): the program's own
-            moments.append(sites.Moment(f"snapshot: {label}", start + int(at * 1e9), at,
-                                        int(live[hit[0]])))
-    try:
-        return sites.build(prof, moments, profile.UNWINDER)
-    except (OSError, ValueError, IndexError, KeyError) as e:   # never fails the run
-        print(f"heapsight: call sites not estimated: {e}", file=sys.stderr)
-        return None
-
-
-def mapped_sites(prof, tl: Timeline, end_ns: int | None) -> dict | None:
-    """The stacks of the anonymous memory the program mapped itself (every mmap outside
-    malloc is recorded: exact, not estimated), at the moment the most was mapped and at
-    exit, in the shape of call_sites'; None without any."""
-    mp = prof.mapped() if prof is not None else None
-    if mp is None:
-        return None
-    since = functools.partial(_since, tl)
-    rows = mp.allocs
-    # the mapped total over time: +size at each map, -size at each unmap; its maximum
-    freed = rows["free_ns"] != profile.NEVER
-    times = np.concatenate([rows["time_ns"], rows["free_ns"][freed]]).astype(np.int64)
-    steps = np.concatenate([rows["size"], -rows["size"][freed].astype(np.int64)]).astype(np.int64)
-    order = np.lexsort((steps, times))   # at one time, unmaps first
-    total = np.cumsum(steps[order])
-    k = int(np.argmax(total))
-    peak_ns, peak_bytes = int(times[order][k]), int(total[k])
-    exit_bytes = int(rows["size"][~freed].sum())
-    moments = [sites.Moment("peak mapped", peak_ns, since(peak_ns), peak_bytes),
-               sites.Moment("exit", None, since(end_ns) if end_ns else tl.duration_s, exit_bytes)]
-    try:
-        return sites.build(mp, moments, profile.UNWINDER, skip_unnamed=True)
-    except (OSError, ValueError, IndexError, KeyError) as e:   # never fails the run
-        print(f"heapsight: the mappings' stacks not read: {e}", file=sys.stderr)
-        return None
-
-
-def heap_maps(maps: list, prof, sampled_sites: dict | None, start_ns: int) -> tuple:
-    """The summary's "heapmaps": each map (heapmap.to_json) with its pinners, the call
-    sites whose live sampled blocks at the map's moment keep otherwise-free pages resident."""
-    out = []
-    for name, hm in maps:
-        entry = heapmap.to_json(hm, name, start_ns)
-        pins = []
-        if prof is not None and sampled_sites is not None and hm.status == "mapped":
-            pins = heapmap.pinners(hm, sites.live_blocks(prof, hm.time_ns))
-            for p in pins:
-                p["site"] = sites.site_of_stack(sampled_sites, p["stack"])
-        entry["pinners"] = pins
-        if hm.reach is not None and hm.reach.marked:
-            entry["reach"].update(reach_sites(hm, prof, sampled_sites))
-        out.append(entry)
-    return tuple(out)
-
-
-LOST = (heapmap.REACH_CLASSES.index("definitely_lost"), heapmap.REACH_CLASSES.index("indirectly_lost"))
-POSSIBLY = heapmap.REACH_CLASSES.index("possibly_lost")
-
-
-def reach_sites(hm, prof, sampled_sites) -> dict:
-    """Who lost it: the sampled blocks live at the map's moment, by the class the copy gave
-    them, per call site (lost: definitely and indirectly; possibly lost), and the largest
-    lost blocks, with their call site where a sample fell in them."""
-    out = {}
-    r = hm.reach
-    sampled = None
-    if prof is not None and sampled_sites is not None:
-        sampled = sites.live_blocks(prof, hm.time_ns)
-        cls = r.classes_of(sampled["addr"])
-        out["lost_sites"] = sites.by_site(sampled_sites, sampled[np.isin(cls, LOST)])
-        out["possibly_lost_sites"] = sites.by_site(sampled_sites, sampled[cls == POSSIBLY])
-    lost = r.unreached[np.isin(r.unreached["state"].astype(np.int64), LOST)]
-    largest = lost[np.argsort(-lost["usable"].astype(np.int64), kind="stable")[:5]]
-    rows = []
-    for b in largest:
-        row = {"address": hex(int(b["addr"])), "usable_bytes": int(b["usable"]),
-               "class": heapmap.REACH_CLASSES[int(b["state"])], "site": None}
-        if sampled is not None:
-            hit = np.flatnonzero(sampled["addr"] == b["addr"])
-            if len(hit):
-                row["site"] = sites.site_of_stack(sampled_sites, int(sampled["stack"][hit[0]]))
-        rows.append(row)
-    out["largest_lost"] = rows
-    return out
-
-
-def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
-              smaps_hz=math.nan, releases=None, prof=None, maps=(),
-              release_wanted=True, follow: str = "") -> Summary:
-    """prof: the sampled allocations (profile.read), None for none; maps: (moment name,
-    heapmap.HeapMap) of the heap maps taken; release_wanted: False under --no-release (the
-    exit map's copy releases all the same: its figure is not reported)."""
-    attached = segment is not None and segment.attached()
-    # An execve into an image that does not load the library (a static binary, or one whose
-    # environment was cleared) leaves the old image's counters in the segment: the figures
-    # are then /proc's alone, from the exec on.
-    lost_at = None
-    # (the images are the started process's: a descendant that owns the figures, the
-    # program a wrapper started, attached in its own image)
-    if attached and tl.images and segment.get("owner_pid") == started_pid:
-        last_exe = tl.images[-1][1]
-        attached_s = (segment.get("start_ns") - tl.start_ns) / 1e9 if tl.start_ns else 0.0
-        image = segment.image()
-        # the last exec happened after the library attached: its image does not load it
-        exec_after_attach = (len(tl.images) > 1 and len(tl.image_before_s) == len(tl.images)
-                             and tl.image_before_s[-1] > attached_s + 0.02)
-        if (image and not last_exe.endswith(image)) or exec_after_attach:
-            lost_at, attached = tl.images[-1], False
-    allocator = segment.allocator_name() if attached else "unknown"
-    baseline = segment.get("start_anon_bytes") if attached else 0
-    done = attached and segment.get("state") == STATE_DONE
-    # The program's own time ends where the library's exit probe begins: samples after it
-    # show heapsight's release, not the program, and its time is reported apart.
-    duration_s, probe_s = tl.duration_s, 0.0
-    if done and tl.start_ns:
-        end_s = max(0.0, (segment.get("exit_ns") - tl.start_ns) / 1e9)
-        if end_s < tl.duration_s:
-            duration_s, probe_s = end_s, tl.duration_s - end_s
-            tl.cut_after(end_s)
-    stats_before = (segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()) \
-        if attached else None
-    mapped_before = analysis.alloc_mapped_nan(stats_before)
-    cols = tl.columns
-    parts = analysis.timeline_split(cols, baseline, allocator if attached else None,
-                                    mapped_before if done else math.nan)
-    rss_col = np.asarray(cols["rss"], dtype=float)
-    valid = np.flatnonzero(~np.isnan(rss_col))
-    hwm = int(_num(tl.last("hwm"), 0))
-    live_col = np.nan_to_num(np.asarray(cols["live_usable"], dtype=float), nan=0.0)
-    # The peak moment: of the samples at the most live bytes, the one with the highest RSS
-    # (a program that mallocs a block, then writes it, holds the same live bytes while its
-    # RSS grows: the first of them would show the block as never touched); without heap
-    # figures, the highest RSS.
-    if len(valid) and attached and live_col[valid].max() > 0:
-        peak_i = peak_live_row(live_col, rss_col, valid)
-    elif len(valid):
-        peak_i = int(valid[np.argmax(rss_col[valid])])
-    else:
-        peak_i = None
-    peak_rss_i = int(valid[np.argmax(rss_col[valid])]) if len(valid) else None
-
-    def row_breakdown(i):
-        return analysis.Breakdown(round(float(cols["t"][i]), 3),
-                                  **{f: int(parts[f][i]) for f in analysis.PART_FIELDS})
-
-    peak = row_breakdown(peak_i) if peak_i is not None else None
-    heap = None
-    release = Release(False, "none", "the preload library was not active")
-    final = row_breakdown(int(valid[-1])) if len(valid) else None
-    if attached:
-        c = segment.counters(classes=True)
-        call = allocators.release_call(allocator)
-        why_not = segment.exit_probe_why_not() if done else ""
-        if why_not:   # exit handlers ran, but the allocator could not be asked (locked)
-            release = Release(False, call, why_not)
-        elif done:
-            rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
-            final = analysis.breakdown(
-                round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
-                baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
-                mapped_before)
-            exit_map = dict(maps).get(heapmap.EXIT)
-            if segment.get("exit_release_kind"):
-                release = Release(True, call, "", rss_b, segment.get("exit_rss_after"), anon_b,
-                                  segment.get("exit_anon_after"), segment.get("release_ns") / 1e9,
-                                  where="program")
-            elif call == "none":
-                release = Release(False, call, f"no release call known for {allocator}")
-            elif not release_wanted or not segment.get("heapmap_at_exit"):
-                release = Release(False, call, "release at exit was turned off (--no-release)")
-            elif exit_map is not None and exit_map.anon_before:
-                # measured in the exit map's copy, at the program's exit (mapped or not: the
-                # copy releases before it walks, and writes the figures of its release
-                # either way): what the copy's anonymous memory dropped by is what the
-                # program's would have
-                gave = exit_map.release_measured_bytes
-                release = Release(True, call, "", rss_b, max(0, rss_b - gave), anon_b,
-                                  max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy")
-            else:
-                why = (exit_map.status.removeprefix("not mapped: ") if exit_map is not None
-                       else "its copy of the program wrote no map")
-                release = Release(False, call, f"not measured at exit: {why}")
-        else:
-            how = (f"killed by signal {-rc}" if rc < 0 else "it called _exit() or exec'd away")
-            release = Release(False, call, f"the program ended without running exit handlers ({how}); "
-                              "figures are from the last sample")
-        peak_usable = segment.get("peak_usable_bytes")
-        # seconds from the run's start, like every other time (the library attaches later:
-        # after the loader, or after the program's execs)
-        origin = tl.start_ns or segment.get("start_ns")
-        peak_at = max(0.0, (segment.get("peak_ns") - origin) / 1e9) if peak_usable else 0.0
-        peak_ns = segment.get("peak_ns")
-        # the library's peak lags by what threads hold back (1 MiB in all at most): never
-        # below a sample that saw more
-        sampled = int(live_col[valid].max()) if len(valid) else 0
-        if sampled > peak_usable:
-            peak_usable = sampled
-            peak_at = float(cols["t"][valid[np.argmax(live_col[valid])]])
-            peak_ns = tl.start_ns + int(peak_at * 1e9)
-        # a peak is never below the live bytes at exit (the library's lags by what threads
-        # hold back): if they are the most, the peak is at exit
-        if c.live_usable_bytes > peak_usable:
-            peak_usable = c.live_usable_bytes
-            peak_ns = segment.get("exit_ns") or tl.start_ns + int(tl.duration_s * 1e9)
-            peak_at = max(0.0, (peak_ns - origin) / 1e9)
-        # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
-        # of the live blocks at the sample with the most live bytes, never below the
-        # requested bytes live at exit.
-        ratio = tl.peak_req_ratio
-        arenas = int(_num(tl.last("arenas"), 0))
-        if stats_before is not None:
-            arenas = max(arenas, stats_before.arenas)
-        threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
-        own = segment.get("library_threads") or (1 if segment.get("stats_hz_milli") else 0)
-        threads = max(1, threads - own)  # the library's own threads are not the program's
-        # the threads that allocated (each claimed a counter slot): short-lived ones the
-        # samples of /proc miss
-        threads = max(threads, int(segment.get("slot_claims")))
-        heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
-                           c.live_usable_bytes, peak_usable,
-                           min(peak_usable, max(int(peak_usable * ratio), c.live_requested_bytes)),
-                           round(peak_at, 3),
-                           c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
-                           tuple(segment.size_classes()), segment.get("helper_mallocs"),
-                           None if math.isnan(mapped_before) or not done else int(mapped_before))
-
-    owner = segment.get("owner_pid") if attached else 0
-    if linkage == "static":
-        preload, note = "static", "statically linked: /proc figures only"
-    elif lost_at is not None:
-        preload, note = "not-attached", (f"it exec'd into {lost_at[1]} at {lost_at[0]:.2f} s, "
-                                         "which does not load the preload library (a static "
-                                         "binary, or its environment was cleared): /proc "
-                                         "figures only, for the whole run")
-    elif segment is None:
-        preload, note = "not-attached", (f"no room in {segment_dir()} for heapsight's stats "
-                                         "segment: the program ran without the preload "
-                                         "library, /proc figures only")
-    elif not attached and follow:
-        preload, note = "not-attached", (f"no process of {follow} ran under the preload "
-                                         f"library (--follow {follow}): /proc figures of the "
-                                         "process started only")
-    elif not attached:
-        preload, note = "not-attached", ("the preload library never started in the program "
-                                         "(setuid, or it clears LD_PRELOAD): /proc figures only")
-    elif owner != started_pid:
-        preload, note = "active", (f"figures are for pid {owner}, a process started by pid "
-                                   f"{started_pid}")
-    else:
-        preload, note = "active", f"figures are for pid {owner}"
-    forks = segment.get("forks") if attached else 0
-    if forks:
-        note += f"; its {forks} forked child process(es) are not counted"
-    if len(tl.images) > 1 and (not attached or owner == started_pid):
-        note += "; images: " + ", then ".join(f"{os.path.basename(exe)} from {t:.2f} s"
-                                               for t, exe in tl.images)
-    children = sorted(({"pid": pid, "name": name, "peak_rss_bytes": peak}
-                       for pid, (name, peak) in tl.children.items()),
-                      key=lambda ch: -ch["peak_rss_bytes"])
-    if children:
-        top = ", ".join(f"{ch['name']} {ch['peak_rss_bytes'] / (1 << 20):.1f} MiB"
-                        for ch in children[:3])
-        note += (f"; {len(children)} process(es) it started (fork, vfork, posix_spawn) ran beside "
-                 f"it, not counted in these figures; largest peaks: {top}")
-
-    if done and heap and (peak_i is None or c.live_usable_bytes > live_col[peak_i]):
-        peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
-    library_cpu = (segment.get("library_cpu_ns") / 1e9
-                   if segment is not None and segment.get("owner_pid") else 0.0)
-    sampled_sites = call_sites(prof, tl, cols, heap, peak_ns,
-                               segment.get("exit_ns") if done else None) if heap else None
-    mapped_by_stack = mapped_sites(prof, tl, segment.get("exit_ns") if done else None) if heap else None
-    hmaps = heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ()
-    found = analysis.findings(argv, final, release, heap, live_over_time(cols, final),
-                              sampled_sites, exit_map_bytes(hmaps)) if heap else []
-    held = analysis.holds(cols["t"], parts, duration_s) if heap else []
-    # a hold that the exit findings already describe (same cause, as large) is not repeated
-    kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
-    news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
-                                       for f in found)]
-    mapped_by = tuple({**o, "owner": analysis.owner_of(o["object"])}
-                      for o in (segment.owners() if attached else []))
-    found = sorted(found + analysis.hold_findings(news, allocator, argv, mapped_by,
-                                                  heap.arenas if heap else 0),
-                   key=lambda f: -f.bytes)
-    # Peak RSS: the kernel's high-water mark, and never below any reading taken (the exit
-    # reading comes after the last status read; a short program may have no VmHWM yet).
-    readings = [(hwm, None)]
-    if peak_rss_i is not None:
-        readings.append((int(rss_col[peak_rss_i]), float(cols["t"][peak_rss_i])))
-    if final is not None:
-        readings.append((final.rss_bytes, final.at_s))
-    peak_rss, peak_rss_at = max(readings, key=lambda r: (r[0], r[1] is not None))
-    if peak_rss_at is None:  # VmHWM above every reading: it happened between two samples
-        peak_rss_at = float(cols["t"][peak_rss_i]) if peak_rss_i is not None else 0.0
-    found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
-                   key=lambda f: -f.bytes)
-    return Summary(
-        command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
-        exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
-        preload=preload, preload_note=note, duration_s=round(duration_s, 3), samples=len(tl),
-        sample_hz=hz, sampler_cpu_s=round(tl.sampler_cpu_s, 4),
-        peak_rss_bytes=peak_rss,
-        # the last reading may precede the library's last writes: what it wrote counts too
-        heapsight_rss_bytes=int(max(tl.own_rss_bytes, segment.written_bytes() if attached else 0)),
-        final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
-        heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
-        other_processes=segment.get("foreign_attaches") if attached else 0,
-        findings=tuple(found), verdict=analysis.verdict(found, final, attached), holds=tuple(held),
-        cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
-        minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
-        stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4),
-        exit_held_s=round(max(0, segment.get("exit_done_ns") - segment.get("exit_ns")) / 1e9, 4)
-        if done else 0.0,
-        library_cpu_s=round(library_cpu, 4),
-        program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
-        snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
-        images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
-        resident_by_kind=last_kinds(tl, duration_s), resident_by_kind_peak=peak_kinds(tl),
-        sites=sampled_sites,
-        mapped_sites=mapped_by_stack,
-        heapmaps=hmaps)

@@ -21,7 +21,7 @@ import zlib
 from heapsight import output
 from heapsight.errors import HeapsightError
 from heapsight.model import SCHEMA_VERSION, Summary
-from heapsight.sampler import Timeline
+from heapsight.timeline import Timeline
 
 KIND = "heapsight-run"
 KINDS = {"heapsight-run": "a run record", "heapsight-compare": "a comparison",
@@ -39,6 +39,8 @@ def to_json_dict(summary: Summary, timeline: Timeline | None) -> dict:
     doc = {"kind": KIND, "schema_version": SCHEMA_VERSION, "summary": summary.to_dict()}
     if timeline is not None:
         doc["timeline"] = {c: _clean(arr.tolist()) for c, arr in timeline.columns.items()}
+        if timeline.capture is not None:   # what the analysis read (capture.py)
+            doc["capture"] = timeline.capture
     return doc
 
 

@@ -9,17 +9,13 @@ import os
 import signal
 import subprocess
 import time
-from array import array
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from heapsight import interrupts, mappings, procfs, readloop
 from heapsight.segment import STATE_EXITING, Segment, open_pagemap
+from heapsight.timeline import COLUMNS, IDX, Timeline   # noqa: F401 (Timeline: its old home)
 
-COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
-           "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads",
-           "children_rss")
 CHILDREN_PER_S = 4          # the program's descendants: a walk of /proc, a few times a second
 MAPPINGS_PER_S = 1          # /proc/PID/smaps classified (heapsight.mappings): ~10 µs per MiB
 CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~20 µs
@@ -30,11 +26,6 @@ STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fil
 PYTHON_TICKS_PER_S = 5
 
 
-IDX = {c: i for i, c in enumerate(COLUMNS)}
-# At most this many samples are kept (16 columns of 8 bytes: 12 MiB); past it the older
-# half is thinned (Timeline.compact), so an hour at 1 kHz stays within it.
-MAX_ROWS = 100_000
-THIN_BUCKET = 8
 WAKE = interrupts.WATCHED | {signal.SIGCHLD}
 
 
@@ -43,103 +34,6 @@ def peak_kinds_above(tl, now: float, last: float) -> float:
     the last such reading (so a program that grows to N MiB is read about 25 + log1.1(N)
     times at most, each reading ~10 us per MiB mapped)."""
     return 0.5 if tl.kinds_peak is None else 1.1 * tl.kinds_peak[2] + (1 << 20)
-
-
-@dataclass
-class Timeline:
-    """Samples in one flat array (row after row: one extend per tick is the cheapest way
-    to record at 1 kHz); columns gives them column by column."""
-    flat: array = field(default_factory=lambda: array("d"))
-    sampler_cpu_s: float = 0.0
-    ticks: int = 0
-    duration_s: float = 0.0
-    # requested/usable of live blocks at the sample with the most live usable bytes,
-    # computed exactly there: it converts the library's exact usable peak to requested bytes
-    peak_req_ratio: float = 1.0
-    child_user_s: float = 0.0   # from wait4 when the program ended
-    child_sys_s: float = 0.0
-    child_minflt: int = 0
-    start_ns: int = 0           # CLOCK_MONOTONIC at the first sample (the library's clock too)
-    _columns: dict | None = None
-
-    thinned: int = 0            # samples dropped by thinning (see compact)
-    snapshots: list = field(default_factory=list)   # (label, t) of the samples asked for
-    images: list = field(default_factory=list)      # (t, executable): each image the program ran
-    # for each of images: when the one before it was last seen (-1 for the first), so the
-    # exec happened between that and its t (the executable is read on the Python ticks only)
-    image_before_s: list = field(default_factory=list)
-    children: dict = field(default_factory=dict)    # pid -> [name, peak RSS] of its descendants
-    kinds: list = field(default_factory=list)       # (t, resident bytes by mappings.KINDS)
-    kinds_peak: tuple | None = None  # (t, kinds, RSS) read when RSS was highest so far
-    kinds_exit: tuple | None = None  # (t, kinds) read as the program entered its exit
-    # heapsight's own pages resident in the program (the segment's), left out of every RSS
-    # figure above; the most seen at any tick
-    own_rss_bytes: float = 0.0
-    max_rows: int = MAX_ROWS
-
-    def append_row(self, row: list) -> None:
-        self.flat.extend(row)
-        self._columns = None
-        if len(self.flat) > self.max_rows * len(COLUMNS):
-            self.compact()
-
-    def append_rows(self, rows: np.ndarray) -> None:
-        """Rows as an (n, len(COLUMNS)) float array."""
-        self.flat.frombytes(np.ascontiguousarray(rows, dtype=np.float64).tobytes())
-        self._columns = None
-        if len(self.flat) > self.max_rows * len(COLUMNS):
-            self.compact()
-
-    def compact(self) -> None:
-        """Keeps memory bounded however long the run: the older half of the samples is
-        thinned to, per stretch of THIN_BUCKET samples, its first sample and the samples
-        where RSS, live bytes and the allocator's mapped memory are lowest and highest. Every extreme of the run stays exact (it is an extreme of its
-        stretch) and the kept samples are real ones, so their columns still agree."""
-        n = len(COLUMNS)
-        rows = len(self.flat) // n
-        half = rows // 2 // THIN_BUCKET * THIN_BUCKET
-        if half == 0:
-            return
-        old = np.frombuffer(self.flat, dtype=float, count=half * n).reshape(half, n)
-        keep = np.zeros(half, dtype=bool)
-        keep[::THIN_BUCKET] = True
-        keep |= np.isin(old[:, IDX["t"]], [t for _, t in self.snapshots])   # snapshots stay
-        base = np.arange(0, half, THIN_BUCKET)
-        for c in ("rss", "live_usable", "alloc_mapped"):
-            col = old[:, IDX[c]].reshape(-1, THIN_BUCKET)
-            if np.isnan(col).all():
-                continue
-            for fill, pick in ((-np.inf, np.argmax), (np.inf, np.argmin)):
-                keep[base + pick(np.where(np.isnan(col), fill, col), axis=1)] = True
-        kept = old[keep].ravel().tolist()
-        self.thinned += half - int(keep.sum())
-        del old
-        self.flat = array("d", kept) + self.flat[half * n:]
-        self._columns = None
-
-    @property
-    def columns(self) -> dict:
-        if self._columns is None:
-            n = len(COLUMNS)
-            self._columns = {c: array("d", self.flat[i::n]) for i, c in enumerate(COLUMNS)}
-        return self._columns
-
-    def __len__(self) -> int:
-        return len(self.flat) // len(COLUMNS)
-
-    def cut_after(self, t_s: float) -> None:
-        """Drops the samples taken after t_s (seconds from the first sample)."""
-        n = len(COLUMNS)
-        keep = sum(1 for v in self.flat[0::n] if v <= t_s)
-        del self.flat[keep * n:]
-        self._columns = None
-
-    def last(self, column: str, default=None):
-        arr = self.columns[column]
-        for v in reversed(arr):
-            if not math.isnan(v):
-                return v
-        return default
 
 
 def _less(value: float, own: float) -> float:

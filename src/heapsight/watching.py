@@ -12,7 +12,7 @@ import time
 from heapsight import analysis, attach, interrupts, procfs
 from heapsight.errors import HeapsightError
 from heapsight.model import Release, Summary
-from heapsight.sampler import COLUMNS, IDX, Timeline
+from heapsight.timeline import COLUMNS, IDX, Timeline
 
 
 class Watch:

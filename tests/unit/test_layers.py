@@ -105,3 +105,27 @@ def test_the_cycle_finder_finds_a_cycle():
                                     "heapsight.fmt", "heapsight.comparison"])
 def test_the_core_layer_exists(module):
     assert module in graph()
+
+
+# What runs or talks to a live process: the analysis of a captured run never needs it.
+LIVE = {"heapsight.measure", "heapsight.launch", "heapsight.attach", "heapsight.gdbcall",
+        "heapsight.readloop", "heapsight.procfs", "heapsight.watching", "heapsight.interrupts"}
+
+
+def reaches(g: dict, start: str) -> set:
+    """What start imports, at any depth (the package itself apart: every module has it)."""
+    seen, todo = set(), [start]
+    while todo:
+        m = todo.pop()
+        for d in g.get(m, ()):
+            if d != "heapsight" and d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+@pytest.mark.parametrize("module", ["heapsight.summary", "heapsight.capture"])
+def test_the_analysis_of_a_captured_run_needs_no_live_process(module):
+    # a saved run is analysed again (capture.rederive) with none of the code that starts,
+    # samples or attaches to a process
+    assert sorted(reaches(graph(), module) & LIVE) == []

@@ -40,11 +40,32 @@ def add_arguments(p) -> None:
     p.add_argument("--png", metavar="DIR",
                    help="also write each chart as DIR/CHART_ID.png (drawn by headless Chromium)")
     p.add_argument("--title", metavar="T", help="the page's title")
+    p.add_argument("--as-recorded", action="store_true",
+                   help="show each run's summary as it was saved; by default a run recorded "
+                        "with its capture (what the analysis read) is analysed again by this "
+                        "heapsight, so a better analysis applies to old runs too")
+
+
+def reanalysed(path: str, doc: dict) -> dict:
+    """A run record with its summary derived again from its capture (capture.py), or as
+    saved when it has none (older records, attach's) or the analysis fails on it (said)."""
+    if doc.get("kind") != record.KIND or "capture" not in doc:
+        return doc
+    from heapsight import capture
+    try:
+        summary = capture.rederive(doc)
+    except Exception as e:   # a damaged capture never costs the page: the saved summary
+        print(f"heapsight report: {path}: shown as recorded (its capture could not be "
+              f"analysed again: {type(e).__name__}: {e})", file=sys.stderr)
+        return doc
+    return doc if summary is None else {**doc, "summary": summary.to_dict()}
 
 
 def execute(args) -> int:
     # Everything that can fail on the inputs fails before anything is written.
     docs = [(path, record.load(path)) for path in args.files]
+    if not args.as_recorded:
+        docs = [(path, reanalysed(path, doc)) for path, doc in docs]
     if args.pprof:
         runs = [(p, d) for p, d in docs if d.get("kind") == record.KIND]
         if len(docs) != 1 or not runs:

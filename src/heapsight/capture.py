@@ -1,0 +1,243 @@
+"""The seam between capturing and analysing: everything summary.summarize reads, taken
+once from the live run (the segment's figures, the timeline, the sampled allocations, the
+heap maps, what the symbolizer said) and kept in the run record as plain data, so that a
+saved run is analysed again by today's code (`heapsight report` does) and the analysis is
+tested without a process.
+
+  take(...)       the capture of a finished run, before summarize (which cuts the timeline)
+  to_json / from_json
+  rederive(doc)   a run record's summary, derived again from its capture
+
+Reading is the segment as summarize reads it (the same methods as segment.Segment's it
+calls), from a dict. A heap map's reach keeps, of the blocks not reachable, those a sample
+fell in and the largest lost ones: all the analysis uses (a map may list a million)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+
+import numpy as np
+
+from heapsight import heapmap, profile as profile_mod, symbolize
+from heapsight.segment import AllocStats, HeapCounters
+
+VERSION = 1
+
+
+# ------------------------------------------------------------------ the segment's figures
+
+class Reading:
+    """The segment's figures as summarize reads them, from a plain dict."""
+
+    def __init__(self, d: dict):
+        self.d = d
+
+    @staticmethod
+    def take(segment) -> "Reading":
+        h = segment.header
+        scalars = {name: int(h[name]) for name in h.dtype.names
+                   if h.dtype[name].shape == () and h.dtype[name].kind in "iu"}
+        attached = segment.attached()
+        stats = {f: _stats_json(segment.alloc_stats(f)) for f in ("stats", "exit_stats_before")}
+        return Reading({
+            "header": scalars, "attached": attached, "image": segment.image(),
+            "allocator_name": segment.allocator_name(), "owners": segment.owners(),
+            "written_bytes": segment.written_bytes() if attached else 0,
+            "exit_probe_why_not": segment.exit_probe_why_not(),
+            "counters": dataclasses.asdict(segment.counters(classes=True)),
+            "size_classes": [list(c) for c in segment.size_classes()], "alloc_stats": stats})
+
+    def get(self, name: str) -> int:
+        return int(self.d["header"][name])
+
+    def attached(self) -> bool:
+        return bool(self.d["attached"])
+
+    def image(self) -> str:
+        return self.d["image"]
+
+    def allocator_name(self) -> str:
+        return self.d["allocator_name"]
+
+    def owners(self) -> list:
+        return [dict(o) for o in self.d["owners"]]
+
+    def written_bytes(self) -> int:
+        return int(self.d["written_bytes"])
+
+    def exit_probe_why_not(self) -> str:
+        return self.d["exit_probe_why_not"]
+
+    def counters(self, classes: bool = True) -> HeapCounters:
+        return HeapCounters(**self.d["counters"])
+
+    def size_classes(self) -> list:
+        return [tuple(c) for c in self.d["size_classes"]]
+
+    def alloc_stats(self, field: str = "stats") -> AllocStats | None:
+        s = self.d["alloc_stats"].get(field)
+        return None if s is None else AllocStats(**{**s, "raw": tuple(s["raw"])})
+
+
+def _stats_json(s: AllocStats | None) -> dict | None:
+    return None if s is None else {**dataclasses.asdict(s), "raw": [int(x) for x in s.raw]}
+
+
+# ------------------------------------------------------------------ arrays and records
+
+def _array(a: np.ndarray) -> dict:
+    a = np.ascontiguousarray(a)
+    return {"dtype": a.dtype.descr if a.dtype.names else a.dtype.str, "shape": list(a.shape),
+            "data": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _unarray(d: dict) -> np.ndarray:
+    dt = d["dtype"]
+    dtype = np.dtype([tuple(f) for f in dt]) if isinstance(dt, list) else np.dtype(dt)
+    return np.frombuffer(base64.b64decode(d["data"]), dtype=dtype).reshape(d["shape"]).copy()
+
+
+def _timeline_json(tl) -> dict:
+    skip = {"flat", "_columns", "max_rows", "capture"}
+    out = {f.name: getattr(tl, f.name) for f in dataclasses.fields(tl) if f.name not in skip}
+    out["children"] = [[pid, name, peak] for pid, (name, peak) in tl.children.items()]
+    return out
+
+
+def _timeline(d: dict, columns: dict):
+    from heapsight.timeline import COLUMNS, Timeline
+    tl = Timeline()
+    n = len(columns.get("t", ()))
+    rows = np.full((n, len(COLUMNS)), np.nan)
+    for i, c in enumerate(COLUMNS):
+        if c in columns:
+            rows[:, i] = np.array([np.nan if v is None else v for v in columns[c]], dtype=float)
+    tl.flat.frombytes(rows.tobytes())
+    for k, v in d.items():
+        if k == "children":
+            tl.children = {int(pid): [name, peak] for pid, name, peak in v}
+        elif k in ("snapshots", "images", "kinds"):
+            setattr(tl, k, [tuple(x) for x in v])
+        elif k in ("kinds_peak", "kinds_exit"):
+            setattr(tl, k, None if v is None else tuple(v))
+        else:
+            setattr(tl, k, v)
+    return tl
+
+
+def _profile_json(p) -> dict | None:
+    if p is None:
+        return None
+    return {"mean_bytes": p.mean_bytes, "allocs": _array(p.allocs), "frees_matched": p.frees_matched,
+            "stack_words": _array(p.stack_words), "dropped": p.dropped,
+            "modules": [dataclasses.asdict(m) for m in p.modules], "unwind_ns": p.unwind_ns,
+            "unwinds": p.unwinds, "unwind_frames": p.unwind_frames, "maps": _array(p.maps)}
+
+
+def _profile(d: dict | None):
+    if d is None:
+        return None
+    return profile_mod.Profile(d["mean_bytes"], _unarray(d["allocs"]), d["frees_matched"],
+                               _unarray(d["stack_words"]),
+                               tuple(profile_mod.Module(**m) for m in d["modules"]), d["dropped"],
+                               d["unwind_ns"], d["unwinds"], d["unwind_frames"], _unarray(d["maps"]))
+
+
+def _heapmap_json(hm, sampled_addrs: np.ndarray) -> dict:
+    out = {f.name: getattr(hm, f.name) for f in dataclasses.fields(hm) if f.name not in ("heaps", "reach")}
+    out["heaps"] = [{**{f.name: getattr(h, f.name) for f in dataclasses.fields(h)
+                        if f.name not in ("live", "flags")},
+                     "live": _array(h.live), "flags": _array(h.flags)} for h in hm.heaps]
+    r = hm.reach
+    if r is not None:
+        u = r.unreached
+        keep = np.isin(u["addr"], sampled_addrs)
+        lost = np.flatnonzero(np.isin(u["state"].astype(np.int64), LOST))
+        keep[lost[np.argsort(-u["usable"][lost].astype(np.int64), kind="stable")[:5]]] = True
+        out["reach"] = {**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)
+                           if f.name != "unreached"}, "unreached": _array(u[keep])}
+    else:
+        out["reach"] = None
+    return out
+
+
+LOST = (heapmap.REACH_CLASSES.index("definitely_lost"), heapmap.REACH_CLASSES.index("indirectly_lost"))
+
+
+def _heapmap(d: dict):
+    heaps = [heapmap.Heap(**{**h, "live": _unarray(h["live"]), "flags": _unarray(h["flags"])})
+             for h in d["heaps"]]
+    r = d.get("reach")
+    reach = None if r is None else heapmap.Reach(**{**r, "unreached": _unarray(r["unreached"])})
+    rest = {k: v for k, v in d.items() if k not in ("heaps", "reach")}
+    return heapmap.HeapMap(**rest, heaps=heaps, reach=reach)
+
+
+# ------------------------------------------------------------------ the symbolizer
+
+class Recording:
+    """A symbolizer that remembers what it found, for the capture."""
+
+    def __init__(self, symbolizer=symbolize.symbolize):
+        self.symbolizer, self.frames, self.tool, self.note = symbolizer, {}, "", ""
+
+    def __call__(self, lookups):
+        found = self.symbolizer(lookups)
+        self.frames.update(found.frames)
+        self.tool, self.note = found.tool, found.note
+        return found
+
+    def to_json(self) -> dict:
+        return {"tool": self.tool, "note": self.note,
+                "frames": [[path, addr, [dataclasses.asdict(f) for f in fs]]
+                           for (path, addr), fs in self.frames.items()]}
+
+
+class Replay:
+    """The symbolizer of a capture: what was found then (an address it had not looked up
+    gets the unknown frame)."""
+
+    def __init__(self, d: dict):
+        self.tool, self.note = d["tool"], d["note"]
+        self.frames = {(path, addr): [symbolize.Frame(**f) for f in fs] for path, addr, fs in d["frames"]}
+
+    def __call__(self, lookups):
+        return symbolize.Result({k: self.frames.get(k) or symbolize.unknown(*k) for k in lookups},
+                                self.tool, self.note)
+
+
+# ------------------------------------------------------------------ the capture
+
+def take(argv, started_pid, rc, linkage, segment, tl, hz, stats_hz, smaps_hz, releases, prof,
+         maps, release_wanted, follow) -> dict:
+    """Everything summarize reads (the symbolizer's findings are added by finish())."""
+    addrs = prof.allocs["addr"] if prof is not None else np.zeros(0, np.uint64)
+    return {"version": VERSION, "argv": list(argv), "started_pid": started_pid, "rc": rc,
+            "linkage": linkage, "hz": hz, "stats_hz": stats_hz, "smaps_hz": smaps_hz,
+            "releases": [[label, at, rel] for (label, at), rel in (releases or {}).items()],
+            "release_wanted": release_wanted, "follow": follow,
+            "segment": Reading.take(segment).d if segment is not None else None,
+            "timeline": _timeline_json(tl), "profile": _profile_json(prof),
+            "maps": [[name, _heapmap_json(hm, addrs)] for name, hm in maps]}
+
+
+def summarize_from(cap: dict, columns: dict):
+    """The summary derived from a capture and the record's timeline columns."""
+    from heapsight.summary import summarize   # the analysis of a run
+    seg = Reading(cap["segment"]) if cap["segment"] is not None else None
+    replay = Replay(cap["symbols"]) if cap.get("symbols") else symbolize.symbolize
+    return summarize(cap["argv"], cap["started_pid"], cap["rc"], cap["linkage"], seg,
+                     _timeline(cap["timeline"], columns), cap["hz"], cap["stats_hz"],
+                     cap["smaps_hz"], {(label, at): rel for label, at, rel in cap["releases"]},
+                     _profile(cap["profile"]), [(name, _heapmap(m)) for name, m in cap["maps"]],
+                     cap["release_wanted"], cap["follow"], symbolizer=replay)
+
+
+def rederive(doc: dict):
+    """A run record's summary derived again, or None when it carries no capture (a record
+    saved before captures were kept, or by attach)."""
+    cap = doc.get("capture")
+    if not isinstance(cap, dict) or cap.get("version") != VERSION:
+        return None
+    return summarize_from(cap, doc.get("timeline") or {})

@@ -1,0 +1,65 @@
+"""The seam between capturing and analysing (capture.py): a run record keeps what the
+analysis read, and a saved run is analysed again by today's code."""
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import scenario
+from heapsight import capture, record
+
+HS = [sys.executable, "-m", "heapsight"]
+
+
+def saved_run(tmp_path, *argv, opts=()):
+    out = tmp_path / "r.hsrun.json.gz"
+    r = subprocess.run([*HS, "run", "-q", "-o", str(out), *opts, "--", *argv],
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def plain(x):
+    return json.loads(json.dumps(x))
+
+
+@pytest.mark.parametrize("argv, opts", [
+    ([scenario("hs-sites")], ()),                      # call sites, snapshots, heap maps, reach
+    ([scenario("hs-retention")], ("--at", "0.1")),     # threads, arenas, a release, a hold
+    (["sh", "-c", f"{scenario('hs-leak')} --mb 20; true"], ()),   # a child named
+])
+def test_a_saved_run_is_derived_again_equal_to_its_summary(tmp_path, argv, opts):
+    # GIVEN a run saved with its capture
+    doc = record.load(str(saved_run(tmp_path, *argv, opts=opts)))
+    assert doc["capture"]["version"] == capture.VERSION
+    # THEN its summary derived again from the capture, with no process and no symbolizer,
+    # is the one saved, field for field
+    assert plain(capture.rederive(doc).to_dict()) == plain(doc["summary"])
+
+
+def test_report_shows_todays_analysis_of_an_old_record(tmp_path):
+    # GIVEN a saved run whose summary an older heapsight wrote differently (its verdict)
+    path = saved_run(tmp_path, scenario("hs-leak"), "--mb", "5")
+    doc = json.loads(gzip.open(path, "rt").read())
+    doc["summary"]["verdict"] = "an older analysis said this"
+    old = tmp_path / "old.hsrun.json.gz"
+    old.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    # THEN the page shows today's verdict, and --as-recorded the saved one
+    for opts, shown, hidden in (((), "LEAK: ", "an older analysis"),
+                                (("--as-recorded",), "an older analysis", "LEAK: ")):
+        page = tmp_path / "p.html"
+        r = subprocess.run([*HS, "report", *opts, "-o", str(page), str(old)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        html = page.read_text()
+        assert shown in html and hidden not in html, opts
+
+
+def test_a_record_without_a_capture_is_shown_as_saved(tmp_path):
+    path = saved_run(tmp_path, "true")
+    doc = record.load(str(path))
+    del doc["capture"]
+    assert capture.rederive(doc) is None
