@@ -72,7 +72,7 @@ def count(v: float) -> str:
 
 
 def metric(key: str, v: float | None, short: bool = False) -> str:
-    """A figure of compare's table (comparison.METRICS) for a cell: times in seconds,
+    """A figure of compare's table (ranking.METRICS) for a cell: times in seconds,
     faults as a count, the rest in bytes (short: for a narrow terminal)."""
     if v is None:
         return "-"

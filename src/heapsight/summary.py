@@ -247,7 +247,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         # the last exec happened after the library attached: its image does not load it
         exec_after_attach = (len(tl.images) > 1 and len(tl.image_before_s) == len(tl.images)
                              and tl.image_before_s[-1] > attached_s + 0.02)
-        if (image and not last_exe.endswith(image)) or exec_after_attach:
+        # (an image the library attached in after an exec the sampler did not see, the
+        # program being that short, is newer than the sampler's last: no loss)
+        unseen_exec = segment.get("execs") > len(tl.images) - 1
+        if (image and not last_exe.endswith(image) and not unseen_exec) or exec_after_attach:
             lost_at, attached = tl.images[-1], False
     allocator = segment.allocator_name() if attached else "unknown"
     baseline = segment.get("start_anon_bytes") if attached else 0

@@ -109,7 +109,8 @@ def test_the_core_layer_exists(module):
 
 # What runs or talks to a live process: the analysis of a captured run never needs it.
 LIVE = {"heapsight.measure", "heapsight.launch", "heapsight.attach", "heapsight.gdbcall",
-        "heapsight.readloop", "heapsight.procfs", "heapsight.watching", "heapsight.interrupts"}
+        "heapsight.readloop", "heapsight.procfs", "heapsight.watching", "heapsight.sampler",
+        "heapsight.comparison"}
 
 
 def reaches(g: dict, start: str) -> set:
@@ -124,8 +125,11 @@ def reaches(g: dict, start: str) -> set:
     return seen
 
 
-@pytest.mark.parametrize("module", ["heapsight.summary", "heapsight.capture"])
+@pytest.mark.parametrize("module", ["heapsight.summary", "heapsight.capture", "heapsight.analysis",
+                                    "heapsight.diffing", "heapsight.ranking", "heapsight.report",
+                                    "heapsight.reporters.terminal", "heapsight.reporters.csv",
+                                    "heapsight.reporters.html", "heapsight.reporters.pprof"])
 def test_the_analysis_of_a_captured_run_needs_no_live_process(module):
-    # a saved run is analysed again (capture.rederive) with none of the code that starts,
-    # samples or attaches to a process
+    # a saved run is analysed again (capture.rederive), and drawn, with none of the code
+    # that starts, samples or attaches to a process
     assert sorted(reaches(graph(), module) & LIVE) == []

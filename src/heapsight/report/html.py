@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heapsight import __version__
-from heapsight.comparison import METRICS
+from heapsight.ranking import METRICS
 from heapsight.fmt import cell, human, metric, pct
 from heapsight.output import OTHER_SURROGATES
 from heapsight.report import charts as ch

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
-from heapsight.comparison import METRICS
+from heapsight.ranking import METRICS
 
 
 def render_compare(doc: dict) -> str:

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from heapsight import fmt
-from heapsight.comparison import METRICS, baseline, separated
+from heapsight.ranking import METRICS, baseline, separated
 from heapsight.fmt import human, pct, printable
 from heapsight.model import Breakdown, Summary
 

@@ -1,0 +1,64 @@
+"""compare's figures read: what it ranks (METRICS), each figure's median and spread over
+the repeats, glibc's defaults as the baseline, whether two figures differ beyond the noise
+of their repeats, and the recommendation. Pure: the formats read it; comparison.py runs
+the programs."""
+
+from __future__ import annotations
+
+import statistics
+
+METRICS = (("peak_rss", "peak RSS"), ("final_rss", "RSS at exit"), ("retained", "retained"),
+           ("given_back", "given back"), ("wall_s", "wall"), ("cpu_s", "CPU"),
+           ("minor_faults", "minor faults"))
+
+
+def stats_of(runs: list) -> dict:
+    out = {}
+    for key, _ in METRICS:
+        vals = [r[key] for r in runs]
+        out[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+    return out
+
+
+def baseline(rows: list) -> dict | None:
+    """The row the others are measured against: glibc's defaults, if they ran."""
+    return next((r for r in rows if r["name"] == "glibc" and r["ok"]), None)
+
+
+def recommend(rows: list) -> str:
+    base = baseline(rows)
+    if base is None:
+        listed = next((r for r in rows if r["name"] == "glibc"), None)
+        if listed is None:
+            return "no recommendation: add glibc to --configs to have a baseline to compare with"
+        return f"no recommendation: the glibc baseline failed ({listed['error']})"
+    b = base["stats"]
+    ok = [r for r in rows if r["ok"] and r is not base]
+
+    def change(r, key):
+        """The change of the medians, or 0.0 when it is noise: a difference is one only
+        when the repeats' ranges (min to max) do not overlap."""
+        if not separated(r["stats"][key], b[key]):
+            return 0.0
+        return (r["stats"][key]["median"] - b[key]["median"]) / b[key]["median"] if b[key]["median"] else 0.0
+
+    def said(r, key, what):
+        if not separated(r["stats"][key], b[key]):
+            return f"{what} as glibc's within the repeats' spread"
+        return f"{change(r, key) * 100:+.0f}% {what}"
+    # the lowest RSS at exit among those costing at most 25% more time; else the lowest
+    better = [r for r in ok if change(r, "final_rss") <= -0.10]
+    if not better:
+        return ("keep glibc's defaults: no configuration lowered the RSS at exit by 10% or more "
+                "beyond the spread of the repeats")
+    affordable = [r for r in better if change(r, "wall_s") <= 0.25] or better
+    pick = min(affordable, key=lambda r: r["stats"]["final_rss"]["median"])
+    return (f"{pick['name']}: {said(pick, 'final_rss', 'RSS at exit')}, "
+            f"{said(pick, 'peak_rss', 'peak RSS')}, {said(pick, 'wall_s', 'wall time')} "
+            f"against glibc's defaults ({pick['about']}); run it with: {pick['how']}")
+
+
+def separated(a: dict, b: dict) -> bool:
+    """Whether two figures' repeats (stats_of: median, min, max) do not overlap: a
+    difference of their medians is then more than the noise of the runs."""
+    return a["min"] > b["max"] or a["max"] < b["min"]
