@@ -109,3 +109,18 @@ def test_the_page_draws_both_runs_on_one_axis_and_what_moved(tmp_path):
     assert drawn and int(drawn.group(1)) >= 3 and 'data-errors="0"' in dom
     assert "Run A and run B on one time axis" in dom
     assert "build_index" in dom.split('class="doc diff"', 1)[1].split("</section>", 1)[0]
+
+
+def test_a_comparisons_runs_are_diffed_by_their_configuration(tmp_path):
+    cmp = tmp_path / "cmp.json.gz"
+    r = subprocess.run([*HS, "compare", "--repeat", "1", "--configs", "glibc,jemalloc-eager",
+                        "-o", str(cmp), "--", scenario("hs-retention")], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r, d = diff(tmp_path, f"{cmp}#glibc", f"{cmp}#jemalloc-eager")
+    assert r.returncode == 0, r.stderr
+    exit_rows = {x["row"]: x for x in d["split"]["exit"]}
+    assert exit_rows["retained"]["change"] < -100 << 20
+    # a configuration it does not have is refused with the ones it has
+    r, _ = diff(tmp_path, f"{cmp}#glibc", f"{cmp}#nosuch")
+    assert r.returncode == 2 and "no run of nosuch" in r.stderr and "jemalloc-eager" in r.stderr

@@ -1,7 +1,8 @@
 """Two saved runs side by side: what moved from run A to run B.
 
-A and B are run records (`heapsight run` saves one per run): the same program before and
-after a change (MALLOC_ARENA_MAX, a malloc_trim, a pool, a new release). The diff gives
+A and B are run records (`heapsight run` saves one per run), or a saved comparison's run
+of one configuration (FILE#CONFIG: its repeat with the median peak RSS): the same program
+before and after a change (MALLOC_ARENA_MAX, a malloc_trim, a pool, a new release). The diff gives
 the RSS split at the peak and at exit (each row's change in bytes and percent), peak RSS,
 what the release gave back, the largest hold, the pinned pages, reachability at exit
 (where both runs have it), the verdicts, and the call sites at the peak and of the bytes
@@ -12,10 +13,12 @@ examples:
   heapsight diff before.hsrun.json.gz after.hsrun.json.gz
   heapsight diff a.hsrun.json.gz b.hsrun.json.gz --json diff.json
   heapsight diff base.hsrun.json.gz new.hsrun.json.gz --fail-if-grew retained=8M --fail-if-grew lost=0
+  heapsight diff cmp.json.gz#glibc cmp.json.gz#jemalloc-eager
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from heapsight import diffing, output, record
@@ -27,7 +30,8 @@ EXIT_GATE = 90
 
 
 def add_arguments(p) -> None:
-    p.add_argument("a", metavar="A", help="the first run record (.hsrun.json.gz): before")
+    p.add_argument("a", metavar="A", help="the first run record (.hsrun.json.gz), or "
+                   "COMPARISON#CONFIG: before")
     p.add_argument("b", metavar="B", help="the second run record: after")
     p.add_argument("--json", metavar="FILE|-", help="the differences as JSON ('-': stdout)")
     p.add_argument("--html", metavar="FILE",
@@ -55,10 +59,28 @@ def gates(specs: list) -> list:
 
 
 def load_run(path: str) -> dict:
+    """A run record, or FILE#CONFIG: a saved comparison's run of that configuration (its
+    repeat with the median peak RSS)."""
+    config = None
+    if not os.path.exists(path) and "#" in path:
+        path, config = path.rsplit("#", 1)
     doc = record.load(path)
+    if config is not None:
+        if doc.get("kind") != "heapsight-compare":
+            raise HeapsightError(f"{path}#{config}: {path} is not a saved comparison: #CONFIG "
+                                 "names a configuration of one (heapsight compare -o FILE)", 2)
+        runs = [r for r in doc.get("runs") or () if r.get("config") == config]
+        if not runs:
+            names = sorted({r.get("config") for r in doc.get("runs") or ()} - {None})
+            raise HeapsightError(f"{path}#{config}: no run of {config} in it (it has: "
+                                 + (", ".join(names) or "none saved") + ")", 2)
+        runs.sort(key=lambda r: r["summary"].get("peak_rss_bytes") or 0)
+        doc = runs[(len(runs) - 1) // 2]
+        doc = {**doc, "kind": record.KIND}
     if doc.get("kind") != record.KIND:
         raise HeapsightError(f"{path}: {record.KINDS.get(doc.get('kind'), 'not a run record')}, "
-                             "not a run record: diff compares two runs (.hsrun.json.gz)", 2)
+                             "not a run record: diff compares two runs (.hsrun.json.gz, or "
+                             "a saved comparison's run as FILE#CONFIG)", 2)
     return doc
 
 
