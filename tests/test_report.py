@@ -270,7 +270,9 @@ def test_program_named_script_tag_shows_as_text(inputs, tmp_path):
         (tmp_path / n).write_text(json.dumps(doc))
         files.append(str(tmp_path / n))
     out = tmp_path / "x.html"
-    p = hs("report", *files, "-o", str(out))
+    # (as recorded: the summary itself carries the payloads, not the capture it would be
+    # derived from again)
+    p = hs("report", "--as-recorded", *files, "-o", str(out))
     assert p.returncode == 0, p.stderr
     text = out.read_text()
     # THEN no payload reaches the page as markup: the only scripts are the page's own three
@@ -427,3 +429,19 @@ def test_missing_chromium_names_the_package_before_writing(inputs, tmp_path):
     assert p.returncode == 2
     assert "Debian package chromium" in p.stderr
     assert not out.exists() and not (tmp_path / "png").exists()
+
+
+def test_a_capture_whose_program_is_markup_is_derived_again_as_text(inputs, tmp_path):
+    # GIVEN a run record whose capture (what the summary is derived from again) names a
+    # program that is markup
+    run = json.loads(gzip.open(inputs["run"], "rt").read())
+    assert "capture" in run
+    run["capture"]["argv"] = [PAYLOAD, PWN]
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    out = tmp_path / "x.html"
+    p = hs("report", str(tmp_path / "run.json"), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    # THEN the page derived from it shows the name as text, never as markup
+    text = out.read_text()
+    assert PAYLOAD not in text and "<img" not in text and text.count("<script") == 3
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text

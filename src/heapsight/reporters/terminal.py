@@ -408,13 +408,30 @@ def table(t: dict) -> Table:
     return out
 
 
+def lab_table(c: Console, t: dict) -> None:
+    """A lab table as wide as the terminal allows; one that would not fit is stacked, each
+    row a block of "column: value" lines, never cropped; its note is wrapped prose."""
+    tbl = table(t)
+    tbl.caption = None
+    if Measurement.get(c, c.options.update(max_width=10_000), tbl).maximum <= c.width:
+        _print(c, tbl)
+    else:
+        cols = [str(x) for x in t["columns"]]
+        for row in t["rows"]:
+            c.print(Text("  " + fmt.cell(row[0]) if row else "", style="bold"), soft_wrap=True)
+            for name, v in zip(cols[1:], row[1:]):
+                _indent(c, f"{name}: {fmt.cell(v)}", 4)
+    if t.get("note"):
+        _indent(c, t["note"], 2, style="dim")
+
+
 def render_table(t: dict, width: int = 100) -> str:
     """A lab table as plain text (for tests and logs)."""
     import io
     buf = io.StringIO()
     c = Console(file=buf, width=width, no_color=True, highlight=False)
     c.print(Text(t["title"]), soft_wrap=True)
-    c.print(table(t))
+    lab_table(c, t)
     return buf.getvalue().rstrip("\n")
 
 
@@ -430,7 +447,7 @@ def render_lab(result: dict, out) -> None:
     for t in result["tables"]:
         c.print()
         c.print(Text(t["title"], style="bold"), soft_wrap=True)
-        _print(c, table(t))
+        lab_table(c, t)
     c.print()
     c.print("claims:")
     for cl in result["claims"]:
