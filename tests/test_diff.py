@@ -108,7 +108,14 @@ def test_the_page_draws_both_runs_on_one_axis_and_what_moved(tmp_path):
     drawn = re.search(r'data-charts="(\d+) drawn"', dom)
     assert drawn and int(drawn.group(1)) >= 3 and 'data-errors="0"' in dom
     assert "Run A and run B on one time axis" in dom
-    assert "build_index" in dom.split('class="doc diff"', 1)[1].split("</section>", 1)[0]
+    head = dom.split('class="doc diff"', 1)[1].split("</section>", 1)[0]
+    assert "build_index" in head
+    # and the differential flame graph opens on B, its boxes coloured by the change from A:
+    # build_index's path grew (red), the rest within the sampling error (grey)
+    assert 'data-moment="B: peak"' in head
+    fills = re.findall(r'<rect[^>]*fill="([^"]+)"[^>]*data-n', head)
+    assert any(f.startswith("hsl(0,75%") for f in fills), fills
+    assert not any(f.startswith("hsl(215,75%") for f in fills), fills
 
 
 def test_a_comparisons_runs_are_diffed_by_their_configuration(tmp_path):

@@ -90,6 +90,55 @@ def _num(v, default=0):
     return v if isinstance(v, (int, float)) and v == v else default
 
 
+def merged_sites(a: dict, b: dict, moment: str = "peak") -> dict | None:
+    """Two runs' sampled call sites at one moment as one sites dict (frames matched by
+    function, file, line and object; each run's stacks mapped onto them): its moments are
+    "A: moment" and "B: moment", for a differential flame graph. None when either has none."""
+    sa, sb = a.get("sites"), b.get("sites")
+    if not isinstance(sa, dict) or not isinstance(sb, dict):
+        return None
+    frames, index, stacks, stack_index, moments = [], {}, [], {}, []
+    for label, sites in (("A", sa), ("B", sb)):
+        m = next((x for x in sites.get("moments") or () if x.get("name") == moment), None)
+        if m is None:
+            return None
+        fr_in = sites.get("frames") or []
+        remap = []
+        for f in fr_in:
+            key = (f.get("function"), f.get("file"), f.get("line"), f.get("object"),
+                   None if f.get("function") else f.get("address"))
+            if key not in index:
+                index[key] = len(frames)
+                frames.append(f)
+            remap.append(index[key])
+        st_in = sites.get("stacks") or []
+        entries = []
+        for e in m.get("stacks") or []:
+            k = e.get("stack")
+            if not isinstance(k, int) or not 0 <= k < len(st_in):
+                continue
+            path = tuple(remap[f] for f in st_in[k] if isinstance(f, int) and 0 <= f < len(remap))
+            if path not in stack_index:
+                stack_index[path] = len(stacks)
+                stacks.append(list(path))
+            entries.append({**e, "stack": stack_index[path]})
+        moments.append({**m, "name": f"{label}: {moment}", "stacks": entries})
+    return {"frames": frames, "stacks": stacks, "moments": moments}
+
+
+def diff_flame_chart(a: dict, b: dict, cid: str) -> dict | None:
+    """The flame graph of run B's call paths at the peak, each box coloured by how its
+    bytes changed from run A's (red grew, blue shrank, grey within the sampling error)."""
+    merged = merged_sites(a, b)
+    if merged is None:
+        return None
+    chart = flame_chart({"sites": merged}, cid)
+    if chart:
+        chart["title"] = "Live bytes by call path at the peak, B against A"
+        chart["diff"] = [0, 1]   # the moments compared: B's boxes coloured by B - A
+    return chart
+
+
 def flame_chart(summary: dict, cid: str) -> dict | None:
     """The flame graph of a run's sampled call sites, or None when it has none."""
     sites = summary.get("sites")

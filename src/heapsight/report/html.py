@@ -376,7 +376,15 @@ def diff_section(sid: str, source: str, doc: dict) -> tuple:
         parts.append(table(["", "A", "B", "change", "site"], rows,
                            f"call sites {moment} (a change inside the two runs' sampling error, "
                            "their 99.9% interval, is no change)"))
-    parts += [figures(cs), "</section>"]
+    flame = holders.diff_flame_chart(doc["a"].get("summary") or {}, doc["b"].get("summary") or {},
+                                     f"{sid}-flame")
+    if flame:
+        cs = cs + [flame]
+        parts.append('<h3 class="holders">The call paths at the peak, B against A (red grew, '
+                     'blue shrank, grey within the sampling error)</h3>'
+                     f'<div class="holders-grid">{figure(flame)}'
+                     f'<div class="side" id="side-{esc(flame["id"])}"></div></div>')
+    parts += [figures([c for c in cs if c is not flame]), "</section>"]
     return "".join(parts), cs
 
 

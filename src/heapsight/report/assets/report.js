@@ -730,7 +730,8 @@
   function drawFlame(fig, c) {
     var st = state[c.id] = state[c.id] || {};
     var t = flameTree(c);
-    var mi = st.moment || 0;
+    // a differential one opens on the run compared (B), coloured against the other
+    var mi = st.moment === undefined ? (c.diff ? c.diff[1] : 0) : st.moment;
     if (!c.moments[mi]) mi = st.moment = 0;
     var M = c.moments[mi], s = flameSums(c, t, mi);
     var zoom = st.zoom || 0;
@@ -815,10 +816,19 @@
     var g = svg('g', {'class': 'boxes'}), lg = svg('g', {'class': 'labels'});
     var measure = measurer(root);
     var rects = [];
+    // a differential flame graph (heapsight diff): B's boxes coloured by B - A, beyond the
+    // two estimates' 99.9% interval (their 95% errors combined, widened)
+    var base = c.diff && mi === c.diff[1] ? flameSums(c, t, c.diff[0]) : null;
+    function diffColor(n) {
+      var d = s.bytes[n] - base.bytes[n], e = Math.sqrt(s.err2[n] + base.err2[n]) * 3.29 / 1.96;
+      if (Math.abs(d) <= e) return 'hsl(210,6%,78%)';
+      var f = Math.min(1, Math.abs(d) / Math.max(1, Math.max(s.bytes[n], base.bytes[n])));
+      return d > 0 ? 'hsl(0,75%,' + (80 - 30 * f).toFixed(0) + '%)' : 'hsl(215,75%,' + (80 - 30 * f).toFixed(0) + '%)';
+    }
     boxes.forEach(function (b) {
       var n = b[0], y = t.depth[n] * rowH;
       var r = svg('rect', {x: b[1].toFixed(2), y: y, width: Math.max(0.5, b[2] - 0.5).toFixed(2),
-        height: rowH - 1, fill: n ? t.colors[c.frame[n]] : ROOT_COLOR,
+        height: rowH - 1, fill: base ? diffColor(n) : n ? t.colors[c.frame[n]] : ROOT_COLOR,
         'class': b[3] ? 'fbox anc' : 'fbox', 'data-n': n}, g);
       rects.push(r);
       var name = n ? t.labels[c.frame[n]] : 'all: ' + fmtBytes(total, 1) + ' at ' + String(M.name || '');
@@ -851,6 +861,8 @@
         rowsT.push(['', 'share', share(s.bytes[n], total) + ' of the sampled live bytes at ' + String(M.name || '') +
           (zoom && n !== zoom && s.bytes[zoom] >= s.bytes[n] ? ', ' + share(s.bytes[n], s.bytes[zoom]) + ' of the zoomed box' : '')]);
         rowsT.push(['', 'blocks', '\u2248 ' + count(s.blocks[n])]);
+        if (base) rowsT.push(['', 'in A', bytesPm(base.bytes[n], base.err2[n]) + ' (' +
+          (s.bytes[n] >= base.bytes[n] ? '+' : '\u2212') + fmtBytes(Math.abs(s.bytes[n] - base.bytes[n]), 1) + ')']);
         if (s.own[n] > 0 && n) rowsT.push(['', 'allocated here', fmtBytes(s.own[n], 1) + ' (this call is the innermost)']);
         showTip(fig, tip, root, ev.clientX - r.left, ev.clientY - r.top,
                 n ? t.labels[c.frame[n]] : 'all sampled live bytes', rowsT);
