@@ -261,7 +261,7 @@ class Sampler:
         next_poll, next_children, children_rss = start, start, math.nan
         next_kinds = start + 0.05
         hwm, threads, best_usable = math.nan, math.nan, 0
-        last_peak_kinds, exit_tried = -math.inf, False
+        last_peak_kinds, exit_tried, early = -math.inf, False, False
         waste_ratio, pss, stats_seq, retargeted = 0.0, math.nan, -1, False
         blank = [math.nan] * len(COLUMNS)
         I = IDX
@@ -364,7 +364,14 @@ class Sampler:
                         row[I["alloc_in_use"]] = math.nan if stats.in_use_bytes is None else stats.in_use_bytes
                         row[I["alloc_free"]] = math.nan if stats.free_bytes is None else stats.free_bytes
                         row[I["alloc_mapped"]], row[I["arenas"]] = stats.mapped_bytes, stats.arenas
-            if st is not None or counted:
+            # a tick right after one the fast reader took (it stopped early for a new high of
+            # RSS, or the program's exit, to read the mappings) adds no row a hair after its
+            # last: two samples a few µs apart would make "the sample at t" ambiguous
+            n_cols = len(COLUMNS)
+            crowded = (early and req is None and not self.pending and len(tl.flat) >= n_cols and
+                       row[I["t"]] - tl.flat[len(tl.flat) - n_cols] < 0.5 * self.period)
+            early = False
+            if (st is not None or counted) and not crowded:
                 tl.append_row(row)
                 self._snapshots(row[I["t"]])
             tl.ticks += 1
@@ -404,6 +411,7 @@ class Sampler:
                     if len(rows):
                         best_usable = self._append_fast(rows, best_usable, _less(hwm, own),
                                                         threads, pss, children_rss)
+                    early = why in (readloop.RSS, readloop.EXITING)
                     if why == readloop.SIGNAL and self._wait(0.0):
                         next_poll = 0.0
                     elif why == readloop.GONE:

@@ -128,7 +128,7 @@ def reaches(g: dict, start: str) -> set:
 @pytest.mark.parametrize("module", ["heapsight.summary", "heapsight.capture", "heapsight.analysis",
                                     "heapsight.diffing", "heapsight.ranking", "heapsight.report",
                                     "heapsight.reporters.terminal", "heapsight.reporters.csv",
-                                    "heapsight.reporters.html", "heapsight.reporters.pprof"])
+                                    "heapsight.reporters.pprof"])
 def test_the_analysis_of_a_captured_run_needs_no_live_process(module):
     # a saved run is analysed again (capture.rederive), and drawn, with none of the code
     # that starts, samples or attaches to a process

@@ -28,9 +28,9 @@ import os
 import sys
 import time
 
-from heapsight import attach, interrupts, output, record
+from heapsight import attach, interrupts, output, record, report
 from heapsight.errors import HeapsightError
-from heapsight.reporters import html, terminal
+from heapsight.reporters import terminal
 
 USAGE = "heapsight attach [options] PID"
 
@@ -93,7 +93,7 @@ def _execute(args) -> int:
         from heapsight import watching
         w = watching.Watch(args.pid, a, use_gdb=False)
         w.run(0)
-        html.write(args.html, [(f"attach {args.pid}", w.record())])
+        report.write_html(args.html, [(f"attach {args.pid}", w.record())])
         print(f"heapsight attach: page written to {args.html}", file=sys.stderr)
     return 0
 
@@ -116,7 +116,7 @@ def watch(args, first: attach.Attached) -> int:
         doc = w.record()
         output.save_doc(out, doc)
         if args.html:
-            html.write(args.html, [(out, doc)])
+            report.write_html(args.html, [(out, doc)])
     print(f"heapsight attach: {len(w.timeline)} samples over {w.timeline.duration_s:.1f} s "
           f"saved to {out}" + (" (stopped by Ctrl-C)" if w.interrupted else "")
           + (" (the process ended)" if w.ended else ""), file=sys.stderr)

@@ -19,11 +19,11 @@ import argparse
 import os
 import sys
 
-from heapsight import comparison, measure, output
+from heapsight import comparison, measure, output, report
 from heapsight.allocators import (DEFAULT_CONFIGS, PRESETS, RUNTIME_DEFAULTS, library_for,
                                   parse_config, presets, runtime_of)
 from heapsight.errors import HeapsightError
-from heapsight.reporters import csv, html, terminal
+from heapsight.reporters import csv, terminal
 
 USAGE = "heapsight compare [options] [--] PROGRAM [ARGS...]"
 
@@ -142,7 +142,7 @@ def execute(args) -> int:
         output.save_doc(out, cmp.doc())
         sys.stderr.write(f"runs saved to {out}\n")
     if args.html:
-        html.write(args.html, [cmp.doc()])
+        report.write_html(args.html, [cmp.doc()])
         sys.stderr.write(f"page written to {args.html}\n")
     if args.csv:
         output.write(args.csv, csv.render_compare(doc), gzip=False)

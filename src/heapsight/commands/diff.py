@@ -111,9 +111,9 @@ def execute(args) -> int:
     if args.json:
         output.write_json(args.json, d)
     if args.html:
-        from heapsight.reporters import html
+        from heapsight import report
         head = {"kind": "heapsight-diff", "diff": d, "a": da, "b": db}
-        html.write(args.html, [(f"A: {args.a}, B: {args.b}", head), (f"A: {args.a}", da),
+        report.write_html(args.html, [(f"A: {args.a}, B: {args.b}", head), (f"A: {args.a}", da),
                                (f"B: {args.b}", db)], f"heapsight diff: {diffing.program(a)}")
     if not args.quiet:
         render(d, args.a, args.b, sys.stdout if args.json != "-" else sys.stderr)

@@ -25,12 +25,12 @@ import platform
 import sys
 import time
 
-from heapsight import lab, output
+from heapsight import lab, output, report
 from heapsight.allocators import presets
 from heapsight.errors import HeapsightError
 from heapsight.lab.common import Context, say_stderr
 from heapsight.model import SCHEMA_VERSION
-from heapsight.reporters import csv, html, terminal
+from heapsight.reporters import csv, terminal
 
 
 def add_arguments(p) -> None:
@@ -135,7 +135,7 @@ def execute(args) -> int:
         output.save_doc(out, doc)
         sys.stderr.write(f"results saved to {out}\n")
     if args.html:
-        html.write(args.html, [doc])
+        report.write_html(args.html, [doc])
         sys.stderr.write(f"page written to {args.html}\n")
     if interrupted:
         return 130

@@ -22,7 +22,6 @@ import sys
 from heapsight import output, record, report
 from heapsight.errors import HeapsightError
 from heapsight.report import png
-from heapsight.reporters import html
 
 
 def add_arguments(p) -> None:
@@ -94,7 +93,7 @@ def execute(args) -> int:
             output.check(os.path.join(args.png, "chart.png"), "--png")
         except OSError as e:
             raise HeapsightError(f"--png {args.png}: cannot make the directory ({e.strerror})") from e
-    page = html.write(args.output, docs, args.title)
+    page = report.write_html(args.output, docs, args.title)
     size = len(report.printable(page.html).encode("utf-8"))
     print(f"heapsight report: wrote {args.output} ({len(docs)} file(s), {len(page.charts)} "
           f"chart(s), {size / 1024:,.0f} KiB)", file=sys.stderr)

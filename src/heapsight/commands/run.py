@@ -280,8 +280,8 @@ def execute(args) -> int:
         if args.json:
             output.write_json(args.json, summary.to_dict())
         if args.html:
-            from heapsight.reporters import html
-            html.write(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
+            from heapsight import report
+            report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
         if args.pprof:
             from heapsight.reporters import pprof
             try:
