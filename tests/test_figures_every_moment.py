@@ -160,8 +160,9 @@ def test_the_mappings_are_read_near_the_peak_not_only_when_the_clock_says(tmp_pa
     subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True, timeout=60)
     s = run(tmp_path, str(exe))["summary"]
     # THEN the reading by kind of mapping near peak RSS has the 100 MiB as other anonymous
-    # memory, and the last one (after the unmap) has not
+    # memory (within the 10% and 1 MiB it is read again at, as RSS grows), and the last one
+    # (after the unmap) has not
     peak, last = s["resident_by_kind_peak"], s["resident_by_kind"]
-    assert peak["anon"] >= 95 << 20, peak
+    assert peak["anon"] >= 85 << 20, peak
     assert last["anon"] < 10 << 20 and last["at_s"] > peak["at_s"], last
     assert abs(peak["at_s"] - s["peak_rss_at_s"]) < 0.3

@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <time.h>
@@ -28,7 +29,8 @@
 
 /* Why the loop returned. */
 enum { HS_READ_UNTIL = 0, HS_READ_FULL = 1, HS_READ_SIGNAL = 2, HS_READ_GONE = 3,
-       HS_READ_ASKED = 4, HS_READ_OWNER = 5, HS_READ_EXITING = 6, HS_READ_RSS = 7 };
+       HS_READ_ASKED = 4, HS_READ_OWNER = 5, HS_READ_EXITING = 6, HS_READ_RSS = 7,
+       HS_READ_EXEC = 8 };
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -162,7 +164,7 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
                  uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
                  uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why,
                  int pagemap_fd, double *own, uint64_t pid, int watch_exit,
-                 double rss_above) {
+                 double rss_above, const char *exe) {
   int rows = 0, sfd = signal_fd(wake_mask);
   for (;;) {
     uint64_t now = now_ns(), due = *next_ns < until_ns ? *next_ns : until_ns;
@@ -181,6 +183,17 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     }
     if (now >= until_ns) { *why = HS_READ_UNTIL; return rows; }
     if (rows >= max_rows) { *why = HS_READ_FULL; return rows; }
+    /* the program exec'd another image (exe: the one the caller saw last): the caller
+     * notes it (a program that runs less than a Python tick would be missed) */
+    if (exe && exe[0] && pid) {
+      char path[64], now_exe[4096];
+      snprintf(path, sizeof path, "/proc/%llu/exe", (unsigned long long)pid);
+      ssize_t n = readlink(path, now_exe, sizeof now_exe - 1);
+      if (n > 0) {
+        now_exe[n] = 0;
+        if (strcmp(now_exe, exe) != 0) { *why = HS_READ_EXEC; return rows; }
+      }
+    }
     /* the counters are another process's than statm_fd's (a wrapper's program attached):
      * the caller reads that process from now on */
     uint64_t owner = seg ? __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE) : 0;

@@ -13,7 +13,7 @@ from heapsight import native
 
 COLUMNS = ("t", "rss", "anon", "live_usable", "live_req", "n_alloc", "n_free",
            "alloc_in_use", "alloc_free", "alloc_mapped", "arenas")
-UNTIL, FULL, SIGNAL, GONE, ASKED, OWNER, EXITING, RSS = 0, 1, 2, 3, 4, 5, 6, 7
+UNTIL, FULL, SIGNAL, GONE, ASKED, OWNER, EXITING, RSS, EXEC = 0, 1, 2, 3, 4, 5, 6, 7, 8
 ROWS = 512
 _lib = None
 
@@ -27,7 +27,7 @@ def _load():
         f.argtypes = [ctypes.c_int, ctypes.c_void_p, u64, ctypes.POINTER(u64), u64, u64, u64,
                       u64, ctypes.POINTER(u64), ctypes.c_double, ctypes.c_void_p, ctypes.c_int,
                       ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_double), u64,
-                      ctypes.c_int, ctypes.c_double]
+                      ctypes.c_int, ctypes.c_double, ctypes.c_char_p]
         f.restype = ctypes.c_int
         _lib = lib
     return _lib
@@ -61,7 +61,7 @@ class FastReader:
 
     def loop(self, statm_fd: int, next_ns: int, until_ns: int, asked_seq: int, stats_seq: int,
              pagemap_fd: int | None = None, own_bytes: float = 0.0, pid: int = 0,
-             watch_exit: bool = False, rss_above: float = 0.0):
+             watch_exit: bool = False, rss_above: float = 0.0, exe: str = ""):
         """(rows as an (n, len(COLUMNS)) array copy, why, the next tick due in ns, the
         allocator reading last taken). Rows' RSS leaves out heapsight's own bytes resident
         in the program (the segment's pages), read through pagemap_fd each tick, else
@@ -73,5 +73,6 @@ class FastReader:
                                   ctypes.byref(self.stats_seq), self.page,
                                   self.buf.ctypes.data, ROWS, ctypes.byref(self.why),
                                   -1 if pagemap_fd is None else pagemap_fd, self.own, pid,
-                                  1 if watch_exit else 0, rss_above)
+                                  1 if watch_exit else 0, rss_above,
+                                  os.fsencode(exe) if exe else None)
         return self.buf[:n].copy(), self.why.value, self.next_ns.value, self.stats_seq.value

@@ -394,7 +394,8 @@ class Sampler:
                                                     int(due * 1e9), self._asked, stats_seq,
                                                     self.pagemap if own_here else None, own,
                                                     self.pid, watch_exit=not exit_tried,
-                                                    rss_above=peak_kinds_above(tl, now, last_peak_kinds))
+                                                    rss_above=peak_kinds_above(tl, now, last_peak_kinds),
+                                                    exe=tl.images[-1][1] if tl.images else "")
                     own = fast.own[0]
                     tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
                     if seq != max(0, stats_seq):
@@ -411,7 +412,9 @@ class Sampler:
                     if len(rows):
                         best_usable = self._append_fast(rows, best_usable, _less(hwm, own),
                                                         threads, pss, children_rss)
-                    early = why in (readloop.RSS, readloop.EXITING)
+                    early = why in (readloop.RSS, readloop.EXITING, readloop.EXEC)
+                    if why == readloop.EXEC:
+                        next_status = 0.0   # the next tick reads the new image
                     if why == readloop.SIGNAL and self._wait(0.0):
                         next_poll = 0.0
                     elif why == readloop.GONE:
