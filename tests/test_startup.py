@@ -64,3 +64,20 @@ def test_help_and_one_commands_help_load_only_what_they_show():
     (rc, numpy, rich, mods), out = loaded("diff", "--help")
     assert rc == "0" and mods == "heapsight.commands.diff", mods
     assert "--fail-if-grew" in out
+
+
+def test_a_run_nothing_shows_names_nothing_and_keeps_no_capture():
+    # GIVEN a run whose summary nothing shows or saves (run -q --no-save with no other
+    # output: keep=False), and the same run kept
+    import subprocess as sp
+    from conftest import scenario
+    from heapsight import measure
+    argv = [scenario("hs-leak"), "--mb", "2"]
+    quiet = dict(stdout=sp.DEVNULL, warn=False)
+    s0, tl0 = measure.measure(argv, measure.Options(keep=False, **quiet))
+    s1, tl1 = measure.measure(argv, measure.Options(**quiet))
+    # THEN the first started no symbolizer (80 ms for llvm-symbolizer) and took no capture;
+    # its figures are the same run's
+    assert s0.sites["symbolizer"] == "none" and tl0.capture is None
+    assert s1.sites["symbolizer"] != "none" and tl1.capture is not None
+    assert s0.heap.live_requested_bytes == s1.heap.live_requested_bytes

@@ -194,6 +194,11 @@ class Recording:
                            for (path, addr), fs in self.frames.items()]}
 
 
+# A replay of nothing: every address its unknown frame (nothing is shown or saved)
+NO_SYMBOLS = {"tool": "none", "note": "not symbolized: nothing shows or saves the call sites",
+              "frames": []}
+
+
 class Replay:
     """The symbolizer of a capture: what was found then (an address it had not looked up
     gets the unknown frame)."""

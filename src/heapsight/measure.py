@@ -89,6 +89,9 @@ class Options:
     heap_maps: bool = True               # map the heap at exit and at each snapshot
     follow: str = ""                     # the program whose process is measured (its image
                                          # name), "" for the first one started
+    keep: bool = True                    # something shows or saves the summary: names for
+                                         # the call sites, and the capture for the record
+                                         # (run -q --no-save with no other output: neither)
 
 
 def release_in_program(opts: Options) -> bool:
@@ -223,12 +226,14 @@ def measure(argv: list, opts: Options) -> tuple:
         # today's code (capture.py); taken before summarize, which cuts the timeline
         cap = capture.take(argv, proc.pid, proc.returncode, linkage, segment, timeline,
                            opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof, named_maps,
-                           opts.release, opts.follow)
-        symbols = capture.Recording()
+                           opts.release, opts.follow) if opts.keep else None
+        # names only for what is shown or saved: llvm-symbolizer takes 80 ms
+        symbols = capture.Recording() if opts.keep else capture.Replay(capture.NO_SYMBOLS)
         summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
                             opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof,
                             named_maps, opts.release, opts.follow, symbolizer=symbols)
-        cap["symbols"] = symbols.to_json()
+        if cap is not None:
+            cap["symbols"] = symbols.to_json()
         timeline.capture = cap
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:

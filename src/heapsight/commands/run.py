@@ -255,6 +255,8 @@ def execute(args) -> int:
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
                    release=not args.no_release,
                    release_in_program=args.release_in_program, follow=args.follow or "",
+                   keep=not (args.quiet and args.no_save) or bool(args.json or args.html
+                                                                  or args.pprof),
                    warn=not args.quiet,
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
