@@ -281,7 +281,11 @@ def findings(command: list, final: Breakdown | None, release: Release,
         reasons.sort(key=lambda r: (r[0] is None, -(r[0] or 0)))   # measured, largest first
         mechanisms = [text for _, text in reasons]
         suggestions = []
-        if allocator == "glibc":
+        if allocator == "glibc" and interpreted(command):
+            # a Perl or Python program cannot #include <malloc.h>: trim the running service
+            suggestions.append("for the running service: heapsight attach PID --trim   "
+                               "# calls malloc_trim(0) in it and measures what it gave back")
+        elif allocator == "glibc":
             suggestions.append("call malloc_trim(0) after freeing a large structure "
                                "(#include <malloc.h>), or from gdb now: "
                                "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'")
@@ -416,6 +420,14 @@ def where_allocated(sites: dict | None, cmd: str) -> tuple:
     size = f"{finer // 1024}K" if finer % 1024 == 0 else str(finer)
     return (text + " Few samples: a smaller sampling mean narrows the estimate.",
             (f"heapsight run --sample-bytes {size} -- {cmd}",))
+
+
+INTERPRETERS = re.compile(r"^(perl|python)[0-9.]*$")
+
+
+def interpreted(command: list) -> bool:
+    """Whether the command is a Perl or Python interpreter (by its program's name)."""
+    return bool(command) and INTERPRETERS.match(os.path.basename(str(command[0]))) is not None
 
 
 def child_findings(children: list, peak_rss: int, command: list, follow: str = "") -> list:

@@ -351,3 +351,16 @@ def test_never_freed_says_how_much_of_it_was_never_touched():
     small = bd(live_bytes=673 * MiB, file_bytes=2 * MiB)
     (g,) = [x for x in analysis.findings(["xz"], small, released(0), heap()) if x.kind == "never-freed"]
     assert "never touched" not in g.detail
+
+
+def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_include():
+    # GIVEN the same retention in a C server and in perl and python programs
+    for cmd, first in ((CMD, "call malloc_trim(0)"),
+                       (["perl", "app.pl"], "for the running service: heapsight attach PID --trim"),
+                       (["/usr/bin/python3.11", "app.py"],
+                        "for the running service: heapsight attach PID --trim")):
+        f, = analysis.findings(cmd, bd(retained_bytes=40 * MiB), released(30 * MiB),
+                               heap(arenas=4, threads=4))
+        # THEN the first thing to try fits the program: an interpreter cannot include malloc.h
+        assert f.suggestions[0].startswith(first), (cmd, f.suggestions)
+        assert ("#include" in f.suggestions[0]) == (cmd is CMD)
