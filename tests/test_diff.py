@@ -47,15 +47,20 @@ def test_an_allocator_that_returns_memory_lowers_retained_and_moves_no_call_site
     assert exit_rows["retained"]["change"] < -150 << 20
     peak = {x["site"]: x for x in d["sites"]["peak"]["rows"]}
     main = next(x for name, x in peak.items() if name.startswith("worker (retention.c:19)"))
-    assert main["how"] == "no change" and main["a"] > 200 << 20, main
-    moved = [x for x in d["sites"]["peak"]["rows"] if x["how"] != "no change"]
+    # (8 threads: which blocks are live at "the peak" moves with their timing, a few MiB
+    # beyond the sampling error now and then; see the one-thread test below)
+    assert abs(main["change"]) < 0.1 * main["a"] and main["a"] > 200 << 20, main
+    moved = [x for x in d["sites"]["peak"]["rows"]
+             if x["how"] != "no change" and x is not main]
     assert sum(abs(x["change"]) for x in moved) < 0.01 * main["a"], moved
     assert "retained" in r.stdout
 
 
 def test_two_runs_of_the_same_program_name_no_call_site(tmp_path):
-    a = record(tmp_path, "a", scenario("hs-retention"))
-    b = record(tmp_path, "b", scenario("hs-retention"))
+    # (one thread: with several, which blocks are live at "the peak" moves with the
+    # threads' timing, beyond what sampling explains)
+    a = record(tmp_path, "a", scenario("hs-sites"))
+    b = record(tmp_path, "b", scenario("hs-sites"))
     r, d = diff(tmp_path, a, b)
     assert r.returncode == 0, r.stderr
     for moment in ("peak", "never freed"):
