@@ -217,6 +217,9 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
       row[1] = row[1] > own[0] ? row[1] - own[0] : 0; /* shared pages: never in row[2] */
       read_counters(seg, row);
       read_stats(seg, stats_seq, row);
+      /* attached meanwhile (the check above): its counters are not statm_fd's process's */
+      owner = __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE);
+      if (owner && pid && owner != pid) { *why = HS_READ_OWNER; return rows; }
     }
     rows++;
     *next_ns += period_ns;

@@ -214,15 +214,16 @@ class Replay:
 
 # ------------------------------------------------------------------ the capture
 
-def take(argv, started_pid, rc, linkage, segment, tl, hz, stats_hz, smaps_hz, releases, prof,
+def take(argv, started_pid, rc, linkage, reading, tl, hz, stats_hz, smaps_hz, releases, prof,
          maps, release_wanted, follow) -> dict:
-    """Everything summarize reads (the symbolizer's findings are added by finish())."""
+    """Everything summarize reads (reading: Reading.take's, None without a segment; the
+    caller adds what the symbolizer found, "symbols", once summarize has asked it)."""
     addrs = prof.allocs["addr"] if prof is not None else np.zeros(0, np.uint64)
     return {"version": VERSION, "argv": list(argv), "started_pid": started_pid, "rc": rc,
             "linkage": linkage, "hz": hz, "stats_hz": stats_hz, "smaps_hz": smaps_hz,
             "releases": [[label, at, rel] for (label, at), rel in (releases or {}).items()],
             "release_wanted": release_wanted, "follow": follow,
-            "segment": Reading.take(segment).d if segment is not None else None,
+            "segment": reading.d if reading is not None else None,
             "timeline": _timeline_json(tl), "profile": _profile_json(prof),
             "maps": [[name, _heapmap_json(hm, addrs)] for name, hm in maps]}
 

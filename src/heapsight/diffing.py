@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import os
 
+from heapsight.fmt import human
+
 Z95, Z999 = 1.96, 3.29
 SPLIT_ROWS = (("rss_bytes", "RSS"), ("live_bytes", "live"), ("waste_bytes", "waste"),
               ("metadata_bytes", "allocator metadata"), ("retained_bytes", "retained"),
@@ -133,6 +135,17 @@ def diff(a: dict, b: dict) -> dict:
         if got is not None:
             out["sites"][moment] = got
     return out
+
+
+def change_text(r: dict) -> str:
+    """A row's change as people read it: "+1.2 MiB (+3.4%)", "-8.0 KiB", or "=" for none;
+    a call site's with its interval: "+20.0 MiB (±1.5 MiB)"."""
+    if not r["change"]:
+        return "="
+    text = f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))}"
+    if "interval" in r:
+        return f"{text} (\u00b1{human(r['interval'])})"
+    return text + (f" ({r['percent']:+.1f}%)" if r.get("percent") is not None else "")
 
 
 def changed_sites(d: dict, moment: str) -> list:

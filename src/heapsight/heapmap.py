@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from heapsight.fmt import human
 from heapsight.segment import ALLOCATORS
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
@@ -374,3 +375,19 @@ def collect(segment_path: str) -> dict:
         except OSError:
             pass
     return out
+
+
+def reach_line(r: dict | None) -> str:
+    """A heap map's reach (Reach.to_json) in one line, as the terminal and the page say it;
+    "" for none."""
+    if not r:
+        return ""
+    if not r.get("marked"):
+        return f"not checked: {r.get('why', '')}"
+    parts = ", ".join(f"{name} {human(r[key + '_bytes'])} ({r[key + '_blocks']:,} "
+                      f"block{'s' * (r[key + '_blocks'] != 1)})"
+                      for key, name in (("definitely_lost", "definitely lost"),
+                                        ("indirectly_lost", "indirectly lost"),
+                                        ("possibly_lost", "possibly lost"),
+                                        ("still_reachable", "still reachable")))
+    return f"{parts}; marked in a copy of the program in {r['ms']:.1f} ms"

@@ -222,14 +222,16 @@ def measure(argv: list, opts: Options) -> tuple:
                 for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
                                        key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
         named_maps = [(name, hm) for name, hm in maps if name]
-        # what the analysis reads, kept in the record: a saved run is analysed again by
-        # today's code (capture.py); taken before summarize, which cuts the timeline
-        cap = capture.take(argv, proc.pid, proc.returncode, linkage, segment, timeline,
+        # the segment's figures, read once: summarize reads them as a saved run's are read
+        # again (capture.py), and the record keeps them with the rest of what it reads,
+        # taken before summarize, which cuts the timeline
+        reading = capture.Reading.take(segment) if segment is not None else None
+        cap = capture.take(argv, proc.pid, proc.returncode, linkage, reading, timeline,
                            opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof, named_maps,
                            opts.release, opts.follow) if opts.keep else None
         # names only for what is shown or saved: llvm-symbolizer takes 80 ms
         symbols = capture.Recording() if opts.keep else capture.Replay(capture.NO_SYMBOLS)
-        summary = summarize(argv, proc.pid, proc.returncode, linkage, segment, timeline,
+        summary = summarize(argv, proc.pid, proc.returncode, linkage, reading, timeline,
                             opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof,
                             named_maps, opts.release, opts.follow, symbolizer=symbols)
         if cap is not None:

@@ -29,7 +29,7 @@ PYTHON_TICKS_PER_S = 5
 WAKE = interrupts.WATCHED | {signal.SIGCHLD}
 
 
-def peak_kinds_above(tl, now: float, last: float) -> float:
+def peak_kinds_above(tl) -> float:
     """The RSS above which the mappings are read again as the peak's: 10% and 1 MiB above
     the last such reading (so a program that grows to N MiB is read about 25 + log1.1(N)
     times at most, each reading ~10 us per MiB mapped)."""
@@ -261,7 +261,7 @@ class Sampler:
         next_poll, next_children, children_rss = start, start, math.nan
         next_kinds = start + 0.05
         hwm, threads, best_usable = math.nan, math.nan, 0
-        last_peak_kinds, exit_tried, early = -math.inf, False, False
+        exit_tried, early = False, False
         waste_ratio, pss, stats_seq, retargeted = 0.0, math.nan, -1, False
         blank = [math.nan] * len(COLUMNS)
         I = IDX
@@ -299,8 +299,7 @@ class Sampler:
                     row[I[k]] = _less(row[I[k]], own)
                 row[I["hwm"]], row[I["threads"]] = _less(hwm, own), threads
             rss_now = row[I["rss"]]
-            above = peak_kinds_above(tl, now, last_peak_kinds)
-            peak_due = not math.isnan(rss_now) and above > 0 and rss_now > above
+            peak_due = not math.isnan(rss_now) and rss_now > peak_kinds_above(tl)
             exiting = (not exit_tried and seg is not None and seg.attached()
                        and seg.get("state") >= STATE_EXITING)
             exit_tried = exit_tried or exiting
@@ -313,7 +312,7 @@ class Sampler:
                 if kinds is not None and not torn:
                     tl.kinds = (tl.kinds + [(now - start, kinds)])[-2:]   # the last two: the last may be cut
                     if peak_due:
-                        tl.kinds_peak, last_peak_kinds = (now - start, kinds, rss_now), now
+                        tl.kinds_peak = (now - start, kinds, rss_now)
                     if exiting:
                         tl.kinds_exit = (now - start, kinds)
             if now >= next_children:
@@ -394,21 +393,13 @@ class Sampler:
                                                     int(due * 1e9), self._asked, stats_seq,
                                                     self.pagemap if own_here else None, own,
                                                     self.pid, watch_exit=not exit_tried,
-                                                    rss_above=peak_kinds_above(tl, now, last_peak_kinds),
+                                                    rss_above=peak_kinds_above(tl),
                                                     exe=tl.images[-1][1] if tl.images else "")
                     own = fast.own[0]
                     tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
                     if seq != max(0, stats_seq):
                         stats_seq = seq
                     next_tick = nxt / 1e9
-                    owner = seg.get("owner_pid") if seg is not None else 0
-                    if len(rows) and owner and owner != self.pid:
-                        # the counters are another process's (the program a wrapper
-                        # started, which attached meanwhile) than the /proc figures read
-                        # beside them: those rows have no heap figures
-                        for name in readloop.COLUMNS[3:]:
-                            rows[:, readloop.COLUMNS.index(name)] = math.nan
-                        retargeted = False
                     if len(rows):
                         best_usable = self._append_fast(rows, best_usable, _less(hwm, own),
                                                         threads, pss, children_rss)

@@ -1,7 +1,7 @@
 """The analysis of one captured run: the RSS split at every sample, the peak and the exit,
 the heap figures, the call sites, the heap maps with their pinners and reachability, the
 findings and the verdict, as a Summary. summarize() reads only what the capture holds: the
-segment's figures (a live Segment, or capture.Reading of a saved one: the same methods),
+segment's figures (a capture.Reading, of this run or of a saved one),
 the timeline, the sampled allocations, the heap maps and a symbolizer; measure.py feeds it
 a live run, capture.rederive a saved one."""
 

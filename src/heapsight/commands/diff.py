@@ -22,11 +22,10 @@ import os
 import sys
 
 from heapsight import diffing, output, record
-from heapsight.errors import HeapsightError
+from heapsight.errors import EXIT_GATE, HeapsightError
 from heapsight.fmt import human, parse_size, printable
 
 USAGE = "heapsight diff [options] A B"
-EXIT_GATE = 90
 
 
 def add_arguments(p) -> None:
@@ -123,12 +122,6 @@ def execute(args) -> int:
     return EXIT_GATE if failed else 0
 
 
-def _change(r: dict) -> str:
-    sign = "+" if r["change"] > 0 else "-" if r["change"] < 0 else ""
-    pct = f" ({r['percent']:+.1f}%)" if r.get("percent") is not None and r["change"] else ""
-    return f"{sign}{human(abs(r['change']))}{pct}" if r["change"] else "="
-
-
 def render(d: dict, path_a: str, path_b: str, out) -> None:
     w = out.write
     w(f"heapsight diff\n  A: {printable(path_a)} (pid {d['a']['pid']})\n"
@@ -136,10 +129,10 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
     for at, title in (("peak", "at peak live"), ("exit", "at exit")):
         w(f"  {title:<24}{'A':>12}{'B':>12}  change\n")
         for r in d["split"][at]:
-            w(f"    {r['row']:<22}{human(r['a']):>12}{human(r['b']):>12}  {_change(r)}\n")
+            w(f"    {r['row']:<22}{human(r['a']):>12}{human(r['b']):>12}  {diffing.change_text(r)}\n")
         w("\n")
     for r in d["figures"]:
-        w(f"  {r['figure']:<26}{human(r['a']):>12}{human(r['b']):>12}  {_change(r)}\n")
+        w(f"  {r['figure']:<26}{human(r['a']):>12}{human(r['b']):>12}  {diffing.change_text(r)}\n")
     for moment, title in (("peak", "call sites at peak live"),
                           ("never freed", "call sites of the bytes never freed")):
         got = d["sites"].get(moment)
@@ -151,8 +144,7 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
           f"blocks; a change inside the two runs' sampling error is no change):\n")
         for r in moved[:12]:
             w(f"    {r['how']:<7}{human(r['a']):>11} -> {human(r['b']):<11} "
-              f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))} "
-              f"(\u00b1{human(r['interval'])})  {printable(r['site'])}\n")
+              f"{diffing.change_text(r)}  {printable(r['site'])}\n")
         if len(moved) > 12:
             w(f"    and {len(moved) - 12} more changed (--json lists them all)\n")
         w(f"    {'no call site changed' if not moved else f'{same} other site(s): no change'}\n")

@@ -30,7 +30,7 @@ import signal
 import sys
 
 from heapsight import interrupts, output, record
-from heapsight.errors import HeapsightError
+from heapsight.errors import EXIT_GATE, HeapsightError
 from heapsight.fmt import human, parse_size
 from heapsight.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
 
@@ -118,7 +118,6 @@ def add_arguments(p) -> None:
                         "belongs to it ('--' before it is optional)")
 
 
-EXIT_GATE = 90
 # what the library accepts for HEAPSIGHT_SAMPLE_BYTES (native/src/options.c), 0 aside
 SAMPLE_BYTES_MIN, SAMPLE_BYTES_MAX = 64, 1 << 40
 

@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from heapsight import __version__
+from heapsight import __version__, heapmap
 from heapsight.ranking import METRICS
+from heapsight.diffing import change_text
 from heapsight.fmt import cell, human, metric, pct
 from heapsight.output import OTHER_SURROGATES
 from heapsight.report import charts as ch
@@ -163,9 +164,8 @@ def run_facts(s: dict) -> list:
                if rel.get("where") == "copy" else "") + ")")))
     else:
         facts.append(("release at exit", esc(f"not measured: {rel.get('why_not', '')}")))
-    from heapsight.reporters.terminal import reach_line
     for m in s.get("heapmaps") or ():
-        line = reach_line(m.get("reach"))
+        line = heapmap.reach_line(m.get("reach"))
         if line:
             where = "at exit" if m.get("moment") == "exit" else f"at {m.get('moment')}"
             facts.append((f"reachable {where}", esc(line)))
@@ -351,28 +351,21 @@ def diff_section(sid: str, source: str, doc: dict) -> tuple:
     d = doc["diff"]
     cs = ch.diff_charts(doc["a"], doc["b"], sid)
 
-    def change(r):
-        if not r["change"]:
-            return "="
-        pc = f" ({r['percent']:+.1f}%)" if r.get("percent") is not None else ""
-        return f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))}{pc}"
-
     parts = [f'<section class="doc diff" id="{sid}">',
              f'<h2><span class="kind">diff</span>{esc(source)}</h2>',
              f'<div class="verdict">A: {esc(d["a"]["verdict"] or "")}<br>B: '
              f'{esc(d["b"]["verdict"] or "")}</div>']
     for at, title in (("peak", "at peak live"), ("exit", "at exit")):
         parts.append(table(["", "A", "B", "change"],
-                           [[r["row"], human(r["a"]), human(r["b"]), change(r)]
+                           [[r["row"], human(r["a"]), human(r["b"]), change_text(r)]
                             for r in d["split"][at]], f"the split {title}"))
     parts.append(table(["", "A", "B", "change"],
-                       [[r["figure"], human(r["a"]), human(r["b"]), change(r)]
+                       [[r["figure"], human(r["a"]), human(r["b"]), change_text(r)]
                         for r in d["figures"]], "figures"))
     for moment, got in d["sites"].items():
         moved = [r for r in got["rows"] if r["how"] != "no change"]
         rows = [[r["how"], human(r["a"]), human(r["b"]),
-                 f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))} (\u00b1{human(r['interval'])})",
-                 r["site"]] for r in moved] or [["no call site changed", "", "", "", ""]]
+                 change_text(r), r["site"]] for r in moved] or [["no call site changed", "", "", "", ""]]
         parts.append(table(["", "A", "B", "change", "site"], rows,
                            f"call sites {moment} (a change inside the two runs' sampling error, "
                            "their 99.9% interval, is no change)"))

@@ -18,7 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from heapsight import fmt
+from heapsight import fmt, heapmap
 from heapsight.ranking import METRICS, baseline, separated
 from heapsight.fmt import human, pct, printable
 from heapsight.model import Breakdown, Summary
@@ -163,7 +163,7 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     else:
         _indent(c, f"release at exit: not measured: {r.why_not}", 2)
     for m in s.heapmaps:
-        line = reach_line(m.get("reach"))
+        line = heapmap.reach_line(m.get("reach"))
         if line:
             where = "at exit" if m["moment"] == "exit" else f"at {printable(str(m['moment']))}"
             _indent(c, f"reachable {where}: {line}", 2)
@@ -242,21 +242,6 @@ def _sites(c: Console, sites: dict) -> None:
 
 
 TOP_PINNERS = 3
-
-
-def reach_line(r: dict | None) -> str:
-    """A heap map's reach (heapmap.Reach.to_json) in one line, "" for none."""
-    if not r:
-        return ""
-    if not r.get("marked"):
-        return f"not checked: {r.get('why', '')}"
-    parts = ", ".join(f"{name} {human(r[key + '_bytes'])} ({r[key + '_blocks']:,} "
-                      f"block{'s' * (r[key + '_blocks'] != 1)})"
-                      for key, name in (("definitely_lost", "definitely lost"),
-                                        ("indirectly_lost", "indirectly lost"),
-                                        ("possibly_lost", "possibly lost"),
-                                        ("still_reachable", "still reachable")))
-    return f"{parts}; marked in a copy of the program in {r['ms']:.1f} ms"
 
 
 def _pinners(c: Console, m: dict, sampled: bool) -> None:
