@@ -36,7 +36,7 @@ ALLOCATORS = {a.name: a for a in (
               "MallocExtension_ReleaseFreeMemory()"),
     Allocator("mimalloc", f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)"),
     # libheapsight_mmap: one mapping per block; its header holds the mapping length and offset
-    Allocator("mmap", str(native.PACKAGE_DIR / "_lib" / "libheapsight_mmap.so"), None,
+    Allocator("mmap", native.lib_path("libheapsight_mmap.so"), None,
               "none needed (every free unmaps)", header_bytes=16),
 )}
 

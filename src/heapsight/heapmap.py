@@ -301,7 +301,7 @@ def pinners(hm: HeapMap, blocks, page_bytes: int | None = None) -> list:
     raw = float(np.sum(share[hit] / p[hit]))
     scale = min(1.0, exact / raw) if raw > 0 else 1.0
     out = []
-    for s in np.unique(stack[hit]):
+    for s in np.unique(stack[hit], return_index=True)[0]:  # no numpy.ma import
         m = hit & (stack == s)
         pi, sh = p[m], share[m]
         n = float(np.sum(1.0 / pi))

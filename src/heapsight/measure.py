@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from heapsight import (analysis, attach, capture, elf, heapmap, interrupts, launch, native,
+from heapsight import (analysis, capture, elf, heapmap, interrupts, launch, native,
                        profile)
 from heapsight.errors import HeapsightError
 from heapsight.sampler import IDX, Sampler
@@ -175,6 +175,7 @@ def measure(argv: list, opts: Options) -> tuple:
             heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None)
         if opts.release_at_snapshot and segment is not None and segment.attached():
             try:
+                from heapsight import attach   # gdb's caller: only for a release
                 releases[(label, t)] = attach.trim(proc.pid, segment.allocator_name())
             except HeapsightError as e:
                 releases[(label, t)] = {"error": e.message}

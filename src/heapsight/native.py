@@ -1,35 +1,51 @@
-"""Where the native parts live: the preload library and the bundled programs."""
+"""Where the native parts live: the preload library and the bundled programs.
 
-from pathlib import Path
+Paths are strings (pathlib costs every start 3 ms); LIB_PATH, BIN_DIR and PACKAGE_DIR are
+also offered as Path objects, made when first asked for."""
+
+import os
 
 import heapsight
 from heapsight.errors import HeapsightError
 
 
-def _package_dir() -> Path:
+def _package_dir() -> str:
     """The directory that holds the built parts (_lib, _bin): the package's own in a
     wheel install; in an editable install the Python files stay in src/ and the built
     parts are in site-packages, both on the package's __path__."""
-    dirs = [Path(d).resolve() for d in heapsight.__path__]
-    return next((d for d in dirs if (d / "_lib").is_dir()), dirs[0])
+    dirs = [os.path.realpath(d) for d in heapsight.__path__]
+    return next((d for d in dirs if os.path.isdir(os.path.join(d, "_lib"))), dirs[0])
 
 
-PACKAGE_DIR = _package_dir()
-LIB_PATH = PACKAGE_DIR / "_lib" / "libheapsight.so"
-BIN_DIR = PACKAGE_DIR / "_bin"
+PACKAGE = _package_dir()
+LIB = os.path.join(PACKAGE, "_lib", "libheapsight.so")
+BIN = os.path.join(PACKAGE, "_bin")
 
 
-def preload_library() -> Path:
-    if not LIB_PATH.exists():
+def lib_path(name: str) -> str:
+    """A library built with the package, e.g. 'libhsread.so'."""
+    return os.path.join(PACKAGE, "_lib", name)
+
+
+def __getattr__(name):
+    paths = {"PACKAGE_DIR": PACKAGE, "LIB_PATH": LIB, "BIN_DIR": BIN}
+    if name in paths:
+        from pathlib import Path
+        return Path(paths[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def preload_library() -> str:
+    if not os.path.exists(LIB):
         raise HeapsightError(
-            f"the preload library is missing ({LIB_PATH}); reinstall heapsight "
+            f"the preload library is missing ({LIB}); reinstall heapsight "
             "(`make` in the source tree, or `pip install .`)", 3)
-    return LIB_PATH
+    return LIB
 
 
-def program(name: str) -> Path:
+def program(name: str) -> str:
     """A bundled program (scenario or helper) by its name, e.g. 'hs-retention'."""
-    path = BIN_DIR / name
-    if not path.exists():
-        raise HeapsightError(f"bundled program {name} is missing from {BIN_DIR}; reinstall heapsight", 3)
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        raise HeapsightError(f"bundled program {name} is missing from {BIN}; reinstall heapsight", 3)
     return path

@@ -31,7 +31,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 
 from heapsight import interrupts
 from heapsight.errors import HeapsightError
@@ -146,6 +145,7 @@ def check(path: str, option: str, allow_stdout: bool = False) -> None:
         raise HeapsightError(f"{option} {path}: not writable (permission denied); give a path "
                              "in a directory you can write")
     try:   # a read-only file system, which access() does not see
+        import tempfile   # here: it costs every start 2 ms
         fd, probe = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=parent)
     except OSError as e:
         raise HeapsightError(f"{option} {path}: cannot write in {parent} ({e.strerror})") from e
@@ -250,6 +250,7 @@ def _write_file(path: str, data: bytes) -> str:
     with interrupts.deferred():
         tmp = None
         try:
+            import tempfile
             fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=parent)
             try:
                 now = os.stat(target)

@@ -21,7 +21,7 @@ _lib = None
 def _load():
     global _lib
     if _lib is None:
-        lib = ctypes.CDLL(str(native.PACKAGE_DIR / "_lib" / "libhsread.so"))
+        lib = ctypes.CDLL(native.lib_path("libhsread.so"))
         f = lib.hs_read_loop
         u64 = ctypes.c_uint64
         f.argtypes = [ctypes.c_int, ctypes.c_void_p, u64, ctypes.POINTER(u64), u64, u64, u64,

@@ -4,16 +4,15 @@ checks this layout against the compiler's) and a reader the sampler calls every 
 from __future__ import annotations
 
 import errno
+import fnmatch
 import fcntl
 import mmap
 import os
 import resource
-import secrets
+
 import stat
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -208,7 +207,10 @@ class HeapCounters:
 
 
 def _shm_dir() -> str:
-    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    if os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    import tempfile   # only here: it costs every start 2 ms
+    return tempfile.gettempdir()
 
 
 def segment_dir() -> str:
@@ -229,36 +231,41 @@ def remove_stale_segments() -> None:
     runs all look dead). Another user's files, ones we cannot remove, and the segments a
     process makes for itself (HEAPSIGHT_SEGMENT=auto: no heapsight process holds those) are
     left alone."""
-    shm, uid = Path(_shm_dir()), os.geteuid()
-    for p in shm.glob("heapsight-*-*.seg"):
-        if not p.name.endswith("-auto.seg") and _ours(p, uid) and _stale(p):
-            for m in shm.glob(p.name + ".map.*"):
-                _remove(m, uid)
+    shm, uid = _shm_dir(), os.geteuid()
+    try:
+        names = os.listdir(shm)
+    except OSError:
+        return
+    for name in fnmatch.filter(names, "heapsight-*-*.seg"):
+        p = os.path.join(shm, name)
+        if not name.endswith("-auto.seg") and _ours(p, uid) and _stale(p):
+            for m in fnmatch.filter(names, name + ".map.*"):
+                _remove(os.path.join(shm, m), uid)
     # maps whose segment is gone, and maps an exit copy left half written (heapmap.c)
     for kind in (".seg.map.", ".seg.part-map."):
-        for m in shm.glob(f"heapsight-*-*{kind}*"):
-            seg = shm / m.name.split(kind, 1)[0]
-            if not seg.name.endswith("-auto") and not Path(str(seg) + ".seg").exists():
-                _remove(m, uid)
+        for m in fnmatch.filter(names, f"heapsight-*-*{kind}*"):
+            seg = m.split(kind, 1)[0]
+            if not seg.endswith("-auto") and not os.path.exists(os.path.join(shm, seg + ".seg")):
+                _remove(os.path.join(shm, m), uid)
 
 
-def _ours(p: Path, uid: int) -> bool:
+def _ours(p: str, uid: int) -> bool:
     try:
-        st = p.lstat()
+        st = os.lstat(p)
     except OSError:
         return False
     return st.st_uid == uid and stat.S_ISREG(st.st_mode)
 
 
-def _remove(p: Path, uid: int) -> None:
+def _remove(p: str, uid: int) -> None:
     if _ours(p, uid):
         try:
-            p.unlink()
+            os.unlink(p)
         except OSError:
             pass
 
 
-def _stale(p: Path) -> bool:
+def _stale(p: str) -> bool:
     """Removes p if no process holds its lock; whether it did. The size is read under our
     lock: the creator locks before it sizes the file, so a sized, unlocked file is one
     whose creator has gone."""
@@ -271,10 +278,10 @@ def _stale(p: Path) -> bool:
         st = os.fstat(fd)
         if st.st_size == 0 and time.time() - st.st_mtime < EMPTY_GRACE_S:
             return False
-        now = p.lstat()
+        now = os.lstat(p)
         if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             return False
-        p.unlink()
+        os.unlink(p)
         return True
     except OSError:   # held (BlockingIOError), or not ours to remove
         return False
@@ -306,7 +313,7 @@ class Segment:
                     raise
 
     def _create(self, size: int) -> None:
-        self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{secrets.token_hex(6)}.seg")
+        self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{os.urandom(6).hex()}.seg")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         # held until close(), before the file has its size: what remove_stale_segments asks

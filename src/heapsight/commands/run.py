@@ -78,7 +78,9 @@ def add_arguments(p) -> None:
                         "true'` measures perl, not the shell. By default the process started "
                         "is measured, and a child that held much more memory is named, with "
                         "this option to follow it")
-    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary (with --no-save and no other output "
+                   "only the --fail-if gates read the run: the program is then neither sampled "
+                   "nor copied at exit, nor trimmed)")
     p.add_argument("--no-heap-map", action="store_true",
                    help="do not map the heap page by page at exit and at snapshots (a copy "
                         "of the program walks it, measures what a release gives back and "
@@ -251,15 +253,20 @@ def check_outputs(args) -> None:
 def execute(args) -> int:
     validate(args)
     argv = program_argv(args.command, "run")
+    keep = not (args.quiet and args.no_save) or bool(args.json or args.html or args.pprof)
+    # nothing shows or saves call sites, heap maps or a release (-q --no-save, no output, no
+    # exporter: only the gates read the run): the program is not sampled, copied or trimmed,
+    # so it pays nothing for them
+    bare = not keep and args.openmetrics_port is None
+    sample_bytes = 0 if args.sample_bytes is None and bare else args.sample_bytes
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
-                   release=not args.no_release,
+                   release=not (args.no_release or bare),
                    release_in_program=args.release_in_program, follow=args.follow or "",
-                   keep=not (args.quiet and args.no_save) or bool(args.json or args.html
-                                                                  or args.pprof),
+                   keep=keep,
                    warn=not args.quiet,
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
-                   sample_bytes=args.sample_bytes, heap_maps=not args.no_heap_map,
+                   sample_bytes=sample_bytes, heap_maps=not (args.no_heap_map or bare),
                    stdout=sys.stderr if args.json == "-" else None)
     exporter = None
     if args.openmetrics_port is not None:
