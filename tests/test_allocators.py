@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scenario
-from heapsight import allocators, analysis, record
+from heapsight import allocators, record
 from heapsight.native import BIN_DIR, LIB_PATH
 
 MiB = 1024 * 1024

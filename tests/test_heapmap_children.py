@@ -4,7 +4,6 @@ taken while it forks, waits or allocates on many threads (native/src/heapmap.c).
 
 import subprocess
 
-import pytest
 
 WAITS = r"""
 #include <errno.h>

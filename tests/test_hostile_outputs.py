@@ -10,13 +10,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import signal
 import socket
 import stat
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 

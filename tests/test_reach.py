@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 
 from conftest import scenario
 

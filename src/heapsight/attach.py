@@ -161,7 +161,7 @@ def glibc_figures(pid: int) -> dict:
                              '(long)fdopen($1, "w")', "(int)malloc_info(0, (void*)$2)",
                              "(int)fflush((void*)$2)"], read_fd=0,
                        then=("(int)fclose((void*)$2)",))
-    fd, info, flushed, xml = gdbcall.number(got[0]), gdbcall.number(got[2]), got[3], got[4]
+    fd, info, xml = gdbcall.number(got[0]), gdbcall.number(got[2]), got[4]
     if fd is None or fd < 0:
         raise HeapsightError(f"process {pid}: memfd_create failed or is not in its C library "
                              "(glibc 2.27 or later has it): its heap figures cannot be read", 1)

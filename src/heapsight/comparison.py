@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from heapsight import record
 from heapsight.allocators import Config, library_for
 from heapsight.measure import Options, measure
-from heapsight.ranking import METRICS, baseline, recommend, separated, stats_of  # noqa: F401
+from heapsight.ranking import recommend, stats_of
 
 SCHEMA_KIND = "heapsight-compare"
 def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool) -> tuple:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from heapsight import (analysis, capture, elf, heapmap, interrupts, launch, native,
                        profile)
 from heapsight.errors import HeapsightError
-from heapsight.sampler import IDX, Sampler
+from heapsight.sampler import Sampler
+from heapsight.timeline import IDX
 from heapsight.segment import Segment, segment_dir
 from heapsight.summary import _num, summarize
 

@@ -83,6 +83,28 @@ def _std_stream_of(st) -> str | None:
     return None
 
 
+def check_all(outputs, inputs=()) -> None:
+    """Every output of one command, before any work: each one writable (check()), no two
+    of them the same file, and none of them a file the command reads. outputs: (option,
+    path, allow_stdout) with path None for an output not asked for; inputs: paths."""
+    asked = [(o, p, std) for o, p, std in outputs if p]
+    seen = {os.path.realpath(p): "the input" for p in inputs}
+    for option, path, _ in asked:
+        if path == "-":
+            continue
+        real = os.path.realpath(path)
+        shared_device = os.path.exists(real) and not os.path.isfile(real)   # /dev/null twice is fine
+        if real in seen and not shared_device:
+            if seen[real] == "the input":
+                raise HeapsightError(f"{option} {path} is one of the files to read: give the "
+                                     "output another name")
+            raise HeapsightError(f"{option} {path} is also given to {seen[real]}: one would "
+                                 "overwrite the other; give each output its own file")
+        seen.setdefault(real, option)
+    for option, path, allow_stdout in asked:
+        check(path, option, allow_stdout=allow_stdout)
+
+
 def check(path: str, option: str, allow_stdout: bool = False) -> None:
     """Refuses an output path that cannot be written, before any work is done: one line
     naming the option, the path, the problem and the fix (exit code 2). A FIFO is opened

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import segment as S
+from heapsight import segment
 
 # How the library unwinds (native/src/profile.c): reported beside its measured cost.
 UNWINDER = "libgcc (_Unwind_Backtrace)"
@@ -99,7 +99,7 @@ class Profile:
 S_MAX_FRAMES = 64   # HS_MAX_FRAMES
 
 
-def read(seg: S.Segment) -> Profile | None:
+def read(seg: segment.Segment) -> Profile | None:
     """The profile of a run's segment, or None when the library never set it up (an older
     library, a static program, a program that never started) or sampling was off."""
     try:
@@ -114,28 +114,28 @@ def read(seg: S.Segment) -> Profile | None:
 
 def _region(fd: int, offset: int, dtype, count: int) -> np.ndarray:
     want = count * np.dtype(dtype).itemsize
-    raw = os.pread(fd, want, S.PROFILE_OFFSET + offset) if want else b""
+    raw = os.pread(fd, want, segment.PROFILE_OFFSET + offset) if want else b""
     return np.frombuffer(raw, dtype=dtype, count=len(raw) // np.dtype(dtype).itemsize).copy()
 
 
 def _read(fd: int) -> Profile | None:
-    lay = S.profile_layout(os.fstat(fd).st_size)
+    lay = segment.profile_layout(os.fstat(fd).st_size)
     if lay is None:   # made without the profile's tables: the run sampled nothing
         return None
-    head = _region(fd, 0, S.PROFILE_HEADER_DTYPE, 1)
-    if len(head) != 1 or int(head["magic"][0]) != S.PROFILE_MAGIC:
+    head = _region(fd, 0, segment.PROFILE_HEADER_DTYPE, 1)
+    if len(head) != 1 or int(head["magic"][0]) != segment.PROFILE_MAGIC:
         return None
-    h = {k: int(head[k][0]) for k in S.PROFILE_HEADER_DTYPE.names if k != "reserved"}
+    h = {k: int(head[k][0]) for k in segment.PROFILE_HEADER_DTYPE.names if k != "reserved"}
     if not h["mean_bytes"]:
         return None
     n = min(h["events_used"], lay.events)
-    ev = _region(fd, lay.events_offset, S.EVENT_DTYPE, n)
+    ev = _region(fd, lay.events_offset, segment.EVENT_DTYPE, n)
     kind = ev["kind"] & np.uint32(0xff)   # bits 8-15: an ALLOC's level
-    allocs, matched = _with_frees(ev, kind, S.EVENT_ALLOC, n)
+    allocs, matched = _with_frees(ev, kind, segment.EVENT_ALLOC, n)
     allocs["level"] = (ev["kind"][allocs["index"].astype(np.int64)] >> np.uint32(8)) & np.uint32(0xff)
-    maps, _ = _with_frees(ev, kind, S.EVENT_MAP, n)
+    maps, _ = _with_frees(ev, kind, segment.EVENT_MAP, n)
     words = _region(fd, lay.stacks_offset, "<u8", min(h["stack_words_used"], lay.stack_words))
-    mods = _region(fd, lay.modules_offset, S.MODULE_DTYPE, min(h["modules_used"], lay.modules))
+    mods = _region(fd, lay.modules_offset, segment.MODULE_DTYPE, min(h["modules_used"], lay.modules))
     modules = tuple(Module(int(m["lo"]), int(m["hi"]), int(m["bias"]), int(m["first_event"]),
                            bytes(m["path"]).split(b"\0")[0].decode(errors="surrogateescape"))
                     for m in mods if int(m["hi"]) > int(m["lo"]))
@@ -153,7 +153,7 @@ def _with_frees(ev: np.ndarray, kind: np.ndarray, which: int, n: int) -> tuple:
         rows[f] = ev[f][idx]
     rows["free_ns"] = NEVER
     # a FREE event names its event's index; one naming anything else is ignored
-    frees = ev[kind == S.EVENT_FREE]
+    frees = ev[kind == segment.EVENT_FREE]
     target = frees["addr"]
     ok = target < np.uint64(n)
     target, when = target[ok].astype(np.int64), frees["time_ns"][ok]

@@ -14,7 +14,7 @@ import numpy as np
 
 from heapsight import interrupts, mappings, procfs, readloop
 from heapsight.segment import STATE_EXITING, Segment, open_pagemap
-from heapsight.timeline import COLUMNS, IDX, Timeline   # noqa: F401 (Timeline: its old home)
+from heapsight.timeline import COLUMNS, IDX, Timeline
 
 CHILDREN_PER_S = 4          # the program's descendants: a walk of /proc, a few times a second
 MAPPINGS_PER_S = 1          # /proc/PID/smaps classified (heapsight.mappings): ~10 µs per MiB

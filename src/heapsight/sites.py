@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heapsight import profile as P
+from heapsight import profile
 from heapsight import symbolize
 
 # Functions that allocate for their caller: the call site is further out. The C allocator
@@ -104,7 +104,7 @@ def live_mask(allocs: np.ndarray, t_ns: int | None) -> np.ndarray:
     if t_ns == ALL:
         return np.ones(len(allocs), dtype=bool)
     if t_ns is None:
-        return allocs["free_ns"] == P.NEVER
+        return allocs["free_ns"] == profile.NEVER
     t = np.uint64(max(0, t_ns))
     return (allocs["time_ns"] <= t) & (allocs["free_ns"] > t)
 
@@ -113,7 +113,7 @@ class Stacks:
     """The distinct stacks of the sampled blocks, symbolized: frames (deduplicated, each
     a symbolize.Frame), each stack as frame indices innermost first, and its call site."""
 
-    def __init__(self, prof: P.Profile, symbolizer=symbolize.symbolize, skip_unnamed=False):
+    def __init__(self, prof: profile.Profile, symbolizer=symbolize.symbolize, skip_unnamed=False):
         """skip_unnamed: frames with no function name are stepped over too when the call
         site is looked for (the mappings': a runtime's arena code is often static, unnamed
         in a stripped binary, and the named caller past it says more)."""
@@ -185,7 +185,7 @@ def _site_key(f: symbolize.Frame | None) -> tuple:
     return ("",) if f is None else (f.name(), f.object)
 
 
-def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
+def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     """One moment: the estimate per live stack and per call site, largest first."""
     allocs = prof.allocs
     live = live_mask(allocs, m.t_ns)
@@ -220,7 +220,7 @@ def estimate(prof: P.Profile, stacks: Stacks, m: Moment) -> dict:
             "stacks": out_stacks, "sites": out_sites}
 
 
-def build(prof: P.Profile, moments: list, unwinder: str = "",
+def build(prof: profile.Profile, moments: list, unwinder: str = "",
           symbolizer=symbolize.symbolize, skip_unnamed: bool = False) -> dict:
     """The run's "sites" (the JSON shape every reader shares): the sampling's own figures,
     the frames and stacks, and each moment's estimates."""
@@ -246,7 +246,7 @@ def build(prof: P.Profile, moments: list, unwinder: str = "",
 BLOCK_DTYPE = np.dtype([("addr", "<u8"), ("size", "<u8"), ("p", "<f8"), ("stack", "<i8")])
 
 
-def live_blocks(prof: P.Profile, t_ns: int | None) -> np.ndarray:
+def live_blocks(prof: profile.Profile, t_ns: int | None) -> np.ndarray:
     """The sampled blocks live at t_ns (None: never freed), as BLOCK_DTYPE rows; stack
     indices are those of build()'s "stacks" (the distinct stack offsets, in order)."""
     allocs = prof.allocs

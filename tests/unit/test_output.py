@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from heapsight import interrupts, output, record, report
+from heapsight import output, record, report
 from heapsight.errors import HeapsightError
 
 from .test_record_load import run_doc

@@ -17,7 +17,7 @@ from heapsight import cli, record
 from heapsight.errors import HeapsightError
 from heapsight.model import (SCHEMA_VERSION, Breakdown, Finding, HeapFigures, Release,
                              Snapshot, Summary)
-from heapsight.sampler import COLUMNS, Timeline
+from heapsight.timeline import COLUMNS, Timeline
 
 
 def breakdown(at_s: float, rss: int) -> Breakdown:

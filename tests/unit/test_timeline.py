@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from heapsight import analysis
-from heapsight.sampler import COLUMNS, IDX, Timeline
+from heapsight.timeline import COLUMNS, IDX, Timeline
 
 
 def fill(tl: Timeline, n: int, spike_at: int, dip_at: int) -> None:

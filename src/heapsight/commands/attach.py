@@ -24,11 +24,9 @@ examples:
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 
-from heapsight import attach, interrupts, output, record, report
+from heapsight import attach, interrupts, output, report
 from heapsight.errors import HeapsightError
 from heapsight.reporters import terminal
 
@@ -61,12 +59,8 @@ def add_arguments(p) -> None:
 
 
 def execute(args) -> int:
-    if args.json:
-        output.check(args.json, "--json", allow_stdout=True)
-    if args.html:
-        output.check(args.html, "--html")
-    if args.watch is not None and args.output:
-        output.check(args.output, "--output")
+    output.check_all([("--json", args.json, True), ("--html", args.html, False),
+                      ("--output", args.output if args.watch is not None else None, False)])
     if args.interval <= 0 or args.stats_every <= 0:
         raise HeapsightError("--interval and --stats-every must be positive")
     if args.openmetrics_port is not None and args.watch is None:

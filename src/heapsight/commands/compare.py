@@ -119,11 +119,9 @@ def execute(args) -> int:
     argv = measure.program_argv(args.command, "compare")
     path = measure.resolve_command(argv)  # fail before any work when the command does not exist
     configs = select_configs(args, runtime_of(path))
-    for path, option, stdout in ((args.json, "--json", True), (args.csv, "--csv", True),
-                                 (None if args.no_save else args.output, "--output", False),
-                                 (args.html, "--html", False)):
-        if path:
-            output.check(path, option, allow_stdout=stdout)
+    output.check_all([("--json", args.json, True), ("--csv", args.csv, True),
+                      ("--output", None if args.no_save else args.output, False),
+                      ("--html", args.html, False)])
     progress = Progress(sys.stderr, in_place=not args.show_output)   # the program's output
                                                                      # would land on its line
     try:

@@ -90,10 +90,8 @@ def execute(args) -> int:
     if diffing.program(a) != diffing.program(b) and not args.force:
         raise HeapsightError(f"{args.a} is a run of {diffing.program(a)} and {args.b} of "
                              f"{diffing.program(b)}: add --force to compare them anyway")
-    if args.json:
-        output.check(args.json, "--json", allow_stdout=True)
-    if args.html:
-        output.check(args.html, "--html")
+    output.check_all([("--json", args.json, True), ("--html", args.html, False)],
+                     inputs=[p.split("#", 1)[0] for p in (args.a, args.b)])
     for name, _ in limits:
         for path, s in ((args.a, a), (args.b, b)):
             if diffing.figure(s, name) is None:

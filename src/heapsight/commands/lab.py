@@ -87,11 +87,9 @@ def execute(args) -> int:
             print(f"{n:12}{mod.TITLE}\n{'':12}after \"{mod.SOURCE}\"")
         return 0
     names, configs = select(args)
-    for path, option, stdout in ((args.json, "--json", True), (args.csv, "--csv", True),
-                                 (None if args.no_save else args.output, "--output", False),
-                                 (args.html, "--html", False)):
-        if path:
-            output.check(path, option, allow_stdout=stdout)
+    output.check_all([("--json", args.json, True), ("--csv", args.csv, True),
+                      ("--output", None if args.no_save else args.output, False),
+                      ("--html", args.html, False)])
     ctx = Context(quick=args.quick, configs=configs, progress=say_stderr)
     doc = {"kind": "heapsight-lab", "schema_version": SCHEMA_VERSION, "quick": args.quick,
            "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -72,18 +72,14 @@ def execute(args) -> int:
                                  f"{len(docs)} file(s) given, {len(runs)} of them run records")
         from heapsight.reporters import pprof
         data = pprof.encode(runs[0][1]["summary"], args.pprof_at)   # refusals before writing
-        output.check(args.pprof, "--pprof")
+        output.check_all([("--pprof", args.pprof, False)], inputs=args.files)
         output.write(args.pprof, data, gzip=False)
         print(f"heapsight report: wrote {args.pprof} (pprof, inuse at {args.pprof_at}; "
               f"go tool pprof -top {args.pprof})", file=sys.stderr)
         if args.output is None:
             return 0
     args.output = args.output or "heapsight-report.html"
-    output.check(args.output, "--output")
-    out_real = os.path.realpath(args.output)
-    if any(os.path.realpath(f) == out_real for f in args.files):
-        raise HeapsightError(f"--output {args.output} is one of the files to read: give the page "
-                             "another name (e.g. report.html)")
+    output.check_all([("--output", args.output, False)], inputs=args.files)
     if args.png:
         png.chromium()
         if os.path.exists(args.png) and not os.path.isdir(args.png):

@@ -227,27 +227,12 @@ def validate(args) -> None:
 
 def check_outputs(args) -> None:
     """Every output path, before the program runs; no two of them the same file."""
-    named = [(o, p) for o, p in (("--json", args.json), ("--output", None if args.no_save else args.output),
-                                 ("--html", args.html), ("--pprof", args.pprof)) if p and p != "-"]
-    seen = {}
-    for option, path in named:
-        real = os.path.realpath(path)
-        shared_device = os.path.exists(real) and not os.path.isfile(real)   # /dev/null twice is fine
-        if real in seen and not shared_device:
-            raise HeapsightError(f"{option} {path} is also given to {seen[real]}: one would "
-                                 "overwrite the other; give each output its own file")
-        seen.setdefault(real, option)
-    if args.json:
-        output.check(args.json, "--json", allow_stdout=True)
-    if args.output and not args.no_save:
-        output.check(args.output, "--output")
-    if args.html:
-        output.check(args.html, "--html")
-    if args.pprof:
-        output.check(args.pprof, "--pprof")
-        if args.sample_bytes == 0:
-            raise HeapsightError("--pprof writes the sampled call sites, and --sample-bytes 0 "
-                                 "turns sampling off: drop one of them")
+    output.check_all([("--json", args.json, True),
+                      ("--output", None if args.no_save else args.output, False),
+                      ("--html", args.html, False), ("--pprof", args.pprof, False)])
+    if args.pprof and args.sample_bytes == 0:
+        raise HeapsightError("--pprof writes the sampled call sites, and --sample-bytes 0 "
+                             "turns sampling off: drop one of them")
 
 
 def execute(args) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import gzip
 
-from heapsight import sites as S
+from heapsight import sites as sites_mod
 from heapsight.errors import HeapsightError
 
 MAPPING_SPAN = 1 << 40   # each object's synthetic address range
@@ -79,7 +79,7 @@ def _profile_class():
 
 def moment_names(summary: dict) -> list:
     return [m["name"] for m in (summary.get("sites") or {}).get("moments", ())
-            if m["name"] != S.ALLOCATED]
+            if m["name"] != sites_mod.ALLOCATED]
 
 
 def encode(summary: dict, at: str = "peak") -> bytes:
@@ -92,11 +92,11 @@ def encode(summary: dict, at: str = "peak") -> bytes:
                              "--sample-bytes 0, or the preload library was not active)")
     names = moment_names(summary)
     name = at if at in names else f"snapshot: {at}"
-    inuse = S.moment(sites, name)
+    inuse = sites_mod.moment(sites, name)
     if inuse is None:
         raise HeapsightError(f"--pprof-at {at}: no such moment in this run (it has: "
                              + ", ".join(n.removeprefix("snapshot: ") for n in names) + ")")
-    allocated = S.moment(sites, S.ALLOCATED)
+    allocated = sites_mod.moment(sites, sites_mod.ALLOCATED)
     Profile = _profile_class()
     p = Profile()
     strings = {"": 0}
@@ -132,7 +132,7 @@ def encode(summary: dict, at: str = "peak") -> bytes:
         return mappings[obj]
 
     def function_id(fr: dict) -> int:
-        fname = fr.get("function") or f"{S.short_object(fr.get('object') or '')}+{fr.get('address')}"
+        fname = fr.get("function") or f"{sites_mod.short_object(fr.get('object') or '')}+{fr.get('address')}"
         key = (fname, fr.get("file") or "")
         if key not in functions:
             functions[key] = len(functions) + 1
@@ -169,7 +169,7 @@ def encode(summary: dict, at: str = "peak") -> bytes:
     unwound = None
     for stack, v in sorted(values.items()):
         st = stacks[stack] if 0 <= stack < len(stacks) else []
-        st = st[S.site_position(frames, st):] if st else st
+        st = st[sites_mod.site_position(frames, st):] if st else st
         if st:
             ids = location_ids(st)
         else:   # the unwinder could not take this stack: one location of its own
@@ -178,8 +178,8 @@ def encode(summary: dict, at: str = "peak") -> bytes:
                 unwound = len(locations) + 1
                 locations[("unwound",)] = unwound
                 fid = len(functions) + 1
-                functions[(S.NO_STACK, "")] = fid
-                p.function.add(id=fid, name=s(S.NO_STACK), system_name=s(S.NO_STACK))
+                functions[(sites_mod.NO_STACK, "")] = fid
+                p.function.add(id=fid, name=s(sites_mod.NO_STACK), system_name=s(sites_mod.NO_STACK))
                 p.location.add(id=unwound, mapping_id=m, address=m * MAPPING_SPAN).line.add(function_id=fid)
             ids = [unwound]
         p.sample.add(location_id=ids, value=v)
