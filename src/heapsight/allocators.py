@@ -1,9 +1,12 @@
 """The allocator catalogue: one entry per allocator heapsight knows (its library, the
-Debian package that ships it, its release-now call, its per-block header), and the
-configurations (an allocator plus tunables) that compare and lab run.
+Debian package that ships it, its identity in the segment, its release-now call as the
+library makes it and as gdb makes it in a running process, its per-block header, whose
+mappings its own heaps are), and the configurations (an allocator plus tunables) that
+compare and lab run. The segment reader, attach and the analysis read their rows here.
 
 Adding an allocator: one row in ALLOCATORS here, one adapter row in
-native/src/allocators.c, and a line in docs/numbers.md (see docs/allocators.md).
+native/src/allocators.c (with its identity in native/include/heapsight.h), and a line in
+docs/numbers.md (see docs/allocators.md).
 """
 
 from __future__ import annotations
@@ -21,24 +24,39 @@ LIBDIR = "/usr/lib/x86_64-linux-gnu"
 @dataclass(frozen=True)
 class Allocator:
     name: str
+    segment_id: int            # hs_segment_t.allocator_id (HS_ALLOC_* in native/include/heapsight.h)
     library: str | None        # what to preload after heapsight's; None: the C library's malloc
     package: str | None        # the Debian package that ships the library
     release_call: str          # what the preload library calls at exit to give memory back now
+    trim_gdb: str | None = None  # the same call as gdb evaluates it in a running process
     header_bytes: int = 0      # bytes in front of every block (0: sizes live in slab metadata)
+    own_heaps: str | None = None  # a regex for its library: mmaps it makes are its own heaps
 
 
 ALLOCATORS = {a.name: a for a in (
     # glibc's chunk size word (malloc/malloc.c: the chunk header's mchunk_size)
-    Allocator("glibc", None, None, "malloc_trim(0)", header_bytes=8),
-    Allocator("jemalloc", f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
-              'mallctl("arena.4096.purge")'),
-    Allocator("tcmalloc", f"{LIBDIR}/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4",
-              "MallocExtension_ReleaseFreeMemory()"),
-    Allocator("mimalloc", f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)"),
+    Allocator("glibc", 1, None, None, "malloc_trim(0)", "(int)malloc_trim(0)", header_bytes=8),
+    Allocator("jemalloc", 2, f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
+              'mallctl("arena.4096.purge")', '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
+              own_heaps=r"(^|/)libjemalloc"),
+    Allocator("tcmalloc", 3, f"{LIBDIR}/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4",
+              "MallocExtension_ReleaseFreeMemory()", "(void)MallocExtension_ReleaseFreeMemory()",
+              own_heaps=r"(^|/)libtcmalloc"),
+    Allocator("mimalloc", 4, f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)",
+              "(void)mi_collect(1)", own_heaps=r"(^|/)libmimalloc"),
     # libheapsight_mmap: one mapping per block; its header holds the mapping length and offset
-    Allocator("mmap", native.lib_path("libheapsight_mmap.so"), None,
+    Allocator("mmap", 5, native.lib_path("libheapsight_mmap.so"), None,
               "none needed (every free unmaps)", header_bytes=16),
 )}
+
+# the allocator's name by the identity the library writes in the segment
+BY_SEGMENT_ID = {0: "unknown", **{a.segment_id: a.name for a in ALLOCATORS.values()}}
+
+
+def trim_gdb(allocator: str) -> str | None:
+    """The release-now call as gdb evaluates it in a running process (None: none known)."""
+    a = ALLOCATORS.get(allocator)
+    return a.trim_gdb if a else None
 
 
 def release_call(allocator: str) -> str:

@@ -153,8 +153,9 @@ def holds(t, parts: dict, duration_s: float) -> list:
 OWNERS = ((r"(^|/)(lib)?python3(\.\d+)?[^/]*$", "the CPython object allocator (pymalloc arenas)"),
           (r"(^|/)libjvm\.so", "the JVM (Java heap, metaspace, code cache)"),
           (r"(^|/)(node|libnode\.so[^/]*)$", "Node.js (the V8 heap)"),
-          (r"(^|/)libjemalloc", "jemalloc's own heaps"), (r"(^|/)libtcmalloc", "tcmalloc's own heaps"),
-          (r"(^|/)libmimalloc", "mimalloc's own heaps"), (r"(^|/)libperl", "Perl"))
+          *((a.own_heaps, f"{a.name}'s own heaps") for a in allocators.ALLOCATORS.values()
+            if a.own_heaps),
+          (r"(^|/)libperl", "Perl"))
 
 
 def owner_of(path: str) -> str:

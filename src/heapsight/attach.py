@@ -23,12 +23,6 @@ from heapsight.fmt import human, pct
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
-# the release-now call of each allocator, as gdb evaluates it in the process (the names
-# people read are the catalogue's: allocators.release_call)
-TRIM_EXPRS = {"glibc": "(int)malloc_trim(0)",
-              "jemalloc": '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
-              "tcmalloc": "(void)MallocExtension_ReleaseFreeMemory()",
-              "mimalloc": "(void)mi_collect(1)"}
 
 
 @dataclass
@@ -336,7 +330,7 @@ def _smaps_refused(pid: int) -> str:
 
 def trim(pid: int, allocator: str) -> dict:
     """The allocator's release-now call in the process, with RSS before and after."""
-    call = TRIM_EXPRS.get(allocator)
+    call = allocators.trim_gdb(allocator)
     if call is None:
         raise HeapsightError(f"no release call known for {allocator}")
     before = _rss(pid)

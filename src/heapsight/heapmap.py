@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from heapsight import allocators
 from heapsight.fmt import human
-from heapsight.segment import ALLOCATORS
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
 END = 0x4e4550414d485348     # "HSHMAPEN"
@@ -163,7 +163,7 @@ def read(path: str) -> HeapMap:
         raise ValueError(f"{path}: cut short ({len(data)} of {int(h['file_bytes'])} bytes)")
     why = bytes(h["why"]).split(b"\0")[0].decode(errors="replace")
     status = "mapped" if int(h["status"]) == 0 else f"not mapped: {why}"
-    hm = HeapMap(status, ALLOCATORS.get(int(h["allocator"]), "unknown"), int(h["page_bytes"]),
+    hm = HeapMap(status, allocators.BY_SEGMENT_ID.get(int(h["allocator"]), "unknown"), int(h["page_bytes"]),
                  int(h["time_ns"]), int(h["rss_before"]), int(h["rss_after"]),
                  int(h["anon_before"]), int(h["anon_after"]), int(h["release_ns"]),
                  int(h["walk_ns"]), int(h["fork_ns"]), int(h["child_ns"]),

@@ -32,7 +32,6 @@ PROBE_WHY_NOT = {
                      "the last sample's",
     PROBE_NO_HELPER: "heapsight's thread in the program could not start: no exit figures",
 }
-ALLOCATORS = {0: "unknown", 1: "glibc", 2: "jemalloc", 3: "tcmalloc", 4: "mimalloc", 5: "mmap"}
 
 U8, I8 = np.dtype("<u8"), np.dtype("<i8")
 

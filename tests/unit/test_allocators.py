@@ -1,6 +1,7 @@
 """allocators: the catalogue, the preset configurations compare and lab run, and a user's
 --config NAME:ALLOC[:ENV=VAL,...], parsed without running anything."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -133,8 +134,22 @@ def test_library_for_catalogue_allocators(monkeypatch):
     mmap = ALLOCATORS["mmap"].library
     assert Path(mmap).name == "libheapsight_mmap.so" and library_for(Config("m", "mmap")) == (mmap, None)
     # a catalogue library that is not installed names its Debian package
-    gone = allocators.Allocator("jemalloc", "/nonexistent/libjemalloc.so.2", "libjemalloc2", "x")
+    gone = allocators.Allocator("jemalloc", 2, "/nonexistent/libjemalloc.so.2", "libjemalloc2", "x")
     monkeypatch.setitem(ALLOCATORS, "jemalloc", gone)
     assert library_for(Config("j", "jemalloc")) == (
         None, "jemalloc library /nonexistent/libjemalloc.so.2 is missing: install the Debian "
               "package libjemalloc2 (apt-get install libjemalloc2)")
+
+
+def test_the_catalogue_identities_are_the_native_librarys():
+    # GIVEN the identities the library writes in the segment (native/include/heapsight.h)
+    header = (Path(__file__).resolve().parents[2] / "native" / "include" / "heapsight.h").read_text()
+    native_ids = {m.group(1).lower(): int(m.group(2))
+                  for m in re.finditer(r"HS_ALLOC_([A-Z]+) = (\d+)", header)}
+    # THEN each catalogue entry carries the same one, and only "unknown" is not an allocator
+    assert {a.name: a.segment_id for a in ALLOCATORS.values()} == \
+        {k: v for k, v in native_ids.items() if k != "unknown"}
+    assert allocators.BY_SEGMENT_ID[0] == "unknown"
+    # and each one whose release gdb can make names it in its release call
+    assert all(a.trim_gdb is None or a.release_call.split("(")[0] in a.trim_gdb
+               for a in ALLOCATORS.values())

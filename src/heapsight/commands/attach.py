@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from heapsight import attach, interrupts, output, report
+from heapsight import allocators, attach, interrupts, output, report
 from heapsight.errors import HeapsightError
 from heapsight.reporters import terminal
 
@@ -74,7 +74,7 @@ def execute(args) -> int:
 def _execute(args) -> int:
     a = attach.inspect(args.pid, use_gdb=not args.no_gdb)
     if args.trim:
-        if a.allocator not in attach.TRIM_EXPRS or args.no_gdb:
+        if allocators.trim_gdb(a.allocator) is None or args.no_gdb:
             raise HeapsightError(f"--trim: no release call for {a.allocator} "
                                  f"{'(--no-gdb)' if args.no_gdb else ''}".strip())
         a.trim = attach.trim(args.pid, a.allocator)
