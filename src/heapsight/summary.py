@@ -7,6 +7,7 @@ a live run, capture.rederive a saved one."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -226,151 +227,181 @@ def reach_sites(hm, prof, sampled_sites) -> dict:
     return out
 
 
-def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
-              smaps_hz=math.nan, releases=None, prof=None, maps=(),
-              release_wanted=True, follow: str = "",
-              symbolizer=symbolize.symbolize) -> Summary:
-    """prof: the sampled allocations (profile.read), None for none; maps: (moment name,
-    heapmap.HeapMap) of the heap maps taken; release_wanted: False under --no-release (the
-    exit map's copy releases all the same: its figure is not reported)."""
+def _attachment(segment, tl: Timeline, started_pid: int) -> tuple:
+    """(attached, lost_at): whether the library's figures are the program's, and the
+    (time, image) of an exec that lost them. An execve into an image that does not load the
+    library (a static binary, or one whose environment was cleared) leaves the old image's
+    counters in the segment: the figures are then /proc's alone, from the exec on."""
     attached = segment is not None and segment.attached()
-    # An execve into an image that does not load the library (a static binary, or one whose
-    # environment was cleared) leaves the old image's counters in the segment: the figures
-    # are then /proc's alone, from the exec on.
-    lost_at = None
     # (the images are the started process's: a descendant that owns the figures, the
     # program a wrapper started, attached in its own image)
-    if attached and tl.images and segment.get("owner_pid") == started_pid:
-        last_exe = tl.images[-1][1]
-        attached_s = (segment.get("start_ns") - tl.start_ns) / 1e9 if tl.start_ns else 0.0
-        image = segment.image()
-        # the last exec happened after the library attached: its image does not load it
-        exec_after_attach = (len(tl.images) > 1 and len(tl.image_before_s) == len(tl.images)
-                             and tl.image_before_s[-1] > attached_s + 0.02)
-        # (an image the library attached in after an exec the sampler did not see, the
-        # program being that short, is newer than the sampler's last: no loss)
-        unseen_exec = segment.get("execs") > len(tl.images) - 1
-        if (image and not last_exe.endswith(image) and not unseen_exec) or exec_after_attach:
-            lost_at, attached = tl.images[-1], False
-    allocator = segment.allocator_name() if attached else "unknown"
-    baseline = segment.get("start_anon_bytes") if attached else 0
-    done = attached and segment.get("state") == STATE_DONE
-    # The program's own time ends where the library's exit probe begins: samples after it
-    # show heapsight's release, not the program, and its time is reported apart.
-    duration_s, probe_s = tl.duration_s, 0.0
+    if not (attached and tl.images and segment.get("owner_pid") == started_pid):
+        return attached, None
+    last_exe = tl.images[-1][1]
+    attached_s = (segment.get("start_ns") - tl.start_ns) / 1e9 if tl.start_ns else 0.0
+    image = segment.image()
+    # the last exec happened after the library attached: its image does not load it
+    exec_after_attach = (len(tl.images) > 1 and len(tl.image_before_s) == len(tl.images)
+                         and tl.image_before_s[-1] > attached_s + 0.02)
+    # (an image the library attached in after an exec the sampler did not see, the
+    # program being that short, is newer than the sampler's last: no loss)
+    unseen_exec = segment.get("execs") > len(tl.images) - 1
+    if (image and not last_exe.endswith(image) and not unseen_exec) or exec_after_attach:
+        return False, tl.images[-1]
+    return True, None
+
+
+def _program_time(segment, tl: Timeline, done: bool) -> tuple:
+    """(duration_s, probe_s): the program's own time ends where the library's exit probe
+    begins; samples after it show heapsight's release, not the program: they are cut from
+    the timeline and their time reported apart."""
     if done and tl.start_ns:
         end_s = max(0.0, (segment.get("exit_ns") - tl.start_ns) / 1e9)
         if end_s < tl.duration_s:
-            duration_s, probe_s = end_s, tl.duration_s - end_s
+            probe_s = tl.duration_s - end_s
             tl.cut_after(end_s)
-    stats_before = (segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()) \
-        if attached else None
-    mapped_before = analysis.alloc_mapped_nan(stats_before)
-    cols = tl.columns
-    parts = analysis.timeline_split(cols, baseline, allocator if attached else None,
-                                    mapped_before if done else math.nan)
-    rss_col = np.asarray(cols["rss"], dtype=float)
-    valid = np.flatnonzero(~np.isnan(rss_col))
-    hwm = int(_num(tl.last("hwm"), 0))
-    live_col = np.nan_to_num(np.asarray(cols["live_usable"], dtype=float), nan=0.0)
-    # The peak moment: of the samples at the most live bytes, the one with the highest RSS
-    # (a program that mallocs a block, then writes it, holds the same live bytes while its
-    # RSS grows: the first of them would show the block as never touched); without heap
-    # figures, the highest RSS.
-    if len(valid) and attached and live_col[valid].max() > 0:
-        peak_i = peak_live_row(live_col, rss_col, valid)
-    elif len(valid):
-        peak_i = int(valid[np.argmax(rss_col[valid])])
-    else:
-        peak_i = None
-    peak_rss_i = int(valid[np.argmax(rss_col[valid])]) if len(valid) else None
+            return end_s, probe_s
+    return tl.duration_s, 0.0
 
-    def row_breakdown(i):
-        return analysis.Breakdown(round(float(cols["t"][i]), 3),
-                                  **{f: int(parts[f][i]) for f in analysis.PART_FIELDS})
 
-    peak = row_breakdown(peak_i) if peak_i is not None else None
-    heap = None
-    release = Release(False, "none", "the preload library was not active")
-    final = row_breakdown(int(valid[-1])) if len(valid) else None
-    if attached:
-        c = segment.counters(classes=True)
-        call = allocators.release_call(allocator)
-        why_not = segment.exit_probe_why_not() if done else ""
-        if why_not:   # exit handlers ran, but the allocator could not be asked (locked)
-            release = Release(False, call, why_not)
-        elif done:
-            rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
-            final = analysis.breakdown(
-                round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
-                baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
-                mapped_before)
-            exit_map = dict(maps).get(heapmap.EXIT)
-            if segment.get("exit_release_kind"):
-                release = Release(True, call, "", rss_b, segment.get("exit_rss_after"), anon_b,
-                                  segment.get("exit_anon_after"), segment.get("release_ns") / 1e9,
-                                  where="program")
-            elif call == "none":
-                release = Release(False, call, f"no release call known for {allocator}")
-            elif not release_wanted or not segment.get("heapmap_at_exit"):
-                release = Release(False, call, "release at exit was turned off (--no-release)")
-            elif exit_map is not None and exit_map.anon_before:
-                # measured in the exit map's copy, at the program's exit (mapped or not: the
-                # copy releases before it walks, and writes the figures of its release
-                # either way): what the copy's anonymous memory dropped by is what the
-                # program's would have
-                gave = exit_map.release_measured_bytes
-                release = Release(True, call, "", rss_b, max(0, rss_b - gave), anon_b,
-                                  max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy")
-            else:
-                why = (exit_map.status.removeprefix("not mapped: ") if exit_map is not None
-                       else "its copy of the program wrote no map")
-                release = Release(False, call, f"not measured at exit: {why}")
+@dataclasses.dataclass
+class _Rows:
+    """The timeline's rows that have a reading, and which of them are the peaks."""
+    cols: dict
+    parts: dict
+    rss: np.ndarray
+    live: np.ndarray
+    valid: np.ndarray
+    peak_i: int | None        # the peak of live bytes (of RSS without heap figures)
+    peak_rss_i: int | None
+
+    @classmethod
+    def of(cls, cols: dict, parts: dict, attached: bool) -> "_Rows":
+        rss = np.asarray(cols["rss"], dtype=float)
+        valid = np.flatnonzero(~np.isnan(rss))
+        live = np.nan_to_num(np.asarray(cols["live_usable"], dtype=float), nan=0.0)
+        # The peak moment: of the samples at the most live bytes, the one with the highest
+        # RSS (a program that mallocs a block, then writes it, holds the same live bytes
+        # while its RSS grows: the first of them would show the block as never touched);
+        # without heap figures, the highest RSS.
+        peak_rss_i = int(valid[np.argmax(rss[valid])]) if len(valid) else None
+        if len(valid) and attached and live[valid].max() > 0:
+            peak_i = peak_live_row(live, rss, valid)
         else:
-            how = (f"killed by signal {-rc}" if rc < 0 else "it called _exit() or exec'd away")
-            release = Release(False, call, f"the program ended without running exit handlers ({how}); "
-                              "figures are from the last sample")
-        peak_usable = segment.get("peak_usable_bytes")
-        # seconds from the run's start, like every other time (the library attaches later:
-        # after the loader, or after the program's execs)
-        origin = tl.start_ns or segment.get("start_ns")
-        peak_at = max(0.0, (segment.get("peak_ns") - origin) / 1e9) if peak_usable else 0.0
-        peak_ns = segment.get("peak_ns")
-        # the library's peak lags by what threads hold back (1 MiB in all at most): never
-        # below a sample that saw more
-        sampled = int(live_col[valid].max()) if len(valid) else 0
-        if sampled > peak_usable:
-            peak_usable = sampled
-            peak_at = float(cols["t"][valid[np.argmax(live_col[valid])]])
-            peak_ns = tl.start_ns + int(peak_at * 1e9)
-        # a peak is never below the live bytes at exit (the library's lags by what threads
-        # hold back): if they are the most, the peak is at exit
-        if c.live_usable_bytes > peak_usable:
-            peak_usable = c.live_usable_bytes
-            peak_ns = segment.get("exit_ns") or tl.start_ns + int(tl.duration_s * 1e9)
-            peak_at = max(0.0, (peak_ns - origin) / 1e9)
-        # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
-        # of the live blocks at the sample with the most live bytes, never below the
-        # requested bytes live at exit.
-        ratio = tl.peak_req_ratio
-        arenas = int(_num(tl.last("arenas"), 0))
-        if stats_before is not None:
-            arenas = max(arenas, stats_before.arenas)
-        threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
-        own = segment.get("library_threads") or (1 if segment.get("stats_hz_milli") else 0)
-        threads = max(1, threads - own)  # the library's own threads are not the program's
-        # the threads that allocated (each claimed a counter slot): short-lived ones the
-        # samples of /proc miss
-        threads = max(threads, int(segment.get("slot_claims")))
-        heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
-                           c.live_usable_bytes, peak_usable,
-                           min(peak_usable, max(int(peak_usable * ratio), c.live_requested_bytes)),
-                           round(peak_at, 3),
-                           c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas, threads,
-                           tuple(segment.size_classes()), segment.get("helper_mallocs"),
-                           None if math.isnan(mapped_before) or not done else int(mapped_before))
+            peak_i = peak_rss_i
+        return cls(cols, parts, rss, live, valid, peak_i, peak_rss_i)
 
-    owner = segment.get("owner_pid") if attached else 0
+    def breakdown(self, i: int | None):
+        if i is None:
+            return None
+        return analysis.Breakdown(round(float(self.cols["t"][i]), 3),
+                                  **{f: int(self.parts[f][i]) for f in analysis.PART_FIELDS})
+
+    @property
+    def last(self) -> int | None:
+        return int(self.valid[-1]) if len(self.valid) else None
+
+
+def _exit_release(segment, c, rc: int, maps, allocator: str, baseline: int, mapped_before,
+                  release_wanted: bool, done: bool, final):
+    """(release, final): what the release at exit gave back (measured in the program or
+    in the exit map's copy), or why there was none; and the split at exit, from the exit
+    probe's own readings when it ran."""
+    call = allocators.release_call(allocator)
+    why_not = segment.exit_probe_why_not() if done else ""
+    if why_not:   # exit handlers ran, but the allocator could not be asked (locked)
+        return Release(False, call, why_not), final
+    if not done:
+        how = (f"killed by signal {-rc}" if rc < 0 else "it called _exit() or exec'd away")
+        return Release(False, call, f"the program ended without running exit handlers ({how}); "
+                       "figures are from the last sample"), final
+    rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
+    final = analysis.breakdown(
+        round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
+        baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
+        mapped_before)
+    exit_map = dict(maps).get(heapmap.EXIT)
+    if segment.get("exit_release_kind"):
+        return Release(True, call, "", rss_b, segment.get("exit_rss_after"), anon_b,
+                       segment.get("exit_anon_after"), segment.get("release_ns") / 1e9,
+                       where="program"), final
+    if call == "none":
+        return Release(False, call, f"no release call known for {allocator}"), final
+    if not release_wanted or not segment.get("heapmap_at_exit"):
+        return Release(False, call, "release at exit was turned off (--no-release)"), final
+    if exit_map is not None and exit_map.anon_before:
+        # measured in the exit map's copy, at the program's exit (mapped or not: the copy
+        # releases before it walks, and writes the figures of its release either way): what
+        # the copy's anonymous memory dropped by is what the program's would have
+        gave = exit_map.release_measured_bytes
+        return Release(True, call, "", rss_b, max(0, rss_b - gave), anon_b,
+                       max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy"), final
+    why = (exit_map.status.removeprefix("not mapped: ") if exit_map is not None
+           else "its copy of the program wrote no map")
+    return Release(False, call, f"not measured at exit: {why}"), final
+
+
+def _heap_figures(segment, tl: Timeline, c, rows: _Rows, stats_before, allocator: str,
+                  mapped_before, done: bool) -> tuple:
+    """(HeapFigures, peak_ns): the library's counters, with the peak of live bytes placed
+    in time and never below what a sample or the exit saw."""
+    peak_usable = segment.get("peak_usable_bytes")
+    # seconds from the run's start, like every other time (the library attaches later:
+    # after the loader, or after the program's execs)
+    origin = tl.start_ns or segment.get("start_ns")
+    peak_at = max(0.0, (segment.get("peak_ns") - origin) / 1e9) if peak_usable else 0.0
+    peak_ns = segment.get("peak_ns")
+    valid, live = rows.valid, rows.live
+    # the library's peak lags by what threads hold back (1 MiB in all at most): never
+    # below a sample that saw more
+    sampled = int(live[valid].max()) if len(valid) else 0
+    if sampled > peak_usable:
+        peak_usable = sampled
+        peak_at = float(rows.cols["t"][valid[np.argmax(live[valid])]])
+        peak_ns = tl.start_ns + int(peak_at * 1e9)
+    # a peak is never below the live bytes at exit (the library's lags by what threads
+    # hold back): if they are the most, the peak is at exit
+    if c.live_usable_bytes > peak_usable:
+        peak_usable = c.live_usable_bytes
+        peak_ns = segment.get("exit_ns") or tl.start_ns + int(tl.duration_s * 1e9)
+        peak_at = max(0.0, (peak_ns - origin) / 1e9)
+    # Requested bytes at the peak: the exact usable peak times the requested/usable ratio
+    # of the live blocks at the sample with the most live bytes, never below the
+    # requested bytes live at exit.
+    peak_requested = min(peak_usable, max(int(peak_usable * tl.peak_req_ratio),
+                                          c.live_requested_bytes))
+    arenas = int(_num(tl.last("arenas"), 0))
+    if stats_before is not None:
+        arenas = max(arenas, stats_before.arenas)
+    heap = HeapFigures(allocator, c.n_alloc, c.n_free, c.live_blocks, c.live_requested_bytes,
+                       c.live_usable_bytes, peak_usable, peak_requested, round(peak_at, 3),
+                       c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas,
+                       _threads(segment, tl), tuple(segment.size_classes()),
+                       segment.get("helper_mallocs"),
+                       None if math.isnan(mapped_before) or not done else int(mapped_before))
+    return heap, peak_ns
+
+
+def _threads(segment, tl: Timeline) -> int:
+    """The program's threads: the most /proc saw at once, less the library's own, and never
+    fewer than the threads that allocated (each claimed a counter slot: short-lived ones
+    the samples of /proc miss)."""
+    threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
+    own = segment.get("library_threads") or (1 if segment.get("stats_hz_milli") else 0)
+    return max(1, threads - own, int(segment.get("slot_claims")))
+
+
+def _children(tl: Timeline) -> list:
+    """The processes the program started that ran beside it, the largest peak first."""
+    return sorted(({"pid": pid, "name": name, "peak_rss_bytes": peak}
+                   for pid, (name, peak) in tl.children.items()),
+                  key=lambda ch: -ch["peak_rss_bytes"])
+
+
+def _preload_note(segment, tl: Timeline, linkage: str, attached: bool, lost_at, owner: int,
+                  started_pid: int, follow: str, children: list) -> tuple:
+    """(preload, note): whether the library's figures are the program's, and whose they
+    are, in words."""
     if linkage == "static":
         preload, note = "static", "statically linked: /proc figures only"
     elif lost_at is not None:
@@ -400,46 +431,93 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     if len(tl.images) > 1 and (not attached or owner == started_pid):
         note += "; images: " + ", then ".join(f"{os.path.basename(exe)} from {t:.2f} s"
                                                for t, exe in tl.images)
-    children = sorted(({"pid": pid, "name": name, "peak_rss_bytes": peak}
-                       for pid, (name, peak) in tl.children.items()),
-                      key=lambda ch: -ch["peak_rss_bytes"])
     if children:
         top = ", ".join(f"{ch['name']} {ch['peak_rss_bytes'] / (1 << 20):.1f} MiB"
                         for ch in children[:3])
         note += (f"; {len(children)} process(es) it started (fork, vfork, posix_spawn) ran beside "
                  f"it, not counted in these figures; largest peaks: {top}")
+    return preload, note
 
-    if done and heap and (peak_i is None or c.live_usable_bytes > live_col[peak_i]):
-        peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
-    library_cpu = (segment.get("library_cpu_ns") / 1e9
-                   if segment is not None and segment.get("owner_pid") else 0.0)
-    sampled_sites = call_sites(prof, tl, cols, heap, peak_ns,
-                               segment.get("exit_ns") if done else None, symbolizer) if heap else None
-    mapped_by_stack = (mapped_sites(prof, tl, segment.get("exit_ns") if done else None, symbolizer)
-                       if heap else None)
-    hmaps = heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ()
-    found = analysis.findings(argv, final, release, heap, live_over_time(cols, final),
-                              sampled_sites, exit_map_bytes(hmaps)) if heap else []
-    held = analysis.holds(cols["t"], parts, duration_s) if heap else []
-    # a hold that the exit findings already describe (same cause, as large) is not repeated
-    kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
-    news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
-                                       for f in found)]
-    mapped_by = tuple({**o, "owner": analysis.owner_of(o["object"])}
-                      for o in (segment.owners() if attached else []))
-    found = sorted(found + analysis.hold_findings(news, allocator, argv, mapped_by,
-                                                  heap.arenas if heap else 0),
-                   key=lambda f: -f.bytes)
-    # Peak RSS: the kernel's high-water mark, and never below any reading taken (the exit
-    # reading comes after the last status read; a short program may have no VmHWM yet).
+
+def _peak_rss(hwm: int, rows: _Rows, final) -> tuple:
+    """(bytes, at_s): the kernel's high-water mark, and never below any reading taken (the
+    exit reading comes after the last status read; a short program may have no VmHWM yet)."""
+    cols, i = rows.cols, rows.peak_rss_i
     readings = [(hwm, None)]
-    if peak_rss_i is not None:
-        readings.append((int(rss_col[peak_rss_i]), float(cols["t"][peak_rss_i])))
+    if i is not None:
+        readings.append((int(rows.rss[i]), float(cols["t"][i])))
     if final is not None:
         readings.append((final.rss_bytes, final.at_s))
     peak_rss, peak_rss_at = max(readings, key=lambda r: (r[0], r[1] is not None))
     if peak_rss_at is None:  # VmHWM above every reading: it happened between two samples
-        peak_rss_at = float(cols["t"][peak_rss_i]) if peak_rss_i is not None else 0.0
+        peak_rss_at = float(cols["t"][i]) if i is not None else 0.0
+    return peak_rss, peak_rss_at
+
+
+def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
+              sampled_sites, hmaps, mapped_by, duration_s: float) -> tuple:
+    """(findings, holds): what the exit's figures say, and the moments memory was held
+    while the program ran, a hold the exit's findings already describe not repeated."""
+    found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
+                              sampled_sites, exit_map_bytes(hmaps))
+    held = analysis.holds(rows.cols["t"], rows.parts, duration_s)
+    kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
+    news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
+                                       for f in found)]
+    found = found + analysis.hold_findings(news, allocator, argv, mapped_by, heap.arenas)
+    return found, held
+
+
+def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
+              smaps_hz=math.nan, releases=None, prof=None, maps=(),
+              release_wanted=True, follow: str = "",
+              symbolizer=symbolize.symbolize) -> Summary:
+    """The Summary of a captured run, in the order its parts depend on each other: whose
+    figures they are, the program's time, the split at every sample, the release and the
+    heap figures, call sites and heap maps, findings, the peak of RSS.
+
+    prof: the sampled allocations (profile.read), None for none; maps: (moment name,
+    heapmap.HeapMap) of the heap maps taken; release_wanted: False under --no-release (the
+    exit map's copy releases all the same: its figure is not reported)."""
+    attached, lost_at = _attachment(segment, tl, started_pid)
+    allocator = segment.allocator_name() if attached else "unknown"
+    baseline = segment.get("start_anon_bytes") if attached else 0
+    done = attached and segment.get("state") == STATE_DONE
+    duration_s, probe_s = _program_time(segment, tl, done)
+    stats_before = (segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()) \
+        if attached else None
+    mapped_before = analysis.alloc_mapped_nan(stats_before)
+    cols = tl.columns
+    parts = analysis.timeline_split(cols, baseline, allocator if attached else None,
+                                    mapped_before if done else math.nan)
+    rows = _Rows.of(cols, parts, attached)
+    peak, final = rows.breakdown(rows.peak_i), rows.breakdown(rows.last)
+    heap, peak_ns = None, None
+    release = Release(False, "none", "the preload library was not active")
+    if attached:
+        c = segment.counters(classes=True)
+        release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,
+                                       release_wanted, done, final)
+        heap, peak_ns = _heap_figures(segment, tl, c, rows, stats_before, allocator,
+                                      mapped_before, done)
+        if done and (rows.peak_i is None or c.live_usable_bytes > rows.live[rows.peak_i]):
+            peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
+
+    owner = segment.get("owner_pid") if attached else 0
+    children = _children(tl)
+    preload, note = _preload_note(segment, tl, linkage, attached, lost_at, owner, started_pid,
+                                  follow, children)
+    library_cpu = (segment.get("library_cpu_ns") / 1e9
+                   if segment is not None and segment.get("owner_pid") else 0.0)
+    end_ns = segment.get("exit_ns") if done else None
+    sampled_sites = call_sites(prof, tl, cols, heap, peak_ns, end_ns, symbolizer) if heap else None
+    mapped_by_stack = mapped_sites(prof, tl, end_ns, symbolizer) if heap else None
+    hmaps = heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ()
+    mapped_by = tuple({**o, "owner": analysis.owner_of(o["object"])}
+                      for o in (segment.owners() if attached else []))
+    found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
+                             sampled_sites, hmaps, mapped_by, duration_s) if heap else ([], []))
+    peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
                    key=lambda f: -f.bytes)
     return Summary(
@@ -451,7 +529,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         # the last reading may precede the library's last writes: what it wrote counts too
         heapsight_rss_bytes=int(max(tl.own_rss_bytes, segment.written_bytes() if attached else 0)),
         final_rss_bytes=final.rss_bytes if final else 0, peak=peak, final=final, release=release,
-        heap=heap, forks=forks, execs=segment.get("execs") if attached else 0,
+        heap=heap, forks=segment.get("forks") if attached else 0,
+        execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
         findings=tuple(found), verdict=analysis.verdict(found, final, attached), holds=tuple(held),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
