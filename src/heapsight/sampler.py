@@ -41,6 +41,20 @@ def _less(value: float, own: float) -> float:
     return value if math.isnan(value) else max(0.0, value - own)
 
 
+class _Carry:
+    """What one tick leaves the next: when each reading is due next (monotonic seconds),
+    and the last values of the readings taken less often than every tick."""
+
+    def __init__(self, start: float) -> None:
+        self.tick = self.status = self.smaps = self.classes = start
+        self.poll = self.children = start
+        self.kinds = start + 0.05
+        self.hwm = self.threads = self.children_rss = self.pss = math.nan
+        self.best_usable = 0
+        self.waste_ratio, self.stats_seq = 0.0, -1
+        self.exit_tried = self.early = self.retargeted = False
+
+
 class Sampler:
     def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
@@ -252,19 +266,16 @@ class Sampler:
         return best_usable
 
     def run(self) -> Timeline:
+        """Samples the program until it ends: each tick reads /proc (_read_proc), the
+        mappings when due (_read_mappings), the descendants and smaps_rollup at their rates
+        (_read_slow) and the segment (_read_library), appends the row, and sleeps or lets
+        the C reader take the ticks until the next Python one is due (_fast_ticks)."""
         tl, seg = self.timeline, self.segment
         self._open(self.pid)
         tl.start_ns = time.monotonic_ns()
         start = tl.start_ns / 1e9
         cpu0 = time.thread_time()
-        next_tick, next_smaps, next_classes, next_status = start, start, start, start
-        next_poll, next_children, children_rss = start, start, math.nan
-        next_kinds = start + 0.05
-        hwm, threads, best_usable = math.nan, math.nan, 0
-        exit_tried, early = False, False
-        waste_ratio, pss, stats_seq, retargeted = 0.0, math.nan, -1, False
-        blank = [math.nan] * len(COLUMNS)
-        I = IDX
+        c = _Carry(start)
         fast = None
         if self.period < 1.0 / PYTHON_TICKS_PER_S and readloop.available():
             fast = readloop.FastReader(seg, tl.start_ns, self.period,
@@ -273,147 +284,182 @@ class Sampler:
             # a heapsight_snapshot() request is read before the tick's time: the program
             # waits in its call from the request on, so this row (taken after) is its moment;
             # one that comes during the tick is taken by the next (whose time follows it)
-            live = retargeted or (seg is not None and seg.attached())
+            live = c.retargeted or (seg is not None and seg.attached())
             req = seg.snapshot_request(self._asked) if live else None
             now = time.monotonic()
-            row = blank[:]
-            row[I["t"]] = now - start
-            if now >= next_status:
-                st = self.status.read()
-                next_status = now + 1.0 / STATUS_PER_S
-                if st is not None:
-                    hwm, threads = st.get("hwm", math.nan), st.get("threads", math.nan)
-                    self._image(now - start)
-            else:
-                st = self.statm.read()
-            own = self._own_resident()
-            own_here = self._segment_mapped()
-            if st is not None:
-                for k, v in st.items():
-                    if k in I:
-                        row[I[k]] = v
-                # the segment's pages are shared memory in the program's RSS: left out. The
-                # kernel's peak (VmHWM) holds them too; they only grow, so VmHWM less them
-                # now is the least the program's own peak can have been
-                for k in ("rss", "shmem"):
-                    row[I[k]] = _less(row[I[k]], own)
-                row[I["hwm"]], row[I["threads"]] = _less(hwm, own), threads
-            rss_now = row[I["rss"]]
-            peak_due = not math.isnan(rss_now) and rss_now > peak_kinds_above(tl)
-            exiting = (not exit_tried and seg is not None and seg.attached()
-                       and seg.get("state") >= STATE_EXITING)
-            exit_tried = exit_tried or exiting
-            if now >= next_kinds or peak_due or exiting:
-                next_kinds = now + 1.0 / MAPPINGS_PER_S
-                kinds = self._kinds()
-                # once the program is past heapsight's exit probe its teardown unmaps as it
-                # goes: a reading then is not kept
-                torn = seg is not None and seg.attached() and seg.get("state") > STATE_EXITING
-                if kinds is not None and not torn:
-                    tl.kinds = (tl.kinds + [(now - start, kinds)])[-2:]   # the last two: the last may be cut
-                    if peak_due:
-                        tl.kinds_peak = (now - start, kinds, rss_now)
-                    if exiting:
-                        tl.kinds_exit = (now - start, kinds)
-            if now >= next_children:
-                children_rss = self._children()
-                if self.on_tick is not None and tl.flat:
-                    self.on_tick(tl.flat[-len(COLUMNS):])
-                next_children = now + 1.0 / CHILDREN_PER_S
-            row[I["children_rss"]] = children_rss
-            if now >= next_smaps:
-                roll = self.rollup.read()
-                if roll is not None:
-                    pss = roll.get("pss", math.nan)
-                next_smaps = now + self.smaps_period
-            row[I["pss"]] = pss
-            counted = False
-            if live:
-                if not retargeted or seg.get("owner_pid") != self.pid:
-                    self._retarget()
-                    retargeted = True
-                exact = now >= next_classes
-                c = seg.counters(classes=exact, waste_ratio=waste_ratio)
-                if c.live_usable_bytes > best_usable:
-                    best_usable = c.live_usable_bytes
-                    if not exact:
-                        c, exact = seg.counters(classes=True), True
-                    if c.live_usable_bytes > 0:
-                        tl.peak_req_ratio = c.live_requested_bytes / c.live_usable_bytes
-                if exact:
-                    next_classes = now + 1.0 / CLASS_ESTIMATES_PER_S
-                    waste_ratio = c.waste_bytes / c.live_usable_bytes if c.live_usable_bytes > 0 else 0.0
-                row[I["live_usable"]], row[I["live_req"]] = c.live_usable_bytes, c.live_requested_bytes
-                row[I["n_alloc"]], row[I["n_free"]] = c.n_alloc, c.n_free
-                counted = True
-                # the allocator's statistics go in the row that first sees a new reading
-                # only (NaN elsewhere), so the record shows the rate they were taken at
-                if req is not None:   # the program called heapsight_snapshot(label)
-                    # calls made together (from several threads) are answered by this one
-                    # sample: its label is the last one's, and says how many it answered
-                    merged = req[0] - self._asked - 1
-                    self._asked = req[0]
-                    self.pending.append(req[1] + (f" (and {merged} more call{'s' * (merged > 1)} "
-                                                  "answered by this snapshot)" if merged > 0 else ""))
-                seq = seg.get("stats_seq")
-                if seq != stats_seq:
-                    stats = seg.alloc_stats()
-                    if stats is not None:   # None: torn by a writer, read it next tick
-                        stats_seq = seq
-                        row[I["alloc_in_use"]] = math.nan if stats.in_use_bytes is None else stats.in_use_bytes
-                        row[I["alloc_free"]] = math.nan if stats.free_bytes is None else stats.free_bytes
-                        row[I["alloc_mapped"]], row[I["arenas"]] = stats.mapped_bytes, stats.arenas
+            row = [math.nan] * len(COLUMNS)
+            row[IDX["t"]] = now - start
+            st, own, own_here = self._read_proc(row, now, c)
+            self._read_mappings(row, now, start, c)
+            self._read_slow(row, now, c)
+            counted = live and self._read_library(row, now, c, req)
             # a tick right after one the fast reader took (it stopped early for a new high of
             # RSS, or the program's exit, to read the mappings) adds no row a hair after its
             # last: two samples a few µs apart would make "the sample at t" ambiguous
             n_cols = len(COLUMNS)
-            crowded = (early and req is None and not self.pending and len(tl.flat) >= n_cols and
-                       row[I["t"]] - tl.flat[len(tl.flat) - n_cols] < 0.5 * self.period)
-            early = False
+            crowded = (c.early and req is None and not self.pending and len(tl.flat) >= n_cols
+                       and row[IDX["t"]] - tl.flat[len(tl.flat) - n_cols] < 0.5 * self.period)
+            c.early = False
             if (st is not None or counted) and not crowded:
                 tl.append_row(row)
-                self._snapshots(row[I["t"]])
+                self._snapshots(row[IDX["t"]])
             tl.ticks += 1
             # waitpid costs as much as a /proc read: ask at most 100 times a second, or at
             # once when /proc says the process is gone.
-            if (st is None or now >= next_poll) and self._reaped():
+            if (st is None or now >= c.poll) and self._reaped():
                 break
-            if now >= next_poll:
-                next_poll = now + 0.01
-            next_tick += self.period
-            delay = next_tick - time.monotonic()
+            if now >= c.poll:
+                c.poll = now + 0.01
+            c.tick += self.period
+            delay = c.tick - time.monotonic()
             if delay <= 0:
-                next_tick = time.monotonic()  # fell behind: do not try to catch up in a burst
-            if fast is not None and self.statm.fd is not None:
-                # the ticks until the next Python tick is due are taken in C
-                due = min(now + 1.0 / PYTHON_TICKS_PER_S, next_children, next_smaps,
-                          next_kinds, self._next_snapshot_due(start))
-                if due > next_tick:
-                    rows, why, nxt, seq = fast.loop(self.statm.fd, int(next_tick * 1e9),
-                                                    int(due * 1e9), self._asked, stats_seq,
-                                                    self.pagemap if own_here else None, own,
-                                                    self.pid, watch_exit=not exit_tried,
-                                                    rss_above=peak_kinds_above(tl),
-                                                    exe=tl.images[-1][1] if tl.images else "")
-                    own = fast.own[0]
-                    tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
-                    if seq != max(0, stats_seq):
-                        stats_seq = seq
-                    next_tick = nxt / 1e9
-                    if len(rows):
-                        best_usable = self._append_fast(rows, best_usable, _less(hwm, own),
-                                                        threads, pss, children_rss)
-                    early = why in (readloop.RSS, readloop.EXITING, readloop.EXEC)
-                    if why == readloop.EXEC:
-                        next_status = 0.0   # the next tick reads the new image
-                    if why == readloop.SIGNAL and self._wait(0.0):
-                        next_poll = 0.0
-                    elif why == readloop.GONE:
-                        next_poll = 0.0
-                    continue
+                c.tick = time.monotonic()  # fell behind: do not try to catch up in a burst
+            if fast is not None and self.statm.fd is not None and \
+                    self._fast_ticks(fast, now, start, own, own_here, c):
+                continue
             if self._wait(max(0.0, delay)):
-                next_poll = 0.0  # the program (or a child of it) changed state: reap now
+                c.poll = 0.0  # the program (or a child of it) changed state: reap now
         tl.duration_s = time.monotonic() - start
         tl.sampler_cpu_s = time.thread_time() - cpu0
         self._close()
         return tl
+
+    def _read_proc(self, row: list, now: float, c: "_Carry") -> tuple:
+        """/proc/PID/status (or statm between its reads) into row, less heapsight's own
+        pages: (the reading, None when the process is gone; heapsight's resident bytes in
+        it; whether the program has the segment mapped)."""
+        tl = self.timeline
+        if now >= c.status:
+            st = self.status.read()
+            c.status = now + 1.0 / STATUS_PER_S
+            if st is not None:
+                c.hwm, c.threads = st.get("hwm", math.nan), st.get("threads", math.nan)
+                self._image(now - tl.start_ns / 1e9)
+        else:
+            st = self.statm.read()
+        own = self._own_resident()
+        own_here = self._segment_mapped()
+        if st is not None:
+            for k, v in st.items():
+                if k in IDX:
+                    row[IDX[k]] = v
+            # the segment's pages are shared memory in the program's RSS: left out. The
+            # kernel's peak (VmHWM) holds them too; they only grow, so VmHWM less them now
+            # is the least the program's own peak can have been
+            for k in ("rss", "shmem"):
+                row[IDX[k]] = _less(row[IDX[k]], own)
+            row[IDX["hwm"]], row[IDX["threads"]] = _less(c.hwm, own), c.threads
+        return st, own, own_here
+
+    def _read_mappings(self, row: list, now: float, start: float, c: "_Carry") -> None:
+        """The resident memory by kind of mapping: once a second, at each new high of RSS
+        (10% above the last such reading) and as the program enters its exit."""
+        tl, seg = self.timeline, self.segment
+        rss_now = row[IDX["rss"]]
+        peak_due = not math.isnan(rss_now) and rss_now > peak_kinds_above(tl)
+        exiting = (not c.exit_tried and seg is not None and seg.attached()
+                   and seg.get("state") >= STATE_EXITING)
+        c.exit_tried = c.exit_tried or exiting
+        if not (now >= c.kinds or peak_due or exiting):
+            return
+        c.kinds = now + 1.0 / MAPPINGS_PER_S
+        kinds = self._kinds()
+        # once the program is past heapsight's exit probe its teardown unmaps as it goes: a
+        # reading then is not kept
+        torn = seg is not None and seg.attached() and seg.get("state") > STATE_EXITING
+        if kinds is None or torn:
+            return
+        tl.kinds = (tl.kinds + [(now - start, kinds)])[-2:]   # the last two: the last may be cut
+        if peak_due:
+            tl.kinds_peak = (now - start, kinds, rss_now)
+        if exiting:
+            tl.kinds_exit = (now - start, kinds)
+
+    def _read_slow(self, row: list, now: float, c: "_Carry") -> None:
+        """The descendants' RSS and smaps_rollup's PSS, each at its own rate (the last
+        reading carried in the rows between)."""
+        tl = self.timeline
+        if now >= c.children:
+            c.children_rss = self._children()
+            if self.on_tick is not None and tl.flat:
+                self.on_tick(tl.flat[-len(COLUMNS):])
+            c.children = now + 1.0 / CHILDREN_PER_S
+        row[IDX["children_rss"]] = c.children_rss
+        if now >= c.smaps:
+            roll = self.rollup.read()
+            if roll is not None:
+                c.pss = roll.get("pss", math.nan)
+            c.smaps = now + self.smaps_period
+        row[IDX["pss"]] = c.pss
+
+    def _read_library(self, row: list, now: float, c: "_Carry", req) -> bool:
+        """The library's counters into row (the exact per-class estimate at its rate and at
+        each new peak), the allocator's statistics when they are new, and a snapshot the
+        program asked for; True (the row has the library's figures)."""
+        seg, tl = self.segment, self.timeline
+        if not c.retargeted or seg.get("owner_pid") != self.pid:
+            self._retarget()
+            c.retargeted = True
+        exact = now >= c.classes
+        n = seg.counters(classes=exact, waste_ratio=c.waste_ratio)
+        if n.live_usable_bytes > c.best_usable:
+            c.best_usable = n.live_usable_bytes
+            if not exact:
+                n, exact = seg.counters(classes=True), True
+            if n.live_usable_bytes > 0:
+                tl.peak_req_ratio = n.live_requested_bytes / n.live_usable_bytes
+        if exact:
+            c.classes = now + 1.0 / CLASS_ESTIMATES_PER_S
+            c.waste_ratio = n.waste_bytes / n.live_usable_bytes if n.live_usable_bytes > 0 else 0.0
+        row[IDX["live_usable"]], row[IDX["live_req"]] = n.live_usable_bytes, n.live_requested_bytes
+        row[IDX["n_alloc"]], row[IDX["n_free"]] = n.n_alloc, n.n_free
+        if req is not None:   # the program called heapsight_snapshot(label)
+            # calls made together (from several threads) are answered by this one sample:
+            # its label is the last one's, and says how many it answered
+            merged = req[0] - self._asked - 1
+            self._asked = req[0]
+            self.pending.append(req[1] + (f" (and {merged} more call{'s' * (merged > 1)} "
+                                          "answered by this snapshot)" if merged > 0 else ""))
+        # the allocator's statistics go in the row that first sees a new reading only (NaN
+        # elsewhere), so the record shows the rate they were taken at
+        seq = seg.get("stats_seq")
+        if seq != c.stats_seq:
+            stats = seg.alloc_stats()
+            if stats is not None:   # None: torn by a writer, read it next tick
+                c.stats_seq = seq
+                row[IDX["alloc_in_use"]] = math.nan if stats.in_use_bytes is None else stats.in_use_bytes
+                row[IDX["alloc_free"]] = math.nan if stats.free_bytes is None else stats.free_bytes
+                row[IDX["alloc_mapped"]], row[IDX["arenas"]] = stats.mapped_bytes, stats.arenas
+        return True
+
+    def _fast_ticks(self, fast, now: float, start: float, own: float, own_here: bool,
+                    c: "_Carry") -> bool:
+        """The ticks until the next Python tick is due, taken in C; False when none are
+        (the Python tick is due first)."""
+        tl = self.timeline
+        due = min(now + 1.0 / PYTHON_TICKS_PER_S, c.children, c.smaps, c.kinds,
+                  self._next_snapshot_due(start))
+        if due <= c.tick:
+            return False
+        rows, why, nxt, seq = fast.loop(self.statm.fd, int(c.tick * 1e9), int(due * 1e9),
+                                        self._asked, c.stats_seq,
+                                        self.pagemap if own_here else None, own, self.pid,
+                                        watch_exit=not c.exit_tried,
+                                        rss_above=peak_kinds_above(tl),
+                                        exe=tl.images[-1][1] if tl.images else "")
+        own = fast.own[0]
+        tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
+        if seq != max(0, c.stats_seq):
+            c.stats_seq = seq
+        c.tick = nxt / 1e9
+        if len(rows):
+            c.best_usable = self._append_fast(rows, c.best_usable, _less(c.hwm, own),
+                                              c.threads, c.pss, c.children_rss)
+        c.early = why in (readloop.RSS, readloop.EXITING, readloop.EXEC)
+        if why == readloop.EXEC:
+            c.status = 0.0   # the next tick reads the new image
+        if why == readloop.SIGNAL and self._wait(0.0):
+            c.poll = 0.0
+        elif why == readloop.GONE:
+            c.poll = 0.0
+        return True
