@@ -56,7 +56,27 @@ def _cells(b: Breakdown | None, part: str, share: bool = True) -> tuple:
 
 
 def render_run(s: Summary, out, saved_to: str | None = None) -> None:
+    """A run's summary for a terminal: what ran, the verdict and the first thing to try,
+    the split at the peak and at exit, the moments and mappings, the release, the heap and
+    its call sites, then each finding with its commands."""
     c = console(out)
+    _run_header(c, s)
+    _run_verdict(c, s)
+    _split_table(c, s)
+    _snapshot_lines(c, s)
+    _mapping_lines(c, s)
+    _hold_lines(c, s)
+    _release_lines(c, s)
+    _heap_lines(c, s)
+    _finding_lines(c, s)
+    if saved_to:
+        c.print()
+        c.print(Text(f"  run saved to {printable(saved_to)}"), overflow="fold")
+    c.print()
+
+
+def _run_header(c: Console, s: Summary) -> None:
+    """The command, how it ended, its time and CPU, and whose figures these are."""
     how = (f"killed by signal {s.exit_signal}" if s.exit_signal else f"exited with code {s.exit_code}")
     alloc = s.heap.allocator if s.heap else "heap not visible"
     probe = (f" (then {s.exit_probe_s * 1000:.0f} ms to end, of which heapsight held its "
@@ -73,12 +93,19 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     if (s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid
             or s.children or len(s.images) > 1):
         _indent(c, f"note: {s.preload_note}", 2, style="dim")
+
+
+def _run_verdict(c: Console, s: Summary) -> None:
     # the answer first: the verdict, and the first thing to try; the figures follow
     c.print()
     _verdict(c, s)
     if s.findings and s.findings[0].suggestions:
         _command(c, s.findings[0].suggestions[0], 4)
 
+
+def _split_table(c: Console, s: Summary) -> None:
+    """RSS and its parts at the peak and at exit (anonymous and file-backed alone without
+    the library), the peak of RSS and heapsight's own pages."""
     t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
     t.add_column("", no_wrap=True)
     peak_t = (f"at peak {'live' if s.heap else 'RSS'} ({s.peak.at_s:.2f} s)" if s.peak else "at peak")
@@ -113,6 +140,9 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
     if s.heapsight_rss_bytes:
         _indent(c, f"heapsight's stats segment: {human(s.heapsight_rss_bytes)} resident in the "
                    "program at most, left out of every RSS figure here", 2, style="dim")
+
+
+def _snapshot_lines(c: Console, s: Summary) -> None:
     for snap in s.snapshots:
         b = snap.breakdown
         p = b.parts()
@@ -123,6 +153,10 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         elif snap.release:
             line += f"; release not measured: {snap.release.get('error')}"
         _indent(c, line, 2)
+
+
+def _mapping_lines(c: Console, s: Summary) -> None:
+    """Resident memory by kind of mapping, and what was mapped outside malloc, by whom."""
     peak_k, last_k = s.resident_by_kind_peak, s.resident_by_kind
     same = bool(peak_k) and bool(last_k) and peak_k.get("at_s") == last_k.get("at_s")
     for k, when in ((peak_k, "near peak RSS, at" if not same else "near peak RSS and last, at"),
@@ -144,10 +178,17 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
             top = peak_mapped["sites"][:3]
             _indent(c, f"mapped for (at {peak_mapped['t_s']:.2f} s, every mapping recorded): "
                        + "; ".join(f"{x['site']} {human(x['bytes'])}" for x in top), 4)
+
+
+def _hold_lines(c: Console, s: Summary) -> None:
     for h in s.holds:
         whose = "freed, kept by the allocator" if h.cause == "retained" else "not from malloc"
         _indent(c, f"held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
                    f"{h.end_s:.2f} s ({whose}; up to {human(h.max_held_bytes)})", 2)
+
+
+def _release_lines(c: Console, s: Summary) -> None:
+    """What the release at exit gave back (or why it was not measured), and reachability."""
     r = s.release
     c.print()
     if r.measured:
@@ -167,6 +208,10 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         if line:
             where = "at exit" if m["moment"] == "exit" else f"at {printable(str(m['moment']))}"
             _indent(c, f"reachable {where}: {line}", 2)
+
+
+def _heap_lines(c: Console, s: Summary) -> None:
+    """The library's heap figures, the call sites and the pinners."""
     if s.heap:
         h = s.heap
         tail = f"; {h.arenas} arena(s); {h.threads_seen} thread(s)" if h.allocator == "glibc" \
@@ -178,6 +223,9 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         _sites(c, s.sites)
     for m in s.heapmaps:
         _pinners(c, m, sampled=s.sites is not None)
+
+
+def _finding_lines(c: Console, s: Summary) -> None:
     if s.findings:
         c.print()
         c.print(Text("  why, and what to try:", style="bold"))
@@ -187,10 +235,6 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
         _indent(c, f.detail, 4)
         for sug in f.suggestions:
             _command(c, sug, 6)
-    if saved_to:
-        c.print()
-        c.print(Text(f"  run saved to {printable(saved_to)}"), overflow="fold")
-    c.print()
 
 
 def _verdict(c: Console, s: Summary) -> None:
