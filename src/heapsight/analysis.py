@@ -152,6 +152,7 @@ def holds(t, parts: dict, duration_s: float) -> list:
 # Whose anonymous mappings these are, by the object that called mmap (mappings.c).
 OWNERS = ((r"(^|/)(lib)?python3(\.\d+)?[^/]*$", "the CPython object allocator (pymalloc arenas)"),
           (r"(^|/)libjvm\.so", "the JVM (Java heap, metaspace, code cache)"),
+          (r"(^|/)cc1(plus|obj)?$", "GCC's garbage-collected heap (ggc)"),
           (r"(^|/)(node|libnode\.so[^/]*)$", "Node.js (the V8 heap)"),
           *((a.own_heaps, f"{a.name}'s own heaps") for a in allocators.ALLOCATORS.values()
             if a.own_heaps),
@@ -183,20 +184,14 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                      *((f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",) if arenas > 2 else ()))
                     if allocator == "glibc" else ())
         else:
-            top = mapped_by[0] if mapped_by else None
-            whose = (f"{top['owner'][0].upper()}{top['owner'][1:]} mapped it "
-                     f"({human(top['peak_bytes'])} at most, in "
-                     f"{top['mappings']:,} mappings). " if top and top["peak_bytes"] >= h.held_bytes / 2
-                     else "An interpreter's own allocator, thread stacks or the program's own mmap "
-                          "hold it. ")
-            rule = (" pymalloc gives an arena back only when every object in it is gone, so a few "
-                    "survivors keep whole arenas." if top and "pymalloc" in top["owner"] else "")
-            detail = (f"While the program ran, {human(h.held_bytes)} (up to {human(h.max_held_bytes)}) "
-                      f"of anonymous memory that did not come from malloc was held {when}, beyond "
-                      f"its {human(h.live_bytes)} of live malloc bytes. {whose}{rule.strip()} "
-                      "How much of it is live objects and how much free space inside such an "
-                      "allocator cannot be told from outside; sending its objects to malloc makes "
-                      "it visible.")
+            whose, rule, how, _ = _whose_words(mapped_by, h.held_bytes)
+            detail = " ".join(x for x in (
+                f"While the program ran, {human(h.held_bytes)} (up to {human(h.max_held_bytes)}) "
+                f"of anonymous memory that did not come from malloc was resident {when}, beside "
+                f"its {human(h.live_bytes)} of live malloc bytes.", whose,
+                f"{rule[0].upper()}{rule[1:]}." if rule else None,
+                "Whether it holds live objects or free space cannot be told from outside.",
+                f"To find out: {how}." if how else None) if x)
             sugg = ((f"PYTHONMALLOC=malloc heapsight run -- {cmd}   # CPython: objects from malloc, "
                      "which heapsight can see and trim",
                      *((f"PYTHONMALLOC=malloc MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",)
@@ -204,32 +199,70 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                      f"heapsight compare -- {cmd}   # with python-malloc and "
                      "python-malloc-jemalloc-eager beside the allocators")
                     if "python" in cmd else ())
-        out.append(Finding("hold", h.held_bytes,
-                           f"{human(h.held_bytes)} held beyond live bytes {when}", detail, sugg))
+        what = "held beyond live bytes" if h.cause == "retained" else "outside malloc"
+        out.append(Finding("hold", h.held_bytes, f"{human(h.held_bytes)} {what} {when}", detail,
+                           sugg))
     return out
 
 
-def findings(command: list, final: Breakdown | None, release: Release,
-             heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
-             mapped: dict | None = None) -> list:
-    """Each finding names what holds the memory, how much, and what to try. Sorted by size.
-    sites: the sampled call sites (sites.build), which name where never-freed bytes came from;
-    mapped: what the exit's heap map measured (measure.exit_map_bytes: "pinned",
-    "thread_arenas_free" bytes), which puts bytes on the reasons memory stayed."""
-    mapped = mapped or {}
-    if final is None:
-        return []
-    allocator, arenas, threads = heap.allocator, heap.arenas, heap.threads_seen
-    n_large_heap, size_classes = heap.n_large_heap, heap.size_classes
-    cmd = shlex.join(command)
-    out = []
-    rss = max(final.rss_bytes, 1)
-    heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
+# What is known of memory a runtime maps itself, and how to see inside it: (owner's words
+# in analysis.OWNERS, how it keeps memory, how to find out what is live in it, a command to
+# try). Only what holds for that runtime: whether its memory is live objects or free space
+# cannot be told from outside.
+RUNTIME_RULES = (
+    ("pymalloc", "pymalloc gives an arena back only when every object in it is gone",
+     "PYTHONMALLOC=malloc sends CPython's objects to malloc, where heapsight sees what is "
+     "live and what is free", "PYTHONMALLOC=malloc heapsight run -- {cmd}"),
+    ("V8", "V8 grows its heap up to its limit and collects it as it goes",
+     "node --trace-gc shows the heap's live size after each collection, and "
+     "--max-old-space-size caps it", "node --trace-gc ..."),
+    ("JVM", "the JVM reserves its heap up front and commits it as it grows",
+     "jcmd PID GC.heap_info gives the Java heap's used and committed sizes, and -Xmx caps it",
+     "jcmd PID GC.heap_info"),
+    ("ggc", "GCC collects it only once it has grown by --param ggc-min-expand percent",
+     "-fmem-report prints its use at the end of the compilation; --param ggc-min-heapsize "
+     "and ggc-min-expand set when it collects", None),
+)
 
-    # Never freed: blocks still allocated when the program ended. With the exit's heap map
-    # marked (glibc), exactly which the program lost and which it still pointed to; else a
-    # leak or data kept until exit on purpose, told apart by how live bytes grew.
-    reach = mapped.get("reach") or {}
+
+def runtime_rule(owner: str) -> tuple | None:
+    """(rule, how to find out, command) for a runtime's own memory, None for other owners."""
+    return next((r[1:] for r in RUNTIME_RULES if r[0] in owner), None)
+
+
+def owner_words(o: dict) -> str:
+    """One object's memory mapped outside malloc: what of it is resident (when measured),
+    and what it mapped, which may be mostly reserved address space."""
+    mapped = (f"{human(o['peak_bytes'])} mapped at most, {human(o['mapped_bytes'])} at exit, "
+              f"in {o['mappings']:,} mappings")
+    if o.get("resident_bytes") is None:
+        return f"{o['owner']}: {mapped}"
+    reserved = (", most of it address space reserved, never touched"
+                if o["resident_bytes"] < o["mapped_bytes"] / 4 else "")
+    return (f"{o['owner']}: {human(o['resident_bytes'])} resident at {o['resident_at_s']:.2f} s "
+            f"({mapped}{reserved})")
+
+
+def _whose_words(mapped_by: tuple, held: int) -> tuple:
+    """(sentence naming who mapped the memory, rule, how to find out, command) from the
+    objects that mapped it, the largest first; a generic sentence when none mapped as much
+    as half of it."""
+    big = [o for o in mapped_by if o["peak_bytes"] >= MiB][:3]
+    accounted = sum(o["peak_bytes"] if o.get("resident_bytes") is None else o["resident_bytes"]
+                    for o in big)
+    if not big or accounted < held / 2:
+        return ("Thread stacks, the program's own mmap calls or a runtime's own allocator hold "
+                "it (no object heapsight saw mapping memory accounts for it).", None, None, None)
+    names = "; ".join(owner_words(o) for o in big)
+    rule = runtime_rule(big[0]["owner"])
+    return (f"Mapped outside malloc: {names}.",) + (rule or (None, None, None))
+
+
+def _never_freed_findings(final, heap_total: int, reach: dict, live_over_time: tuple,
+                          sites, cmd: str) -> list:
+    """Blocks still allocated when the program ended. With the exit's heap map marked
+    (glibc), exactly which the program lost and which it still pointed to; else a leak or
+    data kept until exit on purpose, told apart by how live bytes grew."""
     grew = ""
     if len(live_over_time) >= 2:
         steps = ", ".join(f"{human(v)} at {t:.2f} s" for t, v in live_over_time)
@@ -239,108 +272,146 @@ def findings(command: list, final: Breakdown | None, release: Release,
         untouched = (f"{human(final.untouched_bytes)} of it was never touched (allocated but "
                      "never written: it takes no RSS, only address space). ")
     if reach.get("marked"):
-        out.extend(reach_findings(reach, final, heap_total, grew, untouched, cmd, sites))
-    elif final.live_bytes >= MiB and final.live_bytes >= 0.5 * (heap_total or 1):
-        unknown = (f" Whether a pointer to it remains was not checked: {reach['why']}."
-                   if reach.get("why") else "")
-        out.append(Finding(
-            "never-freed", final.live_bytes,
-            f"{human(final.live_bytes)} still allocated at exit",
-            "These blocks were allocated and not freed before the program ended. "
-            + untouched + grew
-            + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
-            "with it, a working set levels off) or if the program lost every pointer to it; "
-            "many programs (git, compilers) keep their data until exit on purpose. No allocator "
-            "setting can give it back." + unknown + " " + where_allocated(sites, cmd)[0],
-            where_allocated(sites, cmd)[1]))
+        return reach_findings(reach, final, heap_total, grew, untouched, cmd, sites)
+    if not (final.live_bytes >= MiB and final.live_bytes >= 0.5 * (heap_total or 1)):
+        return []
+    unknown = (f" Whether a pointer to it remains was not checked: {reach['why']}."
+               if reach.get("why") else "")
+    where, suggestions = where_allocated(sites, cmd)
+    return [Finding(
+        "never-freed", final.live_bytes,
+        f"{human(final.live_bytes)} still allocated at exit",
+        "These blocks were allocated and not freed before the program ended. "
+        + untouched + grew
+        + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
+        "with it, a working set levels off) or if the program lost every pointer to it; "
+        "many programs (git, compilers) keep their data until exit on purpose. No allocator "
+        "setting can give it back." + unknown + " " + where, suggestions)]
 
-    # Retention: freed memory the allocator keeps resident.
-    if final.retained_bytes >= MiB and final.retained_bytes >= 0.1 * rss:
-        given = release.gave_back_bytes
-        gave = "gave back" if release.where == "program" else "would give back"
-        # (bytes it explains, or None where unmeasured; the words): the largest first
-        reasons = []
-        if allocator == "glibc":
-            if mapped.get("pinned"):
-                reasons.append((mapped["pinned"], f"{human(mapped['pinned'])} of heap pages hold "
-                                "only a few live bytes each: no release can return them while "
-                                "those blocks live"))
-            if arenas > 1:
-                in_threads = mapped.get("thread_arenas_free")
-                reasons.append((in_threads, (f"{human(in_threads)} of free pages in " if in_threads
-                                             else "") + f"{arenas} malloc arenas (glibc gives "
-                                f"each thread that allocates its own, up to 8 per core; {threads} "
-                                f"thread{'s' * (threads != 1)} seen)"))
-            if n_large_heap:
-                reasons.append((n_large_heap * 128 * KiB,
-                                f"{n_large_heap} block{'s' * (n_large_heap != 1)} of 128 KiB or "
-                                f"more came from the heap instead of {'their' if n_large_heap != 1 else 'its'} "
-                                "own mmap: freeing an mmapped block raised the dynamic mmap "
-                                "threshold"))
-            reasons.append((None, "free chunks stay in the arenas' bins and tcache until "
-                                  "malloc_trim or a top-of-heap shrink"))
-        reasons.sort(key=lambda r: (r[0] is None, -(r[0] or 0)))   # measured, largest first
-        mechanisms = [text for _, text in reasons]
-        suggestions = []
-        if allocator == "glibc" and interpreted(command):
-            # a Perl or Python program cannot #include <malloc.h>: trim the running service
-            suggestions.append("for the running service: heapsight attach PID --trim   "
-                               "# calls malloc_trim(0) in it and measures what it gave back")
-        elif allocator == "glibc":
-            suggestions.append("call malloc_trim(0) after freeing a large structure "
-                               "(#include <malloc.h>), or from gdb now: "
-                               "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'")
-            if arenas > 2:   # two arenas or one: MALLOC_ARENA_MAX=2 changes nothing
-                suggestions.append(f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
-            if n_large_heap:
-                suggestions.append("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 "
-                                   f"heapsight run -- {cmd}")
-            suggestions.append("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 "
-                               "MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 "
-                               f"heapsight run -- {cmd}   # apt install libjemalloc2")
-        if release.measured and given >= 0.5 * final.retained_bytes:
-            out.append(Finding(
-                "retention", final.retained_bytes,
-                f"{human(final.retained_bytes)} freed by the program but kept by {allocator}",
-                f"Not a leak: the program freed it, the allocator kept it resident. The release "
-                f"at exit ({release.call}) {gave} {human(given)} "
-                f"({pct(given, final.retained_bytes)} of it). "
-                + ("Why it stayed: " + "; ".join(mechanisms) + "." if mechanisms else ""),
-                tuple(suggestions)))
-        else:
-            how = (f"the release at exit ({release.call}) {gave} only {human(given)}"
-                   if release.measured else f"no release could be measured ({release.why_not})")
-            kind = "fragmentation" if release.measured else "retention"
-            out.append(Finding(
-                kind, final.retained_bytes,
-                f"{human(final.retained_bytes)} freed by the program but kept by {allocator}",
-                f"Freed memory the allocator still holds; {how}. "
-                + ("The free space is interleaved with live blocks, so whole pages cannot be "
-                   "returned (fragmentation). " if release.measured else "")
-                + ("Why it stayed: " + "; ".join(mechanisms) + "." if mechanisms else ""),
-                tuple(suggestions)))
 
-    # Waste: rounding of small requests.
+def _retention_reasons(heap: HeapFigures, mapped: dict) -> list:
+    """Why freed memory stayed, in words, the reason that explains the most bytes first
+    (those measured before those not)."""
+    if heap.allocator != "glibc":
+        return []
+    arenas, threads, n_large = heap.arenas, heap.threads_seen, heap.n_large_heap
+    reasons = []
+    if mapped.get("pinned"):
+        reasons.append((mapped["pinned"], f"{human(mapped['pinned'])} of heap pages hold "
+                        "only a few live bytes each: no release can return them while "
+                        "those blocks live"))
+    if arenas > 1:
+        in_threads = mapped.get("thread_arenas_free")
+        reasons.append((in_threads, (f"{human(in_threads)} of free pages in " if in_threads
+                                     else "") + f"{arenas} malloc arenas (glibc gives "
+                        f"each thread that allocates its own, up to 8 per core; {threads} "
+                        f"thread{'s' * (threads != 1)} seen)"))
+    if n_large:
+        reasons.append((n_large * 128 * KiB,
+                        f"{n_large} block{'s' * (n_large != 1)} of 128 KiB or "
+                        f"more came from the heap instead of {'their' if n_large != 1 else 'its'} "
+                        "own mmap: freeing an mmapped block raised the dynamic mmap "
+                        "threshold"))
+    reasons.append((None, "free chunks stay in the arenas' bins and tcache until "
+                          "malloc_trim or a top-of-heap shrink"))
+    reasons.sort(key=lambda r: (r[0] is None, -(r[0] or 0)))   # measured, largest first
+    return [text for _, text in reasons]
+
+
+def _retention_suggestions(heap: HeapFigures, command: list, cmd: str) -> tuple:
+    """What to try against retention, for this allocator and this kind of program."""
+    if heap.allocator != "glibc":
+        return ()
+    if interpreted(command):
+        # a Perl or Python program cannot #include <malloc.h>: trim the running service
+        return ("for the running service: heapsight attach PID --trim   "
+                "# calls malloc_trim(0) in it and measures what it gave back",)
+    out = ["call malloc_trim(0) after freeing a large structure (#include <malloc.h>), or "
+           "from gdb now: gdb -p PID -batch -ex 'call (int)malloc_trim(0)'"]
+    if heap.arenas > 2:   # two arenas or one: MALLOC_ARENA_MAX=2 changes nothing
+        out.append(f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
+    if heap.n_large_heap:
+        out.append(f"GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 heapsight run -- {cmd}")
+    out.append("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 "
+               "MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 "
+               f"heapsight run -- {cmd}   # apt install libjemalloc2")
+    return tuple(out)
+
+
+def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
+                       command: list, cmd: str) -> Finding:
+    """Freed memory the allocator keeps resident: retention when the release gave most of
+    it back (or could not be measured), fragmentation when it could not."""
+    allocator, retained = heap.allocator, final.retained_bytes
+    given = release.gave_back_bytes
+    gave = "gave back" if release.where == "program" else "would give back"
+    mechanisms = _retention_reasons(heap, mapped)
+    why = "Why it stayed: " + "; ".join(mechanisms) + "." if mechanisms else ""
+    title = f"{human(retained)} freed by the program but kept by {allocator}"
+    suggestions = _retention_suggestions(heap, command, cmd)
+    if release.measured and given >= 0.5 * retained:
+        return Finding("retention", retained, title,
+                       f"Not a leak: the program freed it, the allocator kept it resident. The "
+                       f"release at exit ({release.call}) {gave} {human(given)} "
+                       f"({pct(given, retained)} of it). " + why, suggestions)
+    how = (f"the release at exit ({release.call}) {gave} only {human(given)}"
+           if release.measured else f"no release could be measured ({release.why_not})")
+    return Finding("fragmentation" if release.measured else "retention", retained, title,
+                   f"Freed memory the allocator still holds; {how}. "
+                   + ("The free space is interleaved with live blocks, so whole pages cannot be "
+                      "returned (fragmentation). " if release.measured else "") + why,
+                   suggestions)
+
+
+def _waste_finding(final, heap: HeapFigures) -> Finding:
+    """Rounding of small requests up to the allocator's size classes."""
     usable = final.live_bytes + final.waste_bytes
-    if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * usable:
-        top = max(size_classes, key=lambda c: c[2] * c[3], default=(0, 0, 0, 0))
-        out.append(Finding(
-            "waste", final.waste_bytes,
-            f"{human(final.waste_bytes)} lost to rounding: {pct(final.waste_bytes, usable)} "
-            "of the usable bytes of live blocks were not requested",
-            f"Most of it is in blocks of {top[0]}+ usable bytes ({top[2]:,} live), which waste "
-            f"{top[3]:.1f} bytes each on average: every block is rounded up to the allocator's "
-            "size class (glibc: 24 usable bytes at least, in steps of 16) and carries a header. "
-            "Allocate many small objects together (an array, a pool or arena allocator) "
-            "instead of one malloc each.", ()))
+    top = max(heap.size_classes, key=lambda c: c[2] * c[3], default=(0, 0, 0, 0))
+    return Finding(
+        "waste", final.waste_bytes,
+        f"{human(final.waste_bytes)} lost to rounding: {pct(final.waste_bytes, usable)} "
+        "of the usable bytes of live blocks were not requested",
+        f"Most of it is in blocks of {top[0]}+ usable bytes ({top[2]:,} live), which waste "
+        f"{top[3]:.1f} bytes each on average: every block is rounded up to the allocator's "
+        "size class (glibc: 24 usable bytes at least, in steps of 16) and carries a header. "
+        "Allocate many small objects together (an array, a pool or arena allocator) "
+        "instead of one malloc each.", ())
 
+
+def _non_heap_finding(final, mapped_by: tuple, cmd: str) -> Finding:
+    """Anonymous memory malloc did not give, with the objects that mapped it named."""
+    whose, rule, how, command = _whose_words(mapped_by, final.other_anon_bytes)
+    detail = " ".join(x for x in (
+        whose, f"{rule[0].upper()}{rule[1:]}." if rule else None,
+        "Whether it holds live objects or free space cannot be told from outside; "
+        "malloc settings will not change it.", f"To find out: {how}." if how else None) if x)
+    return Finding("non-heap", final.other_anon_bytes,
+                   f"{human(final.other_anon_bytes)} of anonymous memory did not come from malloc",
+                   detail, (command.format(cmd=cmd),) if command and "{cmd}" in command else ())
+
+
+def findings(command: list, final: Breakdown | None, release: Release,
+             heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
+             mapped: dict | None = None, mapped_by: tuple = ()) -> list:
+    """Each finding names what holds the memory, how much, and what to try. Sorted by size.
+    sites: the sampled call sites (sites.build), which name where never-freed bytes came from;
+    mapped: what the exit's heap map measured (summary.exit_map_bytes: "pinned",
+    "thread_arenas_free" bytes, "reach"), which puts bytes on the reasons memory stayed;
+    mapped_by: the objects that mapped memory outside malloc (Summary.mapped_by)."""
+    mapped = mapped or {}
+    if final is None:
+        return []
+    cmd = shlex.join(command)
+    rss = max(final.rss_bytes, 1)
+    heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
+    out = _never_freed_findings(final, heap_total, mapped.get("reach") or {}, live_over_time,
+                                sites, cmd)
+    if final.retained_bytes >= MiB and final.retained_bytes >= 0.1 * rss:
+        out.append(_retention_finding(final, release, heap, mapped, command, cmd))
+    if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * (final.live_bytes + final.waste_bytes):
+        out.append(_waste_finding(final, heap))
     if final.other_anon_bytes >= 4 * MiB and final.other_anon_bytes >= 0.1 * rss:
-        out.append(Finding(
-            "non-heap", final.other_anon_bytes,
-            f"{human(final.other_anon_bytes)} of anonymous memory did not come from malloc",
-            "Thread stacks, the program's own mmap calls, or an interpreter's own allocator "
-            "(Python's pymalloc, a JIT) hold it; malloc settings will not change it.", ()))
-
+        out.append(_non_heap_finding(final, mapped_by, cmd))
     out.sort(key=lambda f: -f.bytes)
     return out
 

@@ -24,6 +24,7 @@ STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fil
 # costs ~60 µs and more, 6% of a core at 1 kHz; the C tick a few µs. The Python tick still
 # reads /proc/PID/status (peak RSS, threads), smaps and the children at its own rate.
 PYTHON_TICKS_PER_S = 5
+MAX_VMAS = 20000            # anonymous mappings kept per reading (mapped.py: whose are resident)
 
 
 WAKE = interrupts.WATCHED | {signal.SIGCHLD}
@@ -216,16 +217,20 @@ class Sampler:
         self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own)
         return own
 
-    def _kinds(self) -> dict | None:
-        """The program's resident memory by kind of mapping (heapsight's segment left
-        out), None when /proc would not say."""
+    def _kinds(self) -> tuple:
+        """(the program's resident memory by kind of mapping, heapsight's segment left out;
+        its other anonymous mappings as (start, end, resident bytes)), (None, None) when
+        /proc would not say."""
         try:
             own_map = self.segment.path if self.segment is not None else None
-            kinds = mappings.resident_by_kind([m for m in mappings.read(self.pid)
-                                               if m.path != own_map])
+            maps = [m for m in mappings.read(self.pid) if m.path != own_map]
         except (OSError, ValueError):
-            return None
-        return kinds if any(kinds.values()) else None   # read as the process went: nothing
+            return None, None
+        kinds = mappings.resident_by_kind(maps)
+        if not any(kinds.values()):
+            return None, None   # read as the process went: nothing
+        anon = [(m.start, m.end, m.rss) for m in maps if m.kind == "anon"][:MAX_VMAS]
+        return kinds, anon
 
     def _retarget(self) -> None:
         """Follow the process that owns the segment when it is not the one we started
@@ -363,17 +368,20 @@ class Sampler:
         if not (now >= c.kinds or peak_due or exiting):
             return
         c.kinds = now + 1.0 / MAPPINGS_PER_S
-        kinds = self._kinds()
+        kinds, anon = self._kinds()
         # once the program is past heapsight's exit probe its teardown unmaps as it goes: a
         # reading then is not kept
         torn = seg is not None and seg.attached() and seg.get("state") > STATE_EXITING
         if kinds is None or torn:
             return
         tl.kinds = (tl.kinds + [(now - start, kinds)])[-2:]   # the last two: the last may be cut
+        tl.vmas_last = (now - start, anon)
         if peak_due:
             tl.kinds_peak = (now - start, kinds, rss_now)
+            tl.vmas_peak = (now - start, anon)
         if exiting:
             tl.kinds_exit = (now - start, kinds)
+            tl.vmas_exit = (now - start, anon)
 
     def _read_slow(self, row: list, now: float, c: "_Carry") -> None:
         """The descendants' RSS and smaps_rollup's PSS, each at its own rate (the last

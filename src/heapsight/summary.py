@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from heapsight import allocators, analysis, heapmap, profile, sites, symbolize
+from heapsight import allocators, analysis, heapmap, mapped, profile, sites, symbolize
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
 from heapsight.segment import STATE_DONE, segment_dir
@@ -80,6 +80,25 @@ def peak_kinds(tl: Timeline) -> dict:
         return {}
     t, kinds, _ = tl.kinds_peak
     return {"at_s": round(t, 3), **kinds}
+
+
+def owners_resident(owners: tuple, prof, tl: Timeline, end_s: float) -> tuple:
+    """The objects that mapped memory outside malloc, each with the resident part of what
+    it had mapped at the last reading of the mappings ("resident_bytes", "resident_at_s"):
+    what it uses, beside what it reserved. Unchanged without the mappings' records (sampling
+    off) or a reading."""
+    reading = tl.vmas_exit or (tl.vmas_last if tl.vmas_last and tl.vmas_last[0] <= end_s
+                                else None)   # the reading last_kinds shows
+    if not owners or prof is None or not len(prof.maps) or reading is None:
+        return owners
+    t, vmas = reading
+    ranges = mapped.live_ranges(prof, tl.start_ns + int(t * 1e9))
+    by_owner: dict = {}
+    for path, b in mapped.resident_by_object(ranges, vmas).items():
+        who = analysis.owner_of(path)
+        by_owner[who] = by_owner.get(who, 0) + b
+    return tuple({**o, "resident_bytes": by_owner.get(o["owner"], 0), "resident_at_s": round(t, 3)}
+                 for o in owners)
 
 
 def live_over_time(cols: dict, final) -> tuple:
@@ -459,7 +478,7 @@ def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, al
     """(findings, holds): what the exit's figures say, and the moments memory was held
     while the program ran, a hold the exit's findings already describe not repeated."""
     found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
-                              sampled_sites, exit_map_bytes(hmaps))
+                              sampled_sites, exit_map_bytes(hmaps), mapped_by)
     held = analysis.holds(rows.cols["t"], rows.parts, duration_s)
     kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
     news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
@@ -513,8 +532,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     sampled_sites = call_sites(prof, tl, cols, heap, peak_ns, end_ns, symbolizer) if heap else None
     mapped_by_stack = mapped_sites(prof, tl, end_ns, symbolizer) if heap else None
     hmaps = heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ()
-    mapped_by = tuple({**o, "owner": analysis.owner_of(o["object"])}
-                      for o in (segment.owners() if attached else []))
+    mapped_by = owners_resident(tuple({**o, "owner": analysis.owner_of(o["object"])}
+                                      for o in (segment.owners() if attached else [])), prof, tl,
+                                duration_s)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
                              sampled_sites, hmaps, mapped_by, duration_s) if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)

@@ -364,3 +364,59 @@ def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_inc
         # THEN the first thing to try fits the program: an interpreter cannot include malloc.h
         assert f.suggestions[0].startswith(first), (cmd, f.suggestions)
         assert ("#include" in f.suggestions[0]) == (cmd is CMD)
+
+
+def owner(name, peak, at_exit, n=10):
+    return {"object": name, "owner": analysis.owner_of(name), "peak_bytes": peak,
+            "mapped_bytes": at_exit, "mappings": n}
+
+
+def test_non_heap_names_the_objects_that_mapped_it_and_only_their_rules():
+    final = bd(other_anon_bytes=200 * MiB)
+    # GIVEN cc1 mapping its garbage-collected heap
+    f, = analysis.findings(["cc1", "x.c"], final, NOT_MEASURED, heap(),
+                           mapped_by=(owner("/usr/libexec/gcc/x86_64-linux-gnu/12/cc1",
+                                            268 * MiB, 219 * MiB),))
+    # THEN the finding names it, with its figures and its rule, and nothing generic
+    assert f.kind == "non-heap"
+    assert "GCC's garbage-collected heap (ggc): 268.0 MiB mapped at most, 219.0 MiB at exit, " \
+           "in 10 mappings" in f.detail
+    assert "ggc-min-expand" in f.detail and "pymalloc" not in f.detail
+    assert "Thread stacks" not in f.detail and "  " not in f.detail
+    # GIVEN node's V8 heap: no advice about sending objects to malloc
+    f, = analysis.findings(["node", "app.js"], final, NOT_MEASURED, heap(),
+                           mapped_by=(owner("/usr/bin/node", 190 * MiB, 150 * MiB),))
+    assert "Node.js (the V8 heap): 190.0 MiB mapped at most" in f.detail and "--trace-gc" in f.detail
+    assert "malloc makes it visible" not in f.detail and "PYTHONMALLOC" not in f.detail
+    assert f.suggestions == () and "  " not in f.detail
+    # GIVEN no object that mapped as much: the generic words, said as such
+    f, = analysis.findings(CMD, final, NOT_MEASURED, heap(),
+                           mapped_by=(owner("/usr/lib/libfoo.so", 2 * MiB, MiB),))
+    assert "no object heapsight saw mapping memory accounts for it" in f.detail
+
+
+def test_a_pymalloc_hold_says_what_is_known_not_that_survivors_keep_arenas():
+    held = Hold(0.0, 2.0, 180 * MiB, 182 * MiB, MiB, 0, 180 * MiB, "non-heap")
+    f, = analysis.hold_findings([held], "glibc", ["python3", "job.py"],
+                                mapped_by=(owner("/usr/bin/python3.11", 182 * MiB, MiB),))
+    # THEN it is named for what it is (outside malloc), not as memory held beyond live bytes
+    assert f.title == "180.0 MiB outside malloc from 0.00 s to 2.00 s"
+    assert "the CPython object allocator (pymalloc arenas): 182.0 MiB mapped at most" in f.detail
+    assert "Whether it holds live objects or free space cannot be told" in f.detail
+    assert "a few survivors keep whole arenas" not in f.detail
+    assert "PYTHONMALLOC=malloc sends CPython's objects to malloc" in f.detail
+    assert f.suggestions[0].startswith("PYTHONMALLOC=malloc heapsight run -- python3 job.py")
+
+
+def test_a_reservation_is_told_from_what_is_resident():
+    # GIVEN the JVM: 7.9 GiB mapped, 1.3 MiB of it resident at the last reading
+    jvm = dict(owner("/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so", 7900 * MiB,
+                     7900 * MiB, 60), resident_bytes=int(1.3 * MiB), resident_at_s=0.03)
+    assert analysis.owner_words(jvm) == (
+        "the JVM (Java heap, metaspace, code cache): 1.3 MiB resident at 0.03 s (7.7 GiB mapped "
+        "at most, 7.7 GiB at exit, in 60 mappings, most of it address space reserved, never "
+        "touched)")
+    # THEN a non-heap finding is explained by the resident part, not by the reservation
+    f, = analysis.findings(["java", "-version"], bd(other_anon_bytes=5 * MiB), NOT_MEASURED,
+                           heap(), mapped_by=(dict(jvm, resident_bytes=4 * MiB),))
+    assert "the JVM (Java heap, metaspace, code cache): 4.0 MiB resident" in f.detail

@@ -18,7 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from heapsight import fmt, heapmap
+from heapsight import analysis, fmt, heapmap
 from heapsight.ranking import METRICS, baseline, separated
 from heapsight.fmt import human, pct, printable
 from heapsight.model import Breakdown, Summary
@@ -169,9 +169,8 @@ def _mapping_lines(c: Console, s: Summary) -> None:
                 if k.get(kind)), 2)
     big = [o for o in s.mapped_by if o["peak_bytes"] >= MiB]
     if big:
-        _indent(c, "mapped outside malloc: " + "; ".join(
-            f"{o['owner']}: {human(o['peak_bytes'])} at most, {human(o['mapped_bytes'])} at exit, "
-            f"in {o['mappings']:,} mappings" for o in big[:3]), 2)
+        _indent(c, "mapped outside malloc: " + "; ".join(analysis.owner_words(o)
+                                                         for o in big[:3]), 2)
         peak_mapped = next((m for m in (s.mapped_sites or {}).get("moments", ())
                             if m["name"] == "peak mapped"), None)
         if peak_mapped and peak_mapped["sites"]:
@@ -182,9 +181,15 @@ def _mapping_lines(c: Console, s: Summary) -> None:
 
 def _hold_lines(c: Console, s: Summary) -> None:
     for h in s.holds:
-        whose = "freed, kept by the allocator" if h.cause == "retained" else "not from malloc"
-        _indent(c, f"held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
-                   f"{h.end_s:.2f} s ({whose}; up to {human(h.max_held_bytes)})", 2)
+        if h.cause == "retained":
+            _indent(c, f"held beyond live bytes: {human(h.held_bytes)} from {h.start_s:.2f} s to "
+                       f"{h.end_s:.2f} s (freed, kept by the allocator; up to "
+                       f"{human(h.max_held_bytes)})", 2)
+        else:
+            _indent(c, f"outside malloc: {human(h.held_bytes)} from {h.start_s:.2f} s to "
+                       f"{h.end_s:.2f} s beyond the live malloc bytes (up to "
+                       f"{human(h.max_held_bytes)}; live objects or free space inside: not "
+                       "known from outside)", 2)
 
 
 def _release_lines(c: Console, s: Summary) -> None:
