@@ -35,3 +35,14 @@ def test_a_deepbind_plugin_is_counted_both_ways(hs):
     assert h["live_blocks"] >= 2
     assert h["n_alloc"] >= 2000 + 3 and h["n_free"] >= 2000 + 1
     assert plugin <= h["live_requested_bytes"] <= plugin + 256 * 1024
+
+
+def test_heapsights_own_allocations_are_not_the_programs(hs):
+    # GIVEN /bin/true, which allocates nothing itself (heapsight's start-up does: the helper
+    # thread's TLS vector from pthread_create, the loader's records of the unwinder)
+    r = hs("/bin/true")
+    assert r.rc == 0, r.stderr
+    h = r.summary["heap"]
+    # THEN the program's figures hold none of it: 4 allocations and 664 B were shown
+    assert (h["n_alloc"], h["n_free"], h["live_blocks"], h["live_usable_bytes"]) == (0, 0, 0, 0)
+    assert h["peak_live_usable_bytes"] == 0

@@ -19,6 +19,71 @@ static hs_slot_t g_discard = {.sample_left = INT64_MAX, .flush_room = INT64_MAX 
                               .flush_max = INT64_MAX};
 static uint64_t g_claimed;       /* slots owned by live threads */
 
+/* heapsight's own allocations: what its start-up calls allocate in the program's heap (the
+ * TLS vector glibc gives the helper thread in pthread_create, the loader's records of the
+ * unwinder's library) is heapsight's, not the program's. Between _hs_own_begin and
+ * _hs_own_end the thread's slot is g_own_slot, whose countdowns are always spent, so every
+ * allocation reaches _hs_counted_due, which keeps the block in g_own (uncounted) and marks
+ * it in the sampled-block map: its free, whenever it comes, reaches _hs_own_take through
+ * the marked path and is not counted either. */
+#define HS_OWN_MAX 32
+static hs_slot_t g_own_slot = {.sample_left = INT64_MIN / 2, .flush_room = INT64_MIN / 2,
+                               .flush_max = INT64_MIN}; /* every free is looked at */
+static void *g_own[HS_OWN_MAX];
+static HS_TLS hs_slot_t *t_own_saved; /* the thread's slot, given back by _hs_own_end */
+static HS_TLS int t_own;
+
+static void own_mark(void *p, int add) {
+  unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
+  unsigned char v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  if (v < 255 && (add || v > 0)) __atomic_store_n(c, (unsigned char)(add ? v + 1 : v - 1), __ATOMIC_RELAXED);
+}
+
+static int own_put(void *p) {
+  for (int i = 0; i < HS_OWN_MAX; i++) {
+    void *none = NULL;
+    if (__atomic_compare_exchange_n(&g_own[i], &none, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+      own_mark(p, 1);
+      return 1;
+    }
+  }
+  return 0; /* full: counted as the program's */
+}
+
+int _hs_own_take(void *p) {
+  for (int i = 0; i < HS_OWN_MAX; i++) {
+    void *was = p;
+    if (__atomic_load_n(&g_own[i], __ATOMIC_ACQUIRE) == p &&
+        __atomic_compare_exchange_n(&g_own[i], &was, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+      own_mark(p, 0);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+void _hs_own_begin(void) {
+  t_own_saved = _hs_tslot ? _hs_tslot : t_slot_any;
+  t_own = 1;
+  _hs_tslot = &g_own_slot;
+}
+
+void _hs_own_end(void) {
+  t_own = 0;
+  _hs_tslot = _hs_usable_by_header ? t_own_saved : NULL;
+}
+
+/* A free in own mode of a block that is not heapsight's: the program's, counted on the
+ * thread's own slot. */
+void _hs_own_free(void *p) {
+  _hs_tslot = _hs_usable_by_header ? t_own_saved : NULL;
+  hs_count_free_unsampled(p);
+  if (_hs_tslot) t_own_saved = _hs_tslot;
+  _hs_tslot = &g_own_slot;
+}
+
+int _hs_own_slot(const hs_slot_t *s) { return s == &g_own_slot; }
+
 /* The peak is raised only when a thread flushes, so it lags the true live figure by the
  * bytes threads still hold back: bound that sum, not each thread's share. Read on the hot
  * path (one load of a line that changes only when the thread count crosses a step). */
@@ -43,7 +108,10 @@ static void raise_peak(hs_segment_t *seg, int64_t live) {
   }
 }
 
-static hs_slot_t *own_slot(void) { return _hs_tslot ? _hs_tslot : t_slot_any; }
+static hs_slot_t *own_slot(void) {
+  if (HS_UNLIKELY(t_own)) return &g_own_slot;
+  return _hs_tslot ? _hs_tslot : t_slot_any;
+}
 
 static void release_slot(void *arg) {
   (void)arg;
@@ -135,7 +203,7 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
  * all threads hold back together: HS_FLUSH_TOTAL_BYTES, or HS_FLUSH_MIN_BYTES per thread
  * past 256 threads (_hs_flush_limit, taken by each thread at its next flush). */
 void _hs_flush(hs_slot_t *s) {
-  if (s == &g_discard) return;
+  if (s == &g_discard || s == &g_own_slot) return;
   int64_t d = s->flush_base - s->flush_room, limit = __atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED);
   s->flush_base = s->flush_room = limit;
   s->flush_max = 2 * limit;
@@ -204,6 +272,17 @@ void *_hs_counted_slow(void *p, size_t req, const void *caller) {
 }
 
 void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller) {
+  if (HS_UNLIKELY(s == &g_own_slot)) {
+    if (!own_put(p)) { /* no room: the program's after all */
+      _hs_tslot = _hs_usable_by_header ? t_own_saved : NULL;
+      t_own = 0;
+      hs_count_alloc_by(p, u, caller);
+      t_own = 1;
+      if (_hs_tslot) t_own_saved = _hs_tslot;
+      _hs_tslot = &g_own_slot;
+    }
+    return p;
+  }
   /* the sample first: its event's time then comes before the peak's that this block's flush
    * may raise, and the block that makes the peak is among the peak's call sites */
   if (s->sample_left < 0) _hs_sample_alloc(s, p, u, caller);

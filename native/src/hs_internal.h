@@ -45,6 +45,11 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller); /* r
 void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
                       const void *caller);
 void _hs_flush(hs_slot_t *s);
+void _hs_own_begin(void);   /* heapsight's own calls that allocate follow: not counted */
+void _hs_own_end(void);
+int _hs_own_take(void *p);  /* 1: p was one of heapsight's own blocks (now forgotten) */
+int _hs_own_slot(const hs_slot_t *s);
+void _hs_own_free(void *p); /* in own mode, a free of the program's block */
 void _hs_segment_attach(void);
 void _hs_segment_after_fork_child(void);
 int _hs_is_owner(void);

@@ -184,6 +184,7 @@ HS_EXPORT void *malloc(size_t size) {
  * byte load that looks for sampled blocks finds them too. */
 __attribute__((noinline)) static void free_marked(void *p) {
   if (in_pool(p)) return;
+  if (_hs_own_take(p)) { _hs_real.free(p); return; } /* heapsight's own: never counted */
   _hs_sample_free(p);
   hs_count_free_unsampled(p);
   _hs_real.free(p);
@@ -195,6 +196,7 @@ __attribute__((noinline)) static void free_slow(void *p) {
 }
 
 __attribute__((noinline)) static void free_flush(hs_slot_t *s, void *p) {
+  if (HS_UNLIKELY(_hs_own_slot(s))) { _hs_own_free(p); _hs_real.free(p); return; }
   _hs_flush(s);
   _hs_real.free(p);
 }
@@ -228,6 +230,13 @@ HS_EXPORT void *realloc(void *old, size_t size) {
     return p;
   }
   HS_READY_OR(failed(1)); /* not from the pool, yet before start-up: cannot be */
+  if (HS_UNLIKELY(hs_sample_maybe(old)) && _hs_own_take(old)) { /* heapsight's own block */
+    _hs_own_begin();
+    void *q = _hs_real.realloc(old, size);
+    if (q != NULL) (void)counted(q, size, __builtin_return_address(0));
+    _hs_own_end();
+    return q;
+  }
   /* Count the old block as freed before the call: afterwards it may belong to someone else. */
   hs_count_free(old);
   void *p = _hs_real.realloc(old, size);
@@ -448,8 +457,10 @@ HS_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_n
  * own atexit handlers and static destructors, which is when the release probe belongs. */
 __attribute__((constructor)) static void hs_start(void) {
   _hs_resolve();
+  _hs_own_begin(); /* what the unwinder's dlopen and the helper thread allocate is ours */
   _hs_profile_start();
   _hs_stats_thread_start();
+  _hs_own_end();
 }
 
 __attribute__((destructor)) static void hs_stop(void) {
