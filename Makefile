@@ -31,7 +31,7 @@ setup: .stamp-install
 
 demo: setup
 	@echo "== heapsight run on the retention scenario: 8 threads allocate 256 MiB, free 63 of every 64 blocks =="
-	$(HS) run -o heapsight-demo.hsrun.json.gz --html heapsight-demo.html -- $$($(PY) -c 'from heapsight.native import program; print(program("hs-retention"))')
+	$(HS) demo
 	@echo "== open heapsight-demo.html in a browser for the timeline; heapsight lab --quick re-runs the classic experiments =="
 
 # Test tiers (markers given in tests/conftest.py): unit (pure functions), scenario (starts

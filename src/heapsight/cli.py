@@ -14,7 +14,7 @@ from heapsight.errors import HeapsightError
 # The commands in the order --help lists them; a command's module is imported (with numpy
 # and the rest of what it needs) only when that command runs, so --version and --help
 # answer at once.
-COMMAND_NAMES = ("run", "attach", "compare", "lab", "report", "diff", "env")
+COMMAND_NAMES = ("run", "attach", "compare", "lab", "report", "diff", "env", "demo")
 
 DESCRIPTION = """\
 heapsight tells you why a process's memory did not go back to the OS after free(),
