@@ -329,17 +329,36 @@ def _smaps_refused(pid: int) -> str:
 
 
 def trim(pid: int, allocator: str) -> dict:
-    """The allocator's release-now call in the process, with RSS before and after."""
+    """The allocator's release-now call in the process, with RSS before and after. A
+    process that ends before the call is made, or while gdb is attaching to make it (gdb
+    takes a few tenths of a second), is said to have done so: the release was not done."""
     call = allocators.trim_gdb(allocator)
     if call is None:
         raise HeapsightError(f"no release call known for {allocator}")
     before = _rss(pid)
     t0 = time.monotonic()
-    gdbcall.call(pid, [call])
+    try:
+        gdbcall.call(pid, [call])
+        after = _rss(pid)
+    except HeapsightError:
+        if _running(pid):
+            raise
+        raise HeapsightError(
+            f"process {pid} ended {time.monotonic() - t0:.2f} s into the release, while gdb was "
+            "attaching to make the call: it could not be done in time (take the snapshot "
+            "earlier, or keep the program running longer)") from None
     seconds = time.monotonic() - t0
-    after = _rss(pid)
     return {"call": allocators.release_call(allocator), "rss_before_bytes": before, "rss_after_bytes": after,
             "gave_back_bytes": max(0, before - after), "seconds": round(seconds, 3)}
+
+
+def _running(pid: int) -> bool:
+    """Whether the process still runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _rss(pid: int) -> int:
@@ -349,5 +368,6 @@ def _rss(pid: int) -> int:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
     except OSError:
-        raise HeapsightError(f"process {pid} has ended: nothing to release") from None
-    raise HeapsightError(f"process {pid} has ended: nothing to release")
+        raise HeapsightError(f"process {pid} has ended before the release: nothing to "
+                             "release") from None
+    raise HeapsightError(f"process {pid} has ended before the release: nothing to release")
