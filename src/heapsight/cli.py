@@ -63,7 +63,8 @@ def build_parser(full: bool = False, command: str | None = None) -> argparse.Arg
     p.add_argument("--print-man", action="store_true",
                    help="print the man page (roff) and exit: heapsight --print-man > heapsight.1")
     p.add_argument("--print-completion", choices=("bash", "zsh", "tcsh"), action=_Completion,
-                   help="print a shell completion script (bash, zsh, tcsh) and exit")
+                   metavar="SHELL",
+                   help="print a completion script for SHELL (bash, zsh or tcsh) and exit")
     sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name in COMMAND_NAMES:
         if not full and name != command:
