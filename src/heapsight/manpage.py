@@ -22,7 +22,7 @@ def _text(text: str) -> list:
     for line in (text or "").splitlines():
         indented = line.startswith((" ", "\t")) and line.strip()
         if pre and not indented:
-            out += [".fi", ".RE"]
+            out += [".fi", ".RE"] + ([".PP"] if line.strip() else [])   # prose after a list
             pre = False
         if not line.strip():
             out.append(".PP")
