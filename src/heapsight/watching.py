@@ -24,10 +24,15 @@ class Watch:
         self.timeline = Timeline()
         self.inspections = [first]
         self.interrupted = self.ended = False
+        self._start = None
+
+    def elapsed(self) -> float:
+        """Seconds since the watch began."""
+        return time.monotonic() - self._start if self._start is not None else 0.0
 
     def run(self, duration_s: float | None) -> None:
         status = procfs.status(self.pid)
-        start = time.monotonic()
+        start = self._start = time.monotonic()
         self.timeline.start_ns = time.monotonic_ns()
         next_stats = start + self.stats_every_s
         with interrupts.deferred():

@@ -1,8 +1,8 @@
-"""compare's progress line (commands/compare.py's Progress)."""
+"""The progress line (heapsight.progress): compare's, and attach --watch's live line."""
 
 import io
 
-from heapsight.commands.compare import Progress
+from heapsight.progress import Progress
 
 
 class Tty(io.StringIO):
@@ -12,7 +12,7 @@ class Tty(io.StringIO):
 
 def test_on_a_terminal_one_line_is_updated_in_place_and_cleared_at_the_end():
     out = Tty()
-    p = Progress(out)
+    p = Progress(out, "heapsight compare")
     p("[1/6] glibc (run 1 of 3)")
     p("[2/6] jemalloc (run 1 of 3)")
     assert "\n" not in out.getvalue()
@@ -23,7 +23,7 @@ def test_on_a_terminal_one_line_is_updated_in_place_and_cleared_at_the_end():
 
 def test_elsewhere_each_step_is_a_line_of_its_own():
     out = io.StringIO()
-    p = Progress(out)
+    p = Progress(out, "heapsight compare")
     p("[1/2] glibc (run 1 of 1)")
     p("[2/2] jemalloc (run 1 of 1)")
     p.done()
@@ -31,6 +31,17 @@ def test_elsewhere_each_step_is_a_line_of_its_own():
                               "heapsight compare: [2/2] jemalloc (run 1 of 1)\n")
     # and on a terminal where the program's own output is shown, lines too
     tty = Tty()
-    q = Progress(tty, in_place=False)
+    q = Progress(tty, "heapsight compare", in_place=False)
     q("x")
     assert tty.getvalue() == "heapsight compare: x\n"
+
+
+def test_a_live_line_is_shown_on_a_terminal_only():
+    out = io.StringIO()
+    p = Progress(out, "heapsight attach", elsewhere=False)
+    p("12 s  RSS 1.0 MiB")
+    assert out.getvalue() == ""
+    tty = Tty()
+    p = Progress(tty, "heapsight attach", elsewhere=False)
+    p("12 s  RSS 1.0 MiB")
+    assert tty.getvalue() == "\r\x1b[Kheapsight attach: 12 s  RSS 1.0 MiB"

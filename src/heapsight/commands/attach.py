@@ -28,6 +28,8 @@ import sys
 
 from heapsight import allocators, attach, interrupts, output, report
 from heapsight.errors import HeapsightError
+from heapsight.fmt import human
+from heapsight.progress import Progress
 from heapsight.reporters import terminal
 
 USAGE = "heapsight attach [options] PID"
@@ -99,13 +101,29 @@ def watch(args, first: attach.Attached) -> int:
         from heapsight.reporters import openmetrics
         exporter = openmetrics.serve(args.openmetrics_addr, args.openmetrics_port)
     out = args.output or f"heapsight-attach-{args.pid}.hsrun.json.gz"
+    live = Progress(sys.stderr, "heapsight attach", elsewhere=False)   # a terminal only
+    peak = {"rss": 0}
+
+    def on_sample(a, rss=None):
+        if exporter:
+            exporter.update(a, rss)
+        if rss is not None:
+            peak["rss"] = max(peak["rss"], rss)
+            left = f", {max(0.0, args.watch - w.elapsed()):.0f} s left" if args.watch else ""
+            in_use = f"; in use {human(a.in_use_bytes)}" if a.in_use_bytes is not None else ""
+            live(f"{w.elapsed():.0f} s: RSS {human(rss)} (peak {human(peak['rss'])}){in_use}; "
+                 f"{len(w.timeline)} samples{left}")
+
     w = watching.Watch(args.pid, first, interval_s=args.interval, stats_every_s=args.stats_every,
-                       use_gdb=not args.no_gdb, on_sample=exporter.update if exporter else None)
+                       use_gdb=not args.no_gdb, on_sample=on_sample)
     print(f"heapsight attach: watching {args.pid} every {args.interval:g} s"
           + (f" for {args.watch:g} s" if args.watch else " until Ctrl-C or its exit")
           + (f"; /metrics on {args.openmetrics_addr}:{args.openmetrics_port}" if exporter else ""),
           file=sys.stderr)
-    w.run(args.watch or None)
+    try:
+        w.run(args.watch or None)
+    finally:
+        live.done()
     with interrupts.deferred():
         doc = w.record()
         output.save_doc(out, doc)

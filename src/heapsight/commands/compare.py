@@ -23,37 +23,10 @@ from heapsight import comparison, measure, output, report
 from heapsight.allocators import (DEFAULT_CONFIGS, PRESETS, RUNTIME_DEFAULTS, library_for,
                                   parse_config, presets, runtime_of)
 from heapsight.errors import HeapsightError
+from heapsight.progress import Progress
 from heapsight.reporters import csv, terminal
 
 USAGE = "heapsight compare [options] [--] PROGRAM [ARGS...]"
-
-
-class Progress:
-    """compare's progress: one line updated in place on a terminal, a line per step
-    elsewhere (a log keeps them all)."""
-
-    def __init__(self, stream, in_place: bool = True):
-        self.stream = stream
-        try:
-            self.tty = in_place and stream.isatty()
-        except (AttributeError, ValueError):
-            self.tty = False
-        self.shown = False
-
-    def __call__(self, msg: str) -> None:
-        line = f"heapsight compare: {msg}"
-        if self.tty:
-            self.stream.write("\r\x1b[K" + line)
-            self.stream.flush()
-            self.shown = True
-        else:
-            print(line, file=self.stream)
-
-    def done(self) -> None:
-        if self.shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.shown = False
 
 
 def add_arguments(p) -> None:
@@ -122,7 +95,7 @@ def execute(args) -> int:
     output.check_all([("--json", args.json, True), ("--csv", args.csv, True),
                       ("--output", None if args.no_save else args.output, False),
                       ("--html", args.html, False)])
-    progress = Progress(sys.stderr, in_place=not args.show_output)   # the program's output
+    progress = Progress(sys.stderr, "heapsight compare", in_place=not args.show_output)   # the program's output
                                                                      # would land on its line
     try:
         cmp = comparison.run_all(argv, configs, args.repeat, args.show_output, progress=progress)
