@@ -3,6 +3,7 @@ help that agrees with the README."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -45,3 +46,15 @@ def test_shell_completion_knows_the_commands():
 def test_lab_help_and_readme_agree_on_the_quick_labs_time():
     helptext = out("lab", "--help")
     assert "about 1 minute" in helptext and "about 1 minute" in README
+
+
+def test_every_help_fits_80_columns():
+    # GIVEN an 80-column terminal: prose is wrapped to it, and the examples are written to fit
+    env = dict(os.environ, COLUMNS="80")
+    for words in ([], ["run"], ["attach"], ["compare"], ["lab"], ["report"], ["diff"], ["env"],
+                  ["demo"]):
+        p = subprocess.run([sys.executable, "-m", "heapsight", *words, "--help"],
+                           capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        wide = [line for line in p.stdout.splitlines() if len(line) > 80]
+        assert not wide, (words, wide)

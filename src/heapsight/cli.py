@@ -6,6 +6,7 @@ import argparse
 import importlib
 import os
 import re
+import textwrap
 import sys
 
 from heapsight import __version__
@@ -39,6 +40,31 @@ def _first_line(name: str) -> str:
     return m.group(1).strip() if m else ""
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Prose wrapped to the terminal's width; indented lines (examples, lists: commands to
+    copy) kept as written."""
+
+    def _fill_text(self, text, width, indent):
+        out, para = [], []
+
+        def flush():
+            if para:
+                out.append(textwrap.fill(" ".join(para), width, initial_indent=indent,
+                                         subsequent_indent=indent))
+                para.clear()
+        for line in text.splitlines():
+            if not line.strip():
+                flush()
+                out.append("")
+            elif line.startswith((" ", "\t")):
+                flush()
+                out.append(indent + line)
+            else:
+                para.append(line.strip())
+        flush()
+        return "\n".join(out)
+
+
 class _Completion(argparse.Action):
     """--print-completion SHELL: shtab, imported only when asked (it takes 25 ms)."""
 
@@ -58,7 +84,7 @@ def build_parser(full: bool = False, command: str | None = None) -> argparse.Arg
     completion) is imported and given its options; the others are listed by name and
     their one-line help."""
     p = argparse.ArgumentParser(prog="heapsight", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=_Formatter)
     p.add_argument("-V", "--version", action="version", version=f"heapsight {__version__}")
     p.add_argument("--print-man", action="store_true",
                    help="print the man page (roff) and exit: heapsight --print-man > heapsight.1")
@@ -74,7 +100,7 @@ def build_parser(full: bool = False, command: str | None = None) -> argparse.Arg
         doc = mod.__doc__ or ""
         sp = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
                             usage=getattr(mod, "USAGE", None),
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=_Formatter)
         mod.add_arguments(sp)
         sp.set_defaults(module=mod)
     return p

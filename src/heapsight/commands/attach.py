@@ -17,9 +17,9 @@ exit codes: 0 done; 3 cannot attach (the line says why and how to allow it); 2 b
 
 examples:
   heapsight attach 4242
-  heapsight attach 4242 --trim                 # give the memory back now, measured
-  heapsight attach 4242 --watch 60 -o svc.hsrun.json.gz   # a minute of samples for report
-  heapsight attach 4242 --watch --openmetrics-port 9464   # Prometheus scrapes /metrics
+  heapsight attach 4242 --trim                   # give memory back, measured
+  heapsight attach 4242 --watch 60 -o svc.hsrun.json.gz   # a minute, for report
+  heapsight attach 4242 --watch --openmetrics-port 9464   # for Prometheus
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ mismatch (a static binary, a program that ignores LD_PRELOAD) is an error in its
 
 examples:
   heapsight compare -- ./server --bench
-  heapsight compare --configs glibc,glibc-arena2,jemalloc-eager --repeat 5 -- ./app
+  heapsight compare --configs glibc,glibc-arena2,jemalloc-eager -- ./app
   heapsight compare --config mine:jemalloc:MALLOC_CONF=narenas:2 -- ./app
   heapsight compare --list
 """

@@ -6,7 +6,7 @@ classic glibc retention that heapsight explains. The summary, a run record and a
 page with the timeline follow, as `heapsight run` writes them.
 
 examples:
-  heapsight demo                      # heapsight-demo.hsrun.json.gz and heapsight-demo.html
+  heapsight demo        # heapsight-demo.hsrun.json.gz and .html
   heapsight demo --mb 64 -o demo.hsrun.json.gz --html demo.html
 """
 

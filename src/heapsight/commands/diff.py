@@ -12,7 +12,7 @@ site's change inside the two runs' sampling error (its 99.9% interval) is "no ch
 examples:
   heapsight diff before.hsrun.json.gz after.hsrun.json.gz
   heapsight diff a.hsrun.json.gz b.hsrun.json.gz --json diff.json
-  heapsight diff base.hsrun.json.gz new.hsrun.json.gz --fail-if-grew retained=8M --fail-if-grew lost=0
+  heapsight diff base.hsrun.json.gz new.hsrun.json.gz --fail-if-grew retained=8M
   heapsight diff cmp.json.gz#glibc cmp.json.gz#jemalloc-eager
 """
 

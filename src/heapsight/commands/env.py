@@ -8,7 +8,7 @@ The cost is the library's (see bench/overhead).
 
 examples:
   eval "$(heapsight env)" && exec ./server          # a shell entry point
-  heapsight env --systemd >> /etc/systemd/system/myservice.service.d/heapsight.conf
+  heapsight env --systemd > /etc/systemd/system/app.service.d/heapsight.conf
   heapsight attach "$(pidof server)"
 """
 

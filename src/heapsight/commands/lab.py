@@ -1,19 +1,21 @@
 """Re-run the classic allocator experiments here and check what their write-ups claimed.
 
-Five experiments, each from a published write-up, each run across allocators:
-  release     size sweep 2 KB .. 2 GB: which freed blocks go back to the OS, in which order
-  waste       the internal-fragmentation table: requested vs allocated for tiny blocks
-  arenas      threads that allocate and free: per-thread arenas, malloc_trim, arena_max
+Five experiments, each from a published write-up (`heapsight lab --list` names
+them), each run across allocators:
+  release     2 KB .. 2 GB: which freed blocks go back to the OS, in which order
+  waste       the rounding table: requested vs allocated for tiny blocks
+  arenas      threads that allocate and free: arenas, malloc_trim, arena_max
   containers  C++ vector/list/deque of strings, std::allocator vs __pool_alloc
-  perl        Perl scalars, arrays and hashes: when does leaving a block give memory back
+  perl        Perl scalars, arrays, hashes: when memory goes back
+
 Each prints the table its write-up printed, then every claim with a verdict (holds,
 fails, or depends on ...) computed from this run's numbers, and the figures behind it.
 The results are saved for `heapsight report`.
 
 examples:
-  heapsight lab --quick                  # all five, small sizes (about 1 minute on 2 cores)
-  heapsight lab                          # full size, as published (about 11 minutes)
-  heapsight lab release waste            # two experiments, full size
+  heapsight lab --quick          # all five, small: about 1 minute on 2 cores
+  heapsight lab                  # full size, as published: about 11 minutes
+  heapsight lab release waste    # two experiments, full size
   heapsight lab arenas --configs glibc,glibc-arena2,jemalloc
   heapsight lab --quick --json - > lab.json
 """

@@ -10,8 +10,8 @@ as a PNG image (needs Chromium: Debian package chromium).
 
 examples:
   heapsight report heapsight-app.1234.hsrun.json.gz -o app.html
-  heapsight report run.hsrun.json.gz compare.json.gz heapsight-lab.99.json.gz -o all.html
-  heapsight report lab.json.gz -o lab.html --png charts/ --title "allocators on this box"
+  heapsight report run.hsrun.json.gz compare.json.gz lab.json.gz -o all.html
+  heapsight report lab.json.gz -o lab.html --png charts/ --title "this box"
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ examples:
   heapsight run ./server --port 8080
   heapsight run --fail-if-retained 64M --fail-if-rss 1G -- ./batch_job   # in CI
   heapsight run --json summary.json -- python3 job.py
-  heapsight run --json - -- ./tool > summary.json      # program stdout goes to stderr
+  heapsight run --json - -- ./tool > summary.json    # its stdout goes to stderr
   MALLOC_ARENA_MAX=2 heapsight run -- ./threaded_app  # try a knob
-  heapsight run --sample-bytes 64K -- ./tool           # finer call-site estimates
+  heapsight run --sample-bytes 64K -- ./tool          # finer call sites
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def add_arguments(p) -> None:
                         "average, with their stacks (default 512K; smaller is finer and costs "
                         "more; 0: off; at least 64). The summary names the top call sites at the peak and of "
                         "the bytes never freed, with their sampling error")
-    snaps = p.add_argument_group("snapshots (the split at moments you choose, in the summary, "
-                                 "the JSON and the page's timeline)")
+    snaps = p.add_argument_group("snapshots (the split at moments you choose; in the summary, "
+                                 "JSON, page)")
     snaps.add_argument("--snapshot-on", metavar="SIGNAL", type=signal_arg,
                        help="take one each time heapsight gets SIGNAL (e.g. USR1: kill -USR1 "
                             "<heapsight's pid>); the program never sees it")
@@ -108,8 +108,8 @@ def add_arguments(p) -> None:
                    help="serve the latest split to Prometheus on http://127.0.0.1:PORT/metrics "
                         "while the program runs (heapsight_memory_bytes{kind=...}); 0: any free "
                         "port, which heapsight prints")
-    gates = p.add_argument_group("CI gates (exit 90 when the program succeeded but a figure is "
-                                 "above its limit; SIZE like 512M, 2G, 100MB)")
+    gates = p.add_argument_group("CI gates (exit 90 when a figure is above its limit; SIZE: "
+                                 "512M, 2G)")
     gates.add_argument("--fail-if-retained", metavar="SIZE", type=size_arg,
                        help="memory freed but kept by the allocator at exit")
     gates.add_argument("--fail-if-rss", metavar="SIZE", type=size_arg, help="peak RSS")
