@@ -324,10 +324,10 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str) -> tuple:
         return ()
     if interpreted(command):
         # a Perl or Python program cannot #include <malloc.h>: trim the running service
-        return ("for the running service: heapsight attach PID --trim   "
-                "# calls malloc_trim(0) in it and measures what it gave back",)
-    out = ["call malloc_trim(0) after freeing a large structure (#include <malloc.h>), or "
-           "from gdb now: gdb -p PID -batch -ex 'call (int)malloc_trim(0)'"]
+        return ("heapsight attach PID --trim   # for the running service: calls malloc_trim(0) "
+                "in it and measures what it gave back",)
+    out = ["gdb -p PID -batch -ex 'call (int)malloc_trim(0)'   # now, in the running program; "
+           "in its code: malloc_trim(0) after freeing a large structure (#include <malloc.h>)"]
     if heap.arenas > 2:   # two arenas or one: MALLOC_ARENA_MAX=2 changes nothing
         out.append(f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
     if heap.n_large_heap:

@@ -215,7 +215,7 @@ def test_glibc_retention_names_arenas_and_large_heap_blocks():
                            heap(arenas=8, threads=16, n_large_heap=3))
     assert "8 malloc arenas" in f.detail and "16 threads seen" in f.detail
     assert "3 blocks of 128 KiB or more came from the heap" in f.detail
-    assert f.suggestions[0].startswith("call malloc_trim(0)")
+    assert f.suggestions[0].startswith("gdb -p PID -batch -ex 'call (int)malloc_trim(0)'")
     assert "MALLOC_ARENA_MAX=2 heapsight run -- ./server --port 80" in f.suggestions
     assert ("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 heapsight run -- ./server --port 80"
             in f.suggestions)
@@ -355,10 +355,10 @@ def test_never_freed_says_how_much_of_it_was_never_touched():
 
 def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_include():
     # GIVEN the same retention in a C server and in perl and python programs
-    for cmd, first in ((CMD, "call malloc_trim(0)"),
-                       (["perl", "app.pl"], "for the running service: heapsight attach PID --trim"),
+    for cmd, first in ((CMD, "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'"),
+                       (["perl", "app.pl"], "heapsight attach PID --trim   # for the running service"),
                        (["/usr/bin/python3.11", "app.py"],
-                        "for the running service: heapsight attach PID --trim")):
+                        "heapsight attach PID --trim   # for the running service")):
         f, = analysis.findings(cmd, bd(retained_bytes=40 * MiB), released(30 * MiB),
                                heap(arenas=4, threads=4))
         # THEN the first thing to try fits the program: an interpreter cannot include malloc.h

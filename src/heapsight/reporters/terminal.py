@@ -338,8 +338,19 @@ def _indent(c: Console, text: str, n: int, style: str | None = None) -> None:
 
 
 def _command(c: Console, text: str, n: int, prefix: str = "try: ") -> None:
-    """A command to copy: one line whatever its length (the terminal wraps it, not us)."""
-    c.print(Text(" " * n + prefix, style="dim") + Text(text, style="cyan"), soft_wrap=True)
+    """A command to copy: one line whatever its length (the terminal wraps it, not us); its
+    note ("   # ...") beside it when both fit, else on the lines below, wrapped."""
+    cmd, sep, note = text.partition("   # ")
+    lead = Text(" " * n + prefix, style="dim") + Text(cmd, style="cyan")
+    if not sep or n + len(prefix) + len(text) <= c.width:
+        if sep:
+            lead.append("   # " + note, style="dim")
+        c.print(lead, soft_wrap=True)
+        return
+    c.print(lead, soft_wrap=True)
+    indent = " " * (n + len(prefix))
+    for line in textwrap.wrap(note, max(20, c.width - len(indent) - 2)):
+        c.print(Text(f"{indent}# {line}", style="dim"), soft_wrap=True)
 
 
 # below these, a change in percent says more about noise than about the allocator
