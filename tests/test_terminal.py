@@ -64,3 +64,19 @@ def test_colour_only_on_a_terminal_and_never_under_no_color(tmp_path):
     assert not ESC.search(in_a_terminal(args, {"TERM": "xterm-256color", "NO_COLOR": "1"}))
     p = hs(args, cwd=tmp_path)   # a pipe
     assert p.returncode == 0 and not ESC.search(p.stderr)
+
+
+def test_a_perl_one_liner_at_80_columns_leads_with_the_verdict_and_fits(tmp_path):
+    # GIVEN perl freeing a 300k-entry hash (glibc keeps what it freed), at 80 columns
+    p = hs(["run", "--no-save", "--", "perl", "-e",
+            'my %h; $h{$_} = "x" x 200 for 1..300000; undef %h; sleep 1'],
+           env={"COLUMNS": "80"}, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    # THEN the verdict and its first command are on the first screen
+    verdict = next(i for i, line in enumerate(lines) if "VERDICT" in line)
+    assert verdict < 15, lines[:20]
+    assert lines[verdict + 1].lstrip().startswith("try: ")
+    # AND no line is wider than the terminal, commands included (a note goes below them)
+    wide = [line for line in lines if len(line) > 80]
+    assert wide == [], wide
