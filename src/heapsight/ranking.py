@@ -20,6 +20,32 @@ def stats_of(runs: list) -> dict:
     return out
 
 
+# below these, a change in percent says more about noise than about the allocator
+DELTA_FLOOR = {"wall_s": 0.01, "cpu_s": 0.01, "minor_faults": 100}
+MiB = 1 << 20
+
+
+def change(key: str, st: dict, base: dict | None):
+    """A configuration's figure against the baseline's, as the table shows it: None when
+    nothing is to be said (no baseline, a figure too small to compare, given-back bytes,
+    under 0.5%), "~" when the repeats' ranges overlap (about the same), else the relative
+    change of the medians (a float, -0.18 for 18% less)."""
+    b = base["median"] if base is not None else None
+    if b is None or not b or key == "given_back" or abs(b) < DELTA_FLOOR.get(key, MiB):
+        return None
+    c = st["median"] / b - 1
+    if abs(c) < 0.005:
+        return None
+    return c if separated(st, base) else "~"
+
+
+def change_text(c) -> str:
+    """A change as words: "~", "+12%", "-50%", "×3"."""
+    if c is None or c == "~":
+        return c or ""
+    return f"{c * 100:+.0f}%" if abs(c) < 10 else f"\u00d7{c + 1:.0f}"
+
+
 def baseline(rows: list) -> dict | None:
     """The row the others are measured against: glibc's defaults, if they ran."""
     return next((r for r in rows if r["name"] == "glibc" and r["ok"]), None)

@@ -420,3 +420,17 @@ def test_a_reservation_is_told_from_what_is_resident():
     f, = analysis.findings(["java", "-version"], bd(other_anon_bytes=5 * MiB), NOT_MEASURED,
                            heap(), mapped_by=(dict(jvm, resident_bytes=4 * MiB),))
     assert "the JVM (Java heap, metaspace, code cache): 4.0 MiB resident" in f.detail
+
+
+def test_a_change_against_glibc_is_called_only_outside_the_repeats_noise():
+    from heapsight import ranking
+    base = {"median": 0.5, "min": 0.30, "max": 0.66}
+    # overlapping ranges: about the same, however far the medians are
+    assert ranking.change("wall_s", {"median": 0.25, "min": 0.2, "max": 0.35}, base) == "~"
+    # apart: the change of the medians
+    c = ranking.change("wall_s", {"median": 0.1, "min": 0.09, "max": 0.12}, base)
+    assert ranking.change_text(c) == "-80%"
+    # bytes given back are never a percentage (0 B against 0 B, or -100%)
+    assert ranking.change("given_back", {"median": 0, "min": 0, "max": 0},
+                          {"median": 5 << 20, "min": 5 << 20, "max": 5 << 20}) is None
+    assert ranking.change_text(None) == ""

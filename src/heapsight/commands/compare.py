@@ -108,12 +108,13 @@ def execute(args) -> int:
                          "the rest did not run\n")
     if args.json:
         output.write_json(args.json, doc)
+    out = None
     if not args.no_save:
         out = args.output or f"heapsight-compare-{os.path.basename(argv[0])}.{os.getpid()}.json.gz"
         output.save_doc(out, cmp.doc())
         sys.stderr.write(f"runs saved to {out}\n")
     if args.html:
-        report.write_html(args.html, [cmp.doc()])
+        report.write_html(args.html, [(out or "this comparison (not saved)", cmp.doc())])
         sys.stderr.write(f"page written to {args.html}\n")
     if args.csv:
         output.write(args.csv, csv.render_compare(doc), gzip=False)

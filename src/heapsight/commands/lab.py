@@ -130,12 +130,13 @@ def execute(args) -> int:
         output.write_json(args.json, doc, indent=1)
     if args.csv:
         output.write(args.csv, csv.render_lab(doc), gzip=False)
+    out = None
     if not args.no_save:
         out = args.output or f"heapsight-lab.{os.getpid()}.json.gz"
         output.save_doc(out, doc)
         sys.stderr.write(f"results saved to {out}\n")
     if args.html:
-        report.write_html(args.html, [doc])
+        report.write_html(args.html, [(out or "these lab results (not saved)", doc)])
         sys.stderr.write(f"page written to {args.html}\n")
     if interrupted:
         return 130

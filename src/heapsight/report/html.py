@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from heapsight import __version__, heapmap
+from heapsight import __version__, heapmap, ranking
 from heapsight.ranking import METRICS
 from heapsight.diffing import change_text
 from heapsight.fmt import cell, human, metric, pct
@@ -247,16 +247,18 @@ def compare_table(doc: dict) -> str:
             med = st.get("median")
             rel = ""
             if base is not None and r is not base and med is not None:
-                b = base["stats"].get(key, {}).get("median")
-                if b:
-                    rel = f" {100 * (med / b - 1):+.0f}%"
+                # as the terminal says it: "~" inside the repeats' noise, nothing for the
+                # bytes given back (a % of 0 B says nothing)
+                bst = base["stats"].get(key)
+                rel = " " + ranking.change_text(ranking.change(key, st, bst)) if bst else ""
+                rel = rel.rstrip()
             span = (f'<span class="range">{esc(metric(key, st.get("min")))} \u2013 '
                     f'{esc(metric(key, st.get("max")))}</span>') if rep > 1 else ""
             cells.append(f"<td>{esc(metric(key, med) + rel)}{span}</td>")
         out.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
     out.append("</tbody></table></div>")
     out.append(f'<p class="table-note">{esc(f"medians of {rep} run(s)" + (", lowest and highest below" if rep > 1 else ""))}'
-               f'{esc("; percentages against glibc defaults" if base else "")}</p>')
+               f'{esc("; changes against glibc defaults, ~ where the repeats overlap" if base else "")}</p>')
     return "".join(out)
 
 

@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from heapsight import analysis, fmt, heapmap
-from heapsight.ranking import METRICS, baseline, separated
+from heapsight import ranking
+from heapsight.ranking import METRICS, baseline
 from heapsight.fmt import human, pct, printable
 from heapsight.model import Breakdown, Summary
 
@@ -353,30 +354,20 @@ def _command(c: Console, text: str, n: int, prefix: str = "try: ") -> None:
         c.print(Text(f"{indent}# {line}", style="dim"), soft_wrap=True)
 
 
-# below these, a change in percent says more about noise than about the allocator
-DELTA_FLOOR = {"wall_s": 0.01, "cpu_s": 0.01, "minor_faults": 100}
 
 
 def _delta(key: str, st: dict, base: dict | None, stacked: bool = False) -> Text:
     """A median and its change against glibc's, coloured better (green) or worse (red)
     when the repeats' ranges do not overlap; a change inside the noise is shown as "~"
     (about the same); stacked: the change on a line of its own (for a narrow terminal)."""
-    value = st["median"]
-    cell = Text(fmt.metric(key, value, short=True))
-    b = base["median"] if base is not None else None
-    if b is None or not b or key == "given_back" or abs(b) < DELTA_FLOOR.get(key, MiB):
-        return cell
-    change = value / b - 1
-    if abs(change) < 0.005:
-        return cell
-    if not separated(st, base):
-        cell.append(("\n" if stacked else " ") + "~", style="dim")
+    cell = Text(fmt.metric(key, st["median"], short=True))
+    c = ranking.change(key, st, base)
+    if c is None:
         return cell
     style = ""
-    if key in LOWER_IS_BETTER and abs(change) >= 0.05:
-        style = "green" if change < 0 else "red"
-    text = f"{change * 100:+.0f}%" if abs(change) < 10 else f"\u00d7{change + 1:.0f}"
-    cell.append(("\n" if stacked else " ") + text, style=style or "dim")
+    if c != "~" and key in LOWER_IS_BETTER and abs(c) >= 0.05:
+        style = "green" if c < 0 else "red"
+    cell.append(("\n" if stacked else " ") + ranking.change_text(c), style=style or "dim")
     return cell
 
 
