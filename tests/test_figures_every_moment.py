@@ -34,7 +34,7 @@ def test_the_peak_column_is_the_same_every_run(tmp_path):
     # GIVEN the retention scenario, whose RSS stays high after it frees 63 of 64 blocks
     shares = []
     for _ in range(4):
-        s = run(tmp_path, scenario("hs-retention"))["summary"]
+        s = run(tmp_path, scenario("hs-retention"), "--mb", "96")["summary"]
         peak = s["peak"]
         # (live bytes whose pages are resident: a sample that lands while the program is
         # still writing its last block counts that block live and partly untouched, which
@@ -112,11 +112,11 @@ def test_the_librarys_own_cpu_is_counted_apart_from_the_programs(tmp_path):
 
 
 def test_the_statistics_go_on_when_the_heap_has_many_free_chunks(tmp_path):
-    # GIVEN a program with 200k free chunks that then works for 2 to 3 s: a reading that walked
+    # GIVEN a program with 200k free chunks that then works for 2 s: a reading that walked
     # every free chunk under the arena lock (mallinfo2) took tens of milliseconds, so they
     # had to stop; the readings take no lock and walk nothing now
     prog = ("my %h; $h{$_} = 'x' x 40 for 1 .. 300000; my @k = grep { $_ % 3 } keys %h; "
-            "delete @h{@k}; my $t = time; 1 while time - $t < 3;")
+            "delete @h{@k}; my $t = time; 1 while time - $t < 2;")
     busy = run(tmp_path, "perl", "-e", prog)
     tl = busy["timeline"]
     late = [t for t, v in zip(tl["t"], tl["alloc_mapped"]) if v is not None and t > 1.0]
