@@ -49,14 +49,14 @@ enum { P_UNSET, P_OFF, P_ON };
 static int g_state;              /* P_*: until attach, nothing is decided */
 static double g_mean;            /* M, bytes: the mean the sampling reaches */
 /* Adaptive sampling (the default, when HEAPSIGHT_SAMPLE_BYTES is not set): the mean starts
- * at M / 2^g_level (4 KiB for the default 512 KiB) and doubles every HS_SAMPLES_PER_LEVEL
+ * at M / 2^g_level (16 KiB for the default 512 KiB) and doubles every HS_SAMPLES_PER_LEVEL
  * samples, up to M: a small program's call sites come from many samples, a large one's
  * cost stays bounded. Each thread's countdown is drawn at the level current then
  * (t_level), and its sample carries that level (the event's kind, bits 8-15): its
  * inclusion probability is 1 - exp(-size / (M / 2^level)), known when it was taken, so
  * the estimates stay unbiased (docs/numbers.md). */
-#define HS_SAMPLE_START 4096.0
-#define HS_SAMPLES_PER_LEVEL 1024
+#define HS_SAMPLE_START 16384.0
+#define HS_SAMPLES_PER_LEVEL 256
 static int g_level;              /* atomic */
 static int g_level_samples;      /* atomic: samples taken at g_level */
 static int g_shared_level;       /* the level of g_shared_left's countdown */
