@@ -280,7 +280,8 @@ def _never_freed_findings(final, heap_total: int, reach: dict, live_over_time: t
     where, suggestions = where_allocated(sites, cmd)
     return [Finding(
         "never-freed", final.live_bytes,
-        f"{human(final.live_bytes)} still allocated at exit",
+        f"{human(final.live_bytes)} still allocated at exit"
+        + _untouched_words(final, final.live_bytes),
         "These blocks were allocated and not freed before the program ended. "
         + untouched + grew
         + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
@@ -428,6 +429,15 @@ def _sites_text(m: dict | None, what: str) -> str:
     return f" Where {what} was allocated (estimated from {m['samples']:,} sampled blocks): {top}."
 
 
+def _untouched_words(final, held: int) -> str:
+    """For a headline about bytes still allocated: how much of them was never touched (no
+    RSS, only address space), when that is a large part of them."""
+    t = final.untouched_bytes
+    if t < MiB or t < held / 4:
+        return ""
+    return f" ({human(t)} of it never touched: address space, not RSS)"
+
+
 def reach_findings(reach: dict, final: Breakdown, heap_total: int, grew: str, untouched: str,
                    cmd: str, sites: dict | None = None) -> list:
     """The never-freed blocks as the exit's copy marked them (measure.reach_sites' keys):
@@ -463,7 +473,7 @@ def reach_findings(reach: dict, final: Breakdown, heap_total: int, grew: str, un
                                                                   "that"))
         out.append(Finding(
             "kept", kept + possible,
-            f"{human(kept)} kept until exit, still reachable",
+            f"{human(kept)} kept until exit, still reachable" + _untouched_words(final, kept),
             f"Not a leak: the program still pointed to these blocks when it ended "
             f"({reach['still_reachable_blocks']:,} blocks; many programs leave their data to the "
             "exit on purpose). " + untouched + grew + "It matters if it grows with the work "

@@ -346,11 +346,13 @@ def test_never_freed_says_how_much_of_it_was_never_touched():
                rss_bytes=75 * MiB)
     (f,) = [x for x in analysis.findings(["xz", "-9"], final, released(0), heap())
             if x.kind == "never-freed"]
-    # THEN the finding says so (it counted the 601 MiB without a word)
+    # THEN the finding says so (it counted the 601 MiB without a word), in its headline too
     assert "601.0 MiB of it was never touched" in f.detail
+    assert f.title == ("673.0 MiB still allocated at exit (601.0 MiB of it never touched: "
+                       "address space, not RSS)")
     small = bd(live_bytes=673 * MiB, file_bytes=2 * MiB)
     (g,) = [x for x in analysis.findings(["xz"], small, released(0), heap()) if x.kind == "never-freed"]
-    assert "never touched" not in g.detail
+    assert "never touched" not in g.detail and "never touched" not in g.title
 
 
 def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_include():
