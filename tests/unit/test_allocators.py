@@ -153,3 +153,12 @@ def test_the_catalogue_identities_are_the_native_librarys():
     # and each one whose release gdb can make names it in its release call
     assert all(a.trim_gdb is None or a.release_call.split("(")[0] in a.trim_gdb
                for a in ALLOCATORS.values())
+
+
+def test_every_lab_experiment_has_its_share_of_the_labs_time():
+    # the lab's ETA weighs the experiments to come by these (a mean over those done said
+    # 15 s with 100 s to go: the first is the shortest)
+    from heapsight import lab
+    shares = {n: lab.experiment(n).QUICK_SECONDS for n in lab.NAMES}
+    assert all(isinstance(v, int) and v > 0 for v in shares.values()), shares
+    assert shares["release"] < shares["perl"]

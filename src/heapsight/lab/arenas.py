@@ -14,6 +14,8 @@ from heapsight.lab.common import DEPENDS, MIB, Claim, Table, configs, errors_not
 
 NAME = "arenas"
 TITLE = "per-thread arenas: what threads leave behind after freeing, and what malloc_trim returns"
+# seconds of its --quick run on a 2-core machine: its share of the lab's time (the ETA)
+QUICK_SECONDS = 21
 SOURCE = "C++ Memory Arenas and Their Implications"
 ABOUT = ("Worker threads start together; each allocates its block (30 or 100 MiB), writes every "
          "byte, holds it 100 ms and frees it, ten times (three with --quick). When all have "

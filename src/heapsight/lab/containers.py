@@ -15,6 +15,8 @@ from heapsight.lab.common import DEPENDS, FAILS, HOLDS, MIB, Claim, Table, in_mi
 
 NAME = "containers"
 TITLE = "C++ containers of strings: what stays resident after destruction, std::allocator vs __pool_alloc"
+# seconds of its --quick run on a 2-core machine: its share of the lab's time (the ETA)
+QUICK_SECONDS = 8
 SOURCE = "STL and malloc's Pool Effect"
 ABOUT = ("For each string length k in turn, in one process: a std::vector, std::list or "
          "std::deque is filled with N copies of a k-character string (one random character "

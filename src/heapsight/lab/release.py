@@ -12,6 +12,8 @@ from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Table, config, errors_no
 
 NAME = "release"
 TITLE = "size sweep 2 KB .. 2 GB: which freed blocks go back to the OS, in which order"
+# seconds of its --quick run on a 2-core machine: its share of the lab's time (the ETA)
+QUICK_SECONDS = 3
 SOURCE = ("malloc/free and returning memory to the OS: sbrk vs mmap (CentOS 7, glibc tunables, "
           "an mmap allocator, jemalloc)")
 ABOUT = ("Allocates one block at a time (2 KB, 20 KB, 200 KB, 2 MB, 20 MB, 200 MB, 2 GB), "

@@ -13,6 +13,8 @@ from heapsight.lab.common import (DEPENDS, FAILS, HOLDS, Claim, Table, configs, 
 
 NAME = "waste"
 TITLE = "internal fragmentation: what many tiny blocks really cost, per allocator"
+# seconds of its --quick run on a 2-core machine: its share of the lab's time (the ETA)
+QUICK_SECONDS = 5
 SOURCE = "Malloc internal memory fragmentation footprint"
 ABOUT = ("Blocks of 1 to 2048 bytes (fixed, or uniform random up to a maximum) are allocated "
          "until 1, 10 or 100 MB have been requested, and kept. The allocator's own statistics "
