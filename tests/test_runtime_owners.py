@@ -89,8 +89,39 @@ def test_the_jvm_heap_is_named(tmp_path):
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="no Node.js here (Debian package nodejs)")
 def test_the_v8_heap_is_named(tmp_path):
-    s = run(tmp_path, "node", "-e", "const a = []; for (let i = 0; i < 1e6; i++) a.push({i});")
+    s = run(tmp_path, "node", "-e", "const a = []; for (let i = 0; i < 1e6; i++) a.push({i});"
+            "setTimeout(() => {}, 300);")
     assert any("V8" in o["owner"] and o["peak_bytes"] > 50 * MiB for o in s["mapped_by"])
+    # THEN what is said of its memory is V8's: no advice to send objects to malloc
+    words = " ".join(f["title"] + " " + f["detail"] + " ".join(f["suggestions"])
+                     for f in s["findings"])
+    assert "PYTHONMALLOC" not in words and "malloc makes it visible" not in words
+    for f in s["findings"]:
+        if f["kind"] in ("non-heap", "hold") and "outside malloc" in f["title"] + f["detail"]:
+            assert "V8" in f["detail"], f
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler here (Debian package gcc)")
+def test_the_compilers_own_heap_is_named_with_its_rule(tmp_path):
+    # GIVEN cc1 compiling a file big enough for its garbage-collected heap to grow (gcc
+    # starts it: --follow cc1 measures the compiler proper)
+    src = tmp_path / "big.c"
+    src.write_text("".join(f"int f{i}(int x) {{ int a[64]; for (int j = 0; j < 64; j++) a[j] = x * j "
+                           f"+ {i}; int s = 0; for (int j = 0; j < 64; j++) s += a[j] * a[(j * 7) % 64];"
+                           " return s; }\n" for i in range(1500)))
+    out = tmp_path / "s.json"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--json",
+                        str(out), "--follow", "cc1", "--", "gcc", "-O1", "-c", str(src), "-o",
+                        os.devnull], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(out.read_text())
+    ggc = next(o for o in s["mapped_by"] if "ggc" in o["owner"])
+    # THEN the memory it mapped is named, with its resident part, and the non-heap finding
+    # names it and its own rule rather than thread stacks and pymalloc
+    assert 0 < ggc["resident_bytes"] <= ggc["mapped_bytes"] + MiB
+    f = next(f for f in s["findings"] if f["kind"] == "non-heap")
+    assert "GCC's garbage-collected heap (ggc)" in f["detail"] and "ggc-min-expand" in f["detail"]
+    assert "pymalloc" not in f["detail"] and "Thread stacks" not in f["detail"]
 
 
 def test_perl_maps_nothing_of_its_own(tmp_path):

@@ -184,7 +184,7 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                      *((f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",) if arenas > 2 else ()))
                     if allocator == "glibc" else ())
         else:
-            whose, rule, how, _ = _whose_words(mapped_by, h.held_bytes)
+            whose, rule, how, _ = _whose_words(mapped_by, h.held_bytes, "resident_peak")
             detail = " ".join(x for x in (
                 f"While the program ran, {human(h.held_bytes)} (up to {human(h.max_held_bytes)}) "
                 f"of anonymous memory that did not come from malloc was resident {when}, beside "
@@ -230,30 +230,43 @@ def runtime_rule(owner: str) -> tuple | None:
     return next((r[1:] for r in RUNTIME_RULES if r[0] in owner), None)
 
 
-def owner_words(o: dict) -> str:
-    """One object's memory mapped outside malloc: what of it is resident (when measured),
-    and what it mapped, which may be mostly reserved address space."""
+def owner_words(o: dict, when: str = "resident") -> str:
+    """One object's memory mapped outside malloc: what of it was resident at a reading
+    (when: "resident", the last; "resident_peak", near peak RSS), when measured, and what it
+    mapped, which may be mostly reserved address space."""
     mapped = (f"{human(o['peak_bytes'])} mapped at most, {human(o['mapped_bytes'])} at exit, "
               f"in {o['mappings']:,} mappings")
-    if o.get("resident_bytes") is None:
+    if o.get(f"{when}_bytes") is None:
+        when = "resident"
+    if o.get(f"{when}_bytes") is None:
         return f"{o['owner']}: {mapped}"
+    res = o[f"{when}_bytes"]
+    most = max(res, o.get("resident_peak_bytes") or 0)
     reserved = (", most of it address space reserved, never touched"
-                if o["resident_bytes"] < o["mapped_bytes"] / 4 else "")
-    return (f"{o['owner']}: {human(o['resident_bytes'])} resident at {o['resident_at_s']:.2f} s "
+                if most < o["peak_bytes"] / 4 else "")
+    also = ""
+    if when == "resident" and (o.get("resident_peak_bytes") or 0) > max(2 * res, res + MiB):
+        also = (f", {human(o['resident_peak_bytes'])} near peak RSS at "
+                f"{o['resident_peak_at_s']:.2f} s")
+    return (f"{o['owner']}: {human(res)} resident at {o[f'{when}_at_s']:.2f} s{also} "
             f"({mapped}{reserved})")
 
 
-def _whose_words(mapped_by: tuple, held: int) -> tuple:
+def _whose_words(mapped_by: tuple, held: int, when: str = "resident") -> tuple:
     """(sentence naming who mapped the memory, rule, how to find out, command) from the
-    objects that mapped it, the largest first; a generic sentence when none mapped as much
-    as half of it."""
+    objects that mapped it, the largest first, with what was resident at a reading (when:
+    "resident" for the exit's memory, "resident_peak" for memory held while it ran); a
+    generic sentence when none accounts for half of it."""
     big = [o for o in mapped_by if o["peak_bytes"] >= MiB][:3]
-    accounted = sum(o["peak_bytes"] if o.get("resident_bytes") is None else o["resident_bytes"]
-                    for o in big)
+
+    def resident(o):
+        v = o.get(f"{when}_bytes", o.get("resident_bytes"))
+        return o["peak_bytes"] if v is None else v
+    accounted = sum(resident(o) for o in big)
     if not big or accounted < held / 2:
         return ("Thread stacks, the program's own mmap calls or a runtime's own allocator hold "
                 "it (no object heapsight saw mapping memory accounts for it).", None, None, None)
-    names = "; ".join(owner_words(o) for o in big)
+    names = "; ".join(owner_words(o, when) for o in big)
     rule = runtime_rule(big[0]["owner"])
     return (f"Mapped outside malloc: {names}.",) + (rule or (None, None, None))
 

@@ -84,21 +84,27 @@ def peak_kinds(tl: Timeline) -> dict:
 
 def owners_resident(owners: tuple, prof, tl: Timeline, end_s: float) -> tuple:
     """The objects that mapped memory outside malloc, each with the resident part of what
-    it had mapped at the last reading of the mappings ("resident_bytes", "resident_at_s"):
-    what it uses, beside what it reserved. Unchanged without the mappings' records (sampling
-    off) or a reading."""
-    reading = tl.vmas_exit or (tl.vmas_last if tl.vmas_last and tl.vmas_last[0] <= end_s
-                                else None)   # the reading last_kinds shows
-    if not owners or prof is None or not len(prof.maps) or reading is None:
+    it had mapped at the last reading of the mappings ("resident_bytes", "resident_at_s":
+    what it uses at the end, beside what it reserved) and at the reading near peak RSS
+    ("resident_peak_bytes", "resident_peak_at_s": a runtime may unmap its heap as it
+    exits). Unchanged without the mappings' records (sampling off) or a reading."""
+    last = tl.vmas_exit or (tl.vmas_last if tl.vmas_last and tl.vmas_last[0] <= end_s
+                            else None)   # the reading last_kinds shows
+    if not owners or prof is None or not len(prof.maps) or last is None:
         return owners
-    t, vmas = reading
-    ranges = mapped.live_ranges(prof, tl.start_ns + int(t * 1e9))
-    by_owner: dict = {}
-    for path, b in mapped.resident_by_object(ranges, vmas).items():
-        who = analysis.owner_of(path)
-        by_owner[who] = by_owner.get(who, 0) + b
-    return tuple({**o, "resident_bytes": by_owner.get(o["owner"], 0), "resident_at_s": round(t, 3)}
-                 for o in owners)
+    out = [dict(o) for o in owners]
+    for key, reading in (("resident", last), ("resident_peak", tl.vmas_peak)):
+        if reading is None:
+            continue
+        t, vmas = reading
+        ranges = mapped.live_ranges(prof, tl.start_ns + int(t * 1e9))
+        by_owner: dict = {}
+        for path, b in mapped.resident_by_object(ranges, vmas).items():
+            who = analysis.owner_of(path)
+            by_owner[who] = by_owner.get(who, 0) + b
+        for o in out:
+            o[f"{key}_bytes"], o[f"{key}_at_s"] = by_owner.get(o["owner"], 0), round(t, 3)
+    return tuple(out)
 
 
 def live_over_time(cols: dict, final) -> tuple:

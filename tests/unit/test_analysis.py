@@ -436,3 +436,19 @@ def test_a_change_against_glibc_is_called_only_outside_the_repeats_noise():
     assert ranking.change("given_back", {"median": 0, "min": 0, "max": 0},
                           {"median": 5 << 20, "min": 5 << 20, "max": 5 << 20}) is None
     assert ranking.change_text(None) == ""
+
+
+def test_a_runtime_that_unmaps_its_heap_as_it_exits_is_named_by_what_it_held_while_it_ran():
+    # GIVEN V8: 85 MiB resident near peak RSS, none at the last reading (node unmaps its
+    # heap before heapsight's exit figures), 600 MiB mapped in reservations
+    v8 = dict(owner("/usr/bin/node", 600 * MiB, MiB, 280), resident_bytes=0, resident_at_s=0.84,
+              resident_peak_bytes=85 * MiB, resident_peak_at_s=0.48)
+    assert analysis.owner_words(v8) == (
+        "Node.js (the V8 heap): 0 B resident at 0.84 s, 85.0 MiB near peak RSS at 0.48 s "
+        "(600.0 MiB mapped at most, 1.0 MiB at exit, in 280 mappings, most of it address "
+        "space reserved, never touched)")
+    # THEN the hold of 80 MiB while it ran is put on V8 (by what it held then), with V8's rule
+    held = Hold(0.2, 0.8, 80 * MiB, 85 * MiB, 2 * MiB, 0, 80 * MiB, "non-heap")
+    f, = analysis.hold_findings([held], "glibc", ["node", "app.js"], mapped_by=(v8,))
+    assert "Node.js (the V8 heap): 85.0 MiB resident at 0.48 s" in f.detail
+    assert "--trace-gc" in f.detail and "Thread stacks" not in f.detail
