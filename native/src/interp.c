@@ -34,6 +34,9 @@
 /* ---- CPython 3.11 (x86-64/aarch64, LP64) ---- */
 #define PY311_TSTATE_CFRAME 56         /* PyThreadState.cframe */
 #define PY311_CFRAME_CURRENT 8         /* _PyCFrame.current_frame */
+#define PY311_TSTATE_DATASTACK 296     /* PyThreadState.datastack_chunk, _top, _limit */
+#define PY311_CHUNK_DATA 24            /* _PyStackChunk.data */
+#define PY311_FRAME_FUNC 0             /* _PyInterpreterFrame.f_func */
 #define PY311_FRAME_CODE 32            /* _PyInterpreterFrame.f_code */
 #define PY311_FRAME_PREVIOUS 48        /*   .previous */
 #define PY311_FRAME_PREV_INSTR 56      /*   .prev_instr */
@@ -68,6 +71,53 @@ static int rd(void *dst, uintptr_t src, size_t n) {
   if (src < 4096) return 0;
   struct iovec l = {dst, n}, r = {(void *)src, n};
   return syscall(SYS_process_vm_readv, g_pid, &l, 1UL, &r, 1UL, 0UL) == (long)n;
+}
+
+/* Two reads in one system call (each costs about 0.8 us, most of it the call itself): how
+ * many of the two were read whole (they are read in order: a fault ends the call). */
+static int rd2(void *d1, uintptr_t s1, size_t n1, void *d2, uintptr_t s2, size_t n2) {
+  if (s1 < 4096) return 0;
+  int two = s2 >= 4096;
+  struct iovec l[2] = {{d1, n1}, {d2, n2}}, r[2] = {{(void *)s1, n1}, {(void *)s2, n2}};
+  long got = syscall(SYS_process_vm_readv, g_pid, l, two ? 2UL : 1UL, r, two ? 2UL : 1UL, 0UL);
+  return got < (long)n1 ? 0 : got < (long)(n1 + n2) || !two ? 1 : 2;
+}
+
+/* Lines found, by (code object, its line table, instruction offset): a sample's line is
+ * mostly one seen before, and the table's read and decoding are then saved. Shared by the
+ * threads without a lock: an entry carries a check of its own words, so one torn by two
+ * writers is a miss. */
+#define HS_LINE_CACHE 1024
+typedef struct { uint64_t code, table, addrq, line_check; } hs_line_entry_t;
+static hs_line_entry_t g_lines[HS_LINE_CACHE];
+
+static uint32_t line_check(uint64_t code, uint64_t table, uint64_t addrq, uint32_t line) {
+  uint64_t x = (code * 0x9e3779b97f4a7c15ull) ^ (table + addrq * 0xff51afd7ed558ccdull) ^ line;
+  x ^= x >> 29;
+  return (uint32_t)(x * 0xc4ceb9fe1a85ec53ull >> 32) | 1;
+}
+
+static hs_line_entry_t *line_slot(uint64_t code, uint64_t addrq) {
+  return &g_lines[((code >> 4) ^ (addrq * 0x9e3779b1u)) & (HS_LINE_CACHE - 1)];
+}
+
+static int line_cached(uint64_t code, uint64_t table, uint64_t addrq, int *line) {
+  hs_line_entry_t *e = line_slot(code, addrq);
+  uint64_t c = __atomic_load_n(&e->code, __ATOMIC_RELAXED), t = __atomic_load_n(&e->table, __ATOMIC_RELAXED),
+           a = __atomic_load_n(&e->addrq, __ATOMIC_RELAXED), lc = __atomic_load_n(&e->line_check, __ATOMIC_RELAXED);
+  if (c != code || t != table || a != addrq || (uint32_t)(lc >> 32) != line_check(c, t, a, (uint32_t)lc))
+    return 0;
+  *line = (int32_t)(uint32_t)lc;
+  return 1;
+}
+
+static void line_store(uint64_t code, uint64_t table, uint64_t addrq, int line) {
+  hs_line_entry_t *e = line_slot(code, addrq);
+  __atomic_store_n(&e->code, code, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->table, table, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->addrq, addrq, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->line_check, (uint64_t)line_check(code, table, addrq, (uint32_t)line) << 32 | (uint32_t)line,
+                   __ATOMIC_RELAXED);
 }
 
 static uint64_t u64(const unsigned char *b, size_t off) {
@@ -138,7 +188,7 @@ int _hs_interp_is_loop(uintptr_t ret) {
 }
 
 /* ---- line numbers: co_linetable (Objects/codeobject.c, 3.11), read in pieces ---- */
-struct lt { uintptr_t at, end; unsigned char buf[256]; size_t have, pos; int bad; };
+struct lt { uintptr_t at, end; unsigned char buf[224]; size_t have, pos; int bad; };
 
 static int lt_byte(struct lt *t) {
   if (t->pos == t->have) {
@@ -164,10 +214,11 @@ static int lt_varint(struct lt *t) {
   return (int)val;
 }
 
-/* The line of the instruction at byte offset addrq (PyCode_Addr2Line), -1 for none. */
-static int line_of(uintptr_t table, int64_t len, int first, int64_t addrq) {
+/* The line of the instruction at byte offset addrq (PyCode_Addr2Line), -1 for none; the
+ * table's first bytes (have of them) are in *t already. */
+static int line_of(struct lt *tp, int first, int64_t addrq) {
   if (addrq < 0) return first;
-  struct lt t = {table, table + (uintptr_t)len, {0}, 0, 0, 0};
+  struct lt t = *tp;
   int line = first;
   int64_t start = 0;
   int b = lt_byte(&t);
@@ -192,41 +243,140 @@ static int line_of(uintptr_t table, int64_t len, int first, int64_t addrq) {
   return -1;
 }
 
+/* What a frame needs of its code object, by (code object, function object): read and
+ * type-checked the first time the pair is seen, then from here. Lock-free like the lines'
+ * cache: an entry torn by two writers fails its check and is a miss. (A pair freed and
+ * both addresses taken again by another function's would be named as the old one: never a
+ * bad read, as nothing here is read through the cached words.) */
+#define HS_CODE_CACHE 512
+typedef struct { uint64_t code, func, name, file, table, units, first_ft, check; } hs_code_entry_t;
+static hs_code_entry_t g_codes[HS_CODE_CACHE];
+
+static uint64_t code_check(const uint64_t *w) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 7; i++) {
+    h ^= w[i];
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  return h | 1;
+}
+
+static int code_cached(uint64_t code, uint64_t func, uint64_t *w) {
+  hs_code_entry_t *e = &g_codes[((code >> 4) ^ (func >> 6)) & (HS_CODE_CACHE - 1)];
+  const uint64_t *src = &e->code;
+  for (int i = 0; i < 8; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+  return w[0] == code && w[1] == func && w[7] == code_check(w);
+}
+
+static void code_store(const uint64_t *w) {
+  hs_code_entry_t *e = &g_codes[((w[0] >> 4) ^ (w[1] >> 6)) & (HS_CODE_CACHE - 1)];
+  uint64_t *dst = &e->code;
+  __atomic_store_n(&dst[7], 0, __ATOMIC_RELAXED);
+  for (int i = 0; i < 7; i++) __atomic_store_n(&dst[i], w[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&dst[7], code_check(w), __ATOMIC_RELEASE);
+}
+
+/* The line of a frame's instruction: from the cache, else its code object's line table
+ * (a bytes object: its header and first bytes in one read); -1 when it cannot be read. */
+static int frame_line(uintptr_t code, uintptr_t table, int first, int64_t addrq) {
+  int line;
+  if (line_cached(code, table, (uint64_t)addrq, &line)) return line;
+  unsigned char head[PY_BYTES_SVAL];
+  struct lt t = {0, 0, {0}, 0, 0, 0};
+  int got = rd2(head, table, sizeof head, t.buf, table + PY_BYTES_SVAL, sizeof t.buf);
+  if (!got || u64(head, PY_OB_TYPE) != g_bytes_type) return -1;
+  int64_t len = (int64_t)u64(head, PY_OB_SIZE);
+  if (len <= 0 || len >= (1 << 24)) return -1;
+  t.at = table + PY_BYTES_SVAL;
+  t.end = t.at + (uintptr_t)len;
+  if (got == 2) { /* the first bytes came with the header */
+    t.have = (size_t)len < sizeof t.buf ? (size_t)len : sizeof t.buf;
+    t.at += t.have;
+  }
+  line = line_of(&t, first, addrq);
+  if (line >= 0) line_store(code, table, (uint64_t)addrq, line);
+  return line;
+}
+
+/* The thread's frames (all but a generator's) lie in its data stack, the innermost at its
+ * top: its last HS_STACK_COPY bytes are read at once into this buffer, which one sample at
+ * a time uses (another thread sampling meanwhile reads its frames one by one). */
+#define HS_STACK_COPY 16384
+static unsigned char g_copy[HS_STACK_COPY];
+static int g_copy_busy;
+
+/* A frame: from the copy when it lies in it, else read (with the code object of the frame
+ * before, in the same system call). */
+struct walk { uintptr_t lo, hi; };
+
+static int in_copy(const struct walk *w, uintptr_t a) {
+  return a >= w->lo && a + PY311_FRAME_BYTES <= w->hi;
+}
+
 /* This thread's Python frames, innermost first: at most max. */
 int _hs_interp_frames(hs_iframe_t *out, int max) {
   if (!_hs_interp_ready()) return 0;
-  uintptr_t ts = (uintptr_t)g_this_tstate(), cframe = 0, cur = 0;
-  if (!ts || !rd(&cframe, ts + PY311_TSTATE_CFRAME, 8) || !rd(&cur, cframe + PY311_CFRAME_CURRENT, 8))
+  uintptr_t ts = (uintptr_t)g_this_tstate(), cframe = 0, cur = 0, ds[3] = {0, 0, 0};
+  if (!ts || !rd2(&cframe, ts + PY311_TSTATE_CFRAME, 8, ds, ts + PY311_TSTATE_DATASTACK, sizeof ds))
     return 0;
+  struct walk w = {0, 0};
+  int mine = !__atomic_exchange_n(&g_copy_busy, 1, __ATOMIC_ACQUIRE);
+  uintptr_t first = ds[0] + PY311_CHUNK_DATA, top = ds[1];
+  if (mine && ds[0] && top > first && top <= ds[2]) {
+    w.lo = top - first > HS_STACK_COPY ? top - HS_STACK_COPY : first;
+    w.hi = top;
+    if (rd2(&cur, cframe + PY311_CFRAME_CURRENT, 8, g_copy, w.lo, w.hi - w.lo) != 2) w.lo = w.hi = 0;
+  }
+  if (!w.hi && !rd(&cur, cframe + PY311_CFRAME_CURRENT, 8)) cur = 0;
   int n = 0;
-  for (int depth = 0; cur && n < max && depth < HS_INTERP_DEPTH * 2; depth++) {
-    unsigned char fr[PY311_FRAME_BYTES], co[PY311_CODE_ADAPTIVE], lt[PY_BYTES_SVAL];
-    if (!rd(fr, cur, sizeof fr)) break;
-    uintptr_t code = u64(fr, PY311_FRAME_CODE);
-    if (!rd(co, code, sizeof co) || u64(co, PY_OB_TYPE) != g_code_type) break;
-    int64_t units = (int64_t)u64(co, PY_OB_SIZE);
+  unsigned char fr[PY311_FRAME_BYTES], next[PY311_FRAME_BYTES], co[PY311_CODE_ADAPTIVE];
+  if (!cur) goto done;
+  if (in_copy(&w, cur)) memcpy(fr, g_copy + (cur - w.lo), sizeof fr);
+  else if (!rd(fr, cur, sizeof fr)) goto done;
+  for (int depth = 0; n < max && depth < HS_INTERP_DEPTH * 2; depth++) {
+    uintptr_t code = u64(fr, PY311_FRAME_CODE), prev = u64(fr, PY311_FRAME_PREVIOUS);
+    uint64_t c[8]; /* code, func, name, file, table, units, first | firsttraceable << 32 */
+    int copied = in_copy(&w, prev), got = 1;
+    if (code_cached(code, u64(fr, PY311_FRAME_FUNC), c)) {
+      if (prev && !copied) got = rd(next, prev, sizeof next) ? 2 : 1;
+    } else {
+      got = rd2(co, code, sizeof co, next, copied ? 0 : prev, sizeof next);
+      if (!got || u64(co, PY_OB_TYPE) != g_code_type) break;
+      c[0] = code;
+      c[1] = u64(fr, PY311_FRAME_FUNC);
+      c[2] = u64(co, PY311_CODE_QUALNAME);
+      c[3] = u64(co, PY311_CODE_FILENAME);
+      c[4] = u64(co, PY311_CODE_LINETABLE);
+      c[5] = u64(co, PY_OB_SIZE);
+      c[6] = (uint64_t)(uint32_t)i32(co, PY311_CODE_FIRSTLINENO) |
+             (uint64_t)(uint32_t)i32(co, PY311_CODE_FIRSTTRACEABLE) << 32;
+      code_store(c);
+    }
+    if (copied) {
+      memcpy(next, g_copy + (prev - w.lo), sizeof next);
+      got = 2;
+    }
+    int64_t units = (int64_t)c[5];
     int64_t addrq = (int64_t)(u64(fr, PY311_FRAME_PREV_INSTR) - (code + PY311_CODE_ADAPTIVE));
-    int owner = fr[PY311_FRAME_OWNER], first = i32(co, PY311_CODE_FIRSTLINENO);
+    int owner = fr[PY311_FRAME_OWNER], firstline = (int32_t)(uint32_t)c[6];
     hs_iframe_t *f = &out[n++];
     f->code = code;
-    f->name = u64(co, PY311_CODE_QUALNAME);
-    f->file = u64(co, PY311_CODE_FILENAME);
+    f->name = c[2];
+    f->file = c[3];
     f->entry = fr[PY311_FRAME_IS_ENTRY] != 0;
     /* _PyFrame_IsIncomplete: pushed, not started (its line is not meaningful) */
-    f->skip = owner != PY311_OWNED_BY_GENERATOR &&
-              addrq < (int64_t)i32(co, PY311_CODE_FIRSTTRACEABLE) * 2;
-    f->line = first;
-    uintptr_t table = u64(co, PY311_CODE_LINETABLE);
-    if (!f->skip && addrq < units * 2 && rd(lt, table, sizeof lt) &&
-        u64(lt, PY_OB_TYPE) == g_bytes_type) {
-      int64_t len = (int64_t)u64(lt, PY_OB_SIZE);
-      if (len > 0 && len < (1 << 24)) {
-        int line = line_of(table + PY_BYTES_SVAL, len, first, addrq);
-        if (line >= 0) f->line = line;
-      }
+    f->skip = owner != PY311_OWNED_BY_GENERATOR && addrq < (int64_t)(int32_t)(c[6] >> 32) * 2;
+    f->line = firstline;
+    if (!f->skip && addrq < units * 2) {
+      int line = frame_line(code, c[4], firstline, addrq);
+      if (line >= 0) f->line = line;
     }
-    cur = u64(fr, PY311_FRAME_PREVIOUS);
+    if (got < 2) break; /* the outermost frame (previous is NULL), or one not readable */
+    memcpy(fr, next, sizeof fr);
   }
+done:
+  if (mine) __atomic_store_n(&g_copy_busy, 0, __ATOMIC_RELEASE);
   return n;
 }
 
