@@ -151,7 +151,8 @@ typedef struct hs_profile_s {
   uint64_t unwind_ns, unwinds, unwind_frames; /* what unwinding cost, in all */
   /* The interpreter's frames (native/src/interp.c): which interpreter (1 Python, 2 Perl; 0
    * none seen), whether its frames are read (0) or why not (1 a version not known, 2 its
-   * symbols not found, 3 reads of this process refused), its version (Python: Py_Version),
+   * symbols not found, 3 reads of this process refused, 4 turned off:
+   * HEAPSIGHT_INTERP_FRAMES=0), its version (Python: Py_Version),
    * and what reading them cost, in all (walks: samples that read them; frames read). */
   uint64_t interp_kind, interp_status, interp_version;
   uint64_t interp_ns, interp_walks, interp_frames;

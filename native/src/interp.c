@@ -24,6 +24,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -145,7 +146,11 @@ static int symbol_range(void *fn, uintptr_t *lo, uintptr_t *hi) {
 void _hs_interp_start(int *kind, int *status, uint64_t *version) {
   g_pid = getpid();
   void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
-  if (eval) {
+  const char *want = getenv("HEAPSIGHT_INTERP_FRAMES");
+  if (eval && want && strcmp(want, "0") == 0) {
+    g_kind = HS_INTERP_PYTHON;
+    g_status = HS_INTERP_STATUS_OFF; /* for a measure of what reading them costs */
+  } else if (eval) {
     g_kind = HS_INTERP_PYTHON;
     const uint32_t *ver = dlsym(RTLD_DEFAULT, "Py_Version"); /* 3.11+: PY_VERSION_HEX */
     g_version = ver ? *ver : 0;

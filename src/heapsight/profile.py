@@ -116,7 +116,8 @@ INTERP_NAMES = {1: "python", 2: "perl"}
 # why the interpreter's frames were not read (interp_status), for the summary's note
 INTERP_WHY = {1: "its version is not one heapsight reads",
               2: "its symbols are not exported (a stripped or static build)",
-              3: "this system refuses a process's reads of itself (process_vm_readv)"}
+              3: "this system refuses a process's reads of itself (process_vm_readv)",
+              4: "HEAPSIGHT_INTERP_FRAMES=0"}
 
 
 @dataclass(frozen=True)
