@@ -126,6 +126,7 @@ typedef struct hs_iframe_s {
 } hs_iframe_t;
 void _hs_interp_start(int *kind, int *status, uint64_t *version);
 int _hs_interp_ready(void);
+int _hs_interp_kind(void);
 int _hs_interp_is_loop(uintptr_t ret);
 int _hs_interp_frames(hs_iframe_t *out, int max);
 size_t _hs_interp_names(const hs_iframe_t *f, char *dst, size_t max, uint32_t *nlen,

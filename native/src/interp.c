@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,8 @@ static int symbol_range(void *fn, uintptr_t *lo, uintptr_t *hi) {
   return 1;
 }
 
+static void perl_start(int off);
+
 void _hs_interp_start(int *kind, int *status, uint64_t *version) {
   g_pid = getpid();
   void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
@@ -168,6 +171,8 @@ void _hs_interp_start(int *kind, int *status, uint64_t *version) {
       g_status = HS_INTERP_STATUS_READS;
     else
       g_status = HS_INTERP_STATUS_OK;
+  } else if (dlsym(RTLD_DEFAULT, "Perl_runops_standard")) {
+    perl_start(want && strcmp(want, "0") == 0);
   } else {
     /* an interpreter whose symbols are not exported (a stripped or static python) */
     char exe[256];
@@ -319,9 +324,14 @@ static int in_copy(const struct walk *w, uintptr_t a) {
   return a >= w->lo && a + PY311_FRAME_BYTES <= w->hi;
 }
 
+static int perl_frames(hs_iframe_t *out, int max);
+
+int _hs_interp_kind(void) { return g_kind; }
+
 /* This thread's Python frames, innermost first: at most max. */
 int _hs_interp_frames(hs_iframe_t *out, int max) {
   if (!_hs_interp_ready()) return 0;
+  if (g_kind == HS_INTERP_PERL) return perl_frames(out, max);
   uintptr_t ts = (uintptr_t)g_this_tstate(), cframe = 0, cur = 0, ds[3] = {0, 0, 0};
   if (!ts || !rd2(&cframe, ts + PY311_TSTATE_CFRAME, 8, ds, ts + PY311_TSTATE_DATASTACK, sizeof ds))
     return 0;
@@ -407,11 +417,213 @@ static size_t str_bytes(uintptr_t s, char *dst, size_t max, int tail) {
 }
 
 /* The names of a frame, for its record: function then file, their lengths in *nlen, *flen. */
+static size_t hek_bytes(uintptr_t hek, char *dst, size_t max);
+static size_t cstr_bytes(uintptr_t s, char *dst, size_t max);
+
 size_t _hs_interp_names(const hs_iframe_t *f, char *dst, size_t max, uint32_t *nlen,
                         uint32_t *flen) {
-  size_t a = str_bytes(f->name, dst, max / 2, 0);
-  size_t b = str_bytes(f->file, dst + a, max - a, 1);
+  size_t a, b;
+  if (g_kind == HS_INTERP_PERL) {
+    a = f->name ? hek_bytes(f->name, dst, max / 2) : 0;
+    if (!f->name) { memcpy(dst, "main", 4); a = 4; } /* the file's own code */
+    b = cstr_bytes(f->file, dst + a, max - a);
+    *nlen = (uint32_t)a;
+    *flen = (uint32_t)b;
+    return a + b;
+  }
+  a = str_bytes(f->name, dst, max / 2, 0);
+  b = str_bytes(f->file, dst + a, max - a, 1);
   *nlen = (uint32_t)a;
   *flen = (uint32_t)b;
   return a + b;
+}
+
+/* ---- Perl 5.36, threaded (useithreads) ----
+ * The thread's interpreter is pthread_getspecific(PL_thr_key) (PERL_GET_CONTEXT: no lock, no
+ * allocation); its PL_curcop is the statement running (file and line), and the context
+ * stack of its current stack info (PL_curstackinfo->si_cxstack, si_cxix) holds a CXt_SUB
+ * entry for each sub being run, innermost last, with the sub (blk_sub.cv) and the statement
+ * that called it (blk_oldcop). So the Perl frames are: the innermost sub at PL_curcop, each
+ * outer sub at the statement of its callee's call, and "main" at the outermost call. Subs do
+ * not recurse in C (pp_entersub returns to the runops loop), so all of them are spliced at
+ * the innermost Perl_runops_standard. Offsets from the 5.36 headers (intrpvar.h, cop.h,
+ * sv.h, cv.h, gv.h, hv.h) of Debian's threaded x86-64 build, used only when PL_revision and
+ * PL_version say 5.36, PL_thr_key exists (a threaded build), and the interpreter found is the one PL_curinterp names for the main thread; a COP's
+ * op_type is checked (nextstate or dbstate), a sub's SvTYPE (PVCV), a glob's (PVGV). */
+#define PL536_CURCOP 208          /* struct interpreter: Icurcop */
+#define PL536_CURSTACKINFO 224    /*   Icurstackinfo */
+#define PL536_SI_CXSTACK 8        /* struct stackinfo: si_cxstack */
+#define PL536_SI_CXIX 32          /*   si_cxix (I32) */
+#define PL536_CX_BYTES 104        /* sizeof(PERL_CONTEXT) */
+#define PL536_CX_OLDCOP 16        /*   blk_oldcop */
+#define PL536_CX_SUB_CV 72        /*   blk_sub.cv */
+#define PL536_CXTYPEMASK 15
+#define PL536_CXT_SUB 9
+#define PL536_COP_TYPE 32         /* op_type: 9 bits of a U16 */
+#define PL536_COP_LINE 36
+#define PL536_COP_FILE 48         /* char *cop_file (threaded) */
+#define PL536_OP_NEXTSTATE 195
+#define PL536_OP_DBSTATE 196
+#define PL536_SV_FLAGS 12         /* SvTYPE: the low 8 bits */
+#define PL536_SVT_PVGV 9
+#define PL536_SVT_PVCV 13
+#define PL536_XPVCV_GV 56         /* xcv_gv_u: GV *, or HEK * when CvNAMED */
+#define PL536_XPVCV_FLAGS 92
+#define PL536_CVF_NAMED 0x8000
+#define PL536_XPVGV_NAMEHEK 32    /* xiv_u.xivu_namehek: GvNAME_HEK */
+#define PL536_HEK_LEN 4
+#define PL536_HEK_KEY 8
+
+static const unsigned *g_perl_key; /* &PL_thr_key */
+static void **g_perl_curinterp;    /* &PL_curinterp */
+static int g_perl_checked;         /* the interpreter's layout was checked once */
+
+static void perl_start(int off) {
+  g_kind = HS_INTERP_PERL;
+  if (off) { g_status = HS_INTERP_STATUS_OFF; return; }
+  void *runops = dlsym(RTLD_DEFAULT, "Perl_runops_standard");
+  g_perl_key = dlsym(RTLD_DEFAULT, "PL_thr_key");
+  g_perl_curinterp = dlsym(RTLD_DEFAULT, "PL_curinterp");
+  const unsigned char *rev = dlsym(RTLD_DEFAULT, "PL_revision"), *ver = dlsym(RTLD_DEFAULT, "PL_version"),
+                      *sub = dlsym(RTLD_DEFAULT, "PL_subversion");
+  if (rev && ver && sub) g_version = (uint64_t)*rev << 24 | (uint64_t)*ver << 16 | (uint64_t)*sub << 8;
+  uint64_t probe = 0, self = 0x5eadbeefu;
+  if ((g_version >> 16) != ((uint64_t)5 << 8 | 36) || !g_perl_key)
+    g_status = HS_INTERP_STATUS_VERSION; /* another version, or an unthreaded build */
+  else if (!g_perl_curinterp || !symbol_range(runops, &g_eval_lo, &g_eval_hi))
+    g_status = HS_INTERP_STATUS_SYMBOLS;
+  else if (!rd(&probe, (uintptr_t)&self, 8) || probe != self)
+    g_status = HS_INTERP_STATUS_READS;
+  else
+    g_status = HS_INTERP_STATUS_OK;
+}
+
+/* A COP's line and file; 0 when it is no statement. Cached by its address like a code
+ * object's fields (a statement lives as long as its sub). */
+static int perl_cop(uintptr_t cop, int32_t *line, uint64_t *file) {
+  uint64_t w[8];
+  if (code_cached(cop, 2, w)) {
+    *line = (int32_t)w[2];
+    *file = w[3];
+    return 1;
+  }
+  unsigned char c[56];
+  if (!rd(c, cop, sizeof c)) return 0;
+  uint16_t type;
+  memcpy(&type, c + PL536_COP_TYPE, 2);
+  type &= 0x1ff;
+  if (type != PL536_OP_NEXTSTATE && type != PL536_OP_DBSTATE) return 0;
+  *line = i32(c, PL536_COP_LINE);
+  *file = u64(c, PL536_COP_FILE);
+  w[0] = cop;
+  w[1] = 2;
+  w[2] = (uint64_t)(uint32_t)*line;
+  w[3] = *file;
+  w[4] = w[5] = w[6] = 0;
+  code_store(w);
+  return 1;
+}
+
+/* The HEK of a sub's name (CvNAMED: its own; else its glob's), cached like a code object's
+ * fields (by the CV); 0 when it cannot be read. */
+static uint64_t perl_sub_name(uintptr_t cv) {
+  uint64_t c[8];
+  if (code_cached(cv, 1, c)) return c[2];
+  unsigned char sv[16], body[96], gv[16];
+  if (!rd(sv, cv, sizeof sv) || ((uint32_t)i32(sv, PL536_SV_FLAGS) & 0xff) != PL536_SVT_PVCV) return 0;
+  if (!rd(body, u64(sv, 0), sizeof body)) return 0;
+  uint64_t hek = u64(body, PL536_XPVCV_GV);
+  uint32_t flags;
+  memcpy(&flags, body + PL536_XPVCV_FLAGS, 4);
+  if (!(flags & PL536_CVF_NAMED)) {
+    uint64_t body_gv = 0;
+    if (!rd(gv, hek, sizeof gv) || ((uint32_t)i32(gv, PL536_SV_FLAGS) & 0xff) != PL536_SVT_PVGV ||
+        !rd(&body_gv, u64(gv, 0) + PL536_XPVGV_NAMEHEK, 8))
+      return 0;
+    hek = body_gv;
+  }
+  c[0] = cv;
+  c[1] = 1;
+  c[2] = hek;
+  c[3] = c[4] = c[5] = c[6] = 0;
+  code_store(c);
+  return hek;
+}
+
+static int perl_frames(hs_iframe_t *out, int max) {
+  void *interp = pthread_getspecific(*g_perl_key);
+  if (!interp) return 0;
+  if (!__atomic_load_n(&g_perl_checked, __ATOMIC_ACQUIRE)) {
+    /* the layout, once: the main interpreter is PL_curinterp, and its PL_curcop a COP */
+    void *main_interp = NULL;
+    uint64_t cop = 0, file;
+    int32_t line;
+    if (!rd(&main_interp, (uintptr_t)g_perl_curinterp, 8) || main_interp != interp ||
+        !rd(&cop, (uintptr_t)interp + PL536_CURCOP, 8) || !perl_cop(cop, &line, &file))
+      return 0;
+    __atomic_store_n(&g_perl_checked, 1, __ATOMIC_RELEASE);
+  }
+  uint64_t iv[3]; /* Icurcop, (Icurstash), Icurstackinfo */
+  if (!rd(iv, (uintptr_t)interp + PL536_CURCOP, sizeof iv)) return 0;
+  uint64_t cop = iv[0], si = iv[2];
+  unsigned char sib[40];
+  uint64_t cxstack = 0;
+  int32_t cxix = -1;
+  if (rd(sib, si, sizeof sib)) {
+    cxstack = u64(sib, PL536_SI_CXSTACK);
+    cxix = i32(sib, PL536_SI_CXIX);
+  }
+  int n = 0;
+  /* the sub contexts, innermost first (the context stack read at once when it fits) */
+  int mine = !__atomic_exchange_n(&g_copy_busy, 1, __ATOMIC_ACQUIRE);
+  int whole = mine && cxix >= 0 && (uint64_t)(cxix + 1) * PL536_CX_BYTES <= HS_STACK_COPY &&
+              rd(g_copy, cxstack, (size_t)(cxix + 1) * PL536_CX_BYTES);
+  for (int ix = cxix; ix >= 0 && n < max - 1 && cxix - ix < 4096; ix--) {
+    unsigned char cx[PL536_CX_BYTES];
+    if (whole) memcpy(cx, g_copy + (size_t)ix * PL536_CX_BYTES, sizeof cx);
+    else if (!rd(cx, cxstack + (uint64_t)ix * PL536_CX_BYTES, sizeof cx)) break;
+    if ((cx[0] & PL536_CXTYPEMASK) != PL536_CXT_SUB) continue;
+    uint64_t cv = u64(cx, PL536_CX_SUB_CV);
+    hs_iframe_t *f = &out[n];
+    memset(f, 0, sizeof *f);
+    f->code = cv;
+    f->name = perl_sub_name(cv);
+    if (!f->name || !perl_cop(cop, &f->line, &f->file)) { f->skip = 1; f->name = 1; }
+    n++;
+    cop = u64(cx, PL536_CX_OLDCOP);
+  }
+  if (mine) __atomic_store_n(&g_copy_busy, 0, __ATOMIC_RELEASE);
+  hs_iframe_t *f = &out[n];
+  memset(f, 0, sizeof *f);
+  if (perl_cop(cop, &f->line, &f->file)) n++; /* the file's top level: "main" */
+  if (n) out[n - 1].entry = 1;             /* all of them at the innermost runops */
+  return n;
+}
+
+/* A HEK's key (a sub's name), at most max bytes. */
+static size_t hek_bytes(uintptr_t hek, char *dst, size_t max) {
+  int32_t len = 0;
+  if (!rd(&len, hek + PL536_HEK_LEN, 4) || len <= 0 || len > (1 << 20)) return 0;
+  size_t n = (size_t)len < max ? (size_t)len : max;
+  return rd(dst, hek + PL536_HEK_KEY, n) ? n : 0;
+}
+
+/* A C string (a COP's file), its last max bytes at most: read up to the end of its page
+ * first, so that a string near the end of a mapping is read too. */
+static size_t cstr_bytes(uintptr_t s, char *dst, size_t max) {
+  char buf[512];
+  size_t have = 0;
+  while (have < sizeof buf) {
+    size_t page_left = 4096 - ((s + have) & 4095), want = sizeof buf - have;
+    if (want > page_left) want = page_left;
+    if (!rd(buf + have, s + have, want)) break;
+    char *z = memchr(buf + have, 0, want);
+    if (z) { have = (size_t)(z - buf); goto found; }
+    have += want;
+  }
+  return 0; /* no end found */
+found:
+  if (have > max) { memcpy(dst, buf + have - max, max); return max; }
+  memcpy(dst, buf, have);
+  return have;
 }

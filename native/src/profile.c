@@ -429,7 +429,7 @@ static int splice(hs_profile_t *pr, const uint64_t *nat, int n, const hs_iframe_
     if (p < npy && _hs_interp_is_loop((uintptr_t)nat[i])) {
       while (p < npy && m < HS_MAX_FRAMES) {
         const hs_iframe_t *f = &py[p++];
-        uint64_t w = f->skip ? 0 : iframe_word(pr, f, HS_INTERP_PYTHON);
+        uint64_t w = f->skip ? 0 : iframe_word(pr, f, _hs_interp_kind());
         if (w) { out[m++] = w; put = 1; }
         if (f->entry) break;
       }
