@@ -188,6 +188,51 @@ def test_frames_are_read_safely_under_gc_without_the_gil_and_as_threads_exit(hs,
                for f in s["frames"])
 
 
+def perl_536() -> bool:
+    import subprocess
+    try:
+        out = subprocess.run(["perl", "-e", "print $^V ge v5.36.0 && $^V lt v5.37.0 ? 1 : 0"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        return False
+    return out.strip() == "1"
+
+
+@pytest.mark.skipif(not perl_536(), reason="the frames are read in Perl 5.36")
+def test_a_perl_program_s_subs_are_named_with_their_lines(hs, tmp_path):
+    path = script(tmp_path, "two.pl", """\
+        use strict;
+        my @keep;
+        sub fill_hash {
+            my %h;
+            for my $i (1 .. 200000) { $h{"key$i"} = "v" x 40; }
+            return \\%h;
+        }
+        sub fill_array {
+            my @a;
+            push @a, "x" x 200 for 1 .. 60000;
+            return \\@a;
+        }
+        sub outer { return fill_array(); }
+        push @keep, fill_hash();
+        push @keep, outer();
+        """)
+    r = hs("perl", path)
+    assert r.rc == 0, r.stderr
+    peak = sites.moment(r.summary["sites"], "peak")
+    h = site(peak, "fill_hash (")
+    a = site(peak, "fill_array (")
+    assert h["site"] == f"fill_hash (two.pl:{line_of(path, 'for my $i')})"
+    assert a["site"] == f"fill_array (two.pl:{line_of(path, 'push @a')})"
+    assert [x["site"] for x in peak["sites"][:2]] == [h["site"], a["site"]]
+    # the callers are frames too: outer at its call, the file's own code at its line
+    frames = r.summary["sites"]["frames"]
+    perl = {(f["function"], f["line"]) for f in frames if f["object"] == "[perl]"}
+    assert ("outer", line_of(path, "sub outer")) in perl
+    assert ("main", line_of(path, "push @keep, outer()")) in perl
+    assert r.summary["sites"]["interp_us_per_sample"] > 0
+
+
 # ------------------------------------------------------------ the read side, on its own
 
 def tagged_profile(records: list, stacks: list) -> P.Profile:
