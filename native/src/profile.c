@@ -20,6 +20,10 @@
  * 10 instructions per malloc/free pair (bench/overhead). It is found with dlsym in
  * libgcc_s itself: a libunwind loaded in the program exports _Unwind_Backtrace too.
  *
+ * In a Python or Perl program, the interpreter's own frames (function, file, line: interp.c)
+ * take the place of its loop's native frame in the stack, as tagged words naming records
+ * in the stack region (heapsight.h: HS_IFRAME_TAG).
+ *
  * Locks: one spin lock guards the private tables (live blocks, stacks) and the appends to
  * the profile. It is never held while unwinding or while the loader is asked anything, so
  * a thread inside the loader (dl_iterate_phdr's lock) that allocates cannot wait for us
@@ -382,7 +386,8 @@ static uint32_t stack_offset(hs_profile_t *pr, const uint64_t *f, int n) {
 /* ---- the interpreter's frames (interp.c reads them; stored here, under the lock) ---- */
 
 /* The tagged word of an interpreter frame: its record, written on first sight (the names
- * are read then); 0 when there is no room. */
+ * are read then, with checked reads: the only reads made under the lock, once per frame
+ * record); 0 when there is no room. */
 static uint64_t iframe_word(hs_profile_t *pr, const hs_iframe_t *f, int kind) {
   uint64_t h = mix64(mix64(mix64(f->code ^ (uint64_t)(uint32_t)f->line) ^ f->name) ^ f->file);
   if (!h) h = 1;
@@ -485,9 +490,8 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
     __atomic_fetch_add(&pr->unwinds, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pr->unwind_frames, (uint64_t)n, __ATOMIC_RELAXED);
   }
-  /* Objects the stack reaches that are not recorded yet: found before the lock, and
-   * recorded before the event (a few at a time, to keep this frame small). */
-  /* The interpreter's frames, where the stack runs through its eval loop. */
+  /* The interpreter's frames (interp.c), where the stack runs through its loop: read
+   * before the lock, stored and spliced in under it. */
   hs_iframe_t py[HS_INTERP_DEPTH];
   int npy = 0;
   if (n && _hs_interp_ready()) {
@@ -501,6 +505,8 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
       __atomic_fetch_add(&pr->interp_frames, (uint64_t)npy, __ATOMIC_RELAXED);
     }
   }
+  /* Objects the stack reaches that are not recorded yet: found before the lock, and
+   * recorded before the event (a few at a time, to keep this frame small). */
   hs_module_t fresh[4];
   int nfresh = 0;
   if (n) revalidate(pr);
