@@ -5,6 +5,10 @@ while other threads exit; and the read side's decoding of the tagged frames."""
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import subprocess
 import sys
 import textwrap
 
@@ -18,17 +22,30 @@ PYTHON = "/usr/bin/python3"
 MiB = 1 << 20
 
 
-def python_311() -> bool:
-    import subprocess
+def version_of(python: str) -> tuple:
     try:
-        out = subprocess.run([PYTHON, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
-                             capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
     except OSError:
-        return False
-    return out.strip() == "True"
+        return ()
+    return tuple(int(x) for x in out) if len(out) == 2 else ()
 
 
-needs_311 = pytest.mark.skipif(not python_311(), reason="the frames are read in CPython 3.11")
+def pythons() -> list:
+    """One interpreter of each version whose frames are read (3.11-3.13) found here: the
+    system's, then any installed beside it (python3.12 on PATH, pyenv's)."""
+    found = {}
+    cands = [PYTHON] + [shutil.which(f"python3.{m}") or "" for m in (11, 12, 13)] + \
+        sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[123].*/bin/python3.1[123]")))
+    for c in cands:
+        v = version_of(c) if c and os.path.exists(c) else ()
+        if (3, 11) <= v <= (3, 13) and v not in found:
+            found[v] = c
+    return [pytest.param(c, id=f"python{v[0]}.{v[1]}") for v, c in sorted(found.items())] or \
+        [pytest.param(PYTHON, marks=pytest.mark.skip(reason="no CPython 3.11-3.13 here"))]
+
+
+PYTHONS = pythons()
 
 
 def script(tmp_path, name: str, body: str) -> str:
@@ -50,8 +67,8 @@ def site(moment: dict, prefix: str) -> dict:
     return found[0]
 
 
-@needs_311
-def test_a_python_program_s_call_sites_are_its_functions_with_their_lines(hs, tmp_path):
+@pytest.mark.parametrize("python", PYTHONS)
+def test_a_python_program_s_call_sites_are_its_functions_with_their_lines(hs, tmp_path, python):
     # GIVEN a script whose build_alpha holds 60 MiB and build_beta 30 MiB (64 KiB bytearrays)
     path = script(tmp_path, "script.py", """\
         import time
@@ -72,7 +89,7 @@ def test_a_python_program_s_call_sites_are_its_functions_with_their_lines(hs, tm
         b = build_beta()
         time.sleep(0.2)
         """)
-    r = hs(PYTHON, path)
+    r = hs(python, path)
     assert r.rc == 0, r.stderr
     peak = sites.moment(r.summary["sites"], "peak")
     alpha, beta = site(peak, "build_alpha ("), site(peak, "build_beta (")
@@ -92,8 +109,8 @@ def test_a_python_program_s_call_sites_are_its_functions_with_their_lines(hs, tm
     assert "frames were not read" not in (r.summary["sites"].get("note") or "")
 
 
-@needs_311
-def test_pymalloc_arenas_are_named_by_the_function_that_filled_them(hs, tmp_path):
+@pytest.mark.parametrize("python", PYTHONS)
+def test_pymalloc_arenas_are_named_by_the_function_that_filled_them(hs, tmp_path, python):
     path = script(tmp_path, "dicts.py", """\
         def make_dicts(n):
             out = []
@@ -103,7 +120,7 @@ def test_pymalloc_arenas_are_named_by_the_function_that_filled_them(hs, tmp_path
 
         keep = make_dicts(400_000)
         """)
-    r = hs(PYTHON, path)
+    r = hs(python, path)
     assert r.rc == 0, r.stderr
     mapped = r.summary["mapped_sites"]
     top = mapped["moments"][0]["sites"][0]
@@ -174,12 +191,13 @@ STRESS = {
 }
 
 
-@needs_311
+@pytest.mark.parametrize("python", PYTHONS)
 @pytest.mark.parametrize("name", sorted(STRESS))
-def test_frames_are_read_safely_under_gc_without_the_gil_and_as_threads_exit(hs, tmp_path, name):
+def test_frames_are_read_safely_under_gc_without_the_gil_and_as_threads_exit(hs, tmp_path, name,
+                                                                             python):
     path = script(tmp_path, f"{name}.py", STRESS[name])
     # the smallest mean: nearly every allocation above a few hundred bytes is sampled
-    r = hs(PYTHON, path, opts=["--sample-bytes", "64"], timeout=240)
+    r = hs(python, path, opts=["--sample-bytes", "64"], timeout=240)
     assert r.rc == 0, r.stderr
     assert "done" in r.stdout
     s = r.summary["sites"]
@@ -189,7 +207,6 @@ def test_frames_are_read_safely_under_gc_without_the_gil_and_as_threads_exit(hs,
 
 
 def perl_536() -> bool:
-    import subprocess
     try:
         out = subprocess.run(["perl", "-e", "print $^V ge v5.36.0 && $^V lt v5.37.0 ? 1 : 0"],
                              capture_output=True, text=True, timeout=30).stdout
@@ -294,9 +311,11 @@ def test_a_bad_record_is_an_unnamed_frame_and_the_reason_frames_were_not_read_is
     assert prof.iframe(P.IFRAME_TAG | 1 << 56 | 1) is None
     s = sites.build(prof, [sites.Moment("peak", None, 1.0, MiB)], "libgcc", symbolizer=fake_symbolizer)
     assert s["moments"][0]["sites"][0]["site"].startswith("[python]+0x")
-    prof.interp = {"kind": 1, "status": 1, "version": 0x030c01f0}
+    prof.interp = {"kind": 1, "status": 1, "version": 0x030e01f0}
     note = sites.interp_note(prof)
-    assert note.startswith("Python 3.12's own frames were not read") and "\n" not in note
+    assert note.startswith("Python 3.14's own frames were not read") and "\n" not in note
+    prof.interp = {"kind": 2, "status": 2}
+    assert "Perl's own frames were not read (its symbols are not exported" in sites.interp_note(prof)
     prof.interp = {"kind": 1, "status": 0}
     assert sites.interp_note(prof) == ""
 

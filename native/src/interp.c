@@ -1,11 +1,12 @@
-/* interp.c: the interpreter's own frames at a sampled allocation (CPython 3.11), so a call
+/* interp.c: the interpreter's own frames at a sampled allocation (CPython 3.11-3.13, Perl
+ * 5.36), so a call
  * site names the program's function (build_alpha (script.py:12)) and not the interpreter's
  * (PyByteArray_Resize (python3.11)). profile.c splices them into the native stack where the
  * interpreter's eval loop (_PyEval_EvalFrameDefault) is, innermost first.
  *
  * How it reads: the thread's own state (PyGILState_GetThisThreadState: a read of the
  * thread's TSS key, no lock, no allocation; NULL for a thread Python never saw), then the
- * chain of _PyInterpreterFrame from tstate->cframe->current_frame, following `previous`,
+ * chain of _PyInterpreterFrame from the thread's current frame, following `previous`,
  * at most HS_INTERP_DEPTH frames. The GIL is not taken and nothing in the interpreter is
  * called but that one function: the frames read are the allocating thread's own, which
  * cannot change while it is inside malloc (another thread may run Python meanwhile, as
@@ -17,9 +18,12 @@
  * malloc, no lock, no signal handler; at most three system calls a frame (the frame, its
  * code object, its line table), strings read only when a (code, line) is first stored.
  *
- * Offsets: CPython 3.11's layouts (Include/internal/pycore_frame.h, cpython/code.h,
- * cpython/pystate.h, cpython/unicodeobject.h at v3.11), used only when the running
- * interpreter's Py_Version says 3.11. Others are not read: the run's summary says so. */
+ * Offsets: a table per version (py_layouts below: 3.11, 3.12, 3.13, from their headers:
+ * Include/internal/pycore_frame.h, cpython/code.h, cpython/pystate.h,
+ * cpython/unicodeobject.h), used only for the version the running interpreter's Py_Version
+ * says; 3.13's are also checked against the _Py_DebugOffsets the interpreter publishes at
+ * the start of _PyRuntime, and not used if any differs. Other versions are not read: the
+ * run's summary says so. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -33,33 +37,62 @@
 
 #include "hs_internal.h"
 
-/* ---- CPython 3.11 (x86-64/aarch64, LP64) ---- */
-#define PY311_TSTATE_CFRAME 56         /* PyThreadState.cframe */
-#define PY311_CFRAME_CURRENT 8         /* _PyCFrame.current_frame */
-#define PY311_TSTATE_DATASTACK 296     /* PyThreadState.datastack_chunk, _top, _limit */
-#define PY311_CHUNK_DATA 24            /* _PyStackChunk.data */
-#define PY311_FRAME_FUNC 0             /* _PyInterpreterFrame.f_func */
-#define PY311_FRAME_CODE 32            /* _PyInterpreterFrame.f_code */
-#define PY311_FRAME_PREVIOUS 48        /*   .previous */
-#define PY311_FRAME_PREV_INSTR 56      /*   .prev_instr */
-#define PY311_FRAME_IS_ENTRY 68        /*   .is_entry (bool) */
-#define PY311_FRAME_OWNER 69           /*   .owner (char) */
-#define PY311_FRAME_BYTES 72
-#define PY311_OWNED_BY_GENERATOR 1
+/* ---- CPython (x86-64/aarch64, LP64) ---- */
+typedef struct {
+  unsigned minor;             /* 3.minor */
+  uint16_t ts_cframe;         /* PyThreadState.cframe; 0: none (3.13: the state's own) */
+  uint16_t current_frame;     /* _PyCFrame.current_frame, or PyThreadState.current_frame */
+  uint16_t ts_datastack;      /* PyThreadState.datastack_chunk, then _top and _limit */
+  uint16_t f_func, f_code, f_previous, f_instr, f_owner; /* _PyInterpreterFrame */
+  int16_t f_is_entry;         /* -1: none (3.12+: a FRAME_OWNED_BY_CSTACK frame ends a call) */
+  uint16_t co_firstlineno, co_filename, co_qualname, co_linetable, co_firsttraceable,
+      co_adaptive;            /* PyCodeObject; co_code_adaptive: the instructions */
+  uint16_t u_ascii, u_utf8_length, u_utf8; /* sizeof(PyASCIIObject), PyCompactUnicodeObject */
+} hs_pylayout_t;
+
+static const hs_pylayout_t py_layouts[] = {
+    /* 3.11: f_func, f_code, previous, prev_instr, owner, is_entry */
+    {11, 56, 8, 296, 0, 32, 48, 56, 69, 68, 72, 112, 128, 136, 168, 184, 48, 48, 56},
+    /* 3.12: f_code, previous, f_funcobj, prev_instr, owner; entry frames on the C stack */
+    {12, 56, 0, 232, 16, 0, 8, 56, 70, -1, 68, 112, 128, 136, 176, 192, 40, 40, 48},
+    /* 3.13: f_executable, previous, f_funcobj, instr_ptr, owner */
+    {13, 0, 72, 232, 16, 0, 8, 56, 70, -1, 68, 112, 128, 136, 184, 200, 40, 40, 48},
+};
+static const hs_pylayout_t *L;  /* the running interpreter's */
+
+#define PY_CHUNK_DATA 24               /* _PyStackChunk.data */
+#define PY_FRAME_BYTES 72              /* what of a frame is read */
+#define PY_CODE_BYTES 200              /* what of a code object is read (to co_code_adaptive) */
+#define PY_OWNED_BY_GENERATOR 1
+#define PY_OWNED_BY_CSTACK 3
 #define PY_OB_TYPE 8                   /* PyObject.ob_type */
 #define PY_OB_SIZE 16                  /* PyVarObject.ob_size */
-#define PY311_CODE_FIRSTLINENO 72      /* PyCodeObject.co_firstlineno */
-#define PY311_CODE_FILENAME 112
-#define PY311_CODE_QUALNAME 128
-#define PY311_CODE_LINETABLE 136
-#define PY311_CODE_FIRSTTRACEABLE 168  /*   ._co_firsttraceable (code units) */
-#define PY311_CODE_ADAPTIVE 184        /*   .co_code_adaptive: the instructions */
 #define PY_BYTES_SVAL 32               /* PyBytesObject.ob_sval */
 #define PY_UNICODE_LENGTH 16           /* PyASCIIObject.length */
-#define PY_UNICODE_STATE 32            /*   .state: interned:2 kind:3 compact:1 ascii:1 ready:1 */
-#define PY_UNICODE_ASCII_DATA 48       /* sizeof(PyASCIIObject): a compact ASCII string's bytes */
-#define PY_UNICODE_UTF8_LENGTH 48      /* PyCompactUnicodeObject.utf8_length */
-#define PY_UNICODE_UTF8 56             /*   .utf8 (NULL until asked for) */
+#define PY_UNICODE_STATE 32            /*   .state: interned:2 kind:3 compact:1 ascii:1 ... */
+
+/* 3.13's _Py_DebugOffsets (Include/internal/pycore_runtime.h), at _PyRuntime's start: where
+ * its fields are, to check the table's against (a build whose offsets differ is not read). */
+static const struct { uint16_t at, want_of; } py313_debug[] = {
+    {184, 0}, /* thread_state.current_frame */
+    {232, 1}, /* interpreter_frame.previous */
+    {240, 2}, /* interpreter_frame.executable */
+    {248, 3}, /* interpreter_frame.instr_ptr */
+    {264, 4}, /* interpreter_frame.owner */
+    {280, 5}, /* code_object.filename */
+    {296, 6}, /* code_object.qualname */
+    {304, 7}, /* code_object.linetable */
+    {312, 8}, /* code_object.firstlineno */
+    {344, 9}, /* code_object.co_code_adaptive */
+    {560, 10}, /* unicode_object.asciiobject_size */
+};
+
+static uint64_t py313_want(const hs_pylayout_t *l, int which) {
+  const uint16_t v[] = {l->current_frame, l->f_previous, l->f_code, l->f_instr, l->f_owner,
+                        l->co_filename, l->co_qualname, l->co_linetable, l->co_firstlineno,
+                        l->co_adaptive, l->u_ascii};
+  return v[which];
+}
 
 static int g_kind;            /* HS_INTERP_* */
 static int g_status;          /* HS_INTERP_STATUS_* */
@@ -162,7 +195,18 @@ void _hs_interp_start(int *kind, int *status, uint64_t *version) {
     g_unicode_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyUnicode_Type");
     g_bytes_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyBytes_Type");
     uint64_t probe = 0, self = 0x5eadbeefu;
-    if ((g_version >> 16) != 0x030b)
+    for (size_t i = 0; i < sizeof py_layouts / sizeof *py_layouts; i++)
+      if ((g_version >> 16) == (0x0300u | py_layouts[i].minor)) L = &py_layouts[i];
+    if (L && L->minor == 13) { /* the interpreter's own offsets must agree with the table */
+      const unsigned char *rt = dlsym(RTLD_DEFAULT, "_PyRuntime");
+      uint64_t v;
+      if (!rt || memcmp(rt, "xdebugpy", 8) != 0 || (memcpy(&v, rt + 8, 8), v != g_version)) L = NULL;
+      for (size_t i = 0; L && i < sizeof py313_debug / sizeof *py313_debug; i++) {
+        memcpy(&v, rt + py313_debug[i].at, 8);
+        if (v != py313_want(L, py313_debug[i].want_of)) L = NULL;
+      }
+    }
+    if (!L)
       g_status = HS_INTERP_STATUS_VERSION;
     else if (!g_this_tstate || !g_code_type || !g_unicode_type || !g_bytes_type ||
              !symbol_range(eval, &g_eval_lo, &g_eval_hi))
@@ -321,7 +365,7 @@ static int g_copy_busy;
 struct walk { uintptr_t lo, hi; };
 
 static int in_copy(const struct walk *w, uintptr_t a) {
-  return a >= w->lo && a + PY311_FRAME_BYTES <= w->hi;
+  return a >= w->lo && a + PY_FRAME_BYTES <= w->hi;
 }
 
 static int perl_frames(hs_iframe_t *out, int max);
@@ -332,40 +376,57 @@ int _hs_interp_kind(void) { return g_kind; }
 int _hs_interp_frames(hs_iframe_t *out, int max) {
   if (!_hs_interp_ready()) return 0;
   if (g_kind == HS_INTERP_PERL) return perl_frames(out, max);
-  uintptr_t ts = (uintptr_t)g_this_tstate(), cframe = 0, cur = 0, ds[3] = {0, 0, 0};
-  if (!ts || !rd2(&cframe, ts + PY311_TSTATE_CFRAME, 8, ds, ts + PY311_TSTATE_DATASTACK, sizeof ds))
+  uintptr_t ts = (uintptr_t)g_this_tstate(), at = 0, cur = 0, ds[3] = {0, 0, 0};
+  /* 3.11, 3.12: the frame is the C frame's (tstate->cframe); 3.13: the state's own */
+  if (!ts || !rd2(&at, ts + (L->ts_cframe ? L->ts_cframe : L->current_frame), 8, ds,
+                  ts + L->ts_datastack, sizeof ds))
     return 0;
   struct walk w = {0, 0};
   int mine = !__atomic_exchange_n(&g_copy_busy, 1, __ATOMIC_ACQUIRE);
-  uintptr_t first = ds[0] + PY311_CHUNK_DATA, top = ds[1];
+  uintptr_t first = ds[0] + PY_CHUNK_DATA, top = ds[1];
   if (mine && ds[0] && top > first && top <= ds[2]) {
     w.lo = top - first > HS_STACK_COPY ? top - HS_STACK_COPY : first;
     w.hi = top;
-    if (rd2(&cur, cframe + PY311_CFRAME_CURRENT, 8, g_copy, w.lo, w.hi - w.lo) != 2) w.lo = w.hi = 0;
+    if (L->ts_cframe) {
+      if (rd2(&cur, at + L->current_frame, 8, g_copy, w.lo, w.hi - w.lo) != 2) w.lo = w.hi = 0;
+    } else if (!rd(g_copy, w.lo, w.hi - w.lo)) {
+      w.lo = w.hi = 0;
+    }
   }
-  if (!w.hi && !rd(&cur, cframe + PY311_CFRAME_CURRENT, 8)) cur = 0;
+  if (!L->ts_cframe) cur = at;
+  else if (!w.hi && !rd(&cur, at + L->current_frame, 8)) cur = 0;
   int n = 0;
-  unsigned char fr[PY311_FRAME_BYTES], next[PY311_FRAME_BYTES], co[PY311_CODE_ADAPTIVE];
+  unsigned char fr[PY_FRAME_BYTES], next[PY_FRAME_BYTES], co[PY_CODE_BYTES];
   if (!cur) goto done;
   if (in_copy(&w, cur)) memcpy(fr, g_copy + (cur - w.lo), sizeof fr);
   else if (!rd(fr, cur, sizeof fr)) goto done;
   for (int depth = 0; n < max && depth < HS_INTERP_DEPTH * 2; depth++) {
-    uintptr_t code = u64(fr, PY311_FRAME_CODE), prev = u64(fr, PY311_FRAME_PREVIOUS);
+    uintptr_t code = u64(fr, L->f_code), prev = u64(fr, L->f_previous);
+    uint64_t func = u64(fr, L->f_func);
+    int owner = fr[L->f_owner], copied = in_copy(&w, prev), got = 1;
     uint64_t c[8]; /* code, func, name, file, table, units, first | firsttraceable << 32 */
-    int copied = in_copy(&w, prev), got = 1;
-    if (code_cached(code, u64(fr, PY311_FRAME_FUNC), c)) {
+    if (L->f_is_entry < 0 && owner == PY_OWNED_BY_CSTACK) {
+      /* 3.12+: the eval loop's own frame, on the C stack: the frames before it are that
+       * loop's; it is no Python code (3.13: its executable is None) */
+      if (n) out[n - 1].entry = 1;
+      if (!prev) break;
+      if (copied) memcpy(fr, g_copy + (prev - w.lo), sizeof fr);
+      else if (!rd(fr, prev, sizeof fr)) break;
+      continue;
+    }
+    if (code_cached(code, func, c)) {
       if (prev && !copied) got = rd(next, prev, sizeof next) ? 2 : 1;
     } else {
-      got = rd2(co, code, sizeof co, next, copied ? 0 : prev, sizeof next);
+      got = rd2(co, code, L->co_adaptive, next, copied ? 0 : prev, sizeof next);
       if (!got || u64(co, PY_OB_TYPE) != g_code_type) break;
       c[0] = code;
-      c[1] = u64(fr, PY311_FRAME_FUNC);
-      c[2] = u64(co, PY311_CODE_QUALNAME);
-      c[3] = u64(co, PY311_CODE_FILENAME);
-      c[4] = u64(co, PY311_CODE_LINETABLE);
+      c[1] = func;
+      c[2] = u64(co, L->co_qualname);
+      c[3] = u64(co, L->co_filename);
+      c[4] = u64(co, L->co_linetable);
       c[5] = u64(co, PY_OB_SIZE);
-      c[6] = (uint64_t)(uint32_t)i32(co, PY311_CODE_FIRSTLINENO) |
-             (uint64_t)(uint32_t)i32(co, PY311_CODE_FIRSTTRACEABLE) << 32;
+      c[6] = (uint64_t)(uint32_t)i32(co, L->co_firstlineno) |
+             (uint64_t)(uint32_t)i32(co, L->co_firsttraceable) << 32;
       code_store(c);
     }
     if (copied) {
@@ -373,15 +434,16 @@ int _hs_interp_frames(hs_iframe_t *out, int max) {
       got = 2;
     }
     int64_t units = (int64_t)c[5];
-    int64_t addrq = (int64_t)(u64(fr, PY311_FRAME_PREV_INSTR) - (code + PY311_CODE_ADAPTIVE));
-    int owner = fr[PY311_FRAME_OWNER], firstline = (int32_t)(uint32_t)c[6];
+    /* the instruction: prev_instr (3.11, 3.12) or instr_ptr (3.13), as a byte offset */
+    int64_t addrq = (int64_t)(u64(fr, L->f_instr) - (code + L->co_adaptive));
+    int firstline = (int32_t)(uint32_t)c[6];
     hs_iframe_t *f = &out[n++];
     f->code = code;
     f->name = c[2];
     f->file = c[3];
-    f->entry = fr[PY311_FRAME_IS_ENTRY] != 0;
+    f->entry = L->f_is_entry >= 0 && fr[L->f_is_entry] != 0;
     /* _PyFrame_IsIncomplete: pushed, not started (its line is not meaningful) */
-    f->skip = owner != PY311_OWNED_BY_GENERATOR && addrq < (int64_t)(int32_t)(c[6] >> 32) * 2;
+    f->skip = owner != PY_OWNED_BY_GENERATOR && addrq < (int64_t)(int32_t)(c[6] >> 32) * 2;
     f->line = firstline;
     if (!f->skip && addrq < units * 2) {
       int line = frame_line(code, c[4], firstline, addrq);
@@ -405,10 +467,10 @@ static size_t str_bytes(uintptr_t s, char *dst, size_t max, int tail) {
   uint64_t len = u64(h, PY_UNICODE_LENGTH);
   uintptr_t data = 0;
   if (compact && ascii) {
-    data = s + PY_UNICODE_ASCII_DATA;
+    data = s + L->u_ascii;
   } else {
-    len = u64(h, PY_UNICODE_UTF8_LENGTH);
-    data = u64(h, PY_UNICODE_UTF8);
+    len = u64(h, L->u_utf8_length);
+    data = u64(h, L->u_utf8);
   }
   if (!data || len > (1u << 20)) return 0;
   size_t n = len < max ? (size_t)len : max;
