@@ -1,8 +1,8 @@
 /* interp.c: the interpreter's own frames at a sampled allocation (CPython 3.11-3.13, Perl
- * 5.36), so a call
- * site names the program's function (build_alpha (script.py:12)) and not the interpreter's
- * (PyByteArray_Resize (python3.11)). profile.c splices them into the native stack where the
- * interpreter's eval loop (_PyEval_EvalFrameDefault) is, innermost first.
+ * 5.36), so a call site names the program's function (build_alpha (script.py:12)) and not
+ * the interpreter's (PyByteArray_Resize (python3.11)). profile.c splices them into the
+ * native stack where the interpreter's loop (_PyEval_EvalFrameDefault,
+ * Perl_runops_standard) is, innermost first. Perl's part is at the end of this file.
  *
  * How it reads: the thread's own state (PyGILState_GetThisThreadState: a read of the
  * thread's TSS key, no lock, no allocation; NULL for a thread Python never saw), then the
@@ -15,8 +15,11 @@
  * mapped instead of faulting, and every object is checked for its type as it is reached
  * (a code object's ob_type is &PyCode_Type, a name's &PyUnicode_Type, the line table's
  * &PyBytes_Type, addresses found with dlsym): a stale or torn pointer ends the walk. No
- * malloc, no lock, no signal handler; at most three system calls a frame (the frame, its
- * code object, its line table), strings read only when a (code, line) is first stored.
+ * malloc, no lock, no signal handler. The cost: the thread's data stack (where its frames
+ * are) is copied in one call; a code object is read once per (code, function) pair and a
+ * line decoded once per instruction, both then cached; so a sample costs one or two system
+ * calls once warm (bench/interp-frames). Names are read only when profile.c first stores a
+ * (code, line).
  *
  * Offsets: a table per version (py_layouts below: 3.11, 3.12, 3.13, from their headers:
  * Include/internal/pycore_frame.h, cpython/code.h, cpython/pystate.h,
