@@ -32,17 +32,17 @@ def version_of(python: str) -> tuple:
 
 
 def pythons() -> list:
-    """One interpreter of each version whose frames are read (3.11-3.13) found here: the
+    """One interpreter of each version whose frames are read (3.8-3.13) found here: the
     system's, then any installed beside it (python3.12 on PATH, pyenv's)."""
     found = {}
-    cands = [PYTHON] + [shutil.which(f"python3.{m}") or "" for m in (11, 12, 13)] + \
-        sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[123].*/bin/python3.1[123]")))
+    cands = [PYTHON] + [shutil.which(f"python3.{m}") or "" for m in range(8, 14)] + \
+        sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.[0-9]*")))
     for c in cands:
         v = version_of(c) if c and os.path.exists(c) else ()
-        if (3, 11) <= v <= (3, 13) and v not in found:
+        if (3, 8) <= v <= (3, 13) and v not in found:
             found[v] = c
     return [pytest.param(c, id=f"python{v[0]}.{v[1]}") for v, c in sorted(found.items())] or \
-        [pytest.param(PYTHON, marks=pytest.mark.skip(reason="no CPython 3.11-3.13 here"))]
+        [pytest.param(PYTHON, marks=pytest.mark.skip(reason="no CPython 3.8-3.13 here"))]
 
 
 PYTHONS = pythons()

@@ -16,10 +16,9 @@
  * (a code object's ob_type is &PyCode_Type, a name's &PyUnicode_Type, the line table's
  * &PyBytes_Type, addresses found with dlsym): a stale or torn pointer ends the walk. No
  * malloc, no lock, no signal handler. The cost: the thread's data stack (where its frames
- * are) is copied in one call; a code object is read once per (code, function) pair and a
- * line decoded once per instruction, both then cached; so a sample costs one or two system
- * calls once warm (bench/interp-frames). Names are read only when profile.c first stores a
- * (code, line).
+ * are) is copied in one call and the frames' code objects read in one more (3.11+); a line
+ * is decoded once per (code, instruction) and then cached; names are read only when
+ * profile.c first stores a (code, line) (bench/interp-frames).
  *
  * Offsets: a table per version (py_layouts below: 3.11, 3.12, 3.13, from their headers:
  * Include/internal/pycore_frame.h, cpython/code.h, cpython/pystate.h,
@@ -61,7 +60,30 @@ static const hs_pylayout_t py_layouts[] = {
     /* 3.13: f_executable, previous, f_funcobj, instr_ptr, owner */
     {13, 0, 72, 232, 16, 0, 8, 56, 70, -1, 68, 112, 128, 136, 184, 200, 40, 40, 48},
 };
-static const hs_pylayout_t *L;  /* the running interpreter's */
+static const hs_pylayout_t *L;  /* the running interpreter's (3.11+) */
+
+/* CPython 3.8-3.10: a PyFrameObject per call (heap objects, f_back), one eval loop each; the
+ * code object has no qualified name (co_name); lines from co_lnotab (3.8, 3.9: pairs of
+ * address and line increments) or co_linetable (3.10: pairs of address delta and signed
+ * line delta, -128 for none). */
+typedef struct {
+  unsigned minor;
+  uint16_t ts_frame;          /* PyThreadState.frame */
+  uint16_t f_back, f_code, f_lasti; /* PyFrameObject */
+  uint16_t co_firstlineno, co_filename, co_name, co_lines; /* co_lnotab or co_linetable */
+  uint8_t lasti_units;        /* f_lasti counts code units (3.10), not bytes */
+  uint8_t table;              /* LT_LNOTAB or LT_310 */
+} hs_pyold_t;
+enum { LT_311 = 0, LT_LNOTAB = 1, LT_310 = 2 };
+static const hs_pyold_t py_old_layouts[] = {
+    {8, 24, 24, 32, 104, 40, 104, 112, 120, 0, LT_LNOTAB},
+    {9, 24, 24, 32, 104, 40, 104, 112, 120, 0, LT_LNOTAB},
+    {10, 24, 24, 32, 96, 40, 104, 112, 120, 1, LT_310},
+};
+static const hs_pyold_t *LO;    /* the running interpreter's (3.8-3.10) */
+static uintptr_t g_frame_type;  /* &PyFrame_Type (3.8-3.10) */
+/* A str's layout: sizeof(PyASCIIObject), PyCompactUnicodeObject.utf8_length, .utf8 */
+static uint16_t g_u_ascii = 48, g_u_utf8_length = 48, g_u_utf8 = 56;
 
 #define PY_CHUNK_DATA 24               /* _PyStackChunk.data */
 #define PY_FRAME_BYTES 72              /* what of a frame is read */
@@ -209,7 +231,23 @@ void _hs_interp_start(int *kind, int *status, uint64_t *version) {
         if (v != py313_want(L, py313_debug[i].want_of)) L = NULL;
       }
     }
-    if (!L)
+    if (L) {
+      g_u_ascii = L->u_ascii;
+      g_u_utf8_length = L->u_utf8_length;
+      g_u_utf8 = L->u_utf8;
+    } else if (!ver) { /* before 3.11: Py_GetVersion's "3.10.13 (main, ...)" */
+      const char *(*get_version)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+      const char *v = get_version ? get_version() : "";
+      g_frame_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyFrame_Type");
+      unsigned maj = 0, min = 0;
+      while (*v >= '0' && *v <= '9') maj = maj * 10 + (unsigned)(*v++ - '0');
+      if (*v++ == '.')
+        while (*v >= '0' && *v <= '9') min = min * 10 + (unsigned)(*v++ - '0');
+      for (size_t i = 0; maj == 3 && i < sizeof py_old_layouts / sizeof *py_old_layouts; i++)
+        if (py_old_layouts[i].minor == min) LO = &py_old_layouts[i];
+      if (LO) g_version = 0x03000000u | LO->minor << 16;
+    }
+    if (!L && !(LO && g_frame_type))
       g_status = HS_INTERP_STATUS_VERSION;
     else if (!g_this_tstate || !g_code_type || !g_unicode_type || !g_bytes_type ||
              !symbol_range(eval, &g_eval_lo, &g_eval_hi))
@@ -300,11 +338,35 @@ static int line_of(struct lt *tp, int first, int64_t addrq) {
   return -1;
 }
 
-/* What a frame needs of its code object, by (code object, function object): read and
- * type-checked the first time the pair is seen, then from here. Lock-free like the lines'
- * cache: an entry torn by two writers fails its check and is a miss. (A pair freed and
- * both addresses taken again by another function's would be named as the old one: never a
- * bad read, as nothing here is read through the cached words.) */
+/* The line at addrq in 3.8-3.10's tables (PyCode_Addr2Line, _PyCode_CheckLineNumber). */
+static int line_of_old(struct lt *tp, int first, int64_t addrq, int kind) {
+  struct lt t = *tp;
+  int line = first;
+  int64_t start = 0;
+  for (;;) {
+    int a = lt_byte(&t), b = lt_byte(&t);
+    if (a < 0 || b < 0) return kind == LT_LNOTAB ? line : -1;
+    int delta = (signed char)b;
+    if (kind == LT_LNOTAB) { /* (address increment, line increment) */
+      start += a;
+      if (start > addrq) return line;
+      line += delta;
+    } else { /* 3.10: (address delta, line delta or -128: no line) */
+      int64_t end = start + a;
+      if (delta != -128) line += delta;
+      if (end > start && addrq >= start && addrq < end) return delta == -128 ? -1 : line;
+      start = end;
+    }
+  }
+}
+
+/* Perl's statements and subs by address (perl_cop, perl_sub_name): read and type-checked
+ * the first time, then from here. Lock-free like the lines' cache: an entry torn by two
+ * writers fails its check and is a miss. A statement or sub freed and its address taken by
+ * another would be named as the old one (an eval string's, an anonymous sub's); never a bad
+ * read, as nothing is read through the cached words. (Python's code objects are not cached
+ * so: a module's code and its function are freed once it is imported, and the next
+ * module's often take both addresses.) */
 #define HS_CODE_CACHE 512
 typedef struct { uint64_t code, func, name, file, table, units, first_ft, check; } hs_code_entry_t;
 static hs_code_entry_t g_codes[HS_CODE_CACHE];
@@ -336,9 +398,10 @@ static void code_store(const uint64_t *w) {
 
 /* The line of a frame's instruction: from the cache, else its code object's line table
  * (a bytes object: its header and first bytes in one read); -1 when it cannot be read. */
-static int frame_line(uintptr_t code, uintptr_t table, int first, int64_t addrq) {
+static int frame_line(uintptr_t code, uintptr_t table, int first, int64_t addrq, int kind) {
   int line;
-  if (line_cached(code, table, (uint64_t)addrq, &line)) return line;
+  uint64_t key = table ^ (uint64_t)(uint32_t)first << 48; /* the cache's: with the first line */
+  if (line_cached(code, key, (uint64_t)addrq, &line)) return line;
   unsigned char head[PY_BYTES_SVAL];
   struct lt t = {0, 0, {0}, 0, 0, 0};
   int got = rd2(head, table, sizeof head, t.buf, table + PY_BYTES_SVAL, sizeof t.buf);
@@ -351,8 +414,8 @@ static int frame_line(uintptr_t code, uintptr_t table, int first, int64_t addrq)
     t.have = (size_t)len < sizeof t.buf ? (size_t)len : sizeof t.buf;
     t.at += t.have;
   }
-  line = line_of(&t, first, addrq);
-  if (line >= 0) line_store(code, table, (uint64_t)addrq, line);
+  line = kind == LT_311 ? line_of(&t, first, addrq) : line_of_old(&t, first, addrq, kind);
+  if (line >= 0) line_store(code, key, (uint64_t)addrq, line);
   return line;
 }
 
@@ -361,6 +424,7 @@ static int frame_line(uintptr_t code, uintptr_t table, int first, int64_t addrq)
  * a time uses (another thread sampling meanwhile reads its frames one by one). */
 #define HS_STACK_COPY 16384
 static unsigned char g_copy[HS_STACK_COPY];
+static unsigned char g_code_buf[HS_INTERP_DEPTH * PY_CODE_BYTES]; /* the code objects read */
 static int g_copy_busy;
 
 /* A frame: from the copy when it lies in it, else read (with the code object of the frame
@@ -375,10 +439,42 @@ static int perl_frames(hs_iframe_t *out, int max);
 
 int _hs_interp_kind(void) { return g_kind; }
 
+/* 3.8-3.10: the frame objects from tstate->frame, each its own eval loop's. A frame's code
+ * object and the next frame are read in one call. */
+static int py_old_frames(hs_iframe_t *out, int max) {
+  uintptr_t ts = (uintptr_t)g_this_tstate(), cur = 0;
+  if (!ts || !rd(&cur, ts + LO->ts_frame, 8) || !cur) return 0;
+  unsigned char fr[112], next[112], co[128];
+  if (!rd(fr, cur, sizeof fr) || u64(fr, PY_OB_TYPE) != g_frame_type) return 0;
+  int n = 0;
+  for (int depth = 0; n < max && depth < HS_INTERP_DEPTH * 2; depth++) {
+    uintptr_t code = u64(fr, LO->f_code), prev = u64(fr, LO->f_back);
+    int got = rd2(co, code, sizeof co, next, prev, sizeof next);
+    if (!got || u64(co, PY_OB_TYPE) != g_code_type) break;
+    int64_t lasti = i32(fr, LO->f_lasti), addrq = LO->lasti_units ? lasti * 2 : lasti;
+    int firstline = i32(co, LO->co_firstlineno);
+    hs_iframe_t *f = &out[n++];
+    f->code = code;
+    f->name = u64(co, LO->co_name);
+    f->file = u64(co, LO->co_filename);
+    f->entry = 1; /* one eval loop a frame */
+    f->skip = 0;
+    f->line = firstline;
+    if (addrq >= 0) {
+      int line = frame_line(code, u64(co, LO->co_lines), firstline, addrq, LO->table);
+      if (line >= 0) f->line = line;
+    }
+    if (got < 2 || u64(next, PY_OB_TYPE) != g_frame_type) break;
+    memcpy(fr, next, sizeof fr);
+  }
+  return n;
+}
+
 /* This thread's Python frames, innermost first: at most max. */
 int _hs_interp_frames(hs_iframe_t *out, int max) {
   if (!_hs_interp_ready()) return 0;
   if (g_kind == HS_INTERP_PERL) return perl_frames(out, max);
+  if (LO) return py_old_frames(out, max);
   uintptr_t ts = (uintptr_t)g_this_tstate(), at = 0, cur = 0, ds[3] = {0, 0, 0};
   /* 3.11, 3.12: the frame is the C frame's (tstate->cframe); 3.13: the state's own */
   if (!ts || !rd2(&at, ts + (L->ts_cframe ? L->ts_cframe : L->current_frame), 8, ds,
@@ -398,62 +494,69 @@ int _hs_interp_frames(hs_iframe_t *out, int max) {
   }
   if (!L->ts_cframe) cur = at;
   else if (!w.hi && !rd(&cur, at + L->current_frame, 8)) cur = 0;
-  int n = 0;
-  unsigned char fr[PY_FRAME_BYTES], next[PY_FRAME_BYTES], co[PY_CODE_BYTES];
-  if (!cur) goto done;
+  int n = 0, nf = 0;
+  unsigned char fr[PY_FRAME_BYTES];
+  struct { uint64_t code, instr; uint8_t owner, entry; } fs[HS_INTERP_DEPTH];
+  if (!cur || max > HS_INTERP_DEPTH) goto done;
   if (in_copy(&w, cur)) memcpy(fr, g_copy + (cur - w.lo), sizeof fr);
   else if (!rd(fr, cur, sizeof fr)) goto done;
-  for (int depth = 0; n < max && depth < HS_INTERP_DEPTH * 2; depth++) {
-    uintptr_t code = u64(fr, L->f_code), prev = u64(fr, L->f_previous);
-    uint64_t func = u64(fr, L->f_func);
-    int owner = fr[L->f_owner], copied = in_copy(&w, prev), got = 1;
-    uint64_t c[8]; /* code, func, name, file, table, units, first | firsttraceable << 32 */
+  /* the frames: from the copy, or read one by one (a generator's, in its own object) */
+  for (int depth = 0; nf < max && depth < HS_INTERP_DEPTH * 2; depth++) {
+    uintptr_t prev = u64(fr, L->f_previous);
+    int owner = fr[L->f_owner];
     if (L->f_is_entry < 0 && owner == PY_OWNED_BY_CSTACK) {
       /* 3.12+: the eval loop's own frame, on the C stack: the frames before it are that
        * loop's; it is no Python code (3.13: its executable is None) */
-      if (n) out[n - 1].entry = 1;
-      if (!prev) break;
-      if (copied) memcpy(fr, g_copy + (prev - w.lo), sizeof fr);
-      else if (!rd(fr, prev, sizeof fr)) break;
-      continue;
-    }
-    if (code_cached(code, func, c)) {
-      if (prev && !copied) got = rd(next, prev, sizeof next) ? 2 : 1;
+      if (nf) fs[nf - 1].entry = 1;
     } else {
-      got = rd2(co, code, L->co_adaptive, next, copied ? 0 : prev, sizeof next);
-      if (!got || u64(co, PY_OB_TYPE) != g_code_type) break;
-      c[0] = code;
-      c[1] = func;
-      c[2] = u64(co, L->co_qualname);
-      c[3] = u64(co, L->co_filename);
-      c[4] = u64(co, L->co_linetable);
-      c[5] = u64(co, PY_OB_SIZE);
-      c[6] = (uint64_t)(uint32_t)i32(co, L->co_firstlineno) |
-             (uint64_t)(uint32_t)i32(co, L->co_firsttraceable) << 32;
-      code_store(c);
+      fs[nf].code = u64(fr, L->f_code);
+      fs[nf].instr = u64(fr, L->f_instr);
+      fs[nf].owner = (uint8_t)owner;
+      fs[nf].entry = L->f_is_entry >= 0 && fr[L->f_is_entry] != 0;
+      nf++;
     }
-    if (copied) {
-      memcpy(next, g_copy + (prev - w.lo), sizeof next);
-      got = 2;
+    if (!prev) break;
+    if (in_copy(&w, prev)) memcpy(fr, g_copy + (prev - w.lo), sizeof fr);
+    else if (!rd(fr, prev, sizeof fr)) break;
+  }
+  /* their code objects, each read where the frame points now (never from an earlier
+   * sample: a code object freed since could have left its address to another), all in one
+   * system call when this walk holds the shared buffer */
+  size_t cb = L->co_adaptive;
+  int ncode = 0;
+  if (mine) {
+    struct iovec lv[HS_INTERP_DEPTH], rv[HS_INTERP_DEPTH];
+    for (int i = 0; i < nf; i++) {
+      lv[i] = (struct iovec){g_code_buf + (size_t)i * PY_CODE_BYTES, cb};
+      rv[i] = (struct iovec){(void *)(uintptr_t)fs[i].code, cb};
     }
-    int64_t units = (int64_t)c[5];
+    long got = nf && fs[0].code >= 4096
+                   ? syscall(SYS_process_vm_readv, g_pid, lv, (unsigned long)nf, rv, (unsigned long)nf, 0UL)
+                   : 0;
+    ncode = got > 0 ? (int)((size_t)got / cb) : 0;
+  }
+  for (int i = 0; i < nf && n < max; i++) {
+    unsigned char own[PY_CODE_BYTES], *co = own;
+    if (i < ncode) co = g_code_buf + (size_t)i * PY_CODE_BYTES;
+    else if (!rd(own, fs[i].code, cb)) break;
+    if (u64(co, PY_OB_TYPE) != g_code_type) break;
+    uint64_t code = fs[i].code, table = u64(co, L->co_linetable);
+    int64_t units = (int64_t)u64(co, PY_OB_SIZE);
     /* the instruction: prev_instr (3.11, 3.12) or instr_ptr (3.13), as a byte offset */
-    int64_t addrq = (int64_t)(u64(fr, L->f_instr) - (code + L->co_adaptive));
-    int firstline = (int32_t)(uint32_t)c[6];
+    int64_t addrq = (int64_t)(fs[i].instr - (code + L->co_adaptive));
+    int firstline = i32(co, L->co_firstlineno);
     hs_iframe_t *f = &out[n++];
     f->code = code;
-    f->name = c[2];
-    f->file = c[3];
-    f->entry = L->f_is_entry >= 0 && fr[L->f_is_entry] != 0;
+    f->name = u64(co, L->co_qualname);
+    f->file = u64(co, L->co_filename);
+    f->entry = fs[i].entry;
     /* _PyFrame_IsIncomplete: pushed, not started (its line is not meaningful) */
-    f->skip = owner != PY_OWNED_BY_GENERATOR && addrq < (int64_t)(int32_t)(c[6] >> 32) * 2;
+    f->skip = fs[i].owner != PY_OWNED_BY_GENERATOR && addrq < (int64_t)i32(co, L->co_firsttraceable) * 2;
     f->line = firstline;
     if (!f->skip && addrq < units * 2) {
-      int line = frame_line(code, c[4], firstline, addrq);
+      int line = frame_line(code, table, firstline, addrq, LT_311);
       if (line >= 0) f->line = line;
     }
-    if (got < 2) break; /* the outermost frame (previous is NULL), or one not readable */
-    memcpy(fr, next, sizeof fr);
   }
 done:
   if (mine) __atomic_store_n(&g_copy_busy, 0, __ATOMIC_RELEASE);
@@ -470,10 +573,10 @@ static size_t str_bytes(uintptr_t s, char *dst, size_t max, int tail) {
   uint64_t len = u64(h, PY_UNICODE_LENGTH);
   uintptr_t data = 0;
   if (compact && ascii) {
-    data = s + L->u_ascii;
+    data = s + g_u_ascii;
   } else {
-    len = u64(h, L->u_utf8_length);
-    data = u64(h, L->u_utf8);
+    len = u64(h, g_u_utf8_length);
+    data = u64(h, g_u_utf8);
   }
   if (!data || len > (1u << 20)) return 0;
   size_t n = len < max ? (size_t)len : max;
