@@ -523,21 +523,25 @@ int _hs_interp_frames(hs_iframe_t *out, int max) {
    * sample: a code object freed since could have left its address to another), all in one
    * system call when this walk holds the shared buffer */
   size_t cb = L->co_adaptive;
-  int ncode = 0;
+  int ncode = 0, slot[HS_INTERP_DEPTH], nu = 0;
   if (mine) {
     struct iovec lv[HS_INTERP_DEPTH], rv[HS_INTERP_DEPTH];
-    for (int i = 0; i < nf; i++) {
-      lv[i] = (struct iovec){g_code_buf + (size_t)i * PY_CODE_BYTES, cb};
-      rv[i] = (struct iovec){(void *)(uintptr_t)fs[i].code, cb};
+    for (int i = 0; i < nf; i++) { /* each code object once (a recursion repeats them) */
+      int j = 0;
+      while (j < i && fs[j].code != fs[i].code) j++;
+      if (j < i) { slot[i] = slot[j]; continue; }
+      slot[i] = nu;
+      lv[nu] = (struct iovec){g_code_buf + (size_t)nu * PY_CODE_BYTES, cb};
+      rv[nu++] = (struct iovec){(void *)(uintptr_t)fs[i].code, cb};
     }
-    long got = nf && fs[0].code >= 4096
-                   ? syscall(SYS_process_vm_readv, g_pid, lv, (unsigned long)nf, rv, (unsigned long)nf, 0UL)
+    long got = nu && fs[0].code >= 4096
+                   ? syscall(SYS_process_vm_readv, g_pid, lv, (unsigned long)nu, rv, (unsigned long)nu, 0UL)
                    : 0;
     ncode = got > 0 ? (int)((size_t)got / cb) : 0;
   }
   for (int i = 0; i < nf && n < max; i++) {
     unsigned char own[PY_CODE_BYTES], *co = own;
-    if (i < ncode) co = g_code_buf + (size_t)i * PY_CODE_BYTES;
+    if (mine && slot[i] < ncode) co = g_code_buf + (size_t)slot[i] * PY_CODE_BYTES;
     else if (!rd(own, fs[i].code, cb)) break;
     if (u64(co, PY_OB_TYPE) != g_code_type) break;
     uint64_t code = fs[i].code, table = u64(co, L->co_linetable);
