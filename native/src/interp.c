@@ -1,4 +1,4 @@
-/* interp.c: the interpreter's own frames at a sampled allocation (CPython 3.11-3.13, Perl
+/* interp.c: the interpreter's own frames at a sampled allocation (CPython 3.8-3.13, Perl
  * 5.36), so a call site names the program's function (build_alpha (script.py:12)) and not
  * the interpreter's (PyByteArray_Resize (python3.11)). profile.c splices them into the
  * native stack where the interpreter's loop (_PyEval_EvalFrameDefault,
@@ -6,7 +6,8 @@
  *
  * How it reads: the thread's own state (PyGILState_GetThisThreadState: a read of the
  * thread's TSS key, no lock, no allocation; NULL for a thread Python never saw), then the
- * chain of _PyInterpreterFrame from the thread's current frame, following `previous`,
+ * chain of _PyInterpreterFrame (before 3.11: PyFrameObject, f_back) from the thread's
+ * current frame, following `previous`,
  * at most HS_INTERP_DEPTH frames. The GIL is not taken and nothing in the interpreter is
  * called but that one function: the frames read are the allocating thread's own, which
  * cannot change while it is inside malloc (another thread may run Python meanwhile, as
@@ -20,10 +21,11 @@
  * is decoded once per (code, instruction) and then cached; names are read only when
  * profile.c first stores a (code, line) (bench/interp-frames).
  *
- * Offsets: a table per version (py_layouts below: 3.11, 3.12, 3.13, from their headers:
- * Include/internal/pycore_frame.h, cpython/code.h, cpython/pystate.h,
- * cpython/unicodeobject.h), used only for the version the running interpreter's Py_Version
- * says; 3.13's are also checked against the _Py_DebugOffsets the interpreter publishes at
+ * Offsets: a table per version (py_layouts below: 3.11, 3.12, 3.13; py_old_layouts: 3.8,
+ * 3.9, 3.10; from their headers: Include/internal/pycore_frame.h, cpython/code.h,
+ * cpython/pystate.h, cpython/unicodeobject.h, frameobject.h), used only for the version
+ * the running interpreter says (Py_Version; before 3.11 Py_GetVersion(), called once at
+ * start); 3.13's are also checked against the _Py_DebugOffsets the interpreter publishes at
  * the start of _PyRuntime, and not used if any differs. Other versions are not read: the
  * run's summary says so. */
 #define _GNU_SOURCE

@@ -114,7 +114,7 @@ IFRAME_MAGIC = 0x454d415246534823
 IFRAME_OFFSET_MASK = (1 << 56) - 1
 INTERP_NAMES = {1: "python", 2: "perl"}
 # why the interpreter's frames were not read (interp_status), for the summary's note
-INTERP_WHY = {1: "its version is not one heapsight reads: CPython 3.11-3.13, threaded Perl 5.36",
+INTERP_WHY = {1: "its version is not one heapsight reads: CPython 3.8-3.13, threaded Perl 5.36",
               2: "its symbols are not exported (a stripped or static build)",
               3: "this system refuses a process's reads of itself (process_vm_readv)",
               4: "HEAPSIGHT_INTERP_FRAMES=0"}
