@@ -250,6 +250,21 @@ def test_a_perl_program_s_subs_are_named_with_their_lines(hs, tmp_path):
     assert r.summary["sites"]["interp_us_per_sample"] > 0
 
 
+def test_turned_off_the_call_sites_stay_native_and_the_summary_says_why_once(hs, tmp_path):
+    path = script(tmp_path, "off.py", """\
+        def build():
+            return [bytearray(65536) for _ in range(300)]
+        keep = build()
+        """)
+    r = hs(PYTHON, path, env={"HEAPSIGHT_INTERP_FRAMES": "0"})
+    assert r.rc == 0, r.stderr
+    s = r.summary["sites"]
+    assert not any(f["object"] == "[python]" for f in s["frames"])
+    assert "interp_us_per_sample" not in s
+    assert "own frames were not read (HEAPSIGHT_INTERP_FRAMES=0)" in s["note"]
+    assert r.stderr.count("own frames were not read") == 1
+
+
 # ------------------------------------------------------------ the read side, on its own
 
 def tagged_profile(records: list, stacks: list) -> P.Profile:
