@@ -111,12 +111,11 @@ def test_a_python_program_s_call_sites_are_its_functions_with_their_lines(hs, tm
 
 @pytest.mark.parametrize("python", PYTHONS)
 def test_pymalloc_arenas_are_named_by_the_function_that_filled_them(hs, tmp_path, python):
+    # (a comprehension: before 3.12 a function of its own, and the call site is the
+    # function it is in all the same)
     path = script(tmp_path, "dicts.py", """\
         def make_dicts(n):
-            out = []
-            for i in range(n):
-                out.append({"k": i})
-            return out
+            return [{"k": i} for i in range(n)]
 
         keep = make_dicts(400_000)
         """)
@@ -124,7 +123,7 @@ def test_pymalloc_arenas_are_named_by_the_function_that_filled_them(hs, tmp_path
     assert r.rc == 0, r.stderr
     mapped = r.summary["mapped_sites"]
     top = mapped["moments"][0]["sites"][0]
-    assert top["site"].startswith("make_dicts (dicts.py:"), mapped["moments"][0]["sites"][:3]
+    assert top["site"] == "make_dicts (dicts.py:2)", mapped["moments"][0]["sites"][:3]
     assert top["bytes"] >= 40 * MiB
 
 
@@ -318,6 +317,21 @@ def test_tagged_frames_decode_and_the_innermost_one_is_the_call_site():
     # a saved stack's site is found the same way (the pinners of a heap map)
     st = s["stacks"][0]
     assert sites.site_of_stack(s, 0) in names and len(st) == 4
+
+
+def test_a_comprehension_s_memory_is_the_function_it_is_in():
+    prof = tagged_profile([("build.<locals>.<listcomp>", "/tmp/s.py", 3), ("build", "/tmp/s.py", 3),
+                           ("<listcomp>", "/tmp/s.py", 9), ("<module>", "/tmp/s.py", 9),
+                           ("<genexpr>", "/tmp/s.py", 12), ("feed", "/tmp/s.py", 14)],
+                          [[0x3000, ("py", 0), ("py", 1)], [0x3000, ("py", 2), ("py", 3)],
+                           [0x3000, ("py", 4), ("py", 5)], [0x3000, ("py", 0)]])
+    s = sites.build(prof, [sites.Moment("peak", None, 1.0, 4 * MiB)], "libgcc",
+                    symbolizer=fake_symbolizer)
+    names = sorted(x["site"] for x in s["moments"][0]["sites"])
+    # a generator is code of its own; a comprehension with no caller read stays itself
+    assert names == ["<genexpr> (s.py:12)", "<module> (s.py:9)",
+                     "build (s.py:3)", "build.<locals>.<listcomp> (s.py:3)"]
+    assert sites.site_of_stack(s, 0) == "build (s.py:3)"
 
 
 def test_a_bad_record_is_an_unnamed_frame_and_the_reason_frames_were_not_read_is_one_line():

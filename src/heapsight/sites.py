@@ -77,6 +77,23 @@ def is_interp(f: symbolize.Frame) -> bool:
     return f.object in INTERP_OBJECTS
 
 
+# A comprehension's own frame (CPython before 3.12, which inlines them: PEP 709): the call
+# site is the function it is in, at the comprehension's line, as 3.12+ shows it.
+COMPREHENSION = re.compile(r"(?:^|\.)<(?:listcomp|dictcomp|setcomp)>$")
+
+
+def interp_site(frames: list, stack: list, at: int, end: int) -> int:
+    """The call site from stack[at], the innermost interpreter frame: past comprehension
+    frames to the function they are in (the next interpreter frame out: before 3.11 the
+    interpreter's own call frames lie between)."""
+    while frames[stack[at]].function and COMPREHENSION.search(frames[stack[at]].function):
+        out = next((i for i in range(at + 1, end) if is_interp(frames[stack[i]])), None)
+        if out is None:
+            break
+        at = out
+    return stack[at]
+
+
 def interp_frame(prof: P.Profile, word: int) -> symbolize.Frame:
     f = prof.iframe(word)
     o = word & P.IFRAME_OFFSET_MASK
@@ -212,7 +229,7 @@ class Stacks:
             if a == b:
                 self.site_of.append(None)
             elif ki < len(inside) and inside[ki] < b:
-                self.site_of.append(flat_list[int(inside[ki])])
+                self.site_of.append(interp_site(self.frames, flat_list, int(inside[ki]), b))
             elif k < len(outside) and outside[k] < b:
                 self.site_of.append(_named_past(self.frames, flat_list, int(outside[k]), b))
             else:
@@ -335,7 +352,7 @@ def site_position(frames: list, stack: list) -> int:
     fr = _frames_of(frames, stack)
     inside = next((i for i, f in enumerate(fr) if is_interp(f)), None)
     if inside is not None:
-        return inside
+        return interp_site(fr, list(range(len(fr))), inside, len(fr))
     at = next((i for i, f in enumerate(fr) if not is_allocator(f)), None)
     if at is None:
         return max(0, len(fr) - 1)
