@@ -125,6 +125,7 @@ typedef struct hs_iframe_s {
   uint8_t entry, skip;       /* entry: the outermost frame of its eval loop's call */
 } hs_iframe_t;
 void _hs_interp_start(int *kind, int *status, uint64_t *version);
+void _hs_mappings_resolve(void); /* mappings.c: the real mmap, munmap... looked up now */
 int _hs_interp_ready(void);
 int _hs_interp_kind(void);
 int _hs_interp_is_loop(uintptr_t ret);

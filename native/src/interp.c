@@ -208,6 +208,7 @@ static void perl_start(int off);
 
 void _hs_interp_start(int *kind, int *status, uint64_t *version) {
   g_pid = getpid();
+  _hs_mappings_resolve(); /* the lookups below fail in most programs (mappings.c says why) */
   void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
   const char *want = getenv("HEAPSIGHT_INTERP_FRAMES");
   if (eval && want && strcmp(want, "0") == 0) {
