@@ -363,11 +363,11 @@ static int line_of_old(struct lt *tp, int first, int64_t addrq, int kind) {
   }
 }
 
-/* Perl's statements and subs by address (perl_cop, perl_sub_name): read and type-checked
- * the first time, then from here. Lock-free like the lines' cache: an entry torn by two
- * writers fails its check and is a miss. A statement or sub freed and its address taken by
- * another would be named as the old one (an eval string's, an anonymous sub's); never a bad
- * read, as nothing is read through the cached words. (Python's code objects are not cached
+/* Perl's subs' names by address (perl_sub_name): read and type-checked the first time, then
+ * from here. Lock-free like the lines' cache: an entry torn by two
+ * writers fails its check and is a miss. A sub freed and its address taken by another would
+ * be named as the old one (an anonymous sub's: both __ANON__, mostly); never a bad read, as
+ * nothing is read through the cached words. (Python's code objects are not cached
  * so: a module's code and its function are freed once it is imported, and the next
  * module's often take both addresses.) */
 #define HS_CODE_CACHE 512
@@ -673,30 +673,23 @@ static void perl_start(int off) {
     g_status = HS_INTERP_STATUS_OK;
 }
 
-/* A COP's line and file; 0 when it is no statement. Cached by its address like a code
- * object's fields (a statement lives as long as its sub). */
-static int perl_cop(uintptr_t cop, int32_t *line, uint64_t *file) {
-  uint64_t w[8];
-  if (code_cached(cop, 2, w)) {
-    *line = (int32_t)w[2];
-    *file = w[3];
-    return 1;
-  }
-  unsigned char c[56];
-  if (!rd(c, cop, sizeof c)) return 0;
+/* A COP's line and file from its bytes; 0 when it is no statement. (Read at every sample,
+ * never cached: a required file's statements are freed once it has run, and the next
+ * file's may take their addresses.) */
+#define PL536_COP_BYTES 56
+static int cop_decode(const unsigned char *c, int32_t *line, uint64_t *file) {
   uint16_t type;
   memcpy(&type, c + PL536_COP_TYPE, 2);
   type &= 0x1ff;
   if (type != PL536_OP_NEXTSTATE && type != PL536_OP_DBSTATE) return 0;
   *line = i32(c, PL536_COP_LINE);
   *file = u64(c, PL536_COP_FILE);
-  w[0] = cop;
-  w[1] = 2;
-  w[2] = (uint64_t)(uint32_t)*line;
-  w[3] = *file;
-  w[4] = w[5] = w[6] = 0;
-  code_store(w);
   return 1;
+}
+
+static int perl_cop(uintptr_t cop, int32_t *line, uint64_t *file) {
+  unsigned char c[PL536_COP_BYTES];
+  return rd(c, cop, sizeof c) && cop_decode(c, line, file);
 }
 
 /* The HEK of a sub's name (CvNAMED: its own; else its glob's), cached like a code object's
@@ -748,30 +741,54 @@ static int perl_frames(hs_iframe_t *out, int max) {
     cxstack = u64(sib, PL536_SI_CXSTACK);
     cxix = i32(sib, PL536_SI_CXIX);
   }
-  int n = 0;
-  /* the sub contexts, innermost first (the context stack read at once when it fits) */
+  /* the sub contexts, innermost first (the context stack read at once when it fits): each
+   * sub with the statement it is at, then the file's own code ("main") */
+  struct { uint64_t cv, cop; } e[HS_INTERP_DEPTH];
+  int ne = 0, n = 0;
   int mine = !__atomic_exchange_n(&g_copy_busy, 1, __ATOMIC_ACQUIRE);
   int whole = mine && cxix >= 0 && (uint64_t)(cxix + 1) * PL536_CX_BYTES <= HS_STACK_COPY &&
               rd(g_copy, cxstack, (size_t)(cxix + 1) * PL536_CX_BYTES);
-  for (int ix = cxix; ix >= 0 && n < max - 1 && cxix - ix < 4096; ix--) {
+  for (int ix = cxix; ix >= 0 && ne < max - 1 && ne < HS_INTERP_DEPTH - 1 && cxix - ix < 4096; ix--) {
     unsigned char cx[PL536_CX_BYTES];
     if (whole) memcpy(cx, g_copy + (size_t)ix * PL536_CX_BYTES, sizeof cx);
     else if (!rd(cx, cxstack + (uint64_t)ix * PL536_CX_BYTES, sizeof cx)) break;
     if ((cx[0] & PL536_CXTYPEMASK) != PL536_CXT_SUB) continue;
-    uint64_t cv = u64(cx, PL536_CX_SUB_CV);
-    hs_iframe_t *f = &out[n];
-    memset(f, 0, sizeof *f);
-    f->code = cv;
-    f->name = perl_sub_name(cv);
-    if (!f->name || !perl_cop(cop, &f->line, &f->file)) { f->skip = 1; f->name = 1; }
-    n++;
+    e[ne].cv = u64(cx, PL536_CX_SUB_CV);
+    e[ne++].cop = cop;
     cop = u64(cx, PL536_CX_OLDCOP);
   }
+  e[ne].cv = 0;
+  e[ne++].cop = cop;
+  /* their statements, in one system call when this walk holds the shared buffers */
+  int nread = 0;
+  if (mine) {
+    struct iovec lv[HS_INTERP_DEPTH], rv[HS_INTERP_DEPTH];
+    while (nread < ne && e[nread].cop >= 4096) {
+      lv[nread] = (struct iovec){g_code_buf + (size_t)nread * PL536_COP_BYTES, PL536_COP_BYTES};
+      rv[nread] = (struct iovec){(void *)(uintptr_t)e[nread].cop, PL536_COP_BYTES};
+      nread++;
+    }
+    long got = nread ? syscall(SYS_process_vm_readv, g_pid, lv, (unsigned long)nread, rv,
+                               (unsigned long)nread, 0UL)
+                     : 0;
+    nread = got > 0 ? (int)(got / PL536_COP_BYTES) : 0;
+  }
+  for (int k = 0; k < ne; k++) {
+    hs_iframe_t *f = &out[n];
+    memset(f, 0, sizeof *f);
+    f->code = e[k].cv;
+    int ok = k < nread ? cop_decode(g_code_buf + (size_t)k * PL536_COP_BYTES, &f->line, &f->file)
+                       : perl_cop(e[k].cop, &f->line, &f->file);
+    if (e[k].cv) { /* a sub: a frame even when unnamed, so that "main" stays outermost */
+      f->name = perl_sub_name(e[k].cv);
+      if (!f->name || !ok) { f->skip = 1; f->name = 1; }
+      n++;
+    } else if (ok) {
+      n++; /* the file's top level: "main" */
+    }
+  }
   if (mine) __atomic_store_n(&g_copy_busy, 0, __ATOMIC_RELEASE);
-  hs_iframe_t *f = &out[n];
-  memset(f, 0, sizeof *f);
-  if (perl_cop(cop, &f->line, &f->file)) n++; /* the file's top level: "main" */
-  if (n) out[n - 1].entry = 1;             /* all of them at the innermost runops */
+  if (n) out[n - 1].entry = 1; /* all of them at the innermost runops */
   return n;
 }
 
