@@ -229,7 +229,9 @@ def test_perl_without_frame_pointers_gives_deep_stacks(tmp_path):
     assert np.median(depths) >= 6, depths[:20]
     through_run = 0
     for i in allocs:
-        frames = prof.stack(int(prof.events["stack"][i]))
+        # (the Perl program's own frames, tagged words in place of the runops loop, are
+        # tests/test_interp_frames.py's: the native ones are checked here)
+        frames = [a for a in prof.stack(int(prof.events["stack"][i])) if not a >> 63]
         names = [function_at(prof, a, int(i), perl, syms) for a in frames]
         libs = [bytes(prof.module_of(a - 1, int(i))["path"]) for a in frames]
         if "perl_run" in names and any(b"libc.so" in m for m in libs):

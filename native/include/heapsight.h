@@ -113,6 +113,15 @@ typedef struct hs_slot_s {
 #define HS_PROFILE_ROOM_DEFAULT 8u
 #define HS_PROFILE_ROOM_MAX 16u
 #define HS_MAX_FRAMES 64
+/* An interpreter's frame in a stored stack (Python's function, file and line): the word
+ * HS_IFRAME_TAG | kind << 56 | o, o the word offset of its record in the stack region:
+ * word[o] = HS_IFRAME_MAGIC, word[o+1..o+3] = what identifies it in the program (code
+ * object, name, file: addresses), word[o+4] = line (bits 0-31) | name bytes (32-47) | file
+ * bytes (48-63), then the name's UTF-8 bytes and the file's, padded to whole words. A
+ * record is written once per (code, line), before any stack names it. */
+#define HS_IFRAME_TAG (1ull << 63)
+#define HS_IFRAME_MAGIC 0x454d415246534823ull /* "#HSFRAME" */
+#define HS_IFRAME_OFFSET_MASK ((1ull << 56) - 1)
 /* MAP: an anonymous private mmap (or brk) the program made itself, outside malloc (every
  * one, not sampled: they are few); its munmap is a FREE naming it like an ALLOC's. */
 enum { HS_EVENT_EMPTY = 0, HS_EVENT_ALLOC = 1, HS_EVENT_FREE = 2, HS_EVENT_MAP = 3 };
@@ -140,7 +149,14 @@ typedef struct hs_profile_s {
   uint64_t modules_used;
   uint64_t dropped_samples;  /* samples not recorded: a region was full */
   uint64_t unwind_ns, unwinds, unwind_frames; /* what unwinding cost, in all */
-  uint64_t reserved[7];
+  /* The interpreter's frames (native/src/interp.c): which interpreter (1 Python, 2 Perl; 0
+   * none seen), whether its frames are read (0) or why not (1 a version not known, 2 its
+   * symbols not found, 3 reads of this process refused, 4 turned off:
+   * HEAPSIGHT_INTERP_FRAMES=0), its version (Python: Py_Version),
+   * and what reading them cost, in all (walks: samples that read them; frames read). */
+  uint64_t interp_kind, interp_status, interp_version;
+  uint64_t interp_ns, interp_walks, interp_frames;
+  uint64_t reserved[1];
   /* the tables, from HS_PROFILE_TABLES: hs_profile_events, _words, _modules below */
 } hs_profile_t;
 

@@ -117,6 +117,27 @@ void _hs_profile_start(void);             /* from the constructor: the unwinder 
 void _hs_profile_reset(hs_segment_t *seg); /* the owner re-attaches after execve */
 void _hs_profile_dlclosed(void);          /* after a dlclose: modules may be gone */
 
+/* The interpreter's frames at a sample (interp.c): what profile.c splices into the stack
+ * in place of the interpreter's eval loop. A stored stack holds such a frame as a tagged
+ * word, HS_IFRAME_TAG | the word offset of its record in the stack region (heapsight.h). */
+enum { HS_INTERP_NONE = 0, HS_INTERP_PYTHON = 1, HS_INTERP_PERL = 2 };
+enum { HS_INTERP_STATUS_OK = 0, HS_INTERP_STATUS_VERSION = 1, HS_INTERP_STATUS_SYMBOLS = 2,
+       HS_INTERP_STATUS_READS = 3, HS_INTERP_STATUS_OFF = 4 };
+#define HS_INTERP_DEPTH 64
+typedef struct hs_iframe_s {
+  uint64_t code, name, file; /* the code object and its two str objects (addresses) */
+  int32_t line;
+  uint8_t entry, skip;       /* entry: the outermost frame of its eval loop's call */
+} hs_iframe_t;
+void _hs_interp_start(int *kind, int *status, uint64_t *version);
+void _hs_mappings_resolve(void); /* mappings.c: the real mmap, munmap... looked up now */
+int _hs_interp_ready(void);
+int _hs_interp_kind(void);
+int _hs_interp_is_loop(uintptr_t ret);
+int _hs_interp_frames(hs_iframe_t *out, int max);
+size_t _hs_interp_names(const hs_iframe_t *f, char *dst, size_t max, uint32_t *nlen,
+                        uint32_t *flen);
+
 static inline int hs_sample_maybe(const void *p) {
   return _hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)] != 0;
 }

@@ -127,3 +127,15 @@ HS_EXPORT void *sbrk(intptr_t increment) {
                                             increment > 0);
   return p;
 }
+
+/* The functions underneath, all at once (before a lookup that may fail: a failed dlsym
+ * leaves an error string that the next dl call frees, and when the program's malloc is
+ * one that maps each block, that free comes back here through munmap, whose lookup is a
+ * dl call that frees the same string again). */
+void _hs_mappings_resolve(void) {
+  real((void **)&g_mmap, "mmap");
+  real((void **)&g_mmap64, "mmap64");
+  real((void **)&g_munmap, "munmap");
+  real((void **)&g_mremap, "mremap");
+  real((void **)&g_sbrk, "sbrk");
+}

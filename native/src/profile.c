@@ -20,6 +20,10 @@
  * 10 instructions per malloc/free pair (bench/overhead). It is found with dlsym in
  * libgcc_s itself: a libunwind loaded in the program exports _Unwind_Backtrace too.
  *
+ * In a Python or Perl program, the interpreter's own frames (function, file, line: interp.c)
+ * take the place of its loop's native frame in the stack, as tagged words naming records
+ * in the stack region (heapsight.h: HS_IFRAME_TAG).
+ *
  * Locks: one spin lock guards the private tables (live blocks, stacks) and the appends to
  * the profile. It is never held while unwinding or while the loader is asked anything, so
  * a thread inside the loader (dl_iterate_phdr's lock) that allocates cannot wait for us
@@ -100,6 +104,7 @@ typedef struct { uint64_t key, val; } hs_entry_t;
 typedef struct { hs_entry_t *e; uint64_t cap, used; } hs_table_t;
 static hs_table_t g_live;   /* block address -> its ALLOC event's index */
 static hs_table_t g_stacks; /* stack hash -> word offset (val), several per hash allowed */
+static hs_table_t g_irecs;  /* interpreter frame hash -> its record's word offset, likewise */
 static int g_full;          /* a region filled up: record no more ALLOCs */
 
 static inline uint64_t mix64(uint64_t x) {
@@ -123,8 +128,8 @@ static void *raw_mmap(size_t bytes) {
  * tables' mappings. Read in the heap map's copy, where nothing changes them. */
 size_t _hs_profile_own(hs_chunk_t *out, size_t max) {
   size_t n = 0;
-  const hs_table_t *t[2] = {&g_live, &g_stacks};
-  for (int i = 0; i < 2 && n < max; i++) {
+  const hs_table_t *t[3] = {&g_live, &g_stacks, &g_irecs};
+  for (int i = 0; i < 3 && n < max; i++) {
     if (t[i]->e)
       out[n++] = (hs_chunk_t){(uint64_t)(uintptr_t)t[i]->e,
                               (uint64_t)(uintptr_t)t[i]->e + t[i]->cap * sizeof(hs_entry_t)};
@@ -378,6 +383,67 @@ static uint32_t stack_offset(hs_profile_t *pr, const uint64_t *f, int n) {
   return (uint32_t)o;
 }
 
+/* ---- the interpreter's frames (interp.c reads them; stored here, under the lock) ---- */
+
+/* The tagged word of an interpreter frame: its record, written on first sight (the names
+ * are read then, with checked reads: the only reads made under the lock, once per frame
+ * record); 0 when there is no room. */
+static uint64_t iframe_word(hs_profile_t *pr, const hs_iframe_t *f, int kind) {
+  uint64_t h = mix64(mix64(mix64(f->code ^ (uint64_t)(uint32_t)f->line) ^ f->name) ^ f->file);
+  if (!h) h = 1;
+  if (g_irecs.cap) {
+    uint64_t mask = g_irecs.cap - 1;
+    for (uint64_t j = mix64(h) & mask; g_irecs.e[j].key; j = (j + 1) & mask) {
+      if (g_irecs.e[j].key != h) continue;
+      const uint64_t *w = &g_words[g_irecs.e[j].val];
+      if (w[1] == f->code && w[2] == f->name && w[3] == f->file && (uint32_t)w[4] == (uint32_t)f->line)
+        return HS_IFRAME_TAG | (uint64_t)kind << 56 | g_irecs.e[j].val;
+    }
+  }
+  char names[512];
+  uint32_t nlen = 0, flen = 0;
+  size_t bytes = _hs_interp_names(f, names, sizeof names, &nlen, &flen);
+  if (!nlen) return 0; /* its name could not be read: the native frame stays */
+  uint64_t o = pr->stack_words_used, words = 5 + (bytes + 7) / 8;
+  if (o + words > g_words_cap || !table_room(&g_irecs)) return 0;
+  uint64_t *w = &g_words[o];
+  w[0] = HS_IFRAME_MAGIC;
+  w[1] = f->code;
+  w[2] = f->name;
+  w[3] = f->file;
+  w[4] = (uint64_t)(uint32_t)f->line | (uint64_t)nlen << 32 | (uint64_t)flen << 48;
+  w[4 + (bytes + 7) / 8] = 0; /* the last word's padding */
+  memcpy(&w[5], names, bytes);
+  __atomic_store_n(&pr->stack_words_used, o + words, __ATOMIC_RELEASE);
+  uint64_t mask = g_irecs.cap - 1, j = mix64(h) & mask;
+  while (g_irecs.e[j].key) j = (j + 1) & mask;
+  g_irecs.e[j].key = h;
+  g_irecs.e[j].val = o;
+  g_irecs.used++;
+  return HS_IFRAME_TAG | (uint64_t)kind << 56 | o;
+}
+
+/* The native stack with each eval loop's frame replaced by the interpreter frames it runs
+ * (innermost first, as both are): a loop's frames end with its entry frame. A loop frame
+ * past the interpreter frames read (or whose frames could not be stored) stays. */
+static int splice(hs_profile_t *pr, const uint64_t *nat, int n, const hs_iframe_t *py,
+                  int npy, uint64_t *out) {
+  int m = 0, p = 0;
+  for (int i = 0; i < n && m < HS_MAX_FRAMES; i++) {
+    int put = 0;
+    if (p < npy && _hs_interp_is_loop((uintptr_t)nat[i])) {
+      while (p < npy && m < HS_MAX_FRAMES) {
+        const hs_iframe_t *f = &py[p++];
+        uint64_t w = f->skip ? 0 : iframe_word(pr, f, _hs_interp_kind());
+        if (w) { out[m++] = w; put = 1; }
+        if (f->entry) break;
+      }
+    }
+    if (!put && m < HS_MAX_FRAMES) out[m++] = nat[i];
+  }
+  return m;
+}
+
 static void put_event(hs_profile_t *pr, uint64_t i, uint64_t addr, uint64_t size,
                       uint32_t stack, uint32_t kind) {
   hs_event_t *e = &g_events[i];
@@ -424,6 +490,21 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
     __atomic_fetch_add(&pr->unwinds, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pr->unwind_frames, (uint64_t)n, __ATOMIC_RELAXED);
   }
+  /* The interpreter's frames (interp.c), where the stack runs through its loop: read
+   * before the lock, stored and spliced in under it. */
+  hs_iframe_t py[HS_INTERP_DEPTH];
+  int npy = 0;
+  if (n && _hs_interp_ready()) {
+    int loop = 0;
+    for (int i = 0; i < n && !loop; i++) loop = _hs_interp_is_loop((uintptr_t)frames[i]);
+    if (loop) {
+      uint64_t t0 = _hs_now_ns();
+      npy = _hs_interp_frames(py, HS_INTERP_DEPTH);
+      __atomic_fetch_add(&pr->interp_ns, _hs_now_ns() - t0, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&pr->interp_walks, 1, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&pr->interp_frames, (uint64_t)npy, __ATOMIC_RELAXED);
+    }
+  }
   /* Objects the stack reaches that are not recorded yet: found before the lock, and
    * recorded before the event (a few at a time, to keep this frame small). */
   hs_module_t fresh[4];
@@ -444,6 +525,11 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
   }
   lock();
   add_modules(pr, fresh, nfresh);
+  if (npy && !g_full) {
+    uint64_t hybrid[HS_MAX_FRAMES];
+    n = splice(pr, frames, n, py, npy, hybrid);
+    memcpy(frames, hybrid, (size_t)n * 8);
+  }
   uint32_t stack = g_full ? 0 : stack_offset(pr, frames, n);
   /* room for this ALLOC and for the FREE of every block still live, this one included */
   uint64_t used = pr->events_used;
@@ -602,6 +688,15 @@ void _hs_profile_start(void) {
   if (gcc) {
     g_backtrace = (hs_backtrace_fn)dlsym(gcc, "_Unwind_Backtrace");
     g_getipinfo = (hs_getipinfo_fn)dlsym(gcc, "_Unwind_GetIPInfo");
+  }
+  if (_hs_seg) {
+    int kind = 0, status = 0;
+    uint64_t version = 0;
+    _hs_interp_start(&kind, &status, &version);
+    hs_profile_t *pr = &_hs_seg->profile;
+    pr->interp_kind = (uint64_t)kind;
+    pr->interp_status = (uint64_t)status;
+    pr->interp_version = version;
   }
   if (g_backtrace && g_getipinfo) {
     object_range((void *)&_hs_profile_start, &g_self_lo, &g_self_hi);

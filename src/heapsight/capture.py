@@ -132,7 +132,8 @@ def _profile_json(p) -> dict | None:
     return {"mean_bytes": p.mean_bytes, "allocs": _array(p.allocs), "frees_matched": p.frees_matched,
             "stack_words": _array(p.stack_words), "dropped": p.dropped,
             "modules": [dataclasses.asdict(m) for m in p.modules], "unwind_ns": p.unwind_ns,
-            "unwinds": p.unwinds, "unwind_frames": p.unwind_frames, "maps": _array(p.maps)}
+            "unwinds": p.unwinds, "unwind_frames": p.unwind_frames, "maps": _array(p.maps),
+            "interp": p.interp}
 
 
 def _profile(d: dict | None):
@@ -141,7 +142,8 @@ def _profile(d: dict | None):
     return profile_mod.Profile(d["mean_bytes"], _unarray(d["allocs"]), d["frees_matched"],
                                _unarray(d["stack_words"]),
                                tuple(profile_mod.Module(**m) for m in d["modules"]), d["dropped"],
-                               d["unwind_ns"], d["unwinds"], d["unwind_frames"], _unarray(d["maps"]))
+                               d["unwind_ns"], d["unwinds"], d["unwind_frames"], _unarray(d["maps"]),
+                               d.get("interp") or {})
 
 
 def _heapmap_json(hm, sampled_addrs: np.ndarray) -> dict:

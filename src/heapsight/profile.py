@@ -57,6 +57,9 @@ class Profile:
     # the MAP events (anonymous memory the program mapped itself, every mapping), in
     # ALLOC_DTYPE rows: size is the length mapped
     maps: np.ndarray = field(default_factory=lambda: np.zeros(0, ALLOC_DTYPE))
+    # the interpreter's frames (native/src/interp.c): which interpreter (INTERP_*), whether
+    # they were read (INTERP_STATUS), its version, and what reading them cost in all
+    interp: dict = field(default_factory=dict)
 
     def means(self, allocs: np.ndarray | None = None) -> np.ndarray:
         """The sampling mean each sampled block was drawn at (bytes, float)."""
@@ -68,7 +71,12 @@ class Profile:
         p = 1), for sites.build; None when there are none."""
         if not len(self.maps):
             return None
-        return Profile(1, self.maps, 0, self.stack_words, self.modules, 0)
+        return Profile(1, self.maps, 0, self.stack_words, self.modules, 0, interp=self.interp)
+
+    def iframe(self, word: int) -> "IFrame | None":
+        """The interpreter frame a tagged stack word names (its record in the stack
+        region), or None when the word is no such frame or its record cannot be read."""
+        return iframe(self.stack_words, word)
 
     def stack(self, offset: int) -> np.ndarray:
         """The return addresses of the stack at a word offset, innermost first; empty for
@@ -97,6 +105,45 @@ class Profile:
 
 
 S_MAX_FRAMES = 64   # HS_MAX_FRAMES
+
+# An interpreter's frame in a stack (heapsight.h: HS_IFRAME_*): the word is TAG | kind << 56
+# | the word offset of its record: MAGIC, three identifying words, line | name bytes << 32
+# | file bytes << 48, then the name's UTF-8 bytes and the file's.
+IFRAME_TAG = 1 << 63
+IFRAME_MAGIC = 0x454d415246534823
+IFRAME_OFFSET_MASK = (1 << 56) - 1
+INTERP_NAMES = {1: "python", 2: "perl"}
+# why the interpreter's frames were not read (interp_status), for the summary's note
+INTERP_WHY = {1: "its version is not one heapsight reads: CPython 3.8-3.13, threaded Perl 5.36",
+              2: "its symbols are not exported (a stripped or static build)",
+              3: "this system refuses a process's reads of itself (process_vm_readv)",
+              4: "HEAPSIGHT_INTERP_FRAMES=0"}
+
+
+@dataclass(frozen=True)
+class IFrame:
+    interp: str       # "python", "perl"
+    function: str
+    file: str
+    line: int
+
+
+def iframe(words: np.ndarray, word: int) -> IFrame | None:
+    if not word & IFRAME_TAG:
+        return None
+    o = word & IFRAME_OFFSET_MASK
+    if o + 5 > len(words) or int(words[o]) != IFRAME_MAGIC:
+        return None
+    info = int(words[o + 4])
+    line, nlen, flen = info & 0xffffffff, (info >> 32) & 0xffff, info >> 48
+    nwords = (nlen + flen + 7) // 8
+    if o + 5 + nwords > len(words):
+        return None
+    raw = words[o + 5:o + 5 + nwords].tobytes()
+    name = raw[:nlen].decode(errors="replace")
+    file = raw[nlen:nlen + flen].decode(errors="replace")
+    kind = INTERP_NAMES.get((word >> 56) & 0x7f, "interpreter")
+    return IFrame(kind, name, file, line if line < 0x80000000 else 0)
 
 
 def read(seg: segment.Segment) -> Profile | None:
@@ -139,8 +186,10 @@ def _read(fd: int) -> Profile | None:
     modules = tuple(Module(int(m["lo"]), int(m["hi"]), int(m["bias"]), int(m["first_event"]),
                            bytes(m["path"]).split(b"\0")[0].decode(errors="surrogateescape"))
                     for m in mods if int(m["hi"]) > int(m["lo"]))
+    interp = {k[len("interp_"):]: h[k] for k in h if k.startswith("interp_")}
     return Profile(h["mean_bytes"], allocs, matched, words, modules, h["dropped_samples"],
-                   h["unwind_ns"], h["unwinds"], h["unwind_frames"], maps)
+                   h["unwind_ns"], h["unwinds"], h["unwind_frames"], maps,
+                   interp if interp.get("kind") else {})
 
 
 def _with_frees(ev: np.ndarray, kind: np.ndarray, which: int, n: int) -> tuple:

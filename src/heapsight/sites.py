@@ -68,6 +68,55 @@ def error_bytes(variance: float, mean: float) -> int:
 NO_STACK = "(stack not unwound)"
 
 
+# An interpreter's frame (the program's own function: profile.IFrame) is a frame of this
+# pseudo-object; a stack that holds one has its innermost one for call site.
+INTERP_OBJECTS = ("[python]", "[perl]")
+
+
+def is_interp(f: symbolize.Frame) -> bool:
+    return f.object in INTERP_OBJECTS
+
+
+# A comprehension's own frame (CPython before 3.12, which inlines them: PEP 709): the call
+# site is the function it is in, at the comprehension's line, as 3.12+ shows it.
+COMPREHENSION = re.compile(r"(?:^|\.)<(?:listcomp|dictcomp|setcomp)>$")
+
+
+def interp_site(frames: list, stack: list, at: int, end: int) -> int:
+    """The call site from stack[at], the innermost interpreter frame: past comprehension
+    frames to the function they are in (the next interpreter frame out: before 3.11 the
+    interpreter's own call frames lie between)."""
+    while frames[stack[at]].function and COMPREHENSION.search(frames[stack[at]].function):
+        out = next((i for i in range(at + 1, end) if is_interp(frames[stack[i]])), None)
+        if out is None:
+            break
+        at = out
+    return stack[at]
+
+
+def interp_frame(prof: P.Profile, word: int) -> symbolize.Frame:
+    f = prof.iframe(word)
+    o = word & P.IFRAME_OFFSET_MASK
+    kind = P.INTERP_NAMES.get((word >> 56) & 0x7f, "python")
+    if f is None:
+        return symbolize.Frame(None, None, None, f"[{kind}]", o)
+    return symbolize.Frame(f.function or None, f.file or None, f.line or None, f"[{f.interp}]", o)
+
+
+def interp_note(prof: P.Profile) -> str:
+    """Why an interpreter's frames were not read (one line), or ""."""
+    i = prof.interp or {}
+    status = int(i.get("status") or 0)
+    if not i.get("kind") or not status:
+        return ""
+    name = "Python" if int(i["kind"]) == 1 else "Perl"
+    v = int(i.get("version") or 0)
+    if name == "Python" and v:
+        name += f" {v >> 24}.{(v >> 16) & 0xff}"
+    return (f"{name}'s own frames were not read ({P.INTERP_WHY.get(status, 'unknown reason')}): "
+            "call sites name the interpreter's functions")
+
+
 def is_allocator(f: symbolize.Frame) -> bool:
     if ALLOCATOR_OBJECTS.search(f.object):
         return True
@@ -127,10 +176,12 @@ class Stacks:
         addrs = np.concatenate(raw).astype(np.uint64) if len(raw) else np.zeros(0, np.uint64)
         events = np.repeat(first_event, n)
         mod = prof.module_index(addrs, events)
+        # an interpreter's frame (a tagged word, profile.IFrame): a pseudo-module of its own
+        mod[addrs >= np.uint64(P.IFRAME_TAG)] = -2
         # Frames are return addresses: the call is the byte before (its line, its inlining).
         # Each distinct (object, address) is looked up once; the rest is array work, as a
         # deep program's stacks hold hundreds of thousands of addresses.
-        bias = np.array([m.bias for m in prof.modules] + [0], dtype=np.uint64)[mod]
+        bias = np.array([m.bias for m in prof.modules] + [0], dtype=np.uint64)[np.maximum(mod, -1)]
         at = np.where((mod >= 0) & (addrs > bias), addrs - bias - np.uint64(1), addrs)
         order = np.lexsort((at, mod))
         new = np.ones(len(order), dtype=bool)
@@ -138,15 +189,16 @@ class Stacks:
         inv = np.empty(len(order), dtype=np.int64)
         inv[order] = np.cumsum(new) - 1
         first = order[new]
-        keys = [(prof.modules[m].path if m >= 0 else "[unknown]", a)
+        keys = [(prof.modules[m].path if m >= 0 else "[interp]" if m == -2 else "[unknown]", a)
                 for m, a in zip(mod[first].tolist(), at[first].tolist())]
-        found = symbolizer([k for k in keys if k[0] != "[unknown]"])
+        found = symbolizer([k for k in keys if k[0] not in ("[unknown]", "[interp]")])
         self.symbolizer, self.note = found.tool, found.note
         # each distinct address's chain of frames (inlined ones first), as frame indices
         self.frames, index, chains = [], {}, []
         for key in keys:
             ids = []
-            for f in found.frames.get(key) or symbolize.unknown(*key):
+            named = [interp_frame(prof, key[1])] if key[0] == "[interp]" else found.frames.get(key)
+            for f in named or symbolize.unknown(*key):
                 if f not in index:
                     index[f] = len(self.frames)
                     self.frames.append(f)
@@ -167,10 +219,17 @@ class Stacks:
                           for f in self.frames] or [False], dtype=bool)
         outside = np.flatnonzero(~alloc[flat]) if len(flat) else np.zeros(0, np.int64)
         j = np.searchsorted(outside, ends[:-1])
+        # ... unless the stack runs through an interpreter: its innermost frame of the
+        # program's own code (memory a C function allocates for it is its caller's)
+        interp = np.array([is_interp(f) for f in self.frames] or [False], dtype=bool)
+        inside = np.flatnonzero(interp[flat]) if len(flat) else np.zeros(0, np.int64)
+        ji = np.searchsorted(inside, ends[:-1])
         self.site_of = []
-        for a, b, k in zip(ends[:-1].tolist(), ends[1:].tolist(), j.tolist()):
+        for a, b, k, ki in zip(ends[:-1].tolist(), ends[1:].tolist(), j.tolist(), ji.tolist()):
             if a == b:
                 self.site_of.append(None)
+            elif ki < len(inside) and inside[ki] < b:
+                self.site_of.append(interp_site(self.frames, flat_list, int(inside[ki]), b))
             elif k < len(outside) and outside[k] < b:
                 self.site_of.append(_named_past(self.frames, flat_list, int(outside[k]), b))
             else:
@@ -226,6 +285,12 @@ def build(prof: profile.Profile, moments: list, unwinder: str = "",
     the frames and stacks, and each moment's estimates."""
     stacks = Stacks(prof, symbolizer, skip_unnamed)
     per = (prof.unwinds or 0)
+    walks = int((prof.interp or {}).get("walks") or 0)
+    interp = {}
+    if walks:
+        # what reading the interpreter's frames cost, per sample that read them
+        interp = {"interp_us_per_sample": round(prof.interp["ns"] / walks / 1000, 2),
+                  "interp_frames_per_sample": round(prof.interp["frames"] / walks, 1)}
     return {
         "sample_bytes": prof.mean_bytes, "samples": int(len(prof.allocs)),
         # the finest mean drawn at (adaptive sampling starts finer and coarsens to
@@ -235,7 +300,9 @@ def build(prof: profile.Profile, moments: list, unwinder: str = "",
         "unwinder": unwinder,
         "unwind_us_per_sample": round(prof.unwind_ns / per / 1000, 2) if per else 0.0,
         "frames_per_sample": round(prof.unwind_frames / per, 1) if per else 0.0,
-        "symbolizer": stacks.symbolizer, "note": stacks.note,
+        **interp,
+        "symbolizer": stacks.symbolizer,
+        "note": "; ".join(n for n in (stacks.note, interp_note(prof)) if n),
         "frames": stacks.frame_dicts(), "stacks": stacks.stacks,
         "moments": [estimate(prof, stacks, m) for m in moments],
     }
@@ -285,6 +352,9 @@ def site_position(frames: list, stack: list) -> int:
     """Where a saved stack's call site is (an index into stack: the frames before it are
     the allocator's), as the moments' sites are named."""
     fr = _frames_of(frames, stack)
+    inside = next((i for i, f in enumerate(fr) if is_interp(f)), None)
+    if inside is not None:
+        return interp_site(fr, list(range(len(fr))), inside, len(fr))
     at = next((i for i, f in enumerate(fr) if not is_allocator(f)), None)
     if at is None:
         return max(0, len(fr) - 1)

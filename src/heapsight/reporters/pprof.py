@@ -136,7 +136,10 @@ def encode(summary: dict, at: str = "peak") -> bytes:
         key = (fname, fr.get("file") or "")
         if key not in functions:
             functions[key] = len(functions) + 1
-            p.function.add(id=functions[key], name=s(fname), system_name=s(fname),
+            # an interpreter's frame has no mangled name: go tool pprof would demangle
+            # "<module>" as C++ into nothing
+            system = "" if fr.get("object") in S.INTERP_OBJECTS else fname
+            p.function.add(id=functions[key], name=s(fname), system_name=s(system),
                            filename=s(fr.get("file") or fr.get("object") or ""))
         return functions[key]
 
