@@ -94,16 +94,16 @@ def interp_site(frames: list, stack: list, at: int, end: int) -> int:
     return stack[at]
 
 
-def interp_frame(prof: P.Profile, word: int) -> symbolize.Frame:
+def interp_frame(prof: profile.Profile, word: int) -> symbolize.Frame:
     f = prof.iframe(word)
-    o = word & P.IFRAME_OFFSET_MASK
-    kind = P.INTERP_NAMES.get((word >> 56) & 0x7f, "python")
+    o = word & profile.IFRAME_OFFSET_MASK
+    kind = profile.INTERP_NAMES.get((word >> 56) & 0x7f, "python")
     if f is None:
         return symbolize.Frame(None, None, None, f"[{kind}]", o)
     return symbolize.Frame(f.function or None, f.file or None, f.line or None, f"[{f.interp}]", o)
 
 
-def interp_note(prof: P.Profile) -> str:
+def interp_note(prof: profile.Profile) -> str:
     """Why an interpreter's frames were not read (one line), or ""."""
     i = prof.interp or {}
     status = int(i.get("status") or 0)
@@ -113,7 +113,7 @@ def interp_note(prof: P.Profile) -> str:
     v = int(i.get("version") or 0)
     if name == "Python" and v:
         name += f" {v >> 24}.{(v >> 16) & 0xff}"
-    return (f"{name}'s own frames were not read ({P.INTERP_WHY.get(status, 'unknown reason')}): "
+    return (f"{name}'s own frames were not read ({profile.INTERP_WHY.get(status, 'unknown reason')}): "
             "call sites name the interpreter's functions")
 
 
@@ -177,7 +177,7 @@ class Stacks:
         events = np.repeat(first_event, n)
         mod = prof.module_index(addrs, events)
         # an interpreter's frame (a tagged word, profile.IFrame): a pseudo-module of its own
-        mod[addrs >= np.uint64(P.IFRAME_TAG)] = -2
+        mod[addrs >= np.uint64(profile.IFRAME_TAG)] = -2
         # Frames are return addresses: the call is the byte before (its line, its inlining).
         # Each distinct (object, address) is looked up once; the rest is array work, as a
         # deep program's stacks hold hundreds of thousands of addresses.

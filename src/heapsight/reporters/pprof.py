@@ -138,7 +138,7 @@ def encode(summary: dict, at: str = "peak") -> bytes:
             functions[key] = len(functions) + 1
             # an interpreter's frame has no mangled name: go tool pprof would demangle
             # "<module>" as C++ into nothing
-            system = "" if fr.get("object") in S.INTERP_OBJECTS else fname
+            system = "" if fr.get("object") in sites_mod.INTERP_OBJECTS else fname
             p.function.add(id=functions[key], name=s(fname), system_name=s(system),
                            filename=s(fr.get("file") or fr.get("object") or ""))
         return functions[key]
