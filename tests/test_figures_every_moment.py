@@ -116,7 +116,7 @@ def test_the_statistics_go_on_when_the_heap_has_many_free_chunks(tmp_path):
     # every free chunk under the arena lock (mallinfo2) took tens of milliseconds, so they
     # had to stop; the readings take no lock and walk nothing now
     prog = ("my %h; $h{$_} = 'x' x 40 for 1 .. 300000; my @k = grep { $_ % 3 } keys %h; "
-            "delete @h{@k}; my $t = time; 1 while time - $t < 2;")
+            "delete @h{@k}; use Time::HiRes qw(time); my $t = time; 1 while time - $t < 2;")
     busy = run(tmp_path, "perl", "-e", prog)
     tl = busy["timeline"]
     late = [t for t, v in zip(tl["t"], tl["alloc_mapped"]) if v is not None and t > 1.0]
