@@ -4,6 +4,7 @@ Read from the source (every import statement, at any depth), not from a running 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,9 @@ def imports_of(path: Path, known: dict, this: str) -> set:
     return found
 
 
+@functools.lru_cache(maxsize=1)
 def graph() -> dict:
+    """Read once per session: every test here asks for it (and must not change it)."""
     mods = modules()
     return {m: imports_of(p, mods, m) for m, p in mods.items()}
 
