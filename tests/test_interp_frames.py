@@ -98,8 +98,10 @@ def test_a_python_program_s_call_sites_are_its_functions_with_their_lines(hs, tm
     assert alpha["site"] == f"build_alpha (script.py:{line})"
     assert beta["site"] == f"build_beta (script.py:{line_of(path, 'bytearray(65536)') + 6})"
     assert [x["site"] for x in peak["sites"][:2]] == [alpha["site"], beta["site"]]
-    assert abs(alpha["bytes"] - 60 * MiB) <= alpha["error_bytes"] + MiB
-    assert abs(beta["bytes"] - 30 * MiB) <= beta["error_bytes"] + MiB
+    # (the ± is a 95% interval: one run in twenty falls outside it, and this runs on every
+    # Python found, two sites each; twice it is 1 in 15,000)
+    assert abs(alpha["bytes"] - 60 * MiB) <= 2 * alpha["error_bytes"] + MiB
+    assert abs(beta["bytes"] - 30 * MiB) <= 2 * beta["error_bytes"] + MiB
     # the terminal's table names them too, and the stacks hold the module's own frame
     assert f"build_alpha (script.py:{line})" in r.stderr
     frames = r.summary["sites"]["frames"]
@@ -170,6 +172,22 @@ STRESS = {
             t.join()
         print("done")
         """,
+    # a second interpreter (PEP 554's low-level module: _xxsubinterpreters to 3.12,
+    # _interpreters from 3.13) allocating on its own thread state while the main one waits
+    "subinterp": """\
+        try:
+            import _xxsubinterpreters as interpreters
+        except ImportError:
+            import _interpreters as interpreters
+        iid = interpreters.create()
+        for _ in range(3):
+            interpreters.run_string(iid, "import gc\\n"
+                                    "keep = [bytearray(2000) for _ in range(20000)]\\n"
+                                    "gc.collect()\\n")
+        interpreters.destroy(iid)
+        main_side = [str(i) * 4 for i in range(100000)]
+        print("done")
+        """,
     "exiting": """\
         import threading
 
@@ -192,8 +210,12 @@ STRESS = {
 
 @pytest.mark.parametrize("python", PYTHONS)
 @pytest.mark.parametrize("name", sorted(STRESS))
-def test_frames_are_read_safely_under_gc_without_the_gil_and_as_threads_exit(hs, tmp_path, name,
-                                                                             python):
+def test_frames_are_read_safely_in_gc_without_the_gil_in_a_subinterpreter_as_threads_exit(
+        hs, tmp_path, name, python):
+    if name == "subinterp" and subprocess.run(
+            [python, "-c", "import importlib.util as u, sys; sys.exit(not (u.find_spec("
+             "'_xxsubinterpreters') or u.find_spec('_interpreters')))"]).returncode:
+        pytest.skip(f"{python} has no sub-interpreter module to start one with")
     path = script(tmp_path, f"{name}.py", STRESS[name])
     # the smallest mean: nearly every allocation above a few hundred bytes is sampled
     r = hs(python, path, opts=["--sample-bytes", "64"], timeout=240)
