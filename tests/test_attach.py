@@ -137,7 +137,7 @@ def test_watch_ends_on_ctrl_c_and_keeps_its_record(tmp_path, allocator):
 
 @pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
 def test_the_exporter_serves_prometheus_metrics(tmp_path, allocator):
-    from heapsight import attach
+    from heapsight.live import attach
     from heapsight.reporters import openmetrics
     target = holder({"LD_PRELOAD": JEMALLOC} if allocator == "jemalloc" else None)
     try:

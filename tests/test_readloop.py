@@ -1,4 +1,4 @@
-"""The sampler's fast tick in C (heapsight.readloop): the same figures as the Python reads,
+"""The sampler's fast tick in C (heapsight.live.readloop): the same figures as the Python reads,
 at the rate asked, and it hands back at once on a signal, a snapshot request or the
 program's exit."""
 
@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import scenario
-from heapsight import native, procfs, readloop
+from heapsight import native
+from heapsight.live import procfs, readloop
 from heapsight.segment import Segment
 
 

@@ -355,7 +355,7 @@ def test_the_record_carries_the_sites_and_a_damaged_one_is_refused(hs_sites, tmp
 
 
 def test_sample_bytes_0_takes_no_samples(tmp_path, sites_bin, monkeypatch):
-    from heapsight import measure
+    from heapsight.live import measure
     seen, real_read = [], P.read
 
     def read(seg):   # the profile's header in the file, as the run ends

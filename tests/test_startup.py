@@ -35,7 +35,7 @@ def test_numpys_threads_start_with_every_signal_blocked():
 
 def test_version_answers_without_loading_the_commands():
     code = ("import sys\nfrom heapsight import cli\nrc = cli.main(['--version'])\n"
-            "print(rc, 'numpy' in sys.modules, 'heapsight.measure' in sys.modules)")
+            "print(rc, 'numpy' in sys.modules, 'heapsight.live.measure' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        timeout=60)
     version, answer = r.stdout.splitlines()
@@ -71,7 +71,7 @@ def test_a_run_nothing_shows_names_nothing_and_keeps_no_capture():
     # output: keep=False), and the same run kept
     import subprocess as sp
     from conftest import scenario
-    from heapsight import measure
+    from heapsight.live import measure
     argv = [scenario("hs-leak"), "--mb", "2"]
     quiet = dict(stdout=sp.DEVNULL, warn=False)
     s0, tl0 = measure.measure(argv, measure.Options(keep=False, **quiet))

@@ -8,7 +8,7 @@ to heapsight alone (kill PID) is forwarded. Either way the run is marked interru
 
 The program starts with the signal mask and the ignored signals heapsight was started
 with (START_MASK, START_IGNORED, read when heapsight is imported, before anything blocks
-or ignores a signal): see launch.py.
+or ignores a signal): see live/launch.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """compare's figures read: what it ranks (METRICS), each figure's median and spread over
 the repeats, glibc's defaults as the baseline, whether two figures differ beyond the noise
-of their repeats, and the recommendation. Pure: the formats read it; comparison.py runs
+of their repeats, and the recommendation. Pure: the formats read it; live/comparison.py runs
 the programs."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the heap figures, the call sites, the heap maps with their pinners and reachability, the
 findings and the verdict, as a Summary. summarize() reads only what the capture holds: the
 segment's figures (a capture.Reading, of this run or of a saved one),
-the timeline, the sampled allocations, the heap maps and a symbolizer; measure.py feeds it
+the timeline, the sampled allocations, the heap maps and a symbolizer; live/measure.py feeds it
 a live run, capture.rederive a saved one."""
 
 from __future__ import annotations

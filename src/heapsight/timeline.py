@@ -1,6 +1,6 @@
 """The timeline: a run's samples, row after row, and what the sampler noted beside them
 (images, children, the mappings by kind, snapshots). A data type only: the sampler
-(sampler.py) fills it while a program runs; the analysis (summary.py) reads it, also from a
+(live/sampler.py) fills it while a program runs; the analysis (summary.py) reads it, also from a
 saved run (capture.py)."""
 
 from __future__ import annotations

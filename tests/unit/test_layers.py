@@ -104,16 +104,20 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("module", ["heapsight.allocators", "heapsight.measure",
-                                    "heapsight.fmt", "heapsight.comparison"])
+@pytest.mark.parametrize("module", ["heapsight.allocators", "heapsight.live.measure",
+                                    "heapsight.fmt", "heapsight.live.comparison"])
 def test_the_core_layer_exists(module):
     assert module in graph()
 
 
-# What runs or talks to a live process: the analysis of a captured run never needs it.
-LIVE = {"heapsight.measure", "heapsight.launch", "heapsight.attach", "heapsight.gdbcall",
-        "heapsight.readloop", "heapsight.procfs", "heapsight.watching", "heapsight.sampler",
-        "heapsight.comparison"}
+# What runs or talks to a live process (the heapsight.live package): the analysis of a
+# captured run never needs it.
+LIVE = {m for m in modules() if m == "heapsight.live" or m.startswith("heapsight.live.")}
+
+
+def test_the_live_package_holds_what_talks_to_a_process():
+    assert {"heapsight.live.measure", "heapsight.live.sampler", "heapsight.live.attach",
+            "heapsight.live.gdbcall", "heapsight.live.readloop", "heapsight.live.launch"} <= LIVE
 
 
 def reaches(g: dict, start: str) -> set:
@@ -131,7 +135,9 @@ def reaches(g: dict, start: str) -> set:
 @pytest.mark.parametrize("module", ["heapsight.summary", "heapsight.capture", "heapsight.analysis",
                                     "heapsight.diffing", "heapsight.ranking", "heapsight.report",
                                     "heapsight.reporters.terminal", "heapsight.reporters.csv",
-                                    "heapsight.reporters.pprof"])
+                                    "heapsight.reporters.pprof", "heapsight.reporters.openmetrics",
+                                    "heapsight.record", "heapsight.model", "heapsight.mapped",
+                                    "heapsight.sites", "heapsight.timeline"])
 def test_the_analysis_of_a_captured_run_needs_no_live_process(module):
     # a saved run is analysed again (capture.rederive), and drawn, with none of the code
     # that starts, samples or attaches to a process

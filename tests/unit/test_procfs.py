@@ -3,8 +3,8 @@ text as the kernel writes it (6.x layout), and the open-once, re-read-at-0 files
 
 import os
 
-from heapsight import procfs
-from heapsight.procfs import ROLLUP_KEYS, STATUS_KEYS, ProcFile, Statm, _parse
+from heapsight.live import procfs
+from heapsight.live.procfs import ROLLUP_KEYS, STATUS_KEYS, ProcFile, Statm, _parse
 
 STATUS = b"""Name:\tserver
 Umask:\t0022

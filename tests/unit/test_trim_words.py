@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from heapsight import attach, gdbcall
+from heapsight.live import attach, gdbcall
 from heapsight.errors import HeapsightError
 
 

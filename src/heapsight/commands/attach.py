@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import sys
 
-from heapsight import allocators, attach, interrupts, output, report
+from heapsight import allocators, interrupts, output, report
+from heapsight.live import attach
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human
 from heapsight.progress import Progress
@@ -86,7 +87,7 @@ def _execute(args) -> int:
     if args.watch is not None:
         return watch(args, a)
     if args.html:   # this moment: one sample of /proc with the allocator's figures
-        from heapsight import watching
+        from heapsight.live import watching
         w = watching.Watch(args.pid, a, use_gdb=False)
         w.run(0)
         report.write_html(args.html, [(f"attach {args.pid}", w.record())])
@@ -95,7 +96,7 @@ def _execute(args) -> int:
 
 
 def watch(args, first: attach.Attached) -> int:
-    from heapsight import watching
+    from heapsight.live import watching
     exporter = None
     if args.openmetrics_port is not None:
         from heapsight.reporters import openmetrics

@@ -19,7 +19,8 @@ import argparse
 import os
 import sys
 
-from heapsight import comparison, measure, output, report
+from heapsight import output, report
+from heapsight.live import comparison, measure
 from heapsight.allocators import (DEFAULT_CONFIGS, PRESETS, RUNTIME_DEFAULTS, library_for,
                                   parse_config, presets, runtime_of)
 from heapsight.errors import HeapsightError

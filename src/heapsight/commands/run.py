@@ -32,7 +32,7 @@ import sys
 from heapsight import interrupts, output, record
 from heapsight.errors import EXIT_GATE, HeapsightError
 from heapsight.fmt import human, parse_size
-from heapsight.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
+from heapsight.live.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
 
 USAGE = "heapsight run [options] [--] PROGRAM [ARGS...]"
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from heapsight import record
 from heapsight.allocators import Config, library_for
-from heapsight.measure import Options, measure
+from heapsight.live.measure import Options, measure
 from heapsight.ranking import recommend, stats_of
 
 SCHEMA_KIND = "heapsight-compare"

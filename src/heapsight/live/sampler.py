@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from heapsight import interrupts, mappings, procfs, readloop
+from heapsight import interrupts, mappings
+from heapsight.live import procfs, readloop
 from heapsight.segment import STATE_EXITING, Segment, open_pagemap
 from heapsight.timeline import COLUMNS, IDX, Timeline
 
@@ -20,7 +21,7 @@ CHILDREN_PER_S = 4          # the program's descendants: a walk of /proc, a few 
 MAPPINGS_PER_S = 1          # /proc/PID/smaps classified (heapsight.mappings): ~10 µs per MiB
 CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~20 µs
 STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fills in above this
-# Above this rate the ticks in between are taken in C (heapsight.readloop): a Python tick
+# Above this rate the ticks in between are taken in C (heapsight.live.readloop): a Python tick
 # costs ~60 µs and more, 6% of a core at 1 kHz; the C tick a few µs. The Python tick still
 # reads /proc/PID/status (peak RSS, threads), smaps and the children at its own rate.
 PYTHON_TICKS_PER_S = 5

@@ -17,7 +17,8 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from heapsight import allocators, gdbcall, mappings
+from heapsight import allocators, mappings
+from heapsight.live import gdbcall
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, pct
 

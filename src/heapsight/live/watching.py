@@ -9,7 +9,8 @@ import math
 import signal
 import time
 
-from heapsight import analysis, attach, interrupts, procfs
+from heapsight import analysis, interrupts
+from heapsight.live import attach, procfs
 from heapsight.errors import HeapsightError
 from heapsight.model import Release, Summary
 from heapsight.timeline import COLUMNS, IDX, Timeline

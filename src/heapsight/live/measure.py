@@ -15,10 +15,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from heapsight import (analysis, capture, elf, heapmap, interrupts, launch, native,
-                       profile)
+from heapsight import analysis, capture, elf, heapmap, interrupts, native, profile
+from heapsight.live import launch
 from heapsight.errors import HeapsightError
-from heapsight.sampler import Sampler
+from heapsight.live.sampler import Sampler
 from heapsight.timeline import IDX
 from heapsight.segment import Segment, segment_dir
 from heapsight.summary import _num, summarize
@@ -176,7 +176,7 @@ def measure(argv: list, opts: Options) -> tuple:
             heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None)
         if opts.release_at_snapshot and segment is not None and segment.attached():
             try:
-                from heapsight import attach   # gdb's caller: only for a release
+                from heapsight.live import attach   # gdb's caller: only for a release
                 releases[(label, t)] = attach.trim(proc.pid, segment.allocator_name())
             except HeapsightError as e:
                 releases[(label, t)] = {"error": e.message}
