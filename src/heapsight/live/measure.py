@@ -126,8 +126,77 @@ def new_segment(prog: str, opts: Options) -> Segment | None:
         return None
 
 
+class _Callbacks:
+    """What the sampler calls while the program runs: a signal meant for the program, a
+    snapshot (a heap map of the moment and, if asked, a release) and the latest split for
+    Prometheus. proc is set once the program has started."""
+
+    def __init__(self, argv: list, opts: "Options", segment) -> None:
+        self.argv, self.opts, self.segment, self.proc = argv, opts, segment, None
+        self.forwarded = []    # signals passed on to the program
+        self.releases = {}     # (label, t) -> the release measured at that snapshot
+        self.maps_asked = {}   # heap map number -> its snapshot's moment name
+        self.maps_last, self.maps_said = -math.inf, False   # at most every HEAP_MAP_EVERY_S
+
+    def on_signal(self, info) -> None:
+        """A signal for the program came to heapsight while it ran (see interrupts.py)."""
+        self.forwarded.append(info.si_signo)
+        if not interrupts.program_received(info, self.proc.pid):
+            try:
+                self.proc.send_signal(info.si_signo)
+            except ProcessLookupError:
+                pass
+
+    def on_snapshot(self, label: str, t: float) -> None:
+        """A heap map of the moment (taken by the library in a fork()ed copy; waited for
+        a little, so that the copy is of this moment and is taken before a release); with
+        --release-at-snapshot, the allocator's release, called in the program through gdb,
+        with RSS before and after."""
+        opts, segment, proc = self.opts, self.segment, self.proc
+        wanted = opts.heap_maps and segment is not None and segment.attached()
+        # --every's snapshots (the sampler's labels) get a map at most every HEAP_MAP_EVERY_S:
+        # each copies the program; those asked for one by one (a signal, --at, the program's
+        # call) always get theirs
+        every = label.startswith("--every ")
+        if wanted and every and t - self.maps_last < HEAP_MAP_EVERY_S:
+            if opts.warn and not self.maps_said:
+                print(f"heapsight: --every {opts.snapshot_every_s:g}: heap maps are taken at "
+                      f"most every {HEAP_MAP_EVERY_S:g} s (each copies the program); the "
+                      "snapshots between have none", file=sys.stderr)
+            self.maps_said = True
+        elif wanted:
+            self.maps_last = t if every else self.maps_last
+            n = len(self.maps_asked) + 1
+            self.maps_asked[n] = f"snapshot: {label}"
+            heapmap.request(segment, n)
+            heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None)
+        if opts.release_at_snapshot and segment is not None and segment.attached():
+            try:
+                from heapsight.live import attach   # gdb's caller: only for a release
+                self.releases[(label, t)] = attach.trim(proc.pid, segment.allocator_name())
+            except HeapsightError as e:
+                self.releases[(label, t)] = {"error": e.message}
+
+    def on_tick(self, row) -> None:
+        """The latest sample's split, for Prometheus (--openmetrics-port)."""
+        segment = self.segment
+        if self.opts.exporter is None or segment is None or not segment.attached():
+            return
+        v = {c: row[i] for c, i in IDX.items()}
+        if math.isnan(v["rss"]):
+            return
+        b = analysis.breakdown(v["t"], int(v["rss"]), int(_num(v["anon"], v["rss"])),
+                               segment.get("start_anon_bytes"), int(_num(v["live_req"])),
+                               int(_num(v["live_usable"])), int(_num(v["n_alloc"]) - _num(v["n_free"])),
+                               segment.allocator_name())
+        self.opts.exporter.update_run(self.proc.pid, self.argv[0], segment.allocator_name(), b)
+
+
 def measure(argv: list, opts: Options) -> tuple:
-    """Run argv once under the library and the sampler: (Summary, Timeline)."""
+    """Run argv once under the library and the sampler: (Summary, Timeline). The steps:
+    the segment, the program started with the signals it should have, sampled until it
+    ends, then what it left (the sampled allocations, the heap maps, the segment's figures)
+    captured and summarized."""
     path = resolve_command(argv)
     linkage = elf.linkage(path)
     if linkage == "static" and opts.warn:
@@ -137,63 +206,7 @@ def measure(argv: list, opts: Options) -> tuple:
     segment = None if linkage == "static" else new_segment(argv[0], opts)
     if segment is not None and opts.heap_maps:
         heapmap.at_exit(segment)
-    forwarded = []
-
-    def on_signal(info):
-        """A signal for the program came to heapsight while it ran (see interrupts.py)."""
-        forwarded.append(info.si_signo)
-        if not interrupts.program_received(info, proc.pid):
-            try:
-                proc.send_signal(info.si_signo)
-            except ProcessLookupError:
-                pass
-
-    releases = {}
-    maps_asked = {}   # heap map number -> its snapshot's moment name
-    maps_at = {"last": -math.inf, "said": False}   # heap maps at most every HEAP_MAP_EVERY_S
-
-    def on_snapshot(label, t):
-        """A heap map of the moment (taken by the library in a fork()ed copy; waited for
-        a little, so that the copy is of this moment and is taken before a release); with
-        --release-at-snapshot, the allocator's release, called in the program through gdb,
-        with RSS before and after."""
-        wanted = opts.heap_maps and segment is not None and segment.attached()
-        # --every's snapshots (the sampler's labels) get a map at most every HEAP_MAP_EVERY_S:
-        # each copies the program; those asked for one by one (a signal, --at, the program's
-        # call) always get theirs
-        every = label.startswith("--every ")
-        if wanted and every and t - maps_at["last"] < HEAP_MAP_EVERY_S:
-            if opts.warn and not maps_at["said"]:
-                print(f"heapsight: --every {opts.snapshot_every_s:g}: heap maps are taken at "
-                      f"most every {HEAP_MAP_EVERY_S:g} s (each copies the program); the "
-                      "snapshots between have none", file=sys.stderr)
-            maps_at["said"] = True
-        elif wanted:
-            maps_at["last"] = t if every else maps_at["last"]
-            n = len(maps_asked) + 1
-            maps_asked[n] = f"snapshot: {label}"
-            heapmap.request(segment, n)
-            heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None)
-        if opts.release_at_snapshot and segment is not None and segment.attached():
-            try:
-                from heapsight.live import attach   # gdb's caller: only for a release
-                releases[(label, t)] = attach.trim(proc.pid, segment.allocator_name())
-            except HeapsightError as e:
-                releases[(label, t)] = {"error": e.message}
-
-    def on_tick(row):
-        """The latest sample's split, for Prometheus (--openmetrics-port)."""
-        if opts.exporter is None or segment is None or not segment.attached():
-            return
-        v = {c: row[i] for c, i in IDX.items()}
-        if math.isnan(v["rss"]):
-            return
-        b = analysis.breakdown(v["t"], int(v["rss"]), int(_num(v["anon"], v["rss"])),
-                               segment.get("start_anon_bytes"), int(_num(v["live_req"])),
-                               int(_num(v["live_usable"])), int(_num(v["n_alloc"]) - _num(v["n_free"])),
-                               segment.allocator_name())
-        opts.exporter.update_run(proc.pid, argv[0], segment.allocator_name(), b)
-
+    cb = _Callbacks(argv, opts, segment)
     # Blocked here, taken by the sampler; the program starts with the signal state heapsight
     # was started with (launch.py). The snapshot signal is ignored as well as blocked: one
     # that comes after the program ended, while the run is saved, must not end heapsight.
@@ -203,48 +216,55 @@ def measure(argv: list, opts: Options) -> tuple:
         signal.signal(opts.snapshot_signal, signal.SIG_IGN)
     try:
         try:
-            proc = launch.start(path, argv, child_env(segment, opts), stdout=opts.stdout,
-                                stderr=opts.stderr)
+            cb.proc = proc = launch.start(path, argv, child_env(segment, opts), stdout=opts.stdout,
+                                          stderr=opts.stderr)
         except OSError as e:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
-
         timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
-                           on_signal=on_signal, snapshot_signal=opts.snapshot_signal,
+                           on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
                            snapshot_at=tuple(opts.snapshot_at),
-                           snapshot_every_s=opts.snapshot_every_s, on_snapshot=on_snapshot,
-                           on_tick=on_tick if opts.exporter is not None else None).run()
+                           snapshot_every_s=opts.snapshot_every_s, on_snapshot=cb.on_snapshot,
+                           on_tick=cb.on_tick if opts.exporter is not None else None).run()
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
-        interrupted = bool(forwarded) or bool(interrupts.drain())
-        # the sampled allocations, copied out before the segment file goes
-        prof = profile.read(segment) if segment is not None and segment.attached() else None
-        if segment is not None and segment.attached():
-            wait_exit_map(segment)
-        maps = [(maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
-                for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
-                                       key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
-        named_maps = [(name, hm) for name, hm in maps if name]
-        # the segment's figures, read once: summarize reads them as a saved run's are read
-        # again (capture.py), and the record keeps them with the rest of what it reads,
-        # taken before summarize, which cuts the timeline
-        reading = capture.Reading.take(segment) if segment is not None else None
-        cap = capture.take(argv, proc.pid, proc.returncode, linkage, reading, timeline,
-                           opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof, named_maps,
-                           opts.release, opts.follow) if opts.keep else None
-        # names only for what is shown or saved: llvm-symbolizer takes 80 ms
-        symbols = capture.Recording() if opts.keep else capture.Replay(capture.NO_SYMBOLS)
-        summary = summarize(argv, proc.pid, proc.returncode, linkage, reading, timeline,
-                            opts.hz, opts.stats_hz, opts.smaps_hz, releases, prof,
-                            named_maps, opts.release, opts.follow, symbolizer=symbols)
-        if cap is not None:
-            cap["symbols"] = symbols.to_json()
-        timeline.capture = cap
+        interrupted = bool(cb.forwarded) or bool(interrupts.drain())
+        summary = _after_the_run(argv, opts, segment, linkage, proc, timeline, cb)
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         if segment is not None:
             collect_maps(segment)   # none left beside a segment that is gone
             segment.close()
+
+
+def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks):
+    """What the ended program left, captured (for the record) and summarized: the sampled
+    allocations, copied out before the segment file goes; the heap maps, snapshots' first;
+    the segment's figures, read once."""
+    attached = segment is not None and segment.attached()
+    prof = profile.read(segment) if attached else None
+    if attached:
+        wait_exit_map(segment)
+    maps = [(cb.maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
+            for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
+                                   key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
+    named_maps = [(name, hm) for name, hm in maps if name]
+    # summarize reads the segment's figures as a saved run's are read again (capture.py),
+    # and the record keeps them with the rest of what it reads, taken before summarize,
+    # which cuts the timeline
+    reading = capture.Reading.take(segment) if segment is not None else None
+    cap = capture.take(argv, proc.pid, proc.returncode, linkage, reading, timeline,
+                       opts.hz, opts.stats_hz, opts.smaps_hz, cb.releases, prof, named_maps,
+                       opts.release, opts.follow) if opts.keep else None
+    # names only for what is shown or saved: llvm-symbolizer takes 80 ms
+    symbols = capture.Recording() if opts.keep else capture.Replay(capture.NO_SYMBOLS)
+    summary = summarize(argv, proc.pid, proc.returncode, linkage, reading, timeline,
+                        opts.hz, opts.stats_hz, opts.smaps_hz, cb.releases, prof,
+                        named_maps, opts.release, opts.follow, symbolizer=symbols)
+    if cap is not None:
+        cap["symbols"] = symbols.to_json()
+    timeline.capture = cap
+    return summary
 
 
 # Heap maps at snapshots at most this often: each copies the program (a fork's worth of
