@@ -374,14 +374,21 @@
         marks++;
       });
     }
-    D.lines.forEach(function (L) {
+    // Several lines over few points (the lab's allocators at 0% and 100%) lie on each
+    // other: each is drawn a few pixels apart (dodged), so that every colour shows; the
+    // figures in the tooltip and the table stay exact.
+    var dodge = !D.stack && D.lines.length >= 3 && D.lines.every(function (L) {
+      return L.P.x.length <= 24; });
+    D.lines.forEach(function (L, n) {
       var col = color(L.s, L.i);
-      var band = bandPath(L.P, X, Y);
+      var dy = dodge ? (n - (D.lines.length - 1) / 2) * 2.5 : 0;
+      var Yl = dy ? function (v) { return Y(v) + dy; } : Y;
+      var band = bandPath(L.P, X, Yl);
       if (band) {
         svg('path', {d: band, fill: col, 'fill-opacity': 0.16, stroke: 'none', 'class': 'band'}, g);
         marks++;
       }
-      var d = linePath(L.P, X, Y, 'y', !!L.s.step);
+      var d = linePath(L.P, X, Yl, 'y', !!L.s.step);
       if (d) {
         svg('path', {d: d, fill: 'none', stroke: col, 'stroke-width': D.stack ? 1.4 : 2,
           'stroke-linejoin': 'round', 'stroke-dasharray': L.s.dash ? '5 4' : null, 'class': 'line'}, g);
@@ -392,7 +399,7 @@
       if (!D.stack && shown > 0 && shown <= 24 && !L.s.step) {
         for (var k = 0; k < L.P.x.length; k++) {
           if (L.P.y[k] === null || !inX(L.P.x[k])) continue;
-          svg('circle', {cx: X(L.P.x[k]), cy: Y(L.P.y[k]), r: 3, fill: '#fff', stroke: col,
+          svg('circle', {cx: X(L.P.x[k]), cy: Yl(L.P.y[k]), r: 3, fill: '#fff', stroke: col,
             'stroke-width': 1.6, 'class': 'dot'}, g);
         }
       }
@@ -572,6 +579,12 @@
           svg('path', {d: 'M' + cx + ' ' + Y(lo) + 'V' + Y(hi) + 'M' + (cx - w / 2) + ' ' + Y(lo) + 'h' + w +
             'M' + (cx - w / 2) + ' ' + Y(hi) + 'h' + w, 'class': 'whisker'}, g);
           top = Math.min(top, Y(hi));
+        }
+        if (v === 0) {
+          // a measured zero, not a missing bar: a mark on the baseline, and its figure
+          svg('rect', {x: (x + 1).toFixed(1), y: (base - 2).toFixed(1), width: Math.max(1, bw - 2).toFixed(1),
+            height: 2, fill: color(s, i), 'class': 'bar zero'}, g);
+          if (!labels) text(g, x + bw / 2, base - 5, '0', {'class': 'bar-label', 'text-anchor': 'middle'});
         }
         if (labels) text(g, x + bw / 2, top - 4, fmt(v, c.y.unit), {'class': 'bar-label', 'text-anchor': 'middle'});
       });
