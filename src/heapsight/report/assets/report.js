@@ -357,7 +357,13 @@
     drawAxes(root, c, X, Y, m, W, H, false);
     var clipId = 'clip-' + c.id;
     var cp = svg('clipPath', {id: clipId}, svg('defs', {}, root));
-    svg('rect', {x: m.l, y: m.t - 1, width: pw, height: ph + 2}, cp);
+    // Several lines over few points (the lab's allocators at 0% and 100%) lie on each
+    // other: each is drawn a few pixels apart (dodged), so that every colour shows; the
+    // figures in the tooltip and the table stay exact. The clip makes room for them.
+    var dodge = !D.stack && D.lines.length >= 3 && D.lines.every(function (L) {
+      return L.P.x.length <= 24; });
+    var spread = dodge ? 4 : 0;   // each line is moved into the plot, never out of it
+    svg('rect', {x: m.l, y: m.t - 1 - spread, width: pw, height: ph + 2 + 2 * spread}, cp);
     var g = svg('g', {'clip-path': 'url(#' + clipId + ')'}, root);
     var marks = 0;
     if (D.stack) {
@@ -374,15 +380,11 @@
         marks++;
       });
     }
-    // Several lines over few points (the lab's allocators at 0% and 100%) lie on each
-    // other: each is drawn a few pixels apart (dodged), so that every colour shows; the
-    // figures in the tooltip and the table stay exact.
-    var dodge = !D.stack && D.lines.length >= 3 && D.lines.every(function (L) {
-      return L.P.x.length <= 24; });
     D.lines.forEach(function (L, n) {
       var col = color(L.s, L.i);
-      var dy = dodge ? (n - (D.lines.length - 1) / 2) * 2.5 : 0;
-      var Yl = dy ? function (v) { return Y(v) + dy; } : Y;
+      // the n-th line 2n px into the plot: down from the top half, up from the bottom
+      var mid = (m.t + m.t + ph) / 2;
+      var Yl = dodge && n ? function (v) { var y = Y(v); return y + (y < mid ? 1 : -1) * n * 2; } : Y;
       var band = bandPath(L.P, X, Yl);
       if (band) {
         svg('path', {d: band, fill: col, 'fill-opacity': 0.16, stroke: 'none', 'class': 'band'}, g);
@@ -1170,7 +1172,11 @@
     });
     if (state[id] && state[id].x) html('span', 'zoomed', 'zoomed in: double-click to reset', legend);
     var box = html('div', 'plotbox', null, fig);
-    if (c.note) html('div', 'note', c.note, fig);
+    var dodged = c.kind === 'line' && (c.series || []).length >= 3 &&
+      (c.series || []).every(function (s) { return (s.x || []).length <= 24; });
+    var note = (c.note || '') + (dodged ? (c.note ? ' ' : '') + 'Lines that lie on each other ' +
+      'are drawn a few pixels apart, into the plot; hover a point for its figure.' : '');
+    if (note) html('div', 'note', note, fig);
     var tip = html('div', 'tip', null, fig);
     tip.style.display = 'none';
     var W = Math.max(320, Math.floor(box.clientWidth || fig.clientWidth || 640));
