@@ -19,7 +19,9 @@ examples:
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import textwrap
 
 from heapsight import diffing, output, record
 from heapsight.errors import EXIT_GATE, HeapsightError
@@ -121,7 +123,9 @@ def execute(args) -> int:
 
 
 def render(d: dict, path_a: str, path_b: str, out) -> None:
+    """The diff for a terminal, its prose wrapped to the terminal's width."""
     w = out.write
+    width = shutil.get_terminal_size((80, 24)).columns
     w(f"heapsight diff\n  A: {printable(path_a)} (pid {d['a']['pid']})\n"
       f"  B: {printable(path_b)} (pid {d['b']['pid']})\n\n")
     for at, title in (("peak", "at peak live"), ("exit", "at exit")):
@@ -138,13 +142,16 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
             continue
         moved = [r for r in got["rows"] if r["how"] != "no change"]
         same = len(got["rows"]) - len(moved)
-        w(f"\n  {title} (estimated from {got['a_samples']:,} and {got['b_samples']:,} sampled "
-          f"blocks; a change inside the two runs' sampling error is no change):\n")
+        head = (f"{title} (estimated from {got['a_samples']:,} and {got['b_samples']:,} sampled "
+                "blocks; a change inside the two runs' sampling error is no change):")
+        w("\n" + textwrap.fill(head, width, initial_indent="  ", subsequent_indent="  ") + "\n")
         for r in moved[:12]:
             w(f"    {r['how']:<7}{human(r['a']):>11} -> {human(r['b']):<11} "
               f"{diffing.change_text(r)}  {printable(r['site'])}\n")
         if len(moved) > 12:
             w(f"    and {len(moved) - 12} more changed (--json lists them all)\n")
         w(f"    {'no call site changed' if not moved else f'{same} other site(s): no change'}\n")
-    w(f"\n  verdict A: {printable(d['a']['verdict'] or '')}\n"
-      f"  verdict B: {printable(d['b']['verdict'] or '')}\n")
+    w("\n")
+    for name in ("a", "b"):
+        w(textwrap.fill(f"verdict {name.upper()}: {printable(d[name]['verdict'] or '')}", width,
+                        initial_indent="  ", subsequent_indent="             ") + "\n")
