@@ -48,13 +48,17 @@ def test_lab_help_and_readme_agree_on_the_quick_labs_time():
     assert "about 1 minute" in helptext and "about 1 minute" in README
 
 
-def test_every_help_fits_80_columns():
+def test_every_help_and_list_fits_80_columns():
     # GIVEN an 80-column terminal: prose is wrapped to it, and the examples are written to fit
     env = dict(os.environ, COLUMNS="80")
     for words in ([], ["run"], ["attach"], ["compare"], ["lab"], ["report"], ["diff"], ["env"],
-                  ["demo"]):
-        p = subprocess.run([sys.executable, "-m", "heapsight", *words, "--help"],
+                  ["demo"], ["compare", "--list"], ["lab", "--list"]):
+        args = words if "--list" in words else [*words, "--help"]
+        p = subprocess.run([sys.executable, "-m", "heapsight", *args],
                            capture_output=True, text=True, env=env)
         assert p.returncode == 0, p.stderr
         wide = [line for line in p.stdout.splitlines() if len(line) > 80]
         assert not wide, (words, wide)
+        if words == ["compare", "--list"]:   # a name never runs into its description
+            assert all(line[:30].count(" ") == 0 or "  " in line[:32] or line.startswith(" ")
+                       for line in p.stdout.splitlines()), p.stdout

@@ -192,3 +192,5 @@ def _main(argv: list | None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:   # a reader that stopped early (| head): not an error
+        return 0

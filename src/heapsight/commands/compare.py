@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import textwrap
 
 from heapsight import output, report
 from heapsight.live import comparison, measure
@@ -77,11 +79,22 @@ def select_configs(args, runtime: str | None = None) -> list:
 
 
 def list_configs(out) -> None:
+    """Each preset: its name, what it is, the environment it sets and whether its library
+    is missing, wrapped to the terminal (the environment on a line of its own when the
+    line would not fit)."""
+    width = shutil.get_terminal_size((80, 24)).columns
+    col = max(len(c.name) for c in PRESETS) + 2
     for c in PRESETS:
         lib, err = library_for(c)
         env = " ".join(f"{k}={v}" for k, v in c.env.items())
         state = "" if err is None else "   [missing: " + err.split(": ", 1)[1] + "]"
-        out.write(f"{c.name:22}{c.about}{'  (' + env + ')' if env else ''}{state}\n")
+        line = f"{c.name:{col}}{c.about}{'  (' + env + ')' if env else ''}{state}"
+        if len(line) > width:
+            line = textwrap.fill(f"{c.name:{col}}{c.about}{state}", max(width, col + 20),
+                                 subsequent_indent=" " * col)
+            for k, v in c.env.items():   # one setting a line, each whole
+                line += f"\n{'':{col}}{k}={v}"
+        out.write(line + "\n")
 
 
 def execute(args) -> int:

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import sys
+import textwrap
 import time
 
 from heapsight import lab, output, report
@@ -84,9 +86,12 @@ def run_one(name: str, ctx: Context) -> dict:
 
 def execute(args) -> int:
     if args.list:
-        for n in lab.NAMES:
+        width = max(40, shutil.get_terminal_size((80, 24)).columns)
+        for n in lab.NAMES:   # each with the write-up it re-runs, wrapped to the terminal
             mod = lab.experiment(n)
-            print(f"{n:12}{mod.TITLE}\n{'':12}after \"{mod.SOURCE}\"")
+            print(textwrap.fill(f"{n:12}{mod.TITLE}", width, subsequent_indent=" " * 12))
+            print(textwrap.fill(f'after "{mod.SOURCE}"', width, initial_indent=" " * 12,
+                                subsequent_indent=" " * 13))
         return 0
     names, configs = select(args)
     output.check_all([("--json", args.json, True), ("--csv", args.csv, True),
