@@ -158,7 +158,8 @@ class _Callbacks:
         # each copies the program; those asked for one by one (a signal, --at, the program's
         # call) always get theirs
         every = label.startswith("--every ")
-        if wanted and every and t - self.maps_last < HEAP_MAP_EVERY_S:
+        # (less a tenth: the snapshots of --every 0.1 land a tick early or late)
+        if wanted and every and t - self.maps_last < 0.9 * HEAP_MAP_EVERY_S:
             if opts.warn and not self.maps_said:
                 print(f"heapsight: --every {opts.snapshot_every_s:g}: heap maps are taken at "
                       f"most every {HEAP_MAP_EVERY_S:g} s (each copies the program); the "
