@@ -62,15 +62,18 @@ int _hs_own_take(void *p) {
   return 0;
 }
 
+/* With glibc the hot path reads the chunk header through _hs_tslot, which then points at
+ * g_own_slot; with another allocator _hs_tslot stays NULL (a header read there could fault)
+ * and every call takes the slow path, where own_slot() gives g_own_slot. */
 void _hs_own_begin(void) {
   t_own_saved = _hs_tslot ? _hs_tslot : t_slot_any;
   t_own = 1;
-  _hs_tslot = &g_own_slot;
+  if (_hs_usable_by_header) _hs_tslot = &g_own_slot;
 }
 
 void _hs_own_end(void) {
   t_own = 0;
-  _hs_tslot = _hs_usable_by_header ? t_own_saved : NULL;
+  if (_hs_usable_by_header) _hs_tslot = t_own_saved;
 }
 
 /* A free in own mode of a block that is not heapsight's: the program's, counted on the
@@ -274,12 +277,14 @@ void *_hs_counted_slow(void *p, size_t req, const void *caller) {
 void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller) {
   if (HS_UNLIKELY(s == &g_own_slot)) {
     if (!own_put(p)) { /* no room: the program's after all */
-      _hs_tslot = _hs_usable_by_header ? t_own_saved : NULL;
+      if (_hs_usable_by_header) _hs_tslot = t_own_saved;
       t_own = 0;
       hs_count_alloc_by(p, u, caller);
       t_own = 1;
-      if (_hs_tslot) t_own_saved = _hs_tslot;
-      _hs_tslot = &g_own_slot;
+      if (_hs_usable_by_header) {
+        if (_hs_tslot) t_own_saved = _hs_tslot;
+        _hs_tslot = &g_own_slot;
+      }
     }
     return p;
   }
