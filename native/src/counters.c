@@ -31,8 +31,11 @@ static hs_slot_t g_own_slot = {.sample_left = INT64_MIN / 2, .flush_room = INT64
                                .flush_max = INT64_MIN}; /* every free is looked at */
 static void *g_own[HS_OWN_MAX];
 static HS_TLS hs_slot_t *t_own_saved; /* the thread's slot, given back by _hs_own_end */
-static HS_TLS int t_own;
+static HS_TLS int t_own;              /* depth: own calls may nest (a realloc of an own block) */
 
+/* (not atomic against profile.c's updates of the same byte, which it makes under its lock:
+ * own blocks are marked at start-up, before any sample, and after it only when one of them
+ * is reallocated) */
 static void own_mark(void *p, int add) {
   unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
   unsigned char v = __atomic_load_n(c, __ATOMIC_RELAXED);
@@ -66,13 +69,13 @@ int _hs_own_take(void *p) {
  * g_own_slot; with another allocator _hs_tslot stays NULL (a header read there could fault)
  * and every call takes the slow path, where own_slot() gives g_own_slot. */
 void _hs_own_begin(void) {
+  if (t_own++) return; /* nested: the outermost keeps the thread's slot */
   t_own_saved = _hs_tslot ? _hs_tslot : t_slot_any;
-  t_own = 1;
   if (_hs_usable_by_header) _hs_tslot = &g_own_slot;
 }
 
 void _hs_own_end(void) {
-  t_own = 0;
+  if (--t_own) return;
   if (_hs_usable_by_header) _hs_tslot = t_own_saved;
 }
 
@@ -277,10 +280,11 @@ void *_hs_counted_slow(void *p, size_t req, const void *caller) {
 void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller) {
   if (HS_UNLIKELY(s == &g_own_slot)) {
     if (!own_put(p)) { /* no room: the program's after all */
+      int depth = t_own;
       if (_hs_usable_by_header) _hs_tslot = t_own_saved;
       t_own = 0;
       hs_count_alloc_by(p, u, caller);
-      t_own = 1;
+      t_own = depth;
       if (_hs_usable_by_header) {
         if (_hs_tslot) t_own_saved = _hs_tslot;
         _hs_tslot = &g_own_slot;

@@ -230,15 +230,19 @@ HS_EXPORT void *realloc(void *old, size_t size) {
     return p;
   }
   HS_READY_OR(failed(1)); /* not from the pool, yet before start-up: cannot be */
-  if (HS_UNLIKELY(hs_sample_maybe(old)) && _hs_own_take(old)) { /* heapsight's own block */
-    _hs_own_begin();
-    void *q = _hs_real.realloc(old, size);
-    if (q != NULL) (void)counted(q, size, __builtin_return_address(0));
-    _hs_own_end();
-    return q;
+  /* Count the old block as freed before the call: afterwards it may belong to someone else.
+   * (hs_count_free, with heapsight's own blocks told apart on its marked path) */
+  if (HS_UNLIKELY(hs_sample_maybe(old))) {
+    if (_hs_own_take(old)) { /* heapsight's own block: the new one is ours too */
+      _hs_own_begin();
+      void *q = _hs_real.realloc(old, size);
+      if (q != NULL) (void)counted(q, size, __builtin_return_address(0));
+      _hs_own_end();
+      return q;
+    }
+    _hs_sample_free(old);
   }
-  /* Count the old block as freed before the call: afterwards it may belong to someone else. */
-  hs_count_free(old);
+  hs_count_free_unsampled(old);
   void *p = _hs_real.realloc(old, size);
   if (p != NULL) {
     hs_count_alloc(p, size);
