@@ -34,7 +34,7 @@ def test_the_peak_column_is_the_same_every_run(tmp_path):
     # GIVEN the retention scenario, whose RSS stays high after it frees 63 of 64 blocks
     shares = []
     for _ in range(4):
-        s = run(tmp_path, scenario("hs-retention"), "--mb", "96")["summary"]
+        s = run(tmp_path, scenario("hs-retention"))["summary"]
         peak = s["peak"]
         # (live bytes whose pages are resident: a sample that lands while the program is
         # still writing its last block counts that block live and partly untouched, which

@@ -117,9 +117,9 @@ def _timeline(d: dict, columns: dict):
     for k, v in d.items():
         if k == "children":
             tl.children = {int(pid): [name, peak] for pid, name, peak in v}
-        elif k in ("snapshots", "images", "kinds"):
+        elif k in ("snapshots", "images", "kinds", "vmas"):
             setattr(tl, k, [tuple(x) for x in v])
-        elif k in ("kinds_peak", "kinds_exit", "vmas_last", "vmas_peak", "vmas_exit"):
+        elif k in ("kinds_peak", "kinds_exit", "vmas_peak", "vmas_exit"):
             setattr(tl, k, None if v is None else tuple(v))
         else:
             setattr(tl, k, v)

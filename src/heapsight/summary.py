@@ -88,8 +88,8 @@ def owners_resident(owners: tuple, prof, tl: Timeline, end_s: float) -> tuple:
     what it uses at the end, beside what it reserved) and at the reading near peak RSS
     ("resident_peak_bytes", "resident_peak_at_s": a runtime may unmap its heap as it
     exits). Unchanged without the mappings' records (sampling off) or a reading."""
-    last = tl.vmas_exit or (tl.vmas_last if tl.vmas_last and tl.vmas_last[0] <= end_s
-                            else None)   # the reading last_kinds shows
+    # the reading last_kinds shows
+    last = tl.vmas_exit or next((r for r in reversed(tl.vmas) if r[0] <= end_s), None)
     if not owners or prof is None or not len(prof.maps) or last is None:
         return owners
     out = [dict(o) for o in owners]

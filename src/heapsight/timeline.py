@@ -49,9 +49,9 @@ class Timeline:
     kinds: list = field(default_factory=list)       # (t, resident bytes by mappings.KINDS)
     kinds_peak: tuple | None = None  # (t, kinds, RSS) read when RSS was highest so far
     kinds_exit: tuple | None = None  # (t, kinds) read as the program entered its exit
-    # (t, [(start, end, resident bytes)]) of the other anonymous mappings, at the last, the
-    # peak's and the exit's readings of kinds (mapped.py: whose are resident)
-    vmas_last: tuple | None = None
+    # (t, [(start, end, resident bytes)]) of the other anonymous mappings, at the readings of
+    # kinds above: the last two, the peak's and the exit's (mapped.py: whose are resident)
+    vmas: list = field(default_factory=list)
     vmas_peak: tuple | None = None
     vmas_exit: tuple | None = None
     # heapsight's own pages resident in the program (the segment's), left out of every RSS

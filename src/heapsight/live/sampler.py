@@ -376,7 +376,7 @@ class Sampler:
         if kinds is None or torn:
             return
         tl.kinds = (tl.kinds + [(now - start, kinds)])[-2:]   # the last two: the last may be cut
-        tl.vmas_last = (now - start, anon)
+        tl.vmas = (tl.vmas + [(now - start, anon)])[-2:]
         if peak_due:
             tl.kinds_peak = (now - start, kinds, rss_now)
             tl.vmas_peak = (now - start, anon)
