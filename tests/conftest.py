@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from heapsight.native import BIN_DIR
+from heapsight.native import BIN
 
 # A shell runs a background job (`make test &`) with Ctrl-C ignored, and an ignored signal
 # stays ignored across exec: the tests of Ctrl-C, here and in the heapsight processes they
@@ -108,9 +108,9 @@ class Result:
 
 
 def scenario(name: str) -> str:
-    path = BIN_DIR / name
-    assert path.exists(), f"{path} is missing: the build did not install the scenarios"
-    return str(path)
+    path = os.path.join(BIN, name)
+    assert os.path.exists(path), f"{path} is missing: the build did not install the scenarios"
+    return path
 
 
 @pytest.fixture

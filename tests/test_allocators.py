@@ -4,6 +4,7 @@ and the page-per-allocation mmap baseline. Each is recognised, its own statistic
 the run, the statistics thread never allocates, and the release at exit does what that
 allocator does."""
 
+import os
 import re
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 from conftest import scenario
 from heapsight import allocators, record
-from heapsight.native import BIN_DIR, LIB_PATH
+from heapsight.native import BIN, lib_path
 
 MiB = 1024 * 1024
 KiB = 1024
@@ -22,7 +23,7 @@ ALLOCATOR_LIBS = {
     "jemalloc": SYSTEM_LIBS / "libjemalloc.so.2",
     "tcmalloc": SYSTEM_LIBS / "libtcmalloc_minimal.so.4",
     "mimalloc": SYSTEM_LIBS / "libmimalloc.so.2",
-    "mmap": LIB_PATH.parent / "libheapsight_mmap.so",
+    "mmap": Path(lib_path("libheapsight_mmap.so")),
 }
 MMAP_HEADER_BYTES = 16
 
@@ -151,8 +152,8 @@ def test_mmap_baseline_retains_nothing_and_costs_a_page_per_block(hs, tmp_path):
 def test_mmap_allocator_correctness(hs):
     # The C test links libheapsight_mmap.so (its malloc answers every call): alone, and
     # with libheapsight.so in front forwarding to it.
-    prog = BIN_DIR / "hs-test-mmap-alloc"
-    assert prog.exists(), f"{prog} is missing: the build did not install it"
+    prog = os.path.join(BIN, "hs-test-mmap-alloc")
+    assert os.path.exists(prog), f"{prog} is missing: the build did not install it"
     p = subprocess.run([str(prog)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     m = re.search(r"(\d+) passed, 0 failed", p.stdout)

@@ -16,7 +16,7 @@ import pytest
 from conftest import scenario
 from heapsight import heapmap as H
 from heapsight import segment as S
-from heapsight.native import LIB_PATH
+from heapsight.native import LIB
 
 PAGE = os.sysconf("SC_PAGESIZE")
 JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
@@ -30,7 +30,7 @@ def start(*command, at_exit=True, preload=(), env=None, **popen):
         H.at_exit(seg)
     e = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     e.update(env or {})
-    e.update(LD_PRELOAD=":".join([str(LIB_PATH), *map(str, preload)]), HEAPSIGHT_SEGMENT=seg.path)
+    e.update(LD_PRELOAD=":".join([LIB, *map(str, preload)]), HEAPSIGHT_SEGMENT=seg.path)
     return subprocess.Popen(command, env=e, text=True, **popen), seg
 
 

@@ -6,14 +6,14 @@ import os
 import subprocess
 
 from conftest import scenario
-from heapsight.native import BIN_DIR, LIB_PATH
+from heapsight.native import BIN, LIB
 
-SHIM = BIN_DIR / "libhs_bootshim.so"
+SHIM = os.path.join(BIN, "libhs_bootshim.so")
 
 
 def preload(*libs) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HEAPSIGHT_SEGMENT")}
-    env["LD_PRELOAD"] = ":".join(map(str, (LIB_PATH, *libs)))
+    env["LD_PRELOAD"] = ":".join(map(str, (LIB, *libs)))
     return env
 
 

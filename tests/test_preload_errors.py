@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scenario
-from heapsight.native import LIB_PATH
+from heapsight.native import LIB, lib_path
 
 MiB = 1024 * 1024
 SYSTEM_LIBS = Path("/usr/lib/x86_64-linux-gnu")
@@ -18,7 +18,7 @@ UNDERNEATH = {
     "jemalloc": SYSTEM_LIBS / "libjemalloc.so.2",
     "tcmalloc": SYSTEM_LIBS / "libtcmalloc_minimal.so.4",
     "mimalloc": SYSTEM_LIBS / "libmimalloc.so.2",
-    "mmap": LIB_PATH.parent / "libheapsight_mmap.so",
+    "mmap": Path(lib_path("libheapsight_mmap.so")),
 }
 
 
@@ -27,7 +27,7 @@ def preloaded(allocator: str) -> dict:
     if lib is not None and not lib.exists():
         pytest.fail(f"{lib} is missing: `make test` installs the allocators (scripts/install-deps)")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HEAPSIGHT_SEGMENT")}
-    env["LD_PRELOAD"] = ":".join(str(x) for x in (LIB_PATH, lib) if x is not None)
+    env["LD_PRELOAD"] = ":".join(str(x) for x in (LIB, lib) if x is not None)
     return env
 
 

@@ -7,14 +7,14 @@ import subprocess
 
 from conftest import scenario
 from heapsight import segment as S
-from heapsight.native import LIB_PATH
+from heapsight.native import LIB
 
 
 def run_attached(*command, timeout=20):
     """The program under the preload library with a segment this process made."""
     seg = S.Segment()
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env.update(LD_PRELOAD=str(LIB_PATH), HEAPSIGHT_SEGMENT=seg.path)
+    env.update(LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT=seg.path)
     try:
         p = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
         return p, seg
@@ -62,7 +62,7 @@ def test_no_statistics_still_measures_the_exit():
     # HEAPSIGHT_STATS_HZ=0: no sampling, yet the helper is there for the exit probe
     seg = S.Segment()
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env.update(LD_PRELOAD=str(LIB_PATH), HEAPSIGHT_SEGMENT=seg.path, HEAPSIGHT_STATS_HZ="0")
+    env.update(LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT=seg.path, HEAPSIGHT_STATS_HZ="0")
     try:
         p = subprocess.run([scenario("hs-leak"), "--mb", "5"], env=env, capture_output=True,
                            text=True, timeout=20)

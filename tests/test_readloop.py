@@ -20,7 +20,7 @@ from heapsight.segment import Segment
 def idle_program():
     """hs-idle holding 8 MiB for 3 s under the library, its segment attached."""
     seg = Segment()
-    env = dict(os.environ, LD_PRELOAD=str(native.LIB_PATH), HEAPSIGHT_SEGMENT=seg.path)
+    env = dict(os.environ, LD_PRELOAD=native.LIB, HEAPSIGHT_SEGMENT=seg.path)
     p = subprocess.Popen([scenario("hs-idle"), "--ms", "3000", "--mb", "8"], env=env,
                          stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 5

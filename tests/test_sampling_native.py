@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from heapsight import segment as S
-from heapsight.native import LIB_PATH, program
+from heapsight.native import LIB, program
 
 BLOCK_DTYPE = np.dtype([("addr", "<u8"), ("usable", "<u8"), ("freed", "<u8")])
 PERL_HASH = "my %h; $h{$_} = [$_, \"v$_\"] for 1..200000;"
@@ -66,7 +66,7 @@ def run_sampled(argv, sample_bytes, tmp_path, env=None, timeout=120):
     """Runs argv preloaded, with a segment; (completed process, profile)."""
     seg = S.Segment()
     try:
-        e = {**os.environ, "LD_PRELOAD": str(LIB_PATH), "HEAPSIGHT_SEGMENT": seg.path,
+        e = {**os.environ, "LD_PRELOAD": LIB, "HEAPSIGHT_SEGMENT": seg.path,
              "HEAPSIGHT_SAMPLE_BYTES": str(sample_bytes), **(env or {})}
         p = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=timeout,
                            cwd=tmp_path)

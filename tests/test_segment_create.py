@@ -36,7 +36,7 @@ def test_a_process_keeps_its_own_segment_across_an_exec():
     from heapsight import native
     check = ("import os; print(any(f'heapsight-{os.getpid()}-auto.seg' in l "
              "for l in open('/proc/self/maps')), os.getpid())")
-    env = dict(os.environ, LD_PRELOAD=str(native.LIB_PATH), HEAPSIGHT_SEGMENT="auto")
+    env = dict(os.environ, LD_PRELOAD=native.LIB, HEAPSIGHT_SEGMENT="auto")
     p = subprocess.run(["sh", "-c", f'exec /usr/bin/python3 -c "{check}"'], env=env,
                        capture_output=True, text=True, timeout=60)
     # THEN the program after the exec counts into that segment (not a private one)

@@ -8,13 +8,13 @@ import subprocess
 
 from conftest import scenario
 from heapsight import segment as S
-from heapsight.native import LIB_PATH
+from heapsight.native import LIB
 
 
 def test_a_finished_runs_segment_is_left_alone():
     seg = S.Segment()
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env.update(LD_PRELOAD=str(LIB_PATH), HEAPSIGHT_SEGMENT=seg.path)
+    env.update(LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT=seg.path)
     try:
         # GIVEN the run's program, ended through its exit handlers
         p = subprocess.run([scenario("hs-leak"), "--mb", "2"], env=env, capture_output=True,

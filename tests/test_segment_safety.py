@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from heapsight import segment as S
-from heapsight.native import LIB_PATH
+from heapsight.native import LIB
 
 
 def digest(path) -> str:
@@ -20,7 +20,7 @@ def digest(path) -> str:
 
 def under_preload(seg_path, cwd):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env.update(LD_PRELOAD=str(LIB_PATH), HEAPSIGHT_SEGMENT=str(seg_path))
+    env.update(LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT=str(seg_path))
     p = subprocess.run(["/bin/true"], env=env, capture_output=True, text=True, cwd=cwd, timeout=30)
     assert p.returncode == 0, p.stderr
 

@@ -1,7 +1,5 @@
-"""Where the native parts live: the preload library and the bundled programs.
-
-Paths are strings (pathlib costs every start 3 ms); LIB_PATH, BIN_DIR and PACKAGE_DIR are
-also offered as Path objects, made when first asked for."""
+"""Where the native parts live: the preload library and the bundled programs (paths as
+strings: pathlib costs every start 3 ms)."""
 
 import os
 
@@ -25,14 +23,6 @@ BIN = os.path.join(PACKAGE, "_bin")
 def lib_path(name: str) -> str:
     """A library built with the package, e.g. 'libhsread.so'."""
     return os.path.join(PACKAGE, "_lib", name)
-
-
-def __getattr__(name):
-    paths = {"PACKAGE_DIR": PACKAGE, "LIB_PATH": LIB, "BIN_DIR": BIN}
-    if name in paths:
-        from pathlib import Path
-        return Path(paths[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def preload_library() -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import scenario
 from heapsight import elf
-from heapsight.native import LIB_PATH
+from heapsight.native import lib_path
 
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 JEMALLOC, TCMALLOC, MIMALLOC = (LIBDIR / "libjemalloc.so.2", LIBDIR / "libtcmalloc_minimal.so.4",
@@ -98,7 +98,7 @@ def test_pt_interp_anywhere_in_the_program_headers_makes_it_dynamic(tmp_path):
 # not_an_allocator ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("lib", [JEMALLOC, TCMALLOC, MIMALLOC, LIBC,
-                                 LIB_PATH.parent / "libheapsight_mmap.so"])
+                                 lib_path("libheapsight_mmap.so")])
 def test_allocator_libraries_are_accepted(lib):
     assert elf.not_an_allocator(str(lib)) is None
 
