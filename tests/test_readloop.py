@@ -47,7 +47,7 @@ def test_ticks_read_what_python_reads_at_the_rate_asked(idle_program):
     assert 100 <= len(rows) <= 201
     col = {c: rows[:, i] for i, c in enumerate(readloop.COLUMNS)}
     # AND the counters are exactly the Python reader's (the program does not allocate now)
-    c = seg.counters(classes=True)
+    c = seg.counters()
     assert set(col["live_usable"]) == {c.live_usable_bytes}
     assert set(col["live_req"]) == {c.live_requested_bytes}
     assert set(col["n_alloc"]) == {c.n_alloc}

@@ -10,7 +10,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 16
+#define HS_SEGMENT_VERSION 17
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -59,32 +59,47 @@ typedef struct hs_alloc_stats_s {
 } hs_alloc_stats_t;
 
 /* One thread's counters. Only its owner writes them (no locks); readers sum all slots.
- * The hot path writes the first line (usable bytes, the flush and sample countdowns) and
- * the size's class counters; what can be derived is derived when read: allocations and
- * frees are the sums of the class counters, large heap blocks the allocations of the
- * classes from 128 KiB up less the large mmapped ones. */
+ * The hot path writes the first line: the counts and bytes of allocations and frees, the
+ * requested bytes, and two countdowns (allocated and freed bytes until the slow path runs:
+ * the next flush of the live figure, or the next sample). Everything else is written on the
+ * slow path (counters.c). */
 typedef struct hs_slot_s {
-  uint64_t claimed;          /* 1 while a live thread owns it */
-  uint64_t tid;              /* last owner */
+  int64_t left;              /* bytes this thread may allocate before the slow path: the
+                                least of the flush limit and sample_left, as of left_base */
+  int64_t free_left;         /* bytes it may free before it flushes */
   uint64_t usable_alloc_bytes;
   uint64_t usable_free_bytes;
-  int64_t flush_room;        /* bytes this thread may still add to the live figure before it
-                                flushes: pending bytes = flush_base - flush_room */
-  int64_t flush_max;         /* flush_base + the limit: frees past it flush too */
-  int64_t sample_left;       /* usable bytes until the next sampled allocation (profile.c) */
-  int64_t flush_base;        /* flush_room as set at the last flush */
+  uint64_t n_alloc;
+  uint64_t n_free;
+  uint64_t req_alloc_bytes;  /* requested bytes of every allocation (waste: usable - this) */
   uint64_t n_realloc;
+  /* second line: the slow path's */
+  uint64_t claimed;          /* 1 while a live thread owns it */
+  uint64_t tid;              /* last owner */
+  int64_t left_base;         /* left as set at the last flush or sample */
+  int64_t sample_left;       /* usable bytes until the next sampled allocation (profile.c),
+                                as of left_base */
+  int64_t flushed_net;       /* usable_alloc_bytes - usable_free_bytes at the last flush */
+  uint64_t n_large;          /* allocations of 128 KiB usable or more (heap or mmapped) */
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
   uint64_t n_mmapped_large;  /* of those, requested 128 KiB or more */
   uint64_t mmapped_alloc_bytes; /* glibc: the chunk sizes of those, */
   uint64_t mmapped_free_bytes;  /* and of the ones freed (live: the difference) */
-  uint64_t pad[3];
-  /* Per usable-size class; together they are the size histogram, and requested bytes are
-   * derived from them (usable - waste) when read, which keeps the hot path short. */
-  uint64_t cls_alloc[HS_CLASSES];  /* per usable-size class: allocations, */
-  uint64_t cls_free[HS_CLASSES];   /* frees, */
-  uint64_t cls_waste[HS_CLASSES];  /* and (usable - requested) summed at allocation */
+  uint64_t pad[6];
 } hs_slot_t;
+
+/* The size histogram, from the sampled allocations (profile.c, under its lock): per
+ * usable-size class, each sampled block weighted by the inverse of the probability it had
+ * to be sampled (Horvitz-Thompson: the sums are unbiased estimates of the whole heap's).
+ * Doubles, read racily (each an aligned 8-byte word some moment had). */
+typedef struct hs_hist_s {
+  double alloc_w[HS_CLASSES];  /* allocations, estimated */
+  double live_w[HS_CLASSES];   /* blocks live now, estimated */
+  double waste_w[HS_CLASSES];  /* (usable - requested) of the allocations, estimated */
+  double live_u_w[HS_CLASSES]; /* usable bytes of the blocks live now, estimated */
+  double live_var[HS_CLASSES]; /* the variance of live_w: sum of (1 - p) / p^2 */
+  uint64_t samples, live_samples;
+} hs_hist_t;
 
 /* Sampled call sites (native/src/profile.c writes, src/heapsight/profile.py reads).
  * Allocations are sampled by bytes (a Poisson process of mean mean_bytes over usable bytes),
@@ -220,6 +235,7 @@ typedef struct hs_segment_s {
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];
+  hs_hist_t hist;
   hs_slot_t slots[HS_MAX_SLOTS] __attribute__((aligned(64)));
   /* Sampled allocations with their call stacks (profile.c). Left out of the file (its size
    * ends here) when the run samples nothing. */

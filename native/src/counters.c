@@ -15,8 +15,8 @@ HS_TLS int _hs_t_helper;         /* the stats thread: its allocations are a bug 
 static pthread_key_t g_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 /* A sink for calls that must not be counted (its countdown never reaches 0: not sampled). */
-static hs_slot_t g_discard = {.sample_left = INT64_MAX, .flush_room = INT64_MAX / 2,
-                              .flush_max = INT64_MAX};
+static hs_slot_t g_discard = {.left = INT64_MAX / 2, .free_left = INT64_MAX / 2,
+                              .left_base = INT64_MAX / 2, .sample_left = INT64_MAX};
 static uint64_t g_claimed;       /* slots owned by live threads */
 
 /* heapsight's own allocations: what its start-up calls allocate in the program's heap (the
@@ -27,8 +27,8 @@ static uint64_t g_claimed;       /* slots owned by live threads */
  * it in the sampled-block map: its free, whenever it comes, reaches _hs_own_take through
  * the marked path and is not counted either. */
 #define HS_OWN_MAX 32
-static hs_slot_t g_own_slot = {.sample_left = INT64_MIN / 2, .flush_room = INT64_MIN / 2,
-                               .flush_max = INT64_MIN}; /* every free is looked at */
+static hs_slot_t g_own_slot = {.left = INT64_MIN / 2, .free_left = INT64_MIN / 2,
+                               .sample_left = INT64_MIN / 2}; /* every free is looked at */
 static void *g_own[HS_OWN_MAX];
 static HS_TLS hs_slot_t *t_own_saved; /* the thread's slot, given back by _hs_own_end */
 static HS_TLS int t_own;              /* depth: own calls may nest (a realloc of an own block) */
@@ -151,6 +151,7 @@ hs_slot_t *_hs_slot_claim(void) {
       __atomic_fetch_add(&seg->slot_claims, 1, __ATOMIC_RELAXED);
       got->tid = (uint64_t)syscall(SYS_gettid);
       got->sample_left = HS_SAMPLE_FRESH; /* its first allocation draws the interval */
+      got->left = got->left_base = 0;
       uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
       while (used < i + 1 && !__atomic_compare_exchange_n(&seg->slots_used, &used, i + 1, 0,
                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -180,11 +181,11 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
                       const void *caller) {
   if (_hs_seg == NULL) return;
   hs_slot_t *s = &_hs_seg->slots[0];
-  unsigned c = hs_class_of(usable);
   if (is_alloc) {
     __atomic_fetch_add(&s->usable_alloc_bytes, usable, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&s->cls_alloc[c], 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&s->cls_waste[c], usable - req, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->n_alloc, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->req_alloc_bytes, req, __ATOMIC_RELAXED);
+    if (usable >= HS_GLIBC_MMAP_THRESHOLD_START) __atomic_fetch_add(&s->n_large, 1, __ATOMIC_RELAXED);
     if (hdr & 2) {
       __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
       __atomic_fetch_add(&s->mmapped_alloc_bytes, hdr & ~(size_t)7, __ATOMIC_RELAXED);
@@ -193,26 +194,38 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
     }
     /* the sample before the peak it may raise (as in _hs_counted_due); no slack here: the
      * peak is raised at once */
-    _hs_sample_shared(p, usable, caller);
+    _hs_sample_shared(p, usable, req, caller);
     raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, (int64_t)usable,
                                            __ATOMIC_RELAXED));
   } else {
     __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&s->cls_free[c], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->n_free, 1, __ATOMIC_RELAXED);
     if (hdr & 2) __atomic_fetch_add(&s->mmapped_free_bytes, hdr & ~(size_t)7, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&_hs_seg->live_usable_bytes, (int64_t)usable, __ATOMIC_RELAXED);
   }
 }
 
+/* The bytes allocated since left was last set, taken off the sample countdown. */
+static void take_allocated(hs_slot_t *s) {
+  s->sample_left -= s->left_base - s->left;
+  s->left_base = s->left;
+}
+
 /* Move a thread's pending bytes into the global live figure, raise the peak, and start
- * the thread's countdowns again from the current limit. The peak is exact to within what
- * all threads hold back together: HS_FLUSH_TOTAL_BYTES, or HS_FLUSH_MIN_BYTES per thread
- * past 256 threads (_hs_flush_limit, taken by each thread at its next flush). */
+ * the thread's countdowns again: the allocation countdown runs to the flush limit or the
+ * next sample, whichever comes first, the free countdown to the limit. A thread flushes
+ * after at most a limit's bytes allocated or freed, so the bytes it holds back are less
+ * than the limit either way, and the peak is exact to within what all threads hold back
+ * together: HS_FLUSH_TOTAL_BYTES, or HS_FLUSH_MIN_BYTES per thread past 256 threads
+ * (_hs_flush_limit, taken by each thread at its next flush). */
 void _hs_flush(hs_slot_t *s) {
   if (s == &g_discard || s == &g_own_slot) return;
-  int64_t d = s->flush_base - s->flush_room, limit = __atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED);
-  s->flush_base = s->flush_room = limit;
-  s->flush_max = 2 * limit;
+  take_allocated(s);
+  int64_t limit = __atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED);
+  s->left = s->left_base = s->sample_left < limit ? s->sample_left : limit;
+  s->free_left = limit;
+  int64_t net = (int64_t)(s->usable_alloc_bytes - s->usable_free_bytes), d = net - s->flushed_net;
+  s->flushed_net = net;
   if (_hs_seg == NULL || d == 0) return;
   raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, d, __ATOMIC_RELAXED));
 }
@@ -241,7 +254,7 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   }
   hs_slot_t *s = slot_slow();
   if (s == NULL) { _hs_count_shared(1, u, req, hdr, p, caller); return; }
-  if (hs_add_alloc(s, u, req)) _hs_counted_due(s, p, u, caller);
+  if (hs_add_alloc(s, u, req)) _hs_counted_due(s, p, u, req, caller);
   if (hdr & 2) {
     s->n_mmapped++;
     s->mmapped_alloc_bytes += hdr & ~(size_t)7;
@@ -277,13 +290,13 @@ void *_hs_counted_slow(void *p, size_t req, const void *caller) {
   return p;
 }
 
-void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller) {
+void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, size_t req, const void *caller) {
   if (HS_UNLIKELY(s == &g_own_slot)) {
     if (!own_put(p)) { /* no room: the program's after all */
       int depth = t_own;
       if (_hs_usable_by_header) _hs_tslot = t_own_saved;
       t_own = 0;
-      hs_count_alloc_by(p, u, caller);
+      hs_count_alloc_by(p, req, caller);
       t_own = depth;
       if (_hs_usable_by_header) {
         if (_hs_tslot) t_own_saved = _hs_tslot;
@@ -292,9 +305,12 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller) {
     }
     return p;
   }
+  /* a block this large always ends the countdown (it starts at the flush limit or less) */
+  if (u >= HS_GLIBC_MMAP_THRESHOLD_START) s->n_large++;
   /* the sample first: its event's time then comes before the peak's that this block's flush
    * may raise, and the block that makes the peak is among the peak's call sites */
-  if (s->sample_left < 0) _hs_sample_alloc(s, p, u, caller);
-  if (s->flush_room < 0) _hs_flush(s);
+  take_allocated(s);
+  if (s->sample_left < 0) _hs_sample_alloc(s, p, u, req, caller);
+  _hs_flush(s);
   return p;
 }

@@ -41,7 +41,8 @@ hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call *
 void _hs_count_alloc_slow(void *p, size_t req, const void *caller);
 void _hs_count_free_slow(void *p);
 void *_hs_counted_slow(void *p, size_t req, const void *caller);          /* returns p */
-void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, const void *caller); /* returns p */
+void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, size_t req,
+                      const void *caller);                          /* returns p */
 void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
                       const void *caller);
 void _hs_flush(hs_slot_t *s);
@@ -67,15 +68,15 @@ int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
 uint64_t _hs_read_threads(void); /* the process's thread count, 0 if unknown */
 uint64_t _hs_now_ns(void);
 
-/* Sampled call sites (profile.c). The hot path's share: a per-thread countdown of usable
- * bytes (hs_slot_t.sample_left) on allocation, and one byte load on free: a map of counts
+/* Sampled call sites (profile.c). The hot path's share: the slot's countdown of allocated
+ * bytes (hs_slot_t.left, which runs out no later than sample_left), and one byte load on free: a map of counts
  * of live sampled blocks by (p >> 4) & mask, in .bss (pages never written stay unbacked).
  * Only a nonzero byte leads to the lookup of the block. */
 #define HS_SAMPLE_MAP_SIZE (1u << 18)
 #define HS_SAMPLE_FRESH (INT64_MIN / 2) /* a claimed slot's countdown: not drawn yet */
 extern HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
-void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller);
-void _hs_sample_shared(void *p, size_t usable, const void *caller);
+void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, size_t req, const void *caller);
+void _hs_sample_shared(void *p, size_t usable, size_t req, const void *caller);
 void _hs_sample_free(void *p);
 void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's mmap */
 extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request being taken */
@@ -157,29 +158,23 @@ static inline size_t hs_glibc_usable(size_t hdr) {
   return (hdr & ~(size_t)7) - ((hdr & 2) ? 2 * sizeof(size_t) : sizeof(size_t));
 }
 
-/* The counting, once the slot and the usable size are known: the class counters, the
- * usable bytes, the flush countdown (the global live figure and its peak) and the sample
- * countdown (profile.c). The two countdowns are subtracts to memory tested with one sign
- * test; nonzero when one ran out: the caller then calls _hs_counted_due (a jump from
- * preload.c's counted, so its common case saves no register). */
+/* The counting, once the slot and the usable size are known: the count, the usable and
+ * requested bytes, and one countdown of allocated bytes that covers both the flush of the
+ * live figure and the next sample; nonzero when it ran out: the caller then calls
+ * _hs_counted_due (a jump from preload.c's counted, so its common case saves no register).
+ * Nothing here depends on the size's class: the size histogram comes from the samples. */
 __attribute__((always_inline)) static inline int hs_add_alloc(hs_slot_t *s, size_t u, size_t req) {
-  unsigned c = hs_class_of(u);
-  s->cls_alloc[c]++;
-  s->cls_waste[c] += u - req;
+  s->n_alloc++;
   s->usable_alloc_bytes += u;
-  int64_t room = s->flush_room - (int64_t)u, left = s->sample_left - (int64_t)u;
-  s->flush_room = room;
-  s->sample_left = left;
-  return (room | left) < 0;
+  s->req_alloc_bytes += req;
+  return (s->left -= (int64_t)u) < 0;
 }
 
 /* Nonzero when the thread's frees went past its limit: the caller flushes (_hs_flush). */
 __attribute__((always_inline)) static inline int hs_add_free(hs_slot_t *s, size_t u) {
-  s->cls_free[hs_class_of(u)]++;
+  s->n_free++;
   s->usable_free_bytes += u;
-  int64_t room = s->flush_room + (int64_t)u;
-  s->flush_room = room;
-  return room > s->flush_max;
+  return (s->free_left -= (int64_t)u) < 0;
 }
 
 /* The hot path is for glibc's heap chunks: _hs_tslot is set only when the usable size can
@@ -195,7 +190,7 @@ __attribute__((always_inline)) static inline void hs_count_alloc_by(void *p, siz
     return;
   }
   size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
-  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) _hs_counted_due(s, p, u, caller);
+  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) _hs_counted_due(s, p, u, req, caller);
 }
 #define hs_count_alloc(p, req) hs_count_alloc_by((p), (req), __builtin_return_address(0))
 

@@ -170,7 +170,7 @@ __attribute__((noinline)) static void *counted(void *p, size_t req, const void *
   if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2))
     return counted_slow(p, req, caller);
   size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
-  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) return _hs_counted_due(s, p, u, caller);
+  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) return _hs_counted_due(s, p, u, req, caller);
   return p;
 }
 

@@ -37,6 +37,7 @@
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -446,6 +447,7 @@ static int splice(hs_profile_t *pr, const uint64_t *nat, int n, const hs_iframe_
 
 static void put_event(hs_profile_t *pr, uint64_t i, uint64_t addr, uint64_t size,
                       uint32_t stack, uint32_t kind) {
+  (void)pr;
   hs_event_t *e = &g_events[i];
   e->addr = addr;
   e->size = size;
@@ -473,7 +475,29 @@ static void add_modules(hs_profile_t *pr, hs_module_t *fresh, int n) {
  * block's address is at least 8-aligned, so the two never meet). */
 static inline uint64_t map_key(const void *p) { return (uint64_t)(uintptr_t)p | 1; }
 
-static inline __attribute__((always_inline)) void record(void *p, size_t usable,
+/* The size histogram (hs_hist_t), under the lock: a sampled block of `usable` bytes taken
+ * at `level` had probability p = 1 - exp(-usable / mean) to be sampled (the mean then:
+ * M / 2^level), so it stands for 1/p blocks. dir 1: its allocation (req: its requested
+ * bytes); -1: its free. */
+static void hist_add(uint64_t usable, uint64_t req, int level, int dir) {
+  hs_hist_t *h = &_hs_seg->hist;
+  double prob = -expm1(-(double)usable / ldexp(g_mean, -level));
+  if (!(prob > 0)) return;
+  double w = 1.0 / prob, d = (double)dir;
+  unsigned c = hs_class_of(usable);
+  if (c >= HS_CLASSES) return;
+  if (dir > 0) {
+    h->alloc_w[c] += w;
+    h->waste_w[c] += w * (double)(usable - (req < usable ? req : usable));
+    h->samples++;
+  }
+  h->live_w[c] += d * w;
+  h->live_u_w[c] += d * w * (double)usable;
+  h->live_var[c] += d * (1.0 - prob) * w * w;
+  h->live_samples += (uint64_t)(int64_t)dir;
+}
+
+static inline __attribute__((always_inline)) void record(void *p, size_t usable, size_t req,
                                                          const void *caller, uint32_t kind) {
   hs_profile_t *pr = &_hs_seg->profile;
   if (__atomic_load_n(&g_full, __ATOMIC_RELAXED)) { drop(pr); return; }
@@ -546,6 +570,7 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
     table_put(&g_live, map_key(p), used);
   } else {
     table_put(&g_live, (uint64_t)(uintptr_t)p, used);
+    hist_add(usable, req, kind >> 8 & 0xff, 1);
     unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
     if (*c < 255) __atomic_store_n(c, (unsigned char)(*c + 1), __ATOMIC_RELAXED); /* 255 sticks */
   }
@@ -563,7 +588,7 @@ static int sampling_here(void) {
 }
 
 /* The slow path of the countdown: s->sample_left went below 0 with this block. */
-void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller) {
+void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, size_t req, const void *caller) {
   int state = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
   if (state == P_UNSET) return; /* before attach: decided at the next allocation */
   hs_segment_t *seg = _hs_seg;
@@ -582,7 +607,7 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller) 
   s->sample_left = draw(); /* memoryless: the next interval starts at this block's end */
   if (!t_sampling) {
     t_sampling = 1;
-    record(p, usable, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
+    record(p, usable, req, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
     t_sampling = 0;
   }
   errno = saved;
@@ -590,7 +615,7 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, const void *caller) 
 
 /* Threads without a slot (past 255) share one atomic countdown; the thread that finds it
  * below 0 and refills it samples. */
-void _hs_sample_shared(void *p, size_t usable, const void *caller) {
+void _hs_sample_shared(void *p, size_t usable, size_t req, const void *caller) {
   int64_t left = __atomic_sub_fetch(&g_shared_left, (int64_t)usable, __ATOMIC_RELAXED);
   if (HS_LIKELY(left >= 0) || !sampling_here()) return;
   int saved = errno;
@@ -603,7 +628,7 @@ void _hs_sample_shared(void *p, size_t usable, const void *caller) {
     count_sample(level);
     if (!t_sampling) {
       t_sampling = 1;
-      record(p, usable, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
+      record(p, usable, req, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
       t_sampling = 0;
     }
   }
@@ -620,6 +645,8 @@ void _hs_sample_free(void *p) {
     unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
     if (*c < 255) __atomic_store_n(c, (unsigned char)(*c - 1), __ATOMIC_RELAXED);
     uint64_t i = pr->events_used; /* room was kept when its ALLOC was recorded */
+    const hs_event_t *a = &g_events[found - 1];
+    hist_add(a->size, 0, a->kind >> 8 & 0xff, -1);
     __atomic_store_n(&pr->events_used, i + 1, __ATOMIC_RELEASE);
     put_event(pr, i, found - 1, 0, 0, HS_EVENT_FREE);
   }
@@ -732,7 +759,7 @@ void _hs_profile_map(void *p, size_t len, const void *caller) {
   if (!sampling_here() || t_sampling || t_locked) return;
   int saved = errno;
   t_sampling = 1;
-  record(p, len, caller, HS_EVENT_MAP);
+  record(p, len, 0, caller, HS_EVENT_MAP);
   t_sampling = 0;
   errno = saved;
 }

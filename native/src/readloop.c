@@ -58,43 +58,40 @@ static int read_statm(int fd, uint64_t *rss_pages, uint64_t *shared_pages) {
 }
 
 /* Live usable and requested bytes, allocations and frees, summed over the used slots. The
- * requested bytes of live blocks are estimated per class: each live block of class c is
- * taken to waste the mean waste of that class's allocations. */
+ * requested bytes of live blocks are estimated from the sampled size histogram (the live
+ * blocks' mean waste by class, over their usable bytes), or from all allocations' waste
+ * while no sampled block is live: as heapsight.segment.Segment.counters does. */
 static void read_counters(const hs_segment_t *seg, double *row) {
   uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
   if (used < 1) used = 1;
   if (used > HS_MAX_SLOTS) used = HS_MAX_SLOTS;
-  uint64_t ua = 0, uf = 0;
-  double na = 0, nf = 0;
-  double waste = 0;
-  static double cls_a[HS_CLASSES], cls_f[HS_CLASSES], cls_w[HS_CLASSES];
-  memset(cls_a, 0, sizeof cls_a);
-  memset(cls_f, 0, sizeof cls_f);
-  memset(cls_w, 0, sizeof cls_w);
+  uint64_t ua = 0, uf = 0, req = 0, na = 0, nf = 0;
   for (uint64_t i = 0; i < used; i++) {
     const hs_slot_t *s = &seg->slots[i];
     ua += s->usable_alloc_bytes;
     uf += s->usable_free_bytes;
-    for (int c = 0; c < HS_CLASSES; c++) {
-      uint64_t a = s->cls_alloc[c], f = s->cls_free[c]; /* a thread frees others' blocks too */
-      if (!(a | f)) continue;
-      cls_a[c] += (double)a;
-      cls_f[c] += (double)f;
-      cls_w[c] += (double)s->cls_waste[c];
-    }
-  }
-  for (int c = 0; c < HS_CLASSES; c++) {
-    na += cls_a[c]; /* allocations and frees are the classes' sums */
-    nf += cls_f[c];
-    double live_n = cls_a[c] - cls_f[c];
-    if (cls_a[c] > 0 && live_n > 0) waste += live_n * (cls_w[c] / cls_a[c]);
+    req += s->req_alloc_bytes;
+    na += s->n_alloc;
+    nf += s->n_free;
   }
   double live_usable = ua > uf ? (double)(ua - uf) : 0;
-  double live_req = live_usable - round(waste);
+  double ratio = ua > 0 && ua > req ? (double)(ua - req) / (double)ua : 0;
+  const hs_hist_t *h = &seg->hist;
+  double waste = 0, live_u = 0;
+  if (h->live_samples > 0) {
+    for (int c = 0; c < HS_CLASSES; c++) {
+      double a = h->alloc_w[c], n = h->live_w[c], u = h->live_u_w[c];
+      if (a == 0) continue;
+      if (a > 0 && n > 0) waste += n * (h->waste_w[c] / a);
+      if (u > 0) live_u += u;
+    }
+    if (live_u > 0) ratio = waste / live_u < 1 ? waste / live_u : 1;
+  }
+  double live_req = live_usable - floor(live_usable * ratio + 0.5);
   row[3] = live_usable;
   row[4] = live_req > 0 ? live_req : 0;
-  row[5] = na;
-  row[6] = nf;
+  row[5] = (double)na;
+  row[6] = (double)nf;
 }
 
 static int g_sfd = -1;

@@ -12,6 +12,9 @@
 #define STATS(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
                         offsetof(hs_alloc_stats_t, f), sizeof(((hs_alloc_stats_t *)0)->f))
 
+#define HIST(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
+                       offsetof(hs_hist_t, f), sizeof(((hs_hist_t *)0)->f))
+
 #define PROF(f) printf("%s\"%s\": [%zu, %zu]", first++ ? ", " : "", #f, \
                        offsetof(hs_profile_t, f), sizeof(((hs_profile_t *)0)->f))
 
@@ -29,13 +32,17 @@ int main(void) {
   SEG(exit_rss_after); SEG(exit_anon_before); SEG(exit_anon_after); SEG(exit_release_kind);
   SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(creator_pid); SEG(image);
   SEG(exit_probe_status); SEG(library_threads); SEG(library_cpu_ns); SEG(snapshot_seq); SEG(snapshot_ack); SEG(snapshot_label);
-  SEG(heapmap_seq); SEG(heapmap_ack); SEG(heapmap_at_exit); SEG(mapped_at); SEG(heapmap_exit_pid); SEG(exit_done_ns); SEG(slot_claims); SEG(owners); SEG(slots); SEG(profile);
+  SEG(heapmap_seq); SEG(heapmap_ack); SEG(heapmap_at_exit); SEG(mapped_at); SEG(heapmap_exit_pid); SEG(exit_done_ns); SEG(slot_claims); SEG(owners); SEG(hist); SEG(slots); SEG(profile);
   first = 0;
   printf("}, \"slot\": {");
-  SLOT(claimed); SLOT(tid); SLOT(usable_alloc_bytes); SLOT(usable_free_bytes);
-  SLOT(flush_room); SLOT(flush_max); SLOT(sample_left); SLOT(flush_base); SLOT(n_realloc);
+  SLOT(left); SLOT(free_left); SLOT(usable_alloc_bytes); SLOT(usable_free_bytes);
+  SLOT(n_alloc); SLOT(n_free); SLOT(req_alloc_bytes); SLOT(n_realloc); SLOT(claimed);
+  SLOT(tid); SLOT(left_base); SLOT(sample_left); SLOT(flushed_net); SLOT(n_large);
   SLOT(n_mmapped); SLOT(n_mmapped_large); SLOT(mmapped_alloc_bytes); SLOT(mmapped_free_bytes);
-  SLOT(cls_alloc); SLOT(cls_free); SLOT(cls_waste);
+  first = 0;
+  printf("}, \"hist\": {");
+  HIST(alloc_w); HIST(live_w); HIST(waste_w); HIST(live_u_w); HIST(live_var); HIST(samples);
+  HIST(live_samples);
   first = 0;
   printf("}, \"profile\": {");
   PROF(magic); PROF(mean_bytes); PROF(events_used); PROF(stack_words_used); PROF(modules_used);

@@ -49,12 +49,9 @@ static totals_t sum(void) {
   totals_t s = {0};
   for (unsigned i = 0; i < HS_MAX_SLOTS; i++) {
     hs_slot_t *sl = &_hs_seg->slots[i];
-    s.req += sl->usable_alloc_bytes;
-    for (unsigned c = 0; c < HS_CLASSES; c++) {
-      s.req -= sl->cls_waste[c];
-      s.n_alloc += sl->cls_alloc[c]; /* allocations and frees are the classes' sums */
-      s.n_free += sl->cls_free[c];
-    }
+    s.req += sl->req_alloc_bytes;
+    s.n_alloc += sl->n_alloc;
+    s.n_free += sl->n_free;
     s.ua += sl->usable_alloc_bytes; s.uf += sl->usable_free_bytes;
   }
   return s;

@@ -380,13 +380,18 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
 def _waste_finding(final, heap: HeapFigures) -> Finding:
     """Rounding of small requests up to the allocator's size classes."""
     usable = final.live_bytes + final.waste_bytes
-    top = max(heap.size_classes, key=lambda c: c[2] * c[3], default=(0, 0, 0, 0))
+    error = heap.live_waste_error_bytes
+    within = f" (±{human(error)}, estimated from the sampled blocks)" if error else ""
+    where = "Every block"
+    if heap.size_classes:
+        top = max(heap.size_classes, key=lambda c: c[2] * c[3])
+        where = (f"Most of it is in blocks of {top[0]}+ usable bytes (about {top[2]:,} live), "
+                 f"which waste {top[3]:.1f} bytes each on average: every block")
     return Finding(
         "waste", final.waste_bytes,
-        f"{human(final.waste_bytes)} lost to rounding: {pct(final.waste_bytes, usable)} "
-        "of the usable bytes of live blocks were not requested",
-        f"Most of it is in blocks of {top[0]}+ usable bytes ({top[2]:,} live), which waste "
-        f"{top[3]:.1f} bytes each on average: every block is rounded up to the allocator's "
+        f"{human(final.waste_bytes)} lost to rounding{within}: "
+        f"{pct(final.waste_bytes, usable)} of the usable bytes of live blocks were not requested",
+        f"{where} is rounded up to the allocator's "
         "size class (glibc: 24 usable bytes at least, in steps of 16) and carries a header. "
         "Allocate many small objects together (an array, a pool or arena allocator) "
         "instead of one malloc each.", ())

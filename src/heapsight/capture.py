@@ -45,7 +45,7 @@ class Reading:
             "allocator_name": segment.allocator_name(), "owners": segment.owners(),
             "written_bytes": segment.written_bytes() if attached else 0,
             "exit_probe_why_not": segment.exit_probe_why_not(),
-            "counters": dataclasses.asdict(segment.counters(classes=True)),
+            "counters": dataclasses.asdict(segment.counters()),
             "size_classes": [list(c) for c in segment.size_classes()], "alloc_stats": stats})
 
     def get(self, name: str) -> int:
@@ -69,7 +69,7 @@ class Reading:
     def exit_probe_why_not(self) -> str:
         return self.d["exit_probe_why_not"]
 
-    def counters(self, classes: bool = True) -> HeapCounters:
+    def counters(self) -> HeapCounters:
         return HeapCounters(**self.d["counters"])
 
     def size_classes(self) -> list:

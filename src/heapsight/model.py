@@ -115,13 +115,17 @@ class HeapFigures:
     n_large_heap: int
     arenas: int
     threads_seen: int
-    # the size histogram: (smallest usable size of the class, allocations, live blocks,
-    # mean waste bytes per allocation) for each usable-size class used
+    # the size histogram, estimated from the sampled allocations: (smallest usable size of
+    # the class, allocations, live blocks, mean waste bytes per allocation, the live blocks'
+    # standard error) for each usable-size class sampled
     size_classes: tuple
     helper_mallocs: int
     # the allocator's mapped memory read at exit, before the release (None: not read);
     # the last reading that bounds the timeline's retained memory (analysis.mapped_bound)
     mapped_at_exit_bytes: int | None = None
+    # the live blocks' waste (live usable - live requested bytes) is estimated from the
+    # sampled blocks: its standard error (0: from all allocations' waste, no sampled block live)
+    live_waste_error_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -251,7 +251,7 @@ HEAP = fields(optional={"allocator": string, "mapped_at_exit_bytes": maybe(numbe
                             "live_usable_bytes", "peak_live_usable_bytes",
                             "peak_live_requested_bytes", "peak_at_s", "requested_total_bytes",
                             "n_mmapped", "n_large_heap", "arenas", "threads_seen",
-                            "helper_mallocs")}})
+                            "helper_mallocs", "live_waste_error_bytes")}})
 FINDING = fields(optional={"kind": string, "bytes": number, "title": string, "detail": string,
                            "suggestions": list_of(string)})
 HOLD = fields(optional={"cause": string, **{k: number for k in (

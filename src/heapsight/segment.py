@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import fcntl
+import math
 import mmap
 import os
 import resource
@@ -18,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 16
+VERSION = 17
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -46,16 +47,20 @@ OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
                         ("mappings", U8), ("name", "S96")])
 
 SLOT_DTYPE = np.dtype([
-    ("claimed", U8), ("tid", U8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
-    ("flush_room", I8), ("flush_max", I8), ("sample_left", I8), ("flush_base", I8),
-    ("n_realloc", U8), ("n_mmapped", U8), ("n_mmapped_large", U8),
-    ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8), ("pad", U8, (3,)),
-    ("cls_alloc", U8, (CLASSES,)), ("cls_free", U8, (CLASSES,)),
-    ("cls_waste", U8, (CLASSES,)),
+    ("left", I8), ("free_left", I8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
+    ("n_alloc", U8), ("n_free", U8), ("req_alloc_bytes", U8), ("n_realloc", U8),
+    ("claimed", U8), ("tid", U8), ("left_base", I8), ("sample_left", I8), ("flushed_net", I8),
+    ("n_large", U8), ("n_mmapped", U8), ("n_mmapped_large", U8),
+    ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8), ("pad", U8, (6,)),
 ])
-# The first class of usable sizes from 128 KiB: with the large mmapped allocations, it
-# gives the large blocks served from the heap (not counted on the hot path).
-LARGE_CLASS = 64 + (17 - 10) * 8
+# The size histogram from the sampled allocations (hs_hist_t): per usable-size class, sums
+# of each sampled block's weight (1 / the probability it had to be sampled).
+F8 = np.dtype("<f8")
+HIST_DTYPE = np.dtype([
+    ("alloc_w", F8, (CLASSES,)), ("live_w", F8, (CLASSES,)), ("waste_w", F8, (CLASSES,)),
+    ("live_u_w", F8, (CLASSES,)), ("live_var", F8, (CLASSES,)), ("samples", U8),
+    ("live_samples", U8),
+])
 
 _HEADER_FIELDS = [
     ("magic", U8), ("version", U8), ("size_bytes", U8), ("slot_bytes", U8), ("max_slots", U8),
@@ -73,12 +78,12 @@ _HEADER_FIELDS = [
     ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
     ("heapmap_at_exit", U8), ("mapped_at", U8), ("heapmap_exit_pid", U8),
     ("exit_done_ns", U8), ("slot_claims", U8),
-    ("owners", OWNER_DTYPE, (MAX_OWNERS,)),
+    ("owners", OWNER_DTYPE, (MAX_OWNERS,)), ("hist", HIST_DTYPE),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
-# The counters summed over the slots every reading (the others are derived from the classes).
-_SCALARS = ("usable_alloc_bytes", "usable_free_bytes", "n_realloc", "n_mmapped",
-            "n_mmapped_large")
+# The counters summed over the slots every reading.
+_SCALARS = ("usable_alloc_bytes", "usable_free_bytes", "n_alloc", "n_free", "req_alloc_bytes",
+            "n_realloc", "n_large", "n_mmapped", "n_mmapped_large")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary:
 # a header page, then the tables, as many as the file's size says (its room, heapsight.h);
@@ -189,6 +194,35 @@ class AllocStats:
                           int(rec["top_pad_bytes"]), tuple(int(x) for x in rec["raw"]))
 
 
+def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:
+    """(bytes, ± one standard error): the live blocks' waste (usable - requested bytes).
+    The sampled live blocks give its share of the live usable bytes: each class's estimated
+    live blocks times the mean waste of its sampled allocations, over their estimated usable
+    bytes. While no sampled block is live (sampling off, or none taken yet), all
+    allocations' waste share stands in (exact, but of every block ever allocated). Summed
+    class by class in order, as native/src/readloop.c does, so both give the same bytes."""
+    share = (usable_total - req_total) / usable_total if usable_total > req_total else 0.0
+    # copies: the library writes the mapping's meanwhile
+    alloc_w, live_w, waste_w, live_u_w, live_var = (
+        np.array(hist[k], dtype=np.float64) for k in ("alloc_w", "live_w", "waste_w", "live_u_w", "live_var"))
+    waste = live_u = var = 0.0
+    if int(hist["live_samples"]) > 0:
+        for c in np.flatnonzero(alloc_w).tolist():
+            a, n, u = float(alloc_w[c]), float(live_w[c]), float(live_u_w[c])
+            mean = float(waste_w[c]) / a if a > 0 else 0.0
+            if a > 0 and n > 0:
+                waste += n * mean
+                var += max(0.0, float(live_var[c])) * mean * mean
+            if u > 0:
+                live_u += u
+        if live_u > 0:
+            share = min(1.0, waste / live_u)
+    if live_usable <= 0:
+        return 0, 0
+    error = var ** 0.5 * live_usable / live_u if live_u > 0 else 0.0
+    return int(math.floor(live_usable * share + 0.5)), int(round(error))
+
+
 @dataclass(frozen=True)
 class HeapCounters:
     """Sums over every thread slot at one moment."""
@@ -200,6 +234,8 @@ class HeapCounters:
     live_blocks: int
     n_mmapped: int
     n_large_heap: int
+    waste_error_bytes: int = 0  # the live waste's estimate, ± one standard error
+
 
     @property
     def waste_bytes(self) -> int:
@@ -455,49 +491,31 @@ class Segment:
     def _used(self) -> int:
         return min(MAX_SLOTS, max(1, int(self.header["slots_used"])))
 
-    def counters(self, classes: bool = True, waste_ratio: float | None = None) -> HeapCounters:
-        """Totals over the slots. Live requested bytes are estimated per usable-size class
-        (docs/numbers.md); when classes is False the given waste ratio is applied instead,
-        and the requested total (needed only at the end) is left at 0."""
-        k = self._used()
-        s = self.slots[:k]
+    def counters(self) -> HeapCounters:
+        """Totals over the slots, exact but for the live requested bytes: estimated from the
+        sampled size histogram (live_waste, docs/numbers.md)."""
+        s = self.slots[:self._used()]
         f = {name: int(s[name].sum(dtype=np.uint64)) for name in _SCALARS}
         # Frees of blocks the hooks never saw allocated (a library that reached malloc past
         # them) would make live figures negative: never publish an impossible count.
         live_usable = max(0, f["usable_alloc_bytes"] - f["usable_free_bytes"])
-        # allocations and frees are the sums of the class counters (the hot path keeps no
-        # other count of them)
-        cls_alloc, cls_free = s["cls_alloc"].sum(axis=0), s["cls_free"].sum(axis=0)
-        n_alloc, n_free = int(cls_alloc.sum()), int(cls_free.sum())
-        live_blocks = max(0, n_alloc - n_free)
-        large_heap = max(0, int(cls_alloc[LARGE_CLASS:].sum()) - f["n_mmapped_large"])
-        requested_total = 0
-        if classes:
-            n_cls, live_n = cls_alloc.astype(np.float64), (cls_alloc.astype(np.float64)
-                                                           - cls_free.astype(np.float64))
-            waste = s["cls_waste"].sum(axis=0, dtype=np.float64)
-            mean = np.divide(waste, n_cls, out=np.zeros_like(waste), where=n_cls > 0)
-            live_req = max(0, live_usable - int(round(float(np.dot(np.clip(live_n, 0, None), mean)))))
-            requested_total = f["usable_alloc_bytes"] - int(waste.sum())
-        else:
-            live_req = int(live_usable * (1.0 - (waste_ratio or 0.0)))
-        return HeapCounters(n_alloc, n_free, requested_total, live_usable,
-                            live_req, live_blocks, f["n_mmapped"], large_heap)
-
-    def _class_sums(self, k: int):
-        s = self.slots[:k]
-        n_alloc = s["cls_alloc"].sum(axis=0, dtype=np.float64)
-        live_n = n_alloc - s["cls_free"].sum(axis=0, dtype=np.float64)
-        return n_alloc, live_n, s["cls_waste"].sum(axis=0, dtype=np.float64)
+        waste, error = live_waste(self.header["hist"], live_usable, f["usable_alloc_bytes"],
+                                  f["req_alloc_bytes"])
+        return HeapCounters(f["n_alloc"], f["n_free"], f["req_alloc_bytes"], live_usable,
+                            live_usable - waste, max(0, f["n_alloc"] - f["n_free"]),
+                            f["n_mmapped"], max(0, f["n_large"] - f["n_mmapped_large"]), error)
 
     def size_classes(self) -> list:
-        """The size histogram: per usable-size class with any allocation, (smallest usable
-        size of the class, allocations, blocks live now, mean requested size)."""
-        n_alloc, live_n, waste = self._class_sums(self._used())
+        """The size histogram, estimated from the sampled allocations: per usable-size class
+        sampled, (smallest usable size of the class, allocations, blocks live now, mean
+        bytes wasted per block, the live blocks' standard error)."""
+        h = self.header["hist"]
+        alloc_w, live_w, waste_w, var = (np.array(h[k], dtype=np.float64)
+                                         for k in ("alloc_w", "live_w", "waste_w", "live_var"))
         out = []
-        for c in np.nonzero(n_alloc)[0].tolist():
-            out.append((class_floor_bytes(c), int(n_alloc[c]), int(live_n[c]),
-                        round(float(waste[c] / n_alloc[c]), 2)))
+        for c in np.flatnonzero(alloc_w > 0).tolist():
+            out.append((class_floor_bytes(c), int(round(alloc_w[c])), int(round(max(0.0, live_w[c]))),
+                        round(float(waste_w[c] / alloc_w[c]), 2), int(round(max(0.0, var[c]) ** 0.5))))
         return out
 
     def alloc_stats(self, field: str = "stats") -> AllocStats | None:

@@ -403,7 +403,8 @@ def _heap_figures(segment, tl: Timeline, c, rows: _Rows, stats_before, allocator
                        c.requested_total_bytes, c.n_mmapped, c.n_large_heap, arenas,
                        _threads(segment, tl), tuple(segment.size_classes()),
                        segment.get("helper_mallocs"),
-                       None if math.isnan(mapped_before) or not done else int(mapped_before))
+                       None if math.isnan(mapped_before) or not done else int(mapped_before),
+                       c.waste_error_bytes)
     return heap, peak_ns
 
 
@@ -520,7 +521,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     heap, peak_ns = None, None
     release = Release(False, "none", "the preload library was not active")
     if attached:
-        c = segment.counters(classes=True)
+        c = segment.counters()
         release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,
                                        release_wanted, done, final)
         heap, peak_ns = _heap_figures(segment, tl, c, rows, stats_before, allocator,

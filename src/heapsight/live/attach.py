@@ -287,10 +287,11 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
                  taken_at=time.time())
     seg = preloaded_segment(pid)
     if seg is not None:
-        c = seg.counters(classes=True)
+        c = seg.counters()
         a.preloaded, a.live_bytes, a.waste_bytes, a.live_blocks = (
             True, c.live_requested_bytes, c.waste_bytes, c.live_blocks)
-        a.notes.append("libheapsight is preloaded: live bytes and waste are its exact counters")
+        a.notes.append("libheapsight is preloaded: live usable bytes are its exact counters, "
+                       "their waste estimated from its sampled blocks")
     if alloc == "static":
         a.notes.append("a static binary (or a Go program): no allocator to call, /proc figures only")
     elif not use_gdb:

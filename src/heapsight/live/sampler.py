@@ -19,7 +19,6 @@ from heapsight.timeline import COLUMNS, IDX, Timeline
 
 CHILDREN_PER_S = 4          # the program's descendants: a walk of /proc, a few times a second
 MAPPINGS_PER_S = 1          # /proc/PID/smaps classified (heapsight.mappings): ~10 µs per MiB
-CLASS_ESTIMATES_PER_S = 50  # the per-class live-requested estimate costs ~20 µs
 STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fills in above this
 # Above this rate the ticks in between are taken in C (heapsight.live.readloop): a Python tick
 # costs ~60 µs and more, 6% of a core at 1 kHz; the C tick a few µs. The Python tick still
@@ -48,12 +47,12 @@ class _Carry:
     and the last values of the readings taken less often than every tick."""
 
     def __init__(self, start: float) -> None:
-        self.tick = self.status = self.smaps = self.classes = start
+        self.tick = self.status = self.smaps = start
         self.poll = self.children = start
         self.kinds = start + 0.05
         self.hwm = self.threads = self.children_rss = self.pss = math.nan
         self.best_usable = 0
-        self.waste_ratio, self.stats_seq = 0.0, -1
+        self.stats_seq = -1
         self.exit_tried = self.early = self.retargeted = False
 
 
@@ -409,17 +408,11 @@ class Sampler:
         if not c.retargeted or seg.get("owner_pid") != self.pid:
             self._retarget()
             c.retargeted = True
-        exact = now >= c.classes
-        n = seg.counters(classes=exact, waste_ratio=c.waste_ratio)
+        n = seg.counters()
         if n.live_usable_bytes > c.best_usable:
             c.best_usable = n.live_usable_bytes
-            if not exact:
-                n, exact = seg.counters(classes=True), True
             if n.live_usable_bytes > 0:
                 tl.peak_req_ratio = n.live_requested_bytes / n.live_usable_bytes
-        if exact:
-            c.classes = now + 1.0 / CLASS_ESTIMATES_PER_S
-            c.waste_ratio = n.waste_bytes / n.live_usable_bytes if n.live_usable_bytes > 0 else 0.0
         row[IDX["live_usable"]], row[IDX["live_req"]] = n.live_usable_bytes, n.live_requested_bytes
         row[IDX["n_alloc"]], row[IDX["n_free"]] = n.n_alloc, n.n_free
         if req is not None:   # the program called heapsight_snapshot(label)
