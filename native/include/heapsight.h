@@ -171,7 +171,10 @@ typedef struct hs_profile_s {
    * and what reading them cost, in all (walks: samples that read them; frames read). */
   uint64_t interp_kind, interp_status, interp_version;
   uint64_t interp_ns, interp_walks, interp_frames;
-  uint64_t reserved[1];
+  /* stacks walked from the unwind rules cached per return address (unwind.c; the others:
+   * libgcc's), and with HEAPSIGHT_UNWIND_CHECK=1 those walked by libgcc too and how many of
+   * them came out different (a test keeps this 0) */
+  uint64_t unwind_cached, unwind_checked, unwind_mismatches;
   /* the tables, from HS_PROFILE_TABLES: hs_profile_events, _words, _modules below */
 } hs_profile_t;
 

@@ -110,6 +110,12 @@ void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
 void _hs_reach_own(hs_reach_t *r, uint64_t addr);
 void _hs_reach_finish(hs_reach_t *r);
 size_t _hs_profile_own(hs_chunk_t *out, size_t max); /* profile.c: its tables' mappings */
+/* The stack from unwind rules cached per return address (unwind.c) */
+void _hs_unwind_start(void *libgcc);
+void _hs_unwind_forget(void);     /* after a dlclose: off for good */
+int _hs_unwind_ready(void);
+int _hs_unwind_fast(uint64_t *out, int max, uintptr_t skip_lo, uintptr_t skip_hi); /* -1: libgcc's */
+size_t _hs_unwind_own(hs_chunk_t *out, size_t max);
 uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */      /* the map children's CPU time, in all */
 const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */
 int _hs_profile_unmap(void *p);  /* 1: it was recorded */

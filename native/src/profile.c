@@ -69,7 +69,7 @@ static HS_TLS int t_level = -1;  /* the level of this thread's countdown; -1: no
 static int64_t g_shared_left = 0; /* the countdown of threads without a slot (atomic) */
 static HS_TLS uint64_t t_rng;    /* xorshift64 state, 0 until seeded */
 static HS_TLS int t_sampling;    /* inside a sample: allocations here are not sampled */
-static HS_TLS int t_locked;      /* this thread holds g_lock */
+static HS_TLS int t_locked;      /* this thread holds g_lock, or is taking it */
 static int g_lock;
 
 /* The unwinder (resolved by the constructor: until then samples have the empty stack). */
@@ -135,7 +135,7 @@ size_t _hs_profile_own(hs_chunk_t *out, size_t max) {
       out[n++] = (hs_chunk_t){(uint64_t)(uintptr_t)t[i]->e,
                               (uint64_t)(uintptr_t)t[i]->e + t[i]->cap * sizeof(hs_entry_t)};
   }
-  return n;
+  return n + _hs_unwind_own(out + n, max - n);
 }
 
 static int table_grow(hs_table_t *t) {
@@ -188,16 +188,21 @@ static uint64_t table_take(hs_table_t *t, uint64_t key) {
   return val + 1;
 }
 
+/* t_locked is set before the lock is taken and cleared after it is let go: a signal
+ * handler that allocates or frees on this thread meanwhile sees it, and neither samples
+ * nor looks its block up (it would wait for a lock its own thread holds). */
 static void lock(void) {
+  __atomic_store_n(&t_locked, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   while (__atomic_exchange_n(&g_lock, 1, __ATOMIC_ACQUIRE)) {
     while (__atomic_load_n(&g_lock, __ATOMIC_RELAXED)) sched_yield();
   }
-  t_locked = 1;
 }
 
 static void unlock(void) {
-  t_locked = 0;
   __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&t_locked, 0, __ATOMIC_RELAXED);
 }
 
 /* ---- the intervals ---- */
@@ -324,7 +329,10 @@ static void revalidate(hs_profile_t *pr) {
   __atomic_store_n(&g_revalidating, 0, __ATOMIC_RELEASE);
 }
 
-void _hs_profile_dlclosed(void) { __atomic_add_fetch(&g_dlclose_gen, 1, __ATOMIC_RELEASE); }
+void _hs_profile_dlclosed(void) {
+  __atomic_add_fetch(&g_dlclose_gen, 1, __ATOMIC_RELEASE);
+  _hs_unwind_forget(); /* its rules may name code that is gone */
+}
 
 /* ---- unwinding ---- */
 struct hs_walk { uint64_t *out; int n, skipping; };
@@ -345,13 +353,26 @@ static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg) {
   return w->n < HS_MAX_FRAMES ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
-/* The stack at the allocation, heapsight's own frames left out, innermost first. Inline,
- * like record(): libgcc works out every frame it passes, ours too (about 2,000
- * instructions each), so the sample's own part of the stack is kept to one frame. */
+static int g_unwind_check; /* HEAPSIGHT_UNWIND_CHECK=1: both ways, differences counted */
+
+/* The stack at the allocation, heapsight's own frames left out, innermost first: from the
+ * rules cached per return address (unwind.c), or where a frame has a rule that walk does
+ * not follow, libgcc's. Inline, like record(): libgcc works out every frame it passes,
+ * ours too (about 2,000 instructions each), so the sample's own part of the stack is kept
+ * to one frame. */
 static inline __attribute__((always_inline)) int unwind(uint64_t *out) {
-  struct hs_walk w = {out, 0, 1};
+  hs_profile_t *pr = &_hs_seg->profile;
+  int n = _hs_unwind_ready() ? _hs_unwind_fast(out, HS_MAX_FRAMES, g_self_lo, g_self_hi) : -1;
+  if (n >= 0) __atomic_fetch_add(&pr->unwind_cached, 1, __ATOMIC_RELAXED);
+  if (n >= 0 && !g_unwind_check) return n;
+  uint64_t theirs[HS_MAX_FRAMES];
+  struct hs_walk w = {n >= 0 ? theirs : out, 0, 1};
   g_backtrace(walk_cb, &w);
-  return w.n;
+  if (n < 0) return w.n;
+  __atomic_fetch_add(&pr->unwind_checked, 1, __ATOMIC_RELAXED);
+  if (w.n != n || memcmp(theirs, out, (size_t)n * 8) != 0)
+    __atomic_fetch_add(&pr->unwind_mismatches, 1, __ATOMIC_RELAXED);
+  return n;
 }
 
 /* ---- recording (under the lock) ---- */
@@ -605,7 +626,7 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, size_t req, const vo
   int level = t_level < 0 ? 0 : t_level; /* the countdown that ended: its level */
   count_sample(level);
   s->sample_left = draw(); /* memoryless: the next interval starts at this block's end */
-  if (!t_sampling) {
+  if (!t_sampling && !t_locked) { /* not inside a sample, or a lookup, of this thread */
     t_sampling = 1;
     record(p, usable, req, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
     t_sampling = 0;
@@ -626,7 +647,7 @@ void _hs_sample_shared(void *p, size_t usable, size_t req, const void *caller) {
                                   __ATOMIC_RELAXED)) {
     __atomic_store_n(&g_shared_level, next_level, __ATOMIC_RELAXED);
     count_sample(level);
-    if (!t_sampling) {
+    if (!t_sampling && !t_locked) {
       t_sampling = 1;
       record(p, usable, req, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
       t_sampling = 0;
@@ -726,6 +747,9 @@ void _hs_profile_start(void) {
     pr->interp_version = version;
   }
   if (g_backtrace && g_getipinfo) {
+    const char *cache = getenv("HEAPSIGHT_UNWIND_CACHE"), *check = getenv("HEAPSIGHT_UNWIND_CHECK");
+    if (!(cache && cache[0] == '0')) _hs_unwind_start(gcc);
+    g_unwind_check = check && check[0] == '1';
     object_range((void *)&_hs_profile_start, &g_self_lo, &g_self_hi);
     object_range((void *)g_backtrace, &g_gcc_lo, &g_gcc_hi);
     if (g_self_lo < g_self_hi) __atomic_store_n(&g_unwinder_ready, 1, __ATOMIC_RELEASE);

@@ -47,6 +47,9 @@ int main(void) {
   printf("}, \"profile\": {");
   PROF(magic); PROF(mean_bytes); PROF(events_used); PROF(stack_words_used); PROF(modules_used);
   PROF(dropped_samples); PROF(unwind_ns); PROF(unwinds); PROF(unwind_frames);
+  PROF(interp_kind); PROF(interp_status); PROF(interp_version); PROF(interp_ns);
+  PROF(interp_walks); PROF(interp_frames); PROF(unwind_cached); PROF(unwind_checked);
+  PROF(unwind_mismatches);
   first = 0;
   printf("}, \"event_bytes\": %zu, \"module_bytes\": %zu", sizeof(hs_event_t), sizeof(hs_module_t));
   printf(", \"profile_tables\": %u, \"profile_unit_bytes\": %llu, \"room_default\": %u, "

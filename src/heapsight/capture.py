@@ -133,7 +133,7 @@ def _profile_json(p) -> dict | None:
             "stack_words": _array(p.stack_words), "dropped": p.dropped,
             "modules": [dataclasses.asdict(m) for m in p.modules], "unwind_ns": p.unwind_ns,
             "unwinds": p.unwinds, "unwind_frames": p.unwind_frames, "maps": _array(p.maps),
-            "interp": p.interp}
+            "interp": p.interp, "unwind": p.unwind}
 
 
 def _profile(d: dict | None):
@@ -143,7 +143,7 @@ def _profile(d: dict | None):
                                _unarray(d["stack_words"]),
                                tuple(profile_mod.Module(**m) for m in d["modules"]), d["dropped"],
                                d["unwind_ns"], d["unwinds"], d["unwind_frames"], _unarray(d["maps"]),
-                               d.get("interp") or {})
+                               d.get("interp") or {}, d.get("unwind") or {})
 
 
 def _heapmap_json(hm, sampled_addrs: np.ndarray) -> dict:

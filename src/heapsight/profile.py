@@ -17,8 +17,20 @@ import numpy as np
 
 from heapsight import segment
 
-# How the library unwinds (native/src/profile.c): reported beside its measured cost.
+# How the library unwinds (native/src/profile.c, unwind.c): reported beside its measured cost.
 UNWINDER = "libgcc (_Unwind_Backtrace)"
+CACHED = "unwind rules cached per return address"
+
+
+def unwinder(prof: "Profile") -> str:
+    """How this run's stacks were walked: from the rules cached per return address, with
+    libgcc's walk for stacks through a frame those rules do not cover."""
+    cached, total = int(prof.unwind.get("cached", 0)), int(prof.unwinds or 0)
+    if not cached:
+        return UNWINDER
+    if cached >= total:
+        return CACHED
+    return f"{CACHED} ({cached:,} of {total:,} stacks; {UNWINDER} for the rest)"
 # never freed (free_ns), and "applies to every event" (module lookups)
 NEVER = np.iinfo(np.uint64).max
 
@@ -60,6 +72,9 @@ class Profile:
     # the interpreter's frames (native/src/interp.c): which interpreter (INTERP_*), whether
     # they were read (INTERP_STATUS), its version, and what reading them cost in all
     interp: dict = field(default_factory=dict)
+    # the walks from cached unwind rules (native/src/unwind.c): "cached" stacks, and with
+    # HEAPSIGHT_UNWIND_CHECK=1 "checked" against libgcc's walk and "mismatches"
+    unwind: dict = field(default_factory=dict)
 
     def means(self, allocs: np.ndarray | None = None) -> np.ndarray:
         """The sampling mean each sampled block was drawn at (bytes, float)."""
@@ -71,7 +86,8 @@ class Profile:
         p = 1), for sites.build; None when there are none."""
         if not len(self.maps):
             return None
-        return Profile(1, self.maps, 0, self.stack_words, self.modules, 0, interp=self.interp)
+        return Profile(1, self.maps, 0, self.stack_words, self.modules, 0, interp=self.interp,
+                       unwind=self.unwind)
 
     def iframe(self, word: int) -> "IFrame | None":
         """The interpreter frame a tagged stack word names (its record in the stack
@@ -172,7 +188,7 @@ def _read(fd: int) -> Profile | None:
     head = _region(fd, 0, segment.PROFILE_HEADER_DTYPE, 1)
     if len(head) != 1 or int(head["magic"][0]) != segment.PROFILE_MAGIC:
         return None
-    h = {k: int(head[k][0]) for k in segment.PROFILE_HEADER_DTYPE.names if k != "reserved"}
+    h = {k: int(head[k][0]) for k in segment.PROFILE_HEADER_DTYPE.names}
     if not h["mean_bytes"]:
         return None
     n = min(h["events_used"], lay.events)
@@ -187,9 +203,10 @@ def _read(fd: int) -> Profile | None:
                            bytes(m["path"]).split(b"\0")[0].decode(errors="surrogateescape"))
                     for m in mods if int(m["hi"]) > int(m["lo"]))
     interp = {k[len("interp_"):]: h[k] for k in h if k.startswith("interp_")}
+    unwind = {k: h["unwind_" + k] for k in ("cached", "checked", "mismatches")}
     return Profile(h["mean_bytes"], allocs, matched, words, modules, h["dropped_samples"],
                    h["unwind_ns"], h["unwinds"], h["unwind_frames"], maps,
-                   interp if interp.get("kind") else {})
+                   interp if interp.get("kind") else {}, unwind)
 
 
 def _with_frees(ev: np.ndarray, kind: np.ndarray, which: int, n: int) -> tuple:

@@ -296,7 +296,8 @@ def sites(v, where: str) -> None:
                      "moments": list_of(MOMENT)},
            optional={"symbolizer": string, "unwinder": string, "note": string,
                      **{k: number for k in ("sample_bytes", "samples", "frees_matched", "dropped",
-                                            "unwind_us_per_sample", "frames_per_sample")}})(v, where)
+                                            "unwind_us_per_sample", "frames_per_sample",
+                                            "unwind_checked", "unwind_mismatches")}})(v, where)
     nf, ns = len(v["frames"]), len(v["stacks"])
     for i, st in enumerate(v["stacks"]):
         _indices(st, nf, f"{where}.stacks[{i}]", "frames")

@@ -102,7 +102,8 @@ PROFILE_HEADER_DTYPE = np.dtype([
     ("magic", U8), ("mean_bytes", U8), ("events_used", U8), ("stack_words_used", U8),
     ("modules_used", U8), ("dropped_samples", U8), ("unwind_ns", U8), ("unwinds", U8),
     ("unwind_frames", U8), ("interp_kind", U8), ("interp_status", U8), ("interp_version", U8),
-    ("interp_ns", U8), ("interp_walks", U8), ("interp_frames", U8), ("reserved", U8, (1,)),
+    ("interp_ns", U8), ("interp_walks", U8), ("interp_frames", U8), ("unwind_cached", U8),
+    ("unwind_checked", U8), ("unwind_mismatches", U8),
 ])
 UNIT_BYTES = EVENTS_UNIT * EVENT_DTYPE.itemsize + WORDS_UNIT * 8 + MODULES_UNIT * MODULE_DTYPE.itemsize
 PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize + 4095) // 4096 * 4096

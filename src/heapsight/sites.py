@@ -291,6 +291,9 @@ def build(prof: profile.Profile, moments: list, unwinder: str = "",
         # what reading the interpreter's frames cost, per sample that read them
         interp = {"interp_us_per_sample": round(prof.interp["ns"] / walks / 1000, 2),
                   "interp_frames_per_sample": round(prof.interp["frames"] / walks, 1)}
+    if prof.unwind.get("checked"):   # HEAPSIGHT_UNWIND_CHECK=1: both walks, compared
+        interp.update(unwind_checked=int(prof.unwind["checked"]),
+                      unwind_mismatches=int(prof.unwind["mismatches"]))
     return {
         "sample_bytes": prof.mean_bytes, "samples": int(len(prof.allocs)),
         # the finest mean drawn at (adaptive sampling starts finer and coarsens to

@@ -168,7 +168,7 @@ def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
             moments.append(sites.Moment(f"snapshot: {label}", start + int(at * 1e9), at,
                                         int(live[hit[0]])))
     try:
-        return sites.build(prof, moments, profile.UNWINDER, symbolizer=symbolizer)
+        return sites.build(prof, moments, profile.unwinder(prof), symbolizer=symbolizer)
     except (OSError, ValueError, IndexError, KeyError) as e:   # never fails the run
         print(f"heapsight: call sites not estimated: {e}", file=sys.stderr)
         return None
@@ -196,7 +196,7 @@ def mapped_sites(prof, tl: Timeline, end_ns: int | None,
     moments = [sites.Moment("peak mapped", peak_ns, since(peak_ns), peak_bytes),
                sites.Moment("exit", None, since(end_ns) if end_ns else tl.duration_s, exit_bytes)]
     try:
-        return sites.build(mp, moments, profile.UNWINDER, symbolizer=symbolizer,
+        return sites.build(mp, moments, profile.unwinder(mp), symbolizer=symbolizer,
                            skip_unnamed=True)
     except (OSError, ValueError, IndexError, KeyError) as e:   # never fails the run
         print(f"heapsight: the mappings' stacks not read: {e}", file=sys.stderr)
