@@ -75,6 +75,11 @@ static void *must_find(const char *name, int required) {
 
 static void resolve_now(void) {
   t_resolving = 1;
+  /* free(NULL) takes the marked path (free_marked): the byte of address 0 sticks at 255
+   * (so does every block whose address shares it: one 16-byte granule in 4 MiB), which
+   * spares the hot path of free a test of its own. Set before any thread has a slot, so
+   * before the hot path can read a header. */
+  __atomic_store_n(&_hs_sample_map[0], 255, __ATOMIC_RELAXED);
   hs_real_t r;
   r.malloc = must_find("malloc", 1);
   r.free = must_find("free", 1);
@@ -181,9 +186,9 @@ HS_EXPORT void *malloc(size_t size) {
 }
 
 /* The pool's blocks are marked in the sampled-block map (pool_alloc_aligned), so the one
- * byte load that looks for sampled blocks finds them too. */
+ * byte load that looks for sampled blocks finds them too, and NULL (resolve_now). */
 __attribute__((noinline)) static void free_marked(void *p) {
-  if (in_pool(p)) return;
+  if (p == NULL || in_pool(p)) return;
   if (_hs_own_take(p)) { _hs_real.free(p); return; } /* heapsight's own: never counted */
   _hs_sample_free(p);
   hs_count_free_unsampled(p);
@@ -191,6 +196,7 @@ __attribute__((noinline)) static void free_marked(void *p) {
 }
 
 __attribute__((noinline)) static void free_slow(void *p) {
+  if (p == NULL) return; /* before start-up, or on a thread without a slot */
   _hs_count_free_slow(p);
   _hs_real.free(p);
 }
@@ -203,8 +209,7 @@ __attribute__((noinline)) static void free_flush(hs_slot_t *s, void *p) {
 
 /* As counted(): every way out is a jump (the real free last), so nothing is saved. */
 HS_EXPORT void free(void *p) {
-  if (p == NULL) return;
-  if (HS_UNLIKELY(hs_sample_maybe(p))) return free_marked(p);
+  if (HS_UNLIKELY(hs_sample_maybe(p))) return free_marked(p); /* NULL too */
   hs_slot_t *s = _hs_tslot;
   size_t hdr;
   if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2)) return free_slow(p);
