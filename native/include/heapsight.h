@@ -80,7 +80,8 @@ typedef struct hs_slot_s {
   int64_t sample_left;       /* usable bytes until the next sampled allocation (profile.c),
                                 as of left_base */
   int64_t flushed_net;       /* usable_alloc_bytes - usable_free_bytes at the last flush */
-  uint64_t n_large;          /* allocations of 128 KiB usable or more (heap or mmapped) */
+  uint64_t n_large;          /* heap blocks of 128 KiB usable or more (not mmapped chunks):
+                                glibc's mmap threshold had risen past them */
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
   uint64_t n_mmapped_large;  /* of those, requested 128 KiB or more */
   uint64_t mmapped_alloc_bytes; /* glibc: the chunk sizes of those, */

@@ -185,7 +185,8 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
     __atomic_fetch_add(&s->usable_alloc_bytes, usable, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->n_alloc, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->req_alloc_bytes, req, __ATOMIC_RELAXED);
-    if (usable >= HS_GLIBC_MMAP_THRESHOLD_START) __atomic_fetch_add(&s->n_large, 1, __ATOMIC_RELAXED);
+    if (usable >= HS_GLIBC_MMAP_THRESHOLD_START && !(hdr & 2))
+      __atomic_fetch_add(&s->n_large, 1, __ATOMIC_RELAXED);
     if (hdr & 2) {
       __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
       __atomic_fetch_add(&s->mmapped_alloc_bytes, hdr & ~(size_t)7, __ATOMIC_RELAXED);
@@ -306,7 +307,8 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, size_t req, const void *c
     return p;
   }
   /* a block this large always ends the countdown (it starts at the flush limit or less) */
-  if (u >= HS_GLIBC_MMAP_THRESHOLD_START) s->n_large++;
+  if (u >= HS_GLIBC_MMAP_THRESHOLD_START && !(_hs_usable_by_header && (hs_glibc_header(p) & 2)))
+    s->n_large++;
   /* the sample first: its event's time then comes before the peak's that this block's flush
    * may raise, and the block that makes the peak is among the peak's call sites */
   take_allocated(s);

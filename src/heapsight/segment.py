@@ -83,7 +83,7 @@ _HEADER_FIELDS = [
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # The counters summed over the slots every reading.
 _SCALARS = ("usable_alloc_bytes", "usable_free_bytes", "n_alloc", "n_free", "req_alloc_bytes",
-            "n_realloc", "n_large", "n_mmapped", "n_mmapped_large")
+            "n_realloc", "n_large", "n_mmapped")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary:
 # a header page, then the tables, as many as the file's size says (its room, heapsight.h);
@@ -504,7 +504,7 @@ class Segment:
                                   f["req_alloc_bytes"])
         return HeapCounters(f["n_alloc"], f["n_free"], f["req_alloc_bytes"], live_usable,
                             live_usable - waste, max(0, f["n_alloc"] - f["n_free"]),
-                            f["n_mmapped"], max(0, f["n_large"] - f["n_mmapped_large"]), error)
+                            f["n_mmapped"], f["n_large"], error)
 
     def size_classes(self) -> list:
         """The size histogram, estimated from the sampled allocations: per usable-size class
