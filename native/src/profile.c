@@ -702,7 +702,7 @@ void _hs_profile_setup(void) {
   }
   if (on) {
     g_mean = (double)_hs_opt.sample_bytes;
-    /* adaptive unless the mean was given: from 4 KiB (or M, if smaller) up to M */
+    /* adaptive unless the mean was given: from HS_SAMPLE_START (or M, if smaller) up to M */
     int level = 0;
     if (!getenv("HEAPSIGHT_SAMPLE_BYTES"))
       while (level < 24 && ldexp(g_mean, -(level + 1)) >= HS_SAMPLE_START) level++;
