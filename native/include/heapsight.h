@@ -98,7 +98,9 @@ typedef struct hs_hist_s {
   double live_w[HS_CLASSES];   /* blocks live now, estimated */
   double waste_w[HS_CLASSES];  /* (usable - requested) of the allocations, estimated */
   double live_u_w[HS_CLASSES]; /* usable bytes of the blocks live now, estimated */
-  double live_var[HS_CLASSES]; /* the variance of live_w: sum of (1 - p) / p^2 */
+  double live_var[HS_CLASSES]; /* the variance of live_w: sum of v = (1 - p) / p^2 */
+  double live_var_u[HS_CLASSES], live_var_uu[HS_CLASSES]; /* sums of v * usable, v * usable^2:
+                                  the live waste share's variance (a ratio estimate) */
   uint64_t samples, live_samples;
 } hs_hist_t;
 

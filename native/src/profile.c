@@ -514,7 +514,10 @@ static void hist_add(uint64_t usable, uint64_t req, int level, int dir) {
   }
   h->live_w[c] += d * w;
   h->live_u_w[c] += d * w * (double)usable;
-  h->live_var[c] += d * (1.0 - prob) * w * w;
+  double v = d * (1.0 - prob) * w * w, u = (double)usable;
+  h->live_var[c] += v;
+  h->live_var_u[c] += v * u;
+  h->live_var_uu[c] += v * u * u;
   h->live_samples += (uint64_t)(int64_t)dir;
 }
 

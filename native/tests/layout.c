@@ -41,7 +41,8 @@ int main(void) {
   SLOT(n_mmapped); SLOT(n_mmapped_large); SLOT(mmapped_alloc_bytes); SLOT(mmapped_free_bytes);
   first = 0;
   printf("}, \"hist\": {");
-  HIST(alloc_w); HIST(live_w); HIST(waste_w); HIST(live_u_w); HIST(live_var); HIST(samples);
+  HIST(alloc_w); HIST(live_w); HIST(waste_w); HIST(live_u_w); HIST(live_var); HIST(live_var_u);
+  HIST(live_var_uu); HIST(samples);
   HIST(live_samples);
   first = 0;
   printf("}, \"profile\": {");

@@ -58,8 +58,8 @@ SLOT_DTYPE = np.dtype([
 F8 = np.dtype("<f8")
 HIST_DTYPE = np.dtype([
     ("alloc_w", F8, (CLASSES,)), ("live_w", F8, (CLASSES,)), ("waste_w", F8, (CLASSES,)),
-    ("live_u_w", F8, (CLASSES,)), ("live_var", F8, (CLASSES,)), ("samples", U8),
-    ("live_samples", U8),
+    ("live_u_w", F8, (CLASSES,)), ("live_var", F8, (CLASSES,)), ("live_var_u", F8, (CLASSES,)),
+    ("live_var_uu", F8, (CLASSES,)), ("samples", U8), ("live_samples", U8),
 ])
 
 _HEADER_FIELDS = [
@@ -199,28 +199,35 @@ def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tup
     """(bytes, ± one standard error): the live blocks' waste (usable - requested bytes).
     The sampled live blocks give its share of the live usable bytes: each class's estimated
     live blocks times the mean waste of its sampled allocations, over their estimated usable
-    bytes. While no sampled block is live (sampling off, or none taken yet), all
-    allocations' waste share stands in (exact, but of every block ever allocated). Summed
-    class by class in order, as native/src/readloop.c does, so both give the same bytes."""
+    bytes (a ratio estimate; its variance, linearized: Σ v (waste - share·usable)² / usable
+    total², v = (1 - p)/p² for each sampled block). While no sampled block is live (sampling
+    off, or none taken yet), all allocations' waste share stands in (exact, but of every
+    block ever allocated). Summed class by class in order, as native/src/readloop.c does, so
+    both give the same bytes."""
     share = (usable_total - req_total) / usable_total if usable_total > req_total else 0.0
     # copies: the library writes the mapping's meanwhile
-    alloc_w, live_w, waste_w, live_u_w, live_var = (
-        np.array(hist[k], dtype=np.float64) for k in ("alloc_w", "live_w", "waste_w", "live_u_w", "live_var"))
-    waste = live_u = var = 0.0
+    k = ("alloc_w", "live_w", "waste_w", "live_u_w", "live_var", "live_var_u", "live_var_uu")
+    alloc_w, live_w, waste_w, live_u_w, var0, var1, var2 = (np.array(hist[x], dtype=np.float64) for x in k)
+    waste = live_u = 0.0
+    means = {}
     if int(hist["live_samples"]) > 0:
         for c in np.flatnonzero(alloc_w).tolist():
             a, n, u = float(alloc_w[c]), float(live_w[c]), float(live_u_w[c])
             mean = float(waste_w[c]) / a if a > 0 else 0.0
             if a > 0 and n > 0:
                 waste += n * mean
-                var += max(0.0, float(live_var[c])) * mean * mean
+                means[c] = mean
             if u > 0:
                 live_u += u
         if live_u > 0:
             share = min(1.0, waste / live_u)
     if live_usable <= 0:
         return 0, 0
-    error = var ** 0.5 * live_usable / live_u if live_u > 0 else 0.0
+    error = 0.0
+    if live_u > 0:
+        var = sum(m * m * max(0.0, var0[c]) - 2 * share * m * var1[c] + share * share * max(0.0, var2[c])
+                  for c, m in means.items())
+        error = max(0.0, var) ** 0.5 * live_usable / live_u
     return int(math.floor(live_usable * share + 0.5)), int(round(error))
 
 
