@@ -238,6 +238,9 @@ typedef struct hs_segment_s {
   uint64_t exit_done_ns;      /* when the exit probe let the program go on (CLOCK_MONOTONIC):
                                  less exit_ns, what heapsight held the program at exit */
   uint64_t slot_claims;       /* counter slots claimed in all: the threads that allocated */
+  uint64_t own_private_bytes; /* heapsight's own private memory written in the program (the
+                                 sampled blocks' tables and byte map, the unwind rules): the
+                                 readers leave it out of the program's RSS and anonymous RSS */
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];

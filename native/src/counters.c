@@ -37,7 +37,9 @@ static HS_TLS int t_own;              /* depth: own calls may nest (a realloc of
  * own blocks are marked at start-up, before any sample, and after it only when one of them
  * is reallocated) */
 static void own_mark(void *p, int add) {
-  unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
+  uintptr_t i = ((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1);
+  unsigned char *c = &_hs_sample_map[i];
+  _hs_map_written(i);
   unsigned char v = __atomic_load_n(c, __ATOMIC_RELAXED);
   if (v < 255 && (add || v > 0)) __atomic_store_n(c, (unsigned char)(add ? v + 1 : v - 1), __ATOMIC_RELAXED);
 }
@@ -89,6 +91,32 @@ void _hs_own_free(void *p) {
 }
 
 int _hs_own_slot(const hs_slot_t *s) { return s == &g_own_slot; }
+
+/* heapsight's own private memory: kept here and published in the segment (again at
+ * attach, which clears it). The byte map's pages are counted as they are first written. */
+static int64_t g_own_bytes;
+static uint64_t g_map_pages[HS_SAMPLE_MAP_SIZE / 4096 / 64 + 1];
+
+static void publish_own(void) {
+  hs_segment_t *seg = _hs_seg;
+  if (seg && _hs_is_owner()) __atomic_store_n(&seg->own_private_bytes, (uint64_t)__atomic_load_n(&g_own_bytes, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
+void _hs_own_memory(int64_t bytes) {
+  __atomic_add_fetch(&g_own_bytes, bytes, __ATOMIC_RELAXED);
+  publish_own();
+}
+
+void _hs_map_written(uintptr_t index) {
+  uintptr_t page = index / 4096;
+  uint64_t bit = 1ull << (page % 64), *w = &g_map_pages[page / 64];
+  if (__atomic_load_n(w, __ATOMIC_RELAXED) & bit) return;
+  if (!(__atomic_fetch_or(w, bit, __ATOMIC_RELAXED) & bit)) _hs_own_memory(4096);
+}
+
+void _hs_own_publish(void) { publish_own(); }
+
+uint64_t _hs_own_private(void) { return (uint64_t)__atomic_load_n(&g_own_bytes, __ATOMIC_RELAXED); }
 
 /* The peak is raised only when a thread flushes, so it lags the true live figure by the
  * bytes threads still hold back: bound that sum, not each thread's share. Read on the hot

@@ -145,6 +145,14 @@ int _hs_interp_frames(hs_iframe_t *out, int max);
 size_t _hs_interp_names(const hs_iframe_t *f, char *dst, size_t max, uint32_t *nlen,
                         uint32_t *flen);
 
+/* heapsight's own private memory in the program (hs_segment_t.own_private_bytes): the
+ * sampled-block map's pages as they are first written, the tables as they are mapped
+ * (profile.c, unwind.c; counters.c publishes the sum). */
+void _hs_own_memory(int64_t bytes);
+void _hs_map_written(uintptr_t index); /* a byte of _hs_sample_map was written */
+void _hs_own_publish(void);            /* into the segment, once attached */
+uint64_t _hs_own_private(void);        /* the bytes of it */
+
 static inline int hs_sample_maybe(const void *p) {
   return _hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)] != 0;
 }

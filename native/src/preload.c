@@ -55,6 +55,7 @@ static void *pool_alloc_aligned(size_t align, size_t n) {
   ((size_t *)p)[-2] = n;
   /* 255 sticks (profile.c never counts it down); pool blocks come before any sample */
   __atomic_store_n(&_hs_sample_map[(p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)], 255, __ATOMIC_RELAXED);
+  _hs_map_written((p >> 4) & (HS_SAMPLE_MAP_SIZE - 1));
   return (void *)p;
 }
 
@@ -80,6 +81,7 @@ static void resolve_now(void) {
    * spares the hot path of free a test of its own. Set before any thread has a slot, so
    * before the hot path can read a header. */
   __atomic_store_n(&_hs_sample_map[0], 255, __ATOMIC_RELAXED);
+  _hs_map_written(0);
   hs_real_t r;
   r.malloc = must_find("malloc", 1);
   r.free = must_find("free", 1);
@@ -97,6 +99,7 @@ static void resolve_now(void) {
   /* From here this thread forwards (uncounted: no segment yet); the others still wait. */
   _hs_allocator_detect();
   _hs_segment_attach();
+  _hs_own_publish();
   _hs_profile_setup();
   t_resolving = 0;
   __atomic_store_n(&g_state, HS_RESOLVED, __ATOMIC_RELEASE);

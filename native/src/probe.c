@@ -45,9 +45,11 @@ uint64_t _hs_segment_resident(void); /* segment.c */
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
   char buf[4096];
   if (!read_status(buf, sizeof buf)) return 0;
-  uint64_t rss = field_kb(buf, "\nVmRSS:") * 1024, own = _hs_segment_resident();
+  /* less heapsight's own: the segment's resident pages (shared), its private memory */
+  uint64_t rss = field_kb(buf, "\nVmRSS:") * 1024, own = _hs_segment_resident() + _hs_own_private();
+  uint64_t anon = field_kb(buf, "\nRssAnon:") * 1024, priv = _hs_own_private();
   *rss_bytes = rss > own ? rss - own : 0;
-  *anon_bytes = field_kb(buf, "\nRssAnon:") * 1024;
+  *anon_bytes = anon > priv ? anon - priv : 0;
   return 1;
 }
 

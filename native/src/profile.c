@@ -142,6 +142,7 @@ static int table_grow(hs_table_t *t) {
   uint64_t cap = t->cap ? t->cap * 2 : 1024;
   void *m = raw_mmap(cap * sizeof(hs_entry_t));
   if (!m) return 0;
+  _hs_own_memory((int64_t)((cap - t->cap) * sizeof(hs_entry_t))); /* the old one goes below */
   hs_entry_t *e = m;
   for (uint64_t i = 0; i < t->cap; i++) {
     if (!t->e[i].key) continue;
@@ -595,8 +596,10 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
   } else {
     table_put(&g_live, (uint64_t)(uintptr_t)p, used);
     hist_add(usable, req, kind >> 8 & 0xff, 1);
-    unsigned char *c = &_hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)];
+    uintptr_t i = ((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1);
+    unsigned char *c = &_hs_sample_map[i];
     if (*c < 255) __atomic_store_n(c, (unsigned char)(*c + 1), __ATOMIC_RELAXED); /* 255 sticks */
+    _hs_map_written(i);
   }
   unlock();
 }

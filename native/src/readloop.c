@@ -154,9 +154,10 @@ static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_
   return (double)present * page_bytes;
 }
 
-/* own[0]: heapsight's own bytes resident in the program (the segment's pages), taken out
- * of every row's RSS: read each tick through pagemap_fd, or kept as given when it cannot
- * be; own[1]: the most seen. */
+/* own[0]: heapsight's segment's bytes resident in the program, taken out of every row's
+ * RSS: read each tick through pagemap_fd, or kept as given when it cannot be; own[1]: the
+ * most seen of all heapsight's bytes in it (with its private memory, own_private_bytes,
+ * which is taken out of RSS and anonymous RSS). */
 int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
                  uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
                  uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why,
@@ -210,8 +211,11 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     if (seg && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == HS_SEGMENT_MAGIC) {
       double mine = own_resident(pagemap_fd, seg, page_bytes);
       if (mine >= 0) own[0] = mine;
-      if (own[0] > own[1]) own[1] = own[0];
-      row[1] = row[1] > own[0] ? row[1] - own[0] : 0; /* shared pages: never in row[2] */
+      /* and its private memory (tables, the sampled-block map): anonymous */
+      double priv = (double)__atomic_load_n(&seg->own_private_bytes, __ATOMIC_RELAXED);
+      if (own[0] + priv > own[1]) own[1] = own[0] + priv;
+      row[1] = row[1] > own[0] + priv ? row[1] - own[0] - priv : 0; /* shared pages: never in row[2] */
+      row[2] = row[2] > priv ? row[2] - priv : 0;
       read_counters(seg, row);
       read_stats(seg, stats_seq, row);
       /* attached meanwhile (the check above): its counters are not statm_fd's process's */

@@ -48,6 +48,7 @@ typedef struct { uint64_t key, rule; } entry_t;
 static entry_t *g_table;
 static int g_table_lock;
 static uint32_t g_table_used;
+static uint16_t g_table_pages; /* the table's pages written: heapsight's memory (16 of them) */
 
 static uint64_t mix(uint64_t x) {
   x ^= x >> 33;
@@ -77,6 +78,11 @@ static void table_put(uint64_t key, uint64_t rule) {
       t[j].rule = rule;
       __atomic_store_n(&t[j].key, key, __ATOMIC_RELEASE);
       g_table_used++;
+      unsigned page = (unsigned)(j * sizeof(entry_t) / 4096);
+      if (!(g_table_pages & (1u << page))) {
+        g_table_pages |= (uint16_t)(1u << page);
+        _hs_own_memory(4096);
+      }
       break;
     }
   }

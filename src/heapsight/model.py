@@ -183,8 +183,9 @@ class Summary:
     mapped_sites: dict | None = None  # the stacks of the memory mapped outside malloc (every
                                 # mapping, not sampled), in the shape of sites: moments
                                 # "peak mapped" and "exit"
-    heapsight_rss_bytes: int = 0  # the most of heapsight's stats segment resident in the
-                                # program at once: left out of every RSS figure above
+    heapsight_rss_bytes: int = 0  # the most of heapsight's memory in the program at once (its
+                                # stats segment's resident pages, its private tables): left
+                                # out of every RSS and anonymous figure above
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

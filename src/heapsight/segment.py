@@ -77,7 +77,7 @@ _HEADER_FIELDS = [
     ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
     ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
     ("heapmap_at_exit", U8), ("mapped_at", U8), ("heapmap_exit_pid", U8),
-    ("exit_done_ns", U8), ("slot_claims", U8),
+    ("exit_done_ns", U8), ("slot_claims", U8), ("own_private_bytes", U8),
     ("owners", OWNER_DTYPE, (MAX_OWNERS,)), ("hist", HIST_DTYPE),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)

@@ -208,17 +208,19 @@ class Sampler:
         image = seg.image()
         return not images or (bool(image) and images[-1][1].endswith(image))
 
-    def _own_resident(self) -> float:
-        """heapsight's own bytes in the program's RSS now (the segment's resident pages)."""
+    def _own_resident(self) -> tuple:
+        """heapsight's own bytes in the program's RSS now: (the segment's resident pages,
+        its private memory: the sampled blocks' tables and byte map, the unwind rules)."""
         seg = self.segment
         if not self._segment_mapped():
-            return 0.0
-        own = float(seg.resident_in_owner(self.pagemap))
-        self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own)
-        return own
+            return 0.0, 0.0
+        own, private = float(seg.resident_in_owner(self.pagemap)), float(seg.get("own_private_bytes"))
+        self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own + private)
+        return own, private
 
     def _kinds(self) -> tuple:
-        """(the program's resident memory by kind of mapping, heapsight's segment left out;
+        """(the program's resident memory by kind of mapping, heapsight's segment and private
+        memory left out;
         its other anonymous mappings as (start, end, resident bytes)), (None, None) when
         /proc would not say."""
         try:
@@ -229,6 +231,10 @@ class Sampler:
         kinds = mappings.resident_by_kind(maps)
         if not any(kinds.values()):
             return None, None   # read as the process went: nothing
+        # heapsight's tables and byte map are anonymous mappings of their own (or the
+        # library's .bss): "other anonymous" without them
+        if self._segment_mapped():
+            kinds["anon"] = max(0, kinds["anon"] - int(self.segment.get("own_private_bytes")))
         anon = [(m.start, m.end, m.rss) for m in maps if m.kind == "anon"][:MAX_VMAS]
         return kinds, anon
 
@@ -342,18 +348,20 @@ class Sampler:
                 self._image(now - tl.start_ns / 1e9)
         else:
             st = self.statm.read()
-        own = self._own_resident()
+        own, private = self._own_resident()
         own_here = self._segment_mapped()
         if st is not None:
             for k, v in st.items():
                 if k in IDX:
                     row[IDX[k]] = v
-            # the segment's pages are shared memory in the program's RSS: left out. The
-            # kernel's peak (VmHWM) holds them too; they only grow, so VmHWM less them now
-            # is the least the program's own peak can have been
-            for k in ("rss", "shmem"):
-                row[IDX[k]] = _less(row[IDX[k]], own)
-            row[IDX["hwm"]], row[IDX["threads"]] = _less(c.hwm, own), c.threads
+            # the segment's pages are shared memory in the program's RSS, heapsight's
+            # tables anonymous memory: left out. The kernel's peak (VmHWM) holds them too;
+            # they only grow, so VmHWM less them now is the least the program's own peak
+            # can have been
+            row[IDX["rss"]] = _less(row[IDX["rss"]], own + private)
+            row[IDX["shmem"]] = _less(row[IDX["shmem"]], own)
+            row[IDX["anon"]] = _less(row[IDX["anon"]], private)
+            row[IDX["hwm"]], row[IDX["threads"]] = _less(c.hwm, own + private), c.threads
         return st, own, own_here
 
     def _read_mappings(self, row: list, now: float, start: float, c: "_Carry") -> None:

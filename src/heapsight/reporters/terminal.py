@@ -139,8 +139,9 @@ def _split_table(c: Console, s: Summary) -> None:
         c.print("  (/proc figures only: no split into live, waste and retained)", style="dim")
     c.print(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s")
     if s.heapsight_rss_bytes:
-        _indent(c, f"heapsight's stats segment: {human(s.heapsight_rss_bytes)} resident in the "
-                   "program at most, left out of every RSS figure here", 2, style="dim")
+        _indent(c, f"heapsight's memory in the program (its stats segment and tables): "
+                   f"{human(s.heapsight_rss_bytes)} at most, left out of every figure here", 2,
+                style="dim")
 
 
 def _snapshot_lines(c: Console, s: Summary) -> None:
