@@ -332,7 +332,7 @@ static void revalidate(hs_profile_t *pr) {
 
 void _hs_profile_dlclosed(void) {
   __atomic_add_fetch(&g_dlclose_gen, 1, __ATOMIC_RELEASE);
-  _hs_unwind_forget(); /* its rules may name code that is gone */
+  _hs_unwind_forget(); /* its rules may name code that is gone: a new table */
 }
 
 /* ---- unwinding ---- */

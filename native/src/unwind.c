@@ -16,12 +16,14 @@
  *
  * The table is insert-only (a rule, once there, is never changed or removed), so readers
  * take no lock: a key is published after its rule. A dlclose may unmap code whose rules are
- * in the table, and a library loaded at its address later would find them: after any
- * dlclose the cached walk is off for good (_hs_unwind_forget). With
+ * in the table, and a library loaded at its address later would find them: a dlclose puts
+ * a new, empty table in its place (_hs_unwind_forget; the old one stays mapped, as a walk
+ * may still be reading it), four times at most, then the cached walk is off. With
  * HEAPSIGHT_UNWIND_CHECK=1 every sample is unwound both ways and differences are counted
  * (hs_profile_t.unwind_mismatches), which the tests read. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -58,7 +60,7 @@ static uint64_t mix(uint64_t x) {
 }
 
 static uint64_t table_get(uint64_t key) {
-  entry_t *t = g_table;
+  entry_t *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
   if (!t) return 0;
   for (uint64_t j = mix(key) & (TABLE_SIZE - 1), n = 0; n < 16; j = (j + 1) & (TABLE_SIZE - 1), n++) {
     uint64_t k = __atomic_load_n(&t[j].key, __ATOMIC_ACQUIRE);
@@ -69,9 +71,12 @@ static uint64_t table_get(uint64_t key) {
 }
 
 static void table_put(uint64_t key, uint64_t rule) {
-  entry_t *t = g_table;
-  if (!t || g_table_used >= TABLE_SIZE / 2) return; /* full: found anew each time */
   if (__atomic_exchange_n(&g_table_lock, 1, __ATOMIC_ACQUIRE)) return; /* busy: next time */
+  entry_t *t = g_table;
+  if (!t || g_table_used >= TABLE_SIZE / 2) { /* full: found anew each time */
+    __atomic_store_n(&g_table_lock, 0, __ATOMIC_RELEASE);
+    return;
+  }
   for (uint64_t j = mix(key) & (TABLE_SIZE - 1), n = 0; n < 16; j = (j + 1) & (TABLE_SIZE - 1), n++) {
     if (t[j].key == key) break;
     if (t[j].key == 0) {
@@ -332,25 +337,41 @@ static uint64_t rule_for(uintptr_t target) {
   return r;
 }
 
-void _hs_unwind_start(void *gcc) {
-  g_find_fde = gcc ? (hs_find_fde_fn)dlsym(gcc, "_Unwind_Find_FDE") : NULL;
-  if (!g_find_fde) return;
+/* An empty table in place of the current one (kept mapped: a walk may be reading it). */
+static int new_table(void) {
   /* the system call itself: mappings.c's mmap would record it as the program's */
   long t = syscall(SYS_mmap, NULL, TABLE_SIZE * sizeof(entry_t), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (t < 0 && t > -4096) return;
-  g_table = (entry_t *)t;
-  __atomic_store_n(&g_on, 1, __ATOMIC_RELEASE);
+  if (t < 0 && t > -4096) return 0;
+  while (__atomic_exchange_n(&g_table_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
+  g_table_used = 0;
+  g_table_pages = 0; /* the old table's pages stay counted: still resident */
+  __atomic_store_n(&g_table, (entry_t *)t, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_table_lock, 0, __ATOMIC_RELEASE);
+  return 1;
 }
 
-void _hs_unwind_forget(void) { __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE); }
+void _hs_unwind_start(void *gcc) {
+  g_find_fde = gcc ? (hs_find_fde_fn)dlsym(gcc, "_Unwind_Find_FDE") : NULL;
+  if (!g_find_fde) return;
+  if (new_table()) __atomic_store_n(&g_on, 1, __ATOMIC_RELEASE);
+}
+
+/* After a dlclose: a new table, or after four, no cached walk at all. */
+void _hs_unwind_forget(void) {
+  static int swaps;
+  if (!__atomic_load_n(&g_on, __ATOMIC_ACQUIRE)) return;
+  if (__atomic_add_fetch(&swaps, 1, __ATOMIC_RELAXED) > 4 || !new_table())
+    __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
+}
 
 int _hs_unwind_ready(void) { return __atomic_load_n(&g_on, __ATOMIC_ACQUIRE); }
 
 /* The table's mapping, for the reachability walk's list of heapsight's own memory. */
 size_t _hs_unwind_own(hs_chunk_t *out, size_t max) {
-  if (!g_table || max == 0) return 0;
-  out[0].lo = (uint64_t)(uintptr_t)g_table;
+  entry_t *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+  if (!t || max == 0) return 0;
+  out[0].lo = (uint64_t)(uintptr_t)t;
   out[0].hi = out[0].lo + TABLE_SIZE * sizeof(entry_t);
   return 1;
 }
