@@ -3,15 +3,13 @@ libgcc's stacks, frame for frame: with HEAPSIGHT_UNWIND_CHECK=1 the library walk
 sampled stack both ways and counts the stacks that differ, on programs whose frames are
 built every way a compiler builds them (frame pointer or not, alloca, deep recursion,
 threads), on perl and python3, through a signal handler (a frame the cache leaves to
-libgcc) and after a dlclose (which turns the cache off)."""
+libgcc) and across dlcloses (each starts a new table; the fifth turns the cache off)."""
 
 from __future__ import annotations
 
 import subprocess
 
 import pytest
-
-from conftest import scenario
 
 CHECK = {"HEAPSIGHT_UNWIND_CHECK": "1"}
 FINE = ("--sample-bytes", "2048")
