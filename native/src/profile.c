@@ -1,6 +1,7 @@
 /* profile.c: sampled call sites. Allocations are sampled by usable bytes, a Poisson process
  * of mean M (HEAPSIGHT_SAMPLE_BYTES): each thread counts down an exponentially drawn
- * number of bytes (hs_slot_t.sample_left, in the inline hot path) and the allocation that
+ * number of bytes (hs_slot_t.sample_left: the hot path's own countdown, `left`, runs out no
+ * later than it would, and its slow path takes the bytes off it) and the allocation that
  * crosses zero is sampled, so a block of s bytes is sampled with probability 1 - exp(-s/M)
  * whatever came before it. A sample unwinds the stack, stores it once (deduplicated), and
  * appends an ALLOC event to the segment's profile; the free of a sampled block appends a

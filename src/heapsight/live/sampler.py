@@ -259,7 +259,7 @@ class Sampler:
                      pss: float, children_rss: float) -> float:
         """Appends the C ticks' rows, with the figures only the Python tick reads carried
         over; returns the most live usable bytes seen (the peak's requested/usable ratio is
-        taken at it, from the row's exact per-class estimate)."""
+        taken at it, from the row's live waste estimate)."""
         full = np.full((len(rows), len(COLUMNS)), math.nan)
         for i, name in enumerate(readloop.COLUMNS):
             full[:, IDX[name]] = rows[:, i]
@@ -409,9 +409,9 @@ class Sampler:
         row[IDX["pss"]] = c.pss
 
     def _read_library(self, row: list, now: float, c: "_Carry", req) -> bool:
-        """The library's counters into row (the exact per-class estimate at its rate and at
-        each new peak), the allocator's statistics when they are new, and a snapshot the
-        program asked for; True (the row has the library's figures)."""
+        """The library's counters into row (with the live waste estimated from the sampled
+        blocks), the allocator's statistics when they are new, and a snapshot the program
+        asked for; True (the row has the library's figures)."""
         seg, tl = self.segment, self.timeline
         if not c.retargeted or seg.get("owner_pid") != self.pid:
             self._retarget()
