@@ -83,10 +83,9 @@ typedef struct hs_slot_s {
   uint64_t n_large;          /* heap blocks of 128 KiB usable or more (not mmapped chunks):
                                 glibc's mmap threshold had risen past them */
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
-  uint64_t n_mmapped_large;  /* of those, requested 128 KiB or more */
   uint64_t mmapped_alloc_bytes; /* glibc: the chunk sizes of those, */
   uint64_t mmapped_free_bytes;  /* and of the ones freed (live: the difference) */
-  uint64_t pad[6];
+  uint64_t pad[7];
 } hs_slot_t;
 
 /* The size histogram, from the sampled allocations (profile.c, under its lock): per
@@ -101,7 +100,7 @@ typedef struct hs_hist_s {
   double live_var[HS_CLASSES]; /* the variance of live_w: sum of v = (1 - p) / p^2 */
   double live_var_u[HS_CLASSES], live_var_uu[HS_CLASSES]; /* sums of v * usable, v * usable^2:
                                   the live waste share's variance (a ratio estimate) */
-  uint64_t samples, live_samples;
+  uint64_t live_samples;       /* sampled blocks live now (0: the estimates fall back) */
 } hs_hist_t;
 
 /* Sampled call sites (native/src/profile.c writes, src/heapsight/profile.py reads).

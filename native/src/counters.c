@@ -218,8 +218,6 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
     if (hdr & 2) {
       __atomic_fetch_add(&s->n_mmapped, 1, __ATOMIC_RELAXED);
       __atomic_fetch_add(&s->mmapped_alloc_bytes, hdr & ~(size_t)7, __ATOMIC_RELAXED);
-      if (req >= HS_GLIBC_MMAP_THRESHOLD_START)
-        __atomic_fetch_add(&s->n_mmapped_large, 1, __ATOMIC_RELAXED);
     }
     /* the sample before the peak it may raise (as in _hs_counted_due); no slack here: the
      * peak is raised at once */
@@ -287,7 +285,6 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   if (hdr & 2) {
     s->n_mmapped++;
     s->mmapped_alloc_bytes += hdr & ~(size_t)7;
-    if (req >= HS_GLIBC_MMAP_THRESHOLD_START) s->n_mmapped_large++;
   }
 }
 

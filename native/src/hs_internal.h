@@ -69,8 +69,9 @@ uint64_t _hs_read_threads(void); /* the process's thread count, 0 if unknown */
 uint64_t _hs_now_ns(void);
 
 /* Sampled call sites (profile.c). The hot path's share: the slot's countdown of allocated
- * bytes (hs_slot_t.left, which runs out no later than sample_left), and one byte load on free: a map of counts
- * of live sampled blocks by (p >> 4) & mask, in .bss (pages never written stay unbacked).
+ * bytes (hs_slot_t.left, which runs out no later than sample_left), and one byte load on
+ * free: a map of counts of live sampled blocks by (p >> 4) & mask, in .bss (pages never
+ * written stay unbacked).
  * Only a nonzero byte leads to the lookup of the block. */
 #define HS_SAMPLE_MAP_SIZE (1u << 18)
 #define HS_SAMPLE_FRESH (INT64_MIN / 2) /* a claimed slot's countdown: not drawn yet */
@@ -112,7 +113,7 @@ void _hs_reach_finish(hs_reach_t *r);
 size_t _hs_profile_own(hs_chunk_t *out, size_t max); /* profile.c: its tables' mappings */
 /* The stack from unwind rules cached per return address (unwind.c) */
 void _hs_unwind_start(void *libgcc);
-void _hs_unwind_forget(void);     /* after a dlclose: off for good */
+void _hs_unwind_forget(void);     /* after a dlclose: a new table (off after four) */
 int _hs_unwind_ready(void);
 int _hs_unwind_fast(uint64_t *out, int max, uintptr_t skip_lo, uintptr_t skip_hi); /* -1: libgcc's */
 size_t _hs_unwind_own(hs_chunk_t *out, size_t max);
@@ -152,6 +153,17 @@ void _hs_own_memory(int64_t bytes);
 void _hs_map_written(uintptr_t index); /* a byte of _hs_sample_map was written */
 void _hs_own_publish(void);            /* into the segment, once attached */
 uint64_t _hs_own_private(void);        /* the bytes of it */
+
+void *_hs_raw_mmap(size_t bytes); /* profile.c: anonymous memory of heapsight's own; NULL */
+
+/* The hash of heapsight's own tables (profile.c, unwind.c): murmur3's finalizer. */
+static inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
 
 static inline int hs_sample_maybe(const void *p) {
   return _hs_sample_map[((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1)] != 0;

@@ -109,18 +109,10 @@ static hs_table_t g_stacks; /* stack hash -> word offset (val), several per hash
 static hs_table_t g_irecs;  /* interpreter frame hash -> its record's word offset, likewise */
 static int g_full;          /* a region filled up: record no more ALLOCs */
 
-static inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-
 /* The system calls themselves, not the mmap hooks (mappings.c): those call dladdr, which
  * takes the loader's lock, and this runs under g_lock (a thread inside dlopen may be
- * waiting for g_lock). */
-static void *raw_mmap(size_t bytes) {
+ * waiting for g_lock); and they would record heapsight's tables as the program's. */
+void *_hs_raw_mmap(size_t bytes) {
   long r = syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
   return r < 0 && r > -4096 ? NULL : (void *)r;
@@ -141,7 +133,7 @@ size_t _hs_profile_own(hs_chunk_t *out, size_t max) {
 
 static int table_grow(hs_table_t *t) {
   uint64_t cap = t->cap ? t->cap * 2 : 1024;
-  void *m = raw_mmap(cap * sizeof(hs_entry_t));
+  void *m = _hs_raw_mmap(cap * sizeof(hs_entry_t));
   if (!m) return 0;
   _hs_own_memory((int64_t)((cap - t->cap) * sizeof(hs_entry_t))); /* the old one goes below */
   hs_entry_t *e = m;
@@ -468,9 +460,7 @@ static int splice(hs_profile_t *pr, const uint64_t *nat, int n, const hs_iframe_
   return m;
 }
 
-static void put_event(hs_profile_t *pr, uint64_t i, uint64_t addr, uint64_t size,
-                      uint32_t stack, uint32_t kind) {
-  (void)pr;
+static void put_event(uint64_t i, uint64_t addr, uint64_t size, uint32_t stack, uint32_t kind) {
   hs_event_t *e = &g_events[i];
   e->addr = addr;
   e->size = size;
@@ -508,11 +498,9 @@ static void hist_add(uint64_t usable, uint64_t req, int level, int dir) {
   if (!(prob > 0)) return;
   double w = 1.0 / prob, d = (double)dir;
   unsigned c = hs_class_of(usable);
-  if (c >= HS_CLASSES) return;
   if (dir > 0) {
     h->alloc_w[c] += w;
     h->waste_w[c] += w * (double)(usable - (req < usable ? req : usable));
-    h->samples++;
   }
   h->live_w[c] += d * w;
   h->live_u_w[c] += d * w * (double)usable;
@@ -591,7 +579,7 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
     return;
   }
   __atomic_store_n(&pr->events_used, used + 1, __ATOMIC_RELEASE);
-  put_event(pr, used, (uint64_t)(uintptr_t)p, usable, stack, kind);
+  put_event(used, (uint64_t)(uintptr_t)p, usable, stack, kind);
   if (kind == HS_EVENT_MAP) {
     table_put(&g_live, map_key(p), used);
   } else {
@@ -676,7 +664,7 @@ void _hs_sample_free(void *p) {
     const hs_event_t *a = &g_events[found - 1];
     hist_add(a->size, 0, a->kind >> 8 & 0xff, -1);
     __atomic_store_n(&pr->events_used, i + 1, __ATOMIC_RELEASE);
-    put_event(pr, i, found - 1, 0, 0, HS_EVENT_FREE);
+    put_event(i, found - 1, 0, 0, HS_EVENT_FREE);
   }
   unlock();
 }
@@ -803,7 +791,7 @@ int _hs_profile_unmap(void *p) {
   if (found) {
     uint64_t i = pr->events_used; /* room was kept when its MAP was recorded */
     __atomic_store_n(&pr->events_used, i + 1, __ATOMIC_RELEASE);
-    put_event(pr, i, found - 1, 0, 0, HS_EVENT_FREE);
+    put_event(i, found - 1, 0, 0, HS_EVENT_FREE);
   }
   unlock();
   return found != 0;

@@ -81,8 +81,8 @@ static void read_counters(const hs_segment_t *seg, double *row) {
   if (h->live_samples > 0) {
     for (int c = 0; c < HS_CLASSES; c++) {
       double a = h->alloc_w[c], n = h->live_w[c], u = h->live_u_w[c];
-      if (a == 0) continue;
-      if (a > 0 && n > 0) waste += n * (h->waste_w[c] / a);
+      if (!(a > 0)) continue;
+      if (n > 0) waste += n * (h->waste_w[c] / a);
       if (u > 0) live_u += u;
     }
     if (live_u > 0) ratio = waste / live_u < 1 ? waste / live_u : 1;

@@ -26,9 +26,6 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "hs_internal.h"
 
@@ -52,17 +49,10 @@ static int g_table_lock;
 static uint32_t g_table_used;
 static uint16_t g_table_pages; /* the table's pages written: heapsight's memory (16 of them) */
 
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
-
 static uint64_t table_get(uint64_t key) {
   entry_t *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
   if (!t) return 0;
-  for (uint64_t j = mix(key) & (TABLE_SIZE - 1), n = 0; n < 16; j = (j + 1) & (TABLE_SIZE - 1), n++) {
+  for (uint64_t j = mix64(key) & (TABLE_SIZE - 1), n = 0; n < 16; j = (j + 1) & (TABLE_SIZE - 1), n++) {
     uint64_t k = __atomic_load_n(&t[j].key, __ATOMIC_ACQUIRE);
     if (k == key) return t[j].rule;
     if (k == 0) return 0;
@@ -77,7 +67,7 @@ static void table_put(uint64_t key, uint64_t rule) {
     __atomic_store_n(&g_table_lock, 0, __ATOMIC_RELEASE);
     return;
   }
-  for (uint64_t j = mix(key) & (TABLE_SIZE - 1), n = 0; n < 16; j = (j + 1) & (TABLE_SIZE - 1), n++) {
+  for (uint64_t j = mix64(key) & (TABLE_SIZE - 1), n = 0; n < 16; j = (j + 1) & (TABLE_SIZE - 1), n++) {
     if (t[j].key == key) break;
     if (t[j].key == 0) {
       t[j].rule = rule;
@@ -339,14 +329,12 @@ static uint64_t rule_for(uintptr_t target) {
 
 /* An empty table in place of the current one (kept mapped: a walk may be reading it). */
 static int new_table(void) {
-  /* the system call itself: mappings.c's mmap would record it as the program's */
-  long t = syscall(SYS_mmap, NULL, TABLE_SIZE * sizeof(entry_t), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (t < 0 && t > -4096) return 0;
+  entry_t *t = _hs_raw_mmap(TABLE_SIZE * sizeof(entry_t));
+  if (!t) return 0;
   while (__atomic_exchange_n(&g_table_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
   g_table_used = 0;
   g_table_pages = 0; /* the old table's pages stay counted: still resident */
-  __atomic_store_n(&g_table, (entry_t *)t, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_table, t, __ATOMIC_RELEASE);
   __atomic_store_n(&g_table_lock, 0, __ATOMIC_RELEASE);
   return 1;
 }

@@ -38,11 +38,11 @@ int main(void) {
   SLOT(left); SLOT(free_left); SLOT(usable_alloc_bytes); SLOT(usable_free_bytes);
   SLOT(n_alloc); SLOT(n_free); SLOT(req_alloc_bytes); SLOT(n_realloc); SLOT(claimed);
   SLOT(tid); SLOT(left_base); SLOT(sample_left); SLOT(flushed_net); SLOT(n_large);
-  SLOT(n_mmapped); SLOT(n_mmapped_large); SLOT(mmapped_alloc_bytes); SLOT(mmapped_free_bytes);
+  SLOT(n_mmapped); SLOT(mmapped_alloc_bytes); SLOT(mmapped_free_bytes);
   first = 0;
   printf("}, \"hist\": {");
   HIST(alloc_w); HIST(live_w); HIST(waste_w); HIST(live_u_w); HIST(live_var); HIST(live_var_u);
-  HIST(live_var_uu); HIST(samples);
+  HIST(live_var_uu);
   HIST(live_samples);
   first = 0;
   printf("}, \"profile\": {");

@@ -50,8 +50,8 @@ SLOT_DTYPE = np.dtype([
     ("left", I8), ("free_left", I8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
     ("n_alloc", U8), ("n_free", U8), ("req_alloc_bytes", U8), ("n_realloc", U8),
     ("claimed", U8), ("tid", U8), ("left_base", I8), ("sample_left", I8), ("flushed_net", I8),
-    ("n_large", U8), ("n_mmapped", U8), ("n_mmapped_large", U8),
-    ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8), ("pad", U8, (6,)),
+    ("n_large", U8), ("n_mmapped", U8), ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8),
+    ("pad", U8, (7,)),
 ])
 # The size histogram from the sampled allocations (hs_hist_t): per usable-size class, sums
 # of each sampled block's weight (1 / the probability it had to be sampled).
@@ -59,7 +59,7 @@ F8 = np.dtype("<f8")
 HIST_DTYPE = np.dtype([
     ("alloc_w", F8, (CLASSES,)), ("live_w", F8, (CLASSES,)), ("waste_w", F8, (CLASSES,)),
     ("live_u_w", F8, (CLASSES,)), ("live_var", F8, (CLASSES,)), ("live_var_u", F8, (CLASSES,)),
-    ("live_var_uu", F8, (CLASSES,)), ("samples", U8), ("live_samples", U8),
+    ("live_var_uu", F8, (CLASSES,)), ("live_samples", U8),
 ])
 
 _HEADER_FIELDS = [
@@ -211,12 +211,11 @@ def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tup
     waste = live_u = 0.0
     means = {}
     if int(hist["live_samples"]) > 0:
-        for c in np.flatnonzero(alloc_w).tolist():
+        for c in np.flatnonzero(alloc_w > 0).tolist():
             a, n, u = float(alloc_w[c]), float(live_w[c]), float(live_u_w[c])
-            mean = float(waste_w[c]) / a if a > 0 else 0.0
-            if a > 0 and n > 0:
-                waste += n * mean
-                means[c] = mean
+            if n > 0:
+                means[c] = float(waste_w[c]) / a
+                waste += n * means[c]
             if u > 0:
                 live_u += u
         if live_u > 0:
@@ -243,7 +242,6 @@ class HeapCounters:
     n_mmapped: int
     n_large_heap: int
     waste_error_bytes: int = 0  # the live waste's estimate, ± one standard error
-
 
     @property
     def waste_bytes(self) -> int:

@@ -19,7 +19,6 @@ def hist(blocks, live=None):
         w, v = 1 / p, (1 - p) / p ** 2
         h["alloc_w"][c] += w
         h["waste_w"][c] += w * (u - r)
-        h["samples"] += 1
         if alive:
             h["live_w"][c] += w
             h["live_u_w"][c] += w * u
