@@ -135,15 +135,31 @@ def _since(tl: Timeline, ns: int | None) -> float:
 # Samples within this share of the most live bytes count as at the peak (a few frees of
 # small blocks while a large one is written must not move the moment off it).
 PEAK_LIVE_SLACK = 0.001
+# What all threads together may hold back from the library's live figure (the native
+# HS_FLUSH_TOTAL_BYTES): a reading this close to the exact peak saw it.
+HELD_BACK_BYTES = 1 << 20
 
 
-def peak_live_row(live, rss, valid) -> int:
+def peak_live_row(live, rss, valid, t=None, peak_s=None, peak_bytes=0) -> int:
     """The row of the peak moment: among the valid rows whose live bytes are within
     PEAK_LIVE_SLACK (or a page) of the most, the one with the highest RSS (the first of
-    equals)."""
+    equals).
+
+    When no reading saw the library's exact peak (peak_bytes at peak_s: it fell between two
+    readings), a reading after it counts what was freed since as retained, so it is off by
+    twice its shortfall, and the best reading before it by its shortfall once: the one off
+    by less is the peak's."""
     most = live[valid].max()
     near = valid[live[valid] >= most - max(most * PEAK_LIVE_SLACK, 4096)]
-    return int(near[np.argmax(rss[near])])
+    best = int(near[np.argmax(rss[near])])
+    short = peak_bytes - live[best]
+    if peak_s is None or t[best] <= peak_s or short <= HELD_BACK_BYTES + most * PEAK_LIVE_SLACK:
+        return best
+    before = valid[t[valid] <= peak_s]
+    if not len(before) or live[before].max() <= 0:
+        return best
+    earlier = peak_live_row(live, rss, before)
+    return earlier if peak_bytes - live[earlier] < 2 * short else best
 
 
 def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
@@ -301,7 +317,9 @@ class _Rows:
     peak_rss_i: int | None
 
     @classmethod
-    def of(cls, cols: dict, parts: dict, attached: bool) -> "_Rows":
+    def of(cls, cols: dict, parts: dict, attached: bool, peak_s=None,
+           peak_bytes: int = 0) -> "_Rows":
+        """peak_s, peak_bytes: the library's exact peak of live bytes, when it has one."""
         rss = np.asarray(cols["rss"], dtype=float)
         valid = np.flatnonzero(~np.isnan(rss))
         live = np.nan_to_num(np.asarray(cols["live_usable"], dtype=float), nan=0.0)
@@ -311,7 +329,8 @@ class _Rows:
         # without heap figures, the highest RSS.
         peak_rss_i = int(valid[np.argmax(rss[valid])]) if len(valid) else None
         if len(valid) and attached and live[valid].max() > 0:
-            peak_i = peak_live_row(live, rss, valid)
+            peak_i = peak_live_row(live, rss, valid, np.asarray(cols["t"], dtype=float),
+                                   peak_s, peak_bytes)
         else:
             peak_i = peak_rss_i
         return cls(cols, parts, rss, live, valid, peak_i, peak_rss_i)
@@ -516,7 +535,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     cols = tl.columns
     parts = analysis.timeline_split(cols, baseline, allocator if attached else None,
                                     mapped_before if done else math.nan)
-    rows = _Rows.of(cols, parts, attached)
+    peak_bytes = segment.get("peak_usable_bytes") if attached else 0
+    rows = _Rows.of(cols, parts, attached,
+                    _since(tl, segment.get("peak_ns")) if peak_bytes else None, peak_bytes)
     peak, final = rows.breakdown(rows.peak_i), rows.breakdown(rows.last)
     heap, peak_ns = None, None
     release = Release(False, "none", "the preload library was not active")
