@@ -25,7 +25,8 @@ def test_more_frees_than_allocations_read_as_nothing_live():
         # the hooks), more usable bytes freed than allocated
         m, head, slots = writable(seg)
         head["slots_used"] = 2
-        slots[1]["usable_alloc_bytes"], slots[1]["usable_free_bytes"] = 480, 1200
+        # (the usable bytes folded in: 8 more per block, HS_BLOCK_EXTRA)
+        slots[1]["alloc_chunk_bytes"], slots[1]["free_chunk_bytes"] = 480 + 80, 1200 + 200
         slots[1]["n_alloc"], slots[1]["n_free"], slots[1]["req_alloc_bytes"] = 10, 25, 400
         # WHEN it is read
         got = seg.counters()

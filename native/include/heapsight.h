@@ -10,7 +10,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 17
+#define HS_SEGMENT_VERSION 18
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -58,17 +58,25 @@ typedef struct hs_alloc_stats_s {
    * allocator's free lists (glibc: read without its locks, they are not known) */
 } hs_alloc_stats_t;
 
+/* What a block adds to the countdowns beyond its usable bytes: glibc's size word, so that
+ * the hot path counts a heap chunk's size as it reads it from the header. */
+#define HS_BLOCK_EXTRA 8
+
 /* One thread's counters. Only its owner writes them (no locks); readers sum all slots.
- * The hot path writes the first line: the counts and bytes of allocations and frees, the
- * requested bytes, and two countdowns (allocated and freed bytes until the slow path runs:
- * the next flush of the live figure, or the next sample). Everything else is written on the
- * slow path (counters.c). */
+ * The hot path writes the first line: the counts of allocations and frees, the requested
+ * bytes, and two countdowns (bytes allocated and freed until the slow path runs: the next
+ * flush of the live figure, or the next sample). It adds no usable bytes: a countdown
+ * counts each block's usable + HS_BLOCK_EXTRA bytes, and when the owner sets a countdown
+ * again it first folds what it counted into alloc_chunk_bytes (free_chunk_bytes), between
+ * two steps of seq. The usable bytes are then hs_slot_usable's sums. Everything else is
+ * written on the slow path (counters.c). */
 typedef struct hs_slot_s {
   int64_t left;              /* bytes this thread may allocate before the slow path: the
                                 least of the flush limit and sample_left, as of left_base */
-  int64_t free_left;         /* bytes it may free before it flushes */
-  uint64_t usable_alloc_bytes;
-  uint64_t usable_free_bytes;
+  int64_t free_left;         /* bytes it may free before it flushes, as of free_base */
+  uint64_t alloc_chunk_bytes; /* usable + HS_BLOCK_EXTRA bytes of the allocations counted
+                                before left_base was set */
+  uint64_t free_chunk_bytes; /* the same of the frees, before free_base was set */
   uint64_t n_alloc;
   uint64_t n_free;
   uint64_t req_alloc_bytes;  /* requested bytes of every allocation (waste: usable - this) */
@@ -78,15 +86,44 @@ typedef struct hs_slot_s {
   uint64_t tid;              /* last owner */
   int64_t left_base;         /* left as set at the last flush or sample */
   int64_t sample_left;       /* usable bytes until the next sampled allocation (profile.c),
-                                as of left_base */
-  int64_t flushed_net;       /* usable_alloc_bytes - usable_free_bytes at the last flush */
+                                as of left_base and n_alloc_base */
+  int64_t flushed_net;       /* usable bytes allocated less freed at the last flush */
   uint64_t n_large;          /* heap blocks of 128 KiB usable or more (not mmapped chunks):
                                 glibc's mmap threshold had risen past them */
   uint64_t n_mmapped;        /* glibc: allocations served by their own mmap */
   uint64_t mmapped_alloc_bytes; /* glibc: the chunk sizes of those, */
   uint64_t mmapped_free_bytes;  /* and of the ones freed (live: the difference) */
-  uint64_t pad[7];
+  int64_t free_base;         /* free_left as set at the last flush */
+  uint64_t n_alloc_base;     /* n_alloc when left_base was set */
+  uint64_t seq;              /* odd while the owner folds a countdown in (a seqlock) */
+  uint64_t pad[4];
 } hs_slot_t;
+
+/* A slot's usable bytes allocated and freed, as of one moment. A reader in another thread
+ * or process reads the fields again while the owner is folding a countdown in (seq odd,
+ * or moved); it never waits on the owner: past `tries` reads it returns 0 with what it
+ * read last (a thread stopped in the middle of a fold: the caller may have better). */
+static inline int hs_slot_usable(const hs_slot_t *s, int tries, uint64_t *alloc,
+                                 uint64_t *freed) {
+  for (int i = 0;; i++) {
+    uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+    uint64_t a = __atomic_load_n(&s->alloc_chunk_bytes, __ATOMIC_RELAXED) +
+                 (uint64_t)(__atomic_load_n(&s->left_base, __ATOMIC_RELAXED) -
+                            __atomic_load_n(&s->left, __ATOMIC_RELAXED)) -
+                 HS_BLOCK_EXTRA * __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED);
+    uint64_t f = __atomic_load_n(&s->free_chunk_bytes, __ATOMIC_RELAXED) +
+                 (uint64_t)(__atomic_load_n(&s->free_base, __ATOMIC_RELAXED) -
+                            __atomic_load_n(&s->free_left, __ATOMIC_RELAXED)) -
+                 HS_BLOCK_EXTRA * __atomic_load_n(&s->n_free, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    int ok = q % 2 == 0 && __atomic_load_n(&s->seq, __ATOMIC_RELAXED) == q;
+    if (ok || i >= tries) {
+      *alloc = a;
+      *freed = f;
+      return ok;
+    }
+  }
+}
 
 /* The size histogram, from the sampled allocations (profile.c, under its lock): per
  * usable-size class, each sampled block weighted by the inverse of the probability it had

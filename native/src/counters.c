@@ -44,10 +44,16 @@ static void own_mark(void *p, int add) {
   if (v < 255 && (add || v > 0)) __atomic_store_n(c, (unsigned char)(add ? v + 1 : v - 1), __ATOMIC_RELAXED);
 }
 
+static int g_own_top; /* g_own's entries past this were never used: a free looks no further */
+
 static int own_put(void *p) {
   for (int i = 0; i < HS_OWN_MAX; i++) {
     void *none = NULL;
     if (__atomic_compare_exchange_n(&g_own[i], &none, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+      int top = __atomic_load_n(&g_own_top, __ATOMIC_RELAXED);
+      while (top < i + 1 && !__atomic_compare_exchange_n(&g_own_top, &top, i + 1, 0,
+                                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+      }
       own_mark(p, 1);
       return 1;
     }
@@ -56,7 +62,8 @@ static int own_put(void *p) {
 }
 
 int _hs_own_take(void *p) {
-  for (int i = 0; i < HS_OWN_MAX; i++) {
+  int top = __atomic_load_n(&g_own_top, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < top; i++) {
     void *was = p;
     if (__atomic_load_n(&g_own[i], __ATOMIC_ACQUIRE) == p &&
         __atomic_compare_exchange_n(&g_own[i], &was, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
@@ -131,6 +138,16 @@ static void set_flush_limit(uint64_t claimed) {
     __atomic_store_n(&_hs_flush_limit, limit, __ATOMIC_RELAXED);
 }
 
+/* The owner rewrites a slot's countdowns between two steps of seq (hs_slot_usable). */
+static void slot_write_begin(hs_slot_t *s) {
+  __atomic_store_n(&s->seq, s->seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void slot_write_end(hs_slot_t *s) {
+  __atomic_store_n(&s->seq, s->seq + 1, __ATOMIC_RELEASE);
+}
+
 static void raise_peak(hs_segment_t *seg, int64_t live) {
   uint64_t peak = __atomic_load_n(&seg->peak_usable_bytes, __ATOMIC_RELAXED);
   while (live > 0 && (uint64_t)live > peak) {
@@ -179,7 +196,10 @@ hs_slot_t *_hs_slot_claim(void) {
       __atomic_fetch_add(&seg->slot_claims, 1, __ATOMIC_RELAXED);
       got->tid = (uint64_t)syscall(SYS_gettid);
       got->sample_left = HS_SAMPLE_FRESH; /* its first allocation draws the interval */
+      slot_write_begin(got); /* the last owner's flush left nothing pending */
       got->left = got->left_base = 0;
+      got->n_alloc_base = got->n_alloc;
+      slot_write_end(got);
       uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
       while (used < i + 1 && !__atomic_compare_exchange_n(&seg->slots_used, &used, i + 1, 0,
                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -204,13 +224,14 @@ hs_slot_t *_hs_slot_claim(void) {
   return got;
 }
 
-/* Slot 0 is shared by threads that have no slot of their own: every update is atomic. */
+/* Slot 0 is shared by threads that have no slot of their own: every update is atomic (its
+ * countdowns stay at 0: each block is added to its chunk bytes at once). */
 void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
                       const void *caller) {
   if (_hs_seg == NULL) return;
   hs_slot_t *s = &_hs_seg->slots[0];
   if (is_alloc) {
-    __atomic_fetch_add(&s->usable_alloc_bytes, usable, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->alloc_chunk_bytes, usable + HS_BLOCK_EXTRA, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->n_alloc, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->req_alloc_bytes, req, __ATOMIC_RELAXED);
     if (usable >= HS_GLIBC_MMAP_THRESHOLD_START && !(hdr & 2))
@@ -225,17 +246,29 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
     raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, (int64_t)usable,
                                            __ATOMIC_RELAXED));
   } else {
-    __atomic_fetch_add(&s->usable_free_bytes, usable, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->free_chunk_bytes, usable + HS_BLOCK_EXTRA, __ATOMIC_RELAXED);
     __atomic_fetch_add(&s->n_free, 1, __ATOMIC_RELAXED);
     if (hdr & 2) __atomic_fetch_add(&s->mmapped_free_bytes, hdr & ~(size_t)7, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&_hs_seg->live_usable_bytes, (int64_t)usable, __ATOMIC_RELAXED);
   }
 }
 
-/* The bytes allocated since left was last set, taken off the sample countdown. */
+/* The bytes the allocation countdown counted since left_base was set: folded into
+ * alloc_chunk_bytes, and taken off the sample countdown as usable bytes (less
+ * HS_BLOCK_EXTRA per block). Inside a slot write. */
 static void take_allocated(hs_slot_t *s) {
-  s->sample_left -= s->left_base - s->left;
+  int64_t counted = s->left_base - s->left;
+  s->alloc_chunk_bytes += (uint64_t)counted;
+  s->sample_left -= counted - HS_BLOCK_EXTRA * (int64_t)(s->n_alloc - s->n_alloc_base);
   s->left_base = s->left;
+  s->n_alloc_base = s->n_alloc;
+}
+
+/* The slot's usable bytes allocated less freed, as its owner sees them. */
+static int64_t slot_net(const hs_slot_t *s) {
+  uint64_t a, f;
+  (void)hs_slot_usable(s, 0, &a, &f); /* its own: never in the middle of a fold */
+  return (int64_t)(a - f);
 }
 
 /* Move a thread's pending bytes into the global live figure, raise the peak, and start
@@ -247,11 +280,14 @@ static void take_allocated(hs_slot_t *s) {
  * (_hs_flush_limit, taken by each thread at its next flush). */
 void _hs_flush(hs_slot_t *s) {
   if (s == &g_discard || s == &g_own_slot) return;
-  take_allocated(s);
   int64_t limit = __atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED);
+  slot_write_begin(s);
+  take_allocated(s);
   s->left = s->left_base = s->sample_left < limit ? s->sample_left : limit;
-  s->free_left = limit;
-  int64_t net = (int64_t)(s->usable_alloc_bytes - s->usable_free_bytes), d = net - s->flushed_net;
+  s->free_chunk_bytes += (uint64_t)(s->free_base - s->free_left);
+  s->free_left = s->free_base = limit;
+  slot_write_end(s);
+  int64_t net = slot_net(s), d = net - s->flushed_net;
   s->flushed_net = net;
   if (_hs_seg == NULL || d == 0) return;
   raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, d, __ATOMIC_RELAXED));
@@ -281,7 +317,7 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   }
   hs_slot_t *s = slot_slow();
   if (s == NULL) { _hs_count_shared(1, u, req, hdr, p, caller); return; }
-  if (hs_add_alloc(s, u, req)) _hs_counted_due(s, p, u, req, caller);
+  if (hs_add_alloc(s, u + HS_BLOCK_EXTRA, req)) _hs_counted_due(s, p, u + HS_BLOCK_EXTRA, req, caller);
   if (hdr & 2) {
     s->n_mmapped++;
     s->mmapped_alloc_bytes += hdr & ~(size_t)7;
@@ -294,7 +330,7 @@ void _hs_count_free_slow(void *p) {
   hs_slot_t *s = slot_slow();
   if (s == NULL) { _hs_count_shared(0, u, 0, hdr, p, NULL); return; }
   if (hdr & 2) s->mmapped_free_bytes += hdr & ~(size_t)7;
-  if (hs_add_free(s, u)) _hs_flush(s);
+  if (hs_add_free(s, u + HS_BLOCK_EXTRA)) _hs_flush(s);
 }
 
 /* glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted by the
@@ -316,7 +352,8 @@ void *_hs_counted_slow(void *p, size_t req, const void *caller) {
   return p;
 }
 
-void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, size_t req, const void *caller) {
+void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req, const void *caller) {
+  size_t u = chunk - HS_BLOCK_EXTRA;
   if (HS_UNLIKELY(s == &g_own_slot)) {
     if (!own_put(p)) { /* no room: the program's after all */
       int depth = t_own;
@@ -336,7 +373,9 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, size_t req, const void *c
     s->n_large++;
   /* the sample first: its event's time then comes before the peak's that this block's flush
    * may raise, and the block that makes the peak is among the peak's call sites */
+  slot_write_begin(s);
   take_allocated(s);
+  slot_write_end(s);
   if (s->sample_left < 0) _hs_sample_alloc(s, p, u, req, caller);
   _hs_flush(s);
   return p;

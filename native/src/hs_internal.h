@@ -41,7 +41,7 @@ hs_slot_t *_hs_slot_claim(void);               /* NULL: do not count this call *
 void _hs_count_alloc_slow(void *p, size_t req, const void *caller);
 void _hs_count_free_slow(void *p);
 void *_hs_counted_slow(void *p, size_t req, const void *caller);          /* returns p */
-void *_hs_counted_due(hs_slot_t *s, void *p, size_t u, size_t req,
+void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req,
                       const void *caller);                          /* returns p */
 void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void *p,
                       const void *caller);
@@ -184,23 +184,24 @@ static inline size_t hs_glibc_usable(size_t hdr) {
   return (hdr & ~(size_t)7) - ((hdr & 2) ? 2 * sizeof(size_t) : sizeof(size_t));
 }
 
-/* The counting, once the slot and the usable size are known: the count, the usable and
- * requested bytes, and one countdown of allocated bytes that covers both the flush of the
- * live figure and the next sample; nonzero when it ran out: the caller then calls
- * _hs_counted_due (a jump from preload.c's counted, so its common case saves no register).
- * Nothing here depends on the size's class: the size histogram comes from the samples. */
-__attribute__((always_inline)) static inline int hs_add_alloc(hs_slot_t *s, size_t u, size_t req) {
+/* The counting, once the slot and the block's chunk bytes (usable + HS_BLOCK_EXTRA: a
+ * glibc heap chunk's size) are known: the count, the requested bytes, and one countdown of
+ * allocated bytes that covers both the flush of the live figure and the next sample; no
+ * usable bytes (the countdown counts them: hs_slot_usable). Nonzero when it ran out: the
+ * caller then calls _hs_counted_due (a jump from preload.c's counted, so its common case
+ * saves no register). Nothing here depends on the size's class: the size histogram comes
+ * from the samples. */
+__attribute__((always_inline)) static inline int hs_add_alloc(hs_slot_t *s, size_t chunk,
+                                                             size_t req) {
   s->n_alloc++;
-  s->usable_alloc_bytes += u;
   s->req_alloc_bytes += req;
-  return (s->left -= (int64_t)u) < 0;
+  return (s->left -= (int64_t)chunk) < 0;
 }
 
 /* Nonzero when the thread's frees went past its limit: the caller flushes (_hs_flush). */
-__attribute__((always_inline)) static inline int hs_add_free(hs_slot_t *s, size_t u) {
+__attribute__((always_inline)) static inline int hs_add_free(hs_slot_t *s, size_t chunk) {
   s->n_free++;
-  s->usable_free_bytes += u;
-  return (s->free_left -= (int64_t)u) < 0;
+  return (s->free_left -= (int64_t)chunk) < 0;
 }
 
 /* The hot path is for glibc's heap chunks: _hs_tslot is set only when the usable size can
@@ -215,8 +216,8 @@ __attribute__((always_inline)) static inline void hs_count_alloc_by(void *p, siz
     _hs_count_alloc_slow(p, req, caller);
     return;
   }
-  size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
-  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) _hs_counted_due(s, p, u, req, caller);
+  size_t chunk = hdr & ~(size_t)7;
+  if (HS_UNLIKELY(hs_add_alloc(s, chunk, req))) _hs_counted_due(s, p, chunk, req, caller);
 }
 #define hs_count_alloc(p, req) hs_count_alloc_by((p), (req), __builtin_return_address(0))
 
@@ -229,7 +230,7 @@ __attribute__((always_inline)) static inline void hs_count_free_unsampled(void *
     _hs_count_free_slow(p);
     return;
   }
-  if (HS_UNLIKELY(hs_add_free(s, (hdr & ~(size_t)7) - sizeof(size_t)))) _hs_flush(s);
+  if (HS_UNLIKELY(hs_add_free(s, hdr & ~(size_t)7))) _hs_flush(s);
 }
 
 __attribute__((always_inline)) static inline void hs_count_free(void *p) {

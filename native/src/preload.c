@@ -165,27 +165,33 @@ __attribute__((noinline, cold)) static void *failed(size_t align) {
 
 /* The counting after a successful allocation, inline in malloc and calloc (a function of
  * its own, reached by a jump, cost 4 instructions more: the arguments moved and the
- * block returned again); every slow way out of it is a jump that returns the block.
- * caller: the hook's caller, for the sample's stack. */
-__attribute__((noinline)) static void *counted_slow(void *p, size_t req, const void *caller) {
-  if (in_pool(p)) return p; /* from bootstrap_malloc: never counted */
-  return _hs_counted_slow(p, req, caller);
+ * block returned again). Its one slow way out is a jump that returns the block, and only
+ * there is the hook's caller read (for the sample's stack): with a way out per case, the
+ * compiler read it on the common path. */
+__attribute__((noinline)) static void *counted_cold(void *p, size_t req, const void *caller) {
+  hs_slot_t *s = _hs_tslot;
+  if (s == NULL || (hs_glibc_header(p) & 2)) {
+    if (in_pool(p)) return p; /* from bootstrap_malloc: never counted */
+    return _hs_counted_slow(p, req, caller);
+  }
+  /* counted inline, and the countdown ran out */
+  return _hs_counted_due(s, p, hs_glibc_header(p) & ~(size_t)7, req, caller);
 }
 
-__attribute__((always_inline)) static inline void *counted(void *p, size_t req, const void *caller) {
+/* (always inline: the caller below is the hook's) */
+__attribute__((always_inline)) static inline void *counted(void *p, size_t req) {
   hs_slot_t *s = _hs_tslot;
   size_t hdr;
-  if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2))
-    return counted_slow(p, req, caller);
-  size_t u = (hdr & ~(size_t)7) - sizeof(size_t);
-  if (HS_UNLIKELY(hs_add_alloc(s, u, req))) return _hs_counted_due(s, p, u, req, caller);
+  if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2) ||
+      HS_UNLIKELY(hs_add_alloc(s, hdr & ~(size_t)7, req)))
+    return counted_cold(p, req, __builtin_return_address(0));
   return p;
 }
 
 HS_EXPORT void *malloc(size_t size) {
   void *p = _hs_real.malloc(size); /* bootstrap_malloc until start-up is done */
   if (HS_UNLIKELY(p == NULL)) return failed(1);
-  return counted(p, size, __builtin_return_address(0));
+  return counted(p, size);
 }
 
 /* The pool's blocks are marked in the sampled-block map (pool_alloc_aligned), so the one
@@ -216,7 +222,7 @@ HS_EXPORT void free(void *p) {
   hs_slot_t *s = _hs_tslot;
   size_t hdr;
   if (HS_UNLIKELY(s == NULL) || HS_UNLIKELY((hdr = hs_glibc_header(p)) & 2)) return free_slow(p);
-  if (HS_UNLIKELY(hs_add_free(s, (hdr & ~(size_t)7) - sizeof(size_t)))) return free_flush(s, p);
+  if (HS_UNLIKELY(hs_add_free(s, hdr & ~(size_t)7))) return free_flush(s, p);
   _hs_real.free(p);
 }
 
@@ -226,7 +232,7 @@ HS_EXPORT void *calloc(size_t n, size_t m) {
   HS_READY_OR(pool_alloc(size)); /* the static pool is zeroed, never reused */
   void *p = _hs_real.calloc(n, m);
   if (HS_UNLIKELY(p == NULL)) return failed(1);
-  return counted(p, size, __builtin_return_address(0));
+  return counted(p, size);
 }
 
 HS_EXPORT void *realloc(void *old, size_t size) {
@@ -244,7 +250,7 @@ HS_EXPORT void *realloc(void *old, size_t size) {
     if (_hs_own_take(old)) { /* heapsight's own block: the new one is ours too */
       _hs_own_begin();
       void *q = _hs_real.realloc(old, size);
-      if (q != NULL) (void)counted(q, size, __builtin_return_address(0));
+      if (q != NULL) (void)counted(q, size);
       _hs_own_end();
       return q;
     }

@@ -61,6 +61,37 @@ static int read_statm(int fd, uint64_t *rss_pages, uint64_t *shared_pages) {
  * requested bytes of live blocks are estimated from the sampled size histogram (the live
  * blocks' mean waste by class, over their usable bytes), or from all allocations' waste
  * while no sampled block is live: as heapsight.segment.Segment.counters does. */
+/* Each slot's usable bytes at the last reading that caught it between folds: a thread
+ * descheduled (or stopped) in the middle of one keeps those until it finishes it. Per
+ * reading thread (each reads one segment at a time). */
+static __thread const hs_segment_t *t_seen_seg;
+static __thread uint64_t t_seen[HS_MAX_SLOTS][2];
+static __thread unsigned char t_have[HS_MAX_SLOTS];
+
+static void slot_usable(const hs_segment_t *seg, uint64_t i, uint64_t *a, uint64_t *f) {
+  const hs_slot_t *s = &seg->slots[i];
+  if (t_seen_seg != seg) {
+    memset(t_have, 0, sizeof t_have);
+    t_seen_seg = seg;
+  }
+  /* the fold takes some 30 instructions: spin a little, then yield the CPU to its owner a
+   * few times (2 ms at most), then keep what the slot had */
+  int ok = hs_slot_usable(s, 100, a, f);
+  for (int w = 0; !ok && w < 40; w++) {
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+    ok = hs_slot_usable(s, 100, a, f);
+  }
+  if (ok) {
+    t_seen[i][0] = *a;
+    t_seen[i][1] = *f;
+    t_have[i] = 1;
+  } else if (t_have[i]) { /* (never caught between folds yet: what it read, off by a fold) */
+    *a = t_seen[i][0];
+    *f = t_seen[i][1];
+  }
+}
+
 static void read_counters(const hs_segment_t *seg, double *row) {
   uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
   if (used < 1) used = 1;
@@ -68,8 +99,10 @@ static void read_counters(const hs_segment_t *seg, double *row) {
   uint64_t ua = 0, uf = 0, req = 0, na = 0, nf = 0;
   for (uint64_t i = 0; i < used; i++) {
     const hs_slot_t *s = &seg->slots[i];
-    ua += s->usable_alloc_bytes;
-    uf += s->usable_free_bytes;
+    uint64_t a, f;
+    slot_usable(seg, i, &a, &f);
+    ua += a;
+    uf += f;
     req += s->req_alloc_bytes;
     na += s->n_alloc;
     nf += s->n_free;

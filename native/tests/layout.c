@@ -35,10 +35,11 @@ int main(void) {
   SEG(heapmap_seq); SEG(heapmap_ack); SEG(heapmap_at_exit); SEG(mapped_at); SEG(heapmap_exit_pid); SEG(exit_done_ns); SEG(slot_claims); SEG(own_private_bytes); SEG(owners); SEG(hist); SEG(slots); SEG(profile);
   first = 0;
   printf("}, \"slot\": {");
-  SLOT(left); SLOT(free_left); SLOT(usable_alloc_bytes); SLOT(usable_free_bytes);
+  SLOT(left); SLOT(free_left); SLOT(alloc_chunk_bytes); SLOT(free_chunk_bytes);
   SLOT(n_alloc); SLOT(n_free); SLOT(req_alloc_bytes); SLOT(n_realloc); SLOT(claimed);
   SLOT(tid); SLOT(left_base); SLOT(sample_left); SLOT(flushed_net); SLOT(n_large);
   SLOT(n_mmapped); SLOT(mmapped_alloc_bytes); SLOT(mmapped_free_bytes);
+  SLOT(free_base); SLOT(n_alloc_base); SLOT(seq);
   first = 0;
   printf("}, \"hist\": {");
   HIST(alloc_w); HIST(live_w); HIST(waste_w); HIST(live_u_w); HIST(live_var); HIST(live_var_u);

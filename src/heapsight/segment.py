@@ -19,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 17
+VERSION = 18
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -47,12 +47,46 @@ OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
                         ("mappings", U8), ("name", "S96")])
 
 SLOT_DTYPE = np.dtype([
-    ("left", I8), ("free_left", I8), ("usable_alloc_bytes", U8), ("usable_free_bytes", U8),
+    ("left", I8), ("free_left", I8), ("alloc_chunk_bytes", U8), ("free_chunk_bytes", U8),
     ("n_alloc", U8), ("n_free", U8), ("req_alloc_bytes", U8), ("n_realloc", U8),
     ("claimed", U8), ("tid", U8), ("left_base", I8), ("sample_left", I8), ("flushed_net", I8),
     ("n_large", U8), ("n_mmapped", U8), ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8),
-    ("pad", U8, (7,)),
+    ("free_base", I8), ("n_alloc_base", U8), ("seq", U8), ("pad", U8, (4,)),
 ])
+# What a block adds to the countdowns beyond its usable bytes (HS_BLOCK_EXTRA).
+BLOCK_EXTRA = 8
+
+
+def slot_usable(slots) -> tuple:
+    """(usable bytes allocated, freed) of each slot, as hs_slot_usable: the chunk bytes
+    folded in, plus what the countdowns counted since, less BLOCK_EXTRA per block. uint64,
+    wrapping as the library's arithmetic does."""
+    with np.errstate(over="ignore"):
+        u = np.uint64
+        alloc = (slots["alloc_chunk_bytes"] + (slots["left_base"] - slots["left"]).astype(u)
+                 - u(BLOCK_EXTRA) * slots["n_alloc"])
+        freed = (slots["free_chunk_bytes"] + (slots["free_base"] - slots["free_left"]).astype(u)
+                 - u(BLOCK_EXTRA) * slots["n_free"])
+    return alloc, freed
+
+
+def settled(slots, tries: int = 100) -> np.ndarray:
+    """A copy of the slots in which no row was read while its owner was folding a countdown
+    in (seq odd, or moved while the row was copied): such rows are read again, at first at
+    once, then every half millisecond (an owner descheduled in the middle of a fold), up to
+    `tries` times (the program is never waited on: past that the last copy stands)."""
+    got = np.empty_like(slots)
+    todo = np.ones(len(slots), dtype=bool)
+    for i in range(tries):
+        before = slots["seq"][todo].copy()      # seq first, then the row, then seq again
+        got[todo] = slots[todo]
+        ok = (before % 2 == 0) & (slots["seq"][todo] == before)
+        todo[np.flatnonzero(todo)[ok]] = False
+        if not todo.any():
+            break
+        if i >= 10:
+            time.sleep(0.0005)
+    return got
 # The size histogram from the sampled allocations (hs_hist_t): per usable-size class, sums
 # of each sampled block's weight (1 / the probability it had to be sampled).
 F8 = np.dtype("<f8")
@@ -82,8 +116,7 @@ _HEADER_FIELDS = [
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # The counters summed over the slots every reading.
-_SCALARS = ("usable_alloc_bytes", "usable_free_bytes", "n_alloc", "n_free", "req_alloc_bytes",
-            "n_realloc", "n_large", "n_mmapped")
+_SCALARS = ("n_alloc", "n_free", "req_alloc_bytes", "n_realloc", "n_large", "n_mmapped")
 SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
 # Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary:
 # a header page, then the tables, as many as the file's size says (its room, heapsight.h);
@@ -500,8 +533,11 @@ class Segment:
     def counters(self) -> HeapCounters:
         """Totals over the slots, exact but for the live requested bytes: estimated from the
         sampled size histogram (live_waste, docs/numbers.md)."""
-        s = self.slots[:self._used()]
+        s = settled(self.slots[:self._used()])
         f = {name: int(s[name].sum(dtype=np.uint64)) for name in _SCALARS}
+        alloc, freed = slot_usable(s)
+        f["usable_alloc_bytes"] = int(alloc.sum(dtype=np.uint64))
+        f["usable_free_bytes"] = int(freed.sum(dtype=np.uint64))
         # Frees of blocks the hooks never saw allocated (a library that reached malloc past
         # them) would make live figures negative: never publish an impossible count.
         live_usable = max(0, f["usable_alloc_bytes"] - f["usable_free_bytes"])
