@@ -2,10 +2,11 @@
 hammered from more threads than there are slots."""
 
 import json
+import math
 import subprocess
 
 from conftest import scenario
-from heapsight import segment as S
+from heapsight import native, segment as S
 
 
 def test_layout_matches_the_compiler():
@@ -60,3 +61,25 @@ def test_size_class_floors_match_hs_class_of():
     # THEN the floor is in its class and the byte below it in the class before
     assert classes[:S.CLASSES] == list(range(S.CLASSES))
     assert classes[S.CLASSES:] == list(range(S.CLASSES - 1))
+
+
+def test_the_librarys_log_and_expm1_are_libms():
+    # GIVEN arguments over the ranges the sampling uses: the uniform draw in (0, 1] (down to
+    # 2^-53), and usable / mean from a byte of 512 KiB to far past 1
+    xs = [2.0 ** -e for e in range(0, 54)] + [i / 997 for i in range(1, 997)] + \
+         [10 ** (k / 8) for k in range(-56, 30)] + [1 / 524288, 0.5, 0.35, 700, 745, 800, 5e-324]
+    got = subprocess.run([scenario("hs-math"), *map(repr, xs)], capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    # THEN each is libm's to within a few units in the last place
+    for x, line in zip(xs, got):
+        log, em1 = map(float, line.split())
+        assert math.isclose(log, math.log(x), rel_tol=1e-15, abs_tol=1e-300), (x, log)
+        assert math.isclose(em1, math.expm1(-x), rel_tol=1e-15, abs_tol=1e-300), (x, em1)
+
+
+def test_the_library_brings_no_libm_into_the_program():
+    # (libm's pages were half a MiB of a C program's RSS that was heapsight's)
+    needed = subprocess.run(["readelf", "-d", native.LIB], capture_output=True, text=True,
+                            check=True).stdout
+    assert "libm.so" not in needed
+    assert "libgcc_s.so" in needed  # the unwinder: loaded with the library, never later

@@ -35,7 +35,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
-#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +46,7 @@
 #include <unwind.h>
 
 #include "hs_internal.h"
+#include "hs_math.h"
 #include "hs_options.h"
 
 HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
@@ -218,7 +218,7 @@ static uint64_t next_random(void) {
 /* Bytes to the next sample: exponential of mean M / 2^level. */
 static int64_t draw_at(int level) {
   double u = (double)((next_random() >> 11) + 1) * 0x1.0p-53; /* (0, 1] */
-  double v = -log(u) * ldexp(g_mean, -level);
+  double v = -hs_log(u) * (g_mean / (double)(1ull << level));
   return v < 9.0e18 ? (int64_t)v : INT64_MAX;
 }
 
@@ -494,7 +494,7 @@ static inline uint64_t map_key(const void *p) { return (uint64_t)(uintptr_t)p | 
  * bytes); -1: its free. */
 static void hist_add(uint64_t usable, uint64_t req, int level, int dir) {
   hs_hist_t *h = &_hs_seg->hist;
-  double prob = -expm1(-(double)usable / ldexp(g_mean, -level));
+  double prob = -hs_expm1_neg(-(double)usable / (g_mean / (double)(1ull << level)));
   if (!(prob > 0)) return;
   double w = 1.0 / prob, d = (double)dir;
   unsigned c = hs_class_of(usable);
@@ -700,7 +700,7 @@ void _hs_profile_setup(void) {
     /* adaptive unless the mean was given: from HS_SAMPLE_START (or M, if smaller) up to M */
     int level = 0;
     if (!getenv("HEAPSIGHT_SAMPLE_BYTES"))
-      while (level < 24 && ldexp(g_mean, -(level + 1)) >= HS_SAMPLE_START) level++;
+      while (level < 24 && g_mean / (double)(1ull << (level + 1)) >= HS_SAMPLE_START) level++;
     __atomic_store_n(&g_level, level, __ATOMIC_RELAXED);
     __atomic_store_n(&g_shared_level, level, __ATOMIC_RELAXED);
     char exe[1024];
