@@ -76,6 +76,12 @@ def test_the_function_that_allocates_twice_as_much_is_named_and_no_other(tmp_pat
     moved = [x for x in d["sites"]["peak"]["rows"] if x["how"] != "no change"]
     assert [x["site"].split(" (")[0] for x in moved] == ["build_index"], moved
     assert moved[0]["how"] == "grew" and moved[0]["change"] > 20 << 20
+    # the moment of each run's sites is given, with its exact live bytes (the sites' total),
+    # and when each run's peak column was read (a sample: it may differ from the sites')
+    peak = d["sites"]["peak"]
+    assert peak["b_bytes"] - peak["a_bytes"] > 20 << 20 and peak["a_at_s"] > 0
+    assert all(t is not None for t in d["at_s"]["peak"] + d["at_s"]["exit"])
+    assert "usable at" in r.stdout and "(A at " in r.stdout, r.stdout
     # the bytes never freed did not move (leak_names, keep_cache's survivors)
     assert all(x["how"] == "no change" for x in d["sites"]["never freed"]["rows"])
     # and a gate on the peak's live bytes fails with 90

@@ -121,7 +121,9 @@ def sites(a: dict, b: dict, moment: str) -> dict | None:
                      "how": how})
     rows.sort(key=lambda r: (r["how"] == "no change", -abs(r["change"])))
     return {"moment": moment, "a_samples": ma["samples"], "b_samples": mb["samples"],
-            "rows": rows}
+            # the moment in each run, and its live bytes (exact): the sites add up to these
+            "a_at_s": ma.get("t_s"), "b_at_s": mb.get("t_s"),
+            "a_bytes": ma.get("live_bytes"), "b_bytes": mb.get("live_bytes"), "rows": rows}
 
 
 def diff(a: dict, b: dict) -> dict:
@@ -129,6 +131,10 @@ def diff(a: dict, b: dict) -> dict:
     out = {"a": {"command": a.get("command"), "pid": a.get("pid"), "verdict": a.get("verdict")},
            "b": {"command": b.get("command"), "pid": b.get("pid"), "verdict": b.get("verdict")},
            "split": {"peak": split(a, b, "peak"), "exit": split(a, b, "final")},
+           # when each column was read (the peak column is a sample: the call sites' peak,
+           # the library's exact moment, may fall between two)
+           "at_s": {at: [(s.get(key) or {}).get("at_s") for s in (a, b)]
+                    for at, key in (("peak", "peak"), ("exit", "final"))},
            "figures": figures(a, b), "sites": {}}
     for moment in ("peak", "never freed"):
         got = sites(a, b, moment)
