@@ -454,3 +454,21 @@ def test_a_runtime_that_unmaps_its_heap_as_it_exits_is_named_by_what_it_held_whi
     f, = analysis.hold_findings([held], "glibc", ["node", "app.js"], mapped_by=(v8,))
     assert "Node.js (the V8 heap): 85.0 MiB resident at 0.48 s" in f.detail
     assert "--trace-gc" in f.detail and "Thread stacks" not in f.detail
+
+
+def test_a_mostly_possibly_lost_heap_at_exit_is_named_for_it():
+    # GIVEN mawk at exit: 7.5 MiB in pools only inner pointers lead to, 150 KiB reachable
+    from heapsight.analysis import reach_findings
+    final = Breakdown(1.0, 10 << 20, 7_800_000, 0, 0, 0, 2 << 20, 2 << 20, 0, 0, 0)
+    reach = {"definitely_lost_bytes": 0, "indirectly_lost_bytes": 0,
+             "definitely_lost_blocks": 0, "indirectly_lost_blocks": 0,
+             "possibly_lost_bytes": 7_876_608, "possibly_lost_blocks": 3846,
+             "still_reachable_bytes": 154_214, "still_reachable_blocks": 31}
+    (f,) = reach_findings(reach, final, 7_900_000, "", "", "awk")
+    # THEN the headline says the larger part, and the text does not call it all "not a leak"
+    assert f.title.startswith("7.7 MiB kept until exit, 7.5 MiB of it possibly lost"), f.title
+    assert not f.detail.startswith("Not a leak") and "The other 150.6 KiB is not a leak" in f.detail
+    # and with little possibly lost, the headline is the reachable bytes
+    reach.update(possibly_lost_bytes=4096, possibly_lost_blocks=1, still_reachable_bytes=7_876_608)
+    (f,) = reach_findings(reach, final, 7_900_000, "", "", "awk")
+    assert f.title == "7.5 MiB kept until exit, still reachable" and f.detail.startswith("Not a leak")
