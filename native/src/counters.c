@@ -255,13 +255,16 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
 
 /* The bytes the allocation countdown counted since left_base was set: folded into
  * alloc_chunk_bytes, and taken off the sample countdown as usable bytes (less
- * HS_BLOCK_EXTRA per block). Inside a slot write. */
+ * HS_BLOCK_EXTRA per block). Inside a slot write. left is read once: what a signal handler
+ * of this thread counts after that stays pending (left_base - left). */
 static void take_allocated(hs_slot_t *s) {
-  int64_t counted = s->left_base - s->left;
+  int64_t left = __atomic_load_n(&s->left, __ATOMIC_RELAXED);
+  uint64_t n = __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED);
+  int64_t counted = s->left_base - left;
   s->alloc_chunk_bytes += (uint64_t)counted;
-  s->sample_left -= counted - HS_BLOCK_EXTRA * (int64_t)(s->n_alloc - s->n_alloc_base);
-  s->left_base = s->left;
-  s->n_alloc_base = s->n_alloc;
+  s->sample_left -= counted - HS_BLOCK_EXTRA * (int64_t)(n - s->n_alloc_base);
+  s->left_base = left;
+  s->n_alloc_base = n;
 }
 
 /* The slot's usable bytes allocated less freed, as its owner sees them. */
@@ -269,6 +272,42 @@ static int64_t slot_net(const hs_slot_t *s) {
   uint64_t a, f;
   (void)hs_slot_usable(s, 0, &a, &f); /* its own: never in the middle of a fold */
   return (int64_t)(a - f);
+}
+
+/* Inside this thread's fold or flush: a signal handler's allocations and frees on this
+ * thread are counted (the hot path's single read-modify-write of a countdown) and left
+ * pending for the next fold, never folded inside this one. */
+static HS_TLS int t_fold;
+
+static void fold_enter(void) {
+  t_fold = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static void fold_leave(void) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  t_fold = 0;
+}
+
+/* _hs_flush's work, inside fold_enter. The countdowns are refilled by adding to them (one
+ * instruction, whole to a signal handler), not by setting them: a handler's counts between
+ * the read and the refill stay pending. */
+static void flush(hs_slot_t *s) {
+  int64_t limit = __atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED);
+  slot_write_begin(s);
+  take_allocated(s);
+  int64_t to = s->sample_left < limit ? s->sample_left : limit;
+  __atomic_fetch_add(&s->left, to - s->left_base, __ATOMIC_RELAXED);
+  s->left_base = to;
+  int64_t fl = __atomic_load_n(&s->free_left, __ATOMIC_RELAXED);
+  s->free_chunk_bytes += (uint64_t)(s->free_base - fl);
+  __atomic_fetch_add(&s->free_left, limit - fl, __ATOMIC_RELAXED);
+  s->free_base = limit;
+  slot_write_end(s);
+  int64_t net = slot_net(s), d = net - s->flushed_net;
+  s->flushed_net = net;
+  if (_hs_seg == NULL || d == 0) return;
+  raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, d, __ATOMIC_RELAXED));
 }
 
 /* Move a thread's pending bytes into the global live figure, raise the peak, and start
@@ -279,18 +318,10 @@ static int64_t slot_net(const hs_slot_t *s) {
  * together: HS_FLUSH_TOTAL_BYTES, or HS_FLUSH_MIN_BYTES per thread past 256 threads
  * (_hs_flush_limit, taken by each thread at its next flush). */
 void _hs_flush(hs_slot_t *s) {
-  if (s == &g_discard || s == &g_own_slot) return;
-  int64_t limit = __atomic_load_n(&_hs_flush_limit, __ATOMIC_RELAXED);
-  slot_write_begin(s);
-  take_allocated(s);
-  s->left = s->left_base = s->sample_left < limit ? s->sample_left : limit;
-  s->free_chunk_bytes += (uint64_t)(s->free_base - s->free_left);
-  s->free_left = s->free_base = limit;
-  slot_write_end(s);
-  int64_t net = slot_net(s), d = net - s->flushed_net;
-  s->flushed_net = net;
-  if (_hs_seg == NULL || d == 0) return;
-  raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, d, __ATOMIC_RELAXED));
+  if (s == &g_discard || s == &g_own_slot || t_fold) return;
+  fold_enter();
+  flush(s);
+  fold_leave();
 }
 
 /* The main thread holds slot 1 from the first allocation on; at exit its pending bytes
@@ -368,6 +399,10 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req, const voi
     }
     return p;
   }
+  /* a signal handler's allocation inside this thread's fold: counted, left pending (and
+   * not sampled: its countdown is the interrupted fold's to set) */
+  if (HS_UNLIKELY(t_fold)) return p;
+  fold_enter();
   /* a block this large always ends the countdown (it starts at the flush limit or less) */
   if (u >= HS_GLIBC_MMAP_THRESHOLD_START && !(_hs_usable_by_header && (hs_glibc_header(p) & 2)))
     s->n_large++;
@@ -377,6 +412,7 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req, const voi
   take_allocated(s);
   slot_write_end(s);
   if (s->sample_left < 0) _hs_sample_alloc(s, p, u, req, caller);
-  _hs_flush(s);
+  flush(s);
+  fold_leave();
   return p;
 }
