@@ -66,8 +66,11 @@ def test_one_byte_mallocs_waste_23_of_24_usable_bytes(hs):
     s = r.summary
     count = 1_000_000
     live_req, usable = s["heap"]["live_requested_bytes"], s["heap"]["live_usable_bytes"]
-    # glibc: malloc(1) gives 24 usable bytes in a 32-byte chunk
-    assert live_req == pytest.approx(count, rel=0.01)
+    # glibc: malloc(1) gives 24 usable bytes in a 32-byte chunk. The requested bytes are
+    # estimated from the samples, within 1% and the error stated: 1 run in ~15 samples stdio's
+    # 4 KiB buffer at weight 16, which moves the estimate by ~63 KB, and says so (±65 KB)
+    error = s["heap"]["live_waste_error_bytes"]
+    assert abs(live_req - count) <= 0.01 * count + 3 * error, (live_req, error)
     assert usable == pytest.approx(24 * count, rel=0.01)
     assert (usable - live_req) / usable == pytest.approx(23 / 24, abs=0.005)
     assert s["final"]["metadata_bytes"] == pytest.approx(8 * count, rel=0.01)
