@@ -253,3 +253,26 @@ def test_run_serves_its_split_to_prometheus_while_the_program_runs(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_python_process_s_own_heap_is_named_with_what_to_try(tmp_path):
+    # GIVEN python3 holding 300,000 small objects (pymalloc's arenas, outside malloc)
+    prog = ("import sys, time\nx = [bytes(100) for _ in range(300000)]\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    p = subprocess.Popen(["python3", "-c", prog], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        # WHEN heapsight attaches
+        got, err = attach_json(p.pid, cwd=tmp_path)
+        # THEN the memory malloc did not give is put on the runtime the process runs, with
+        # the rule it keeps memory by and what to try
+        assert got["non_heap"]["other anonymous"] >= 30 * MiB, got["non_heap"]
+        assert got["runtime"] == "the CPython object allocator (pymalloc arenas)"
+        assert got["verdict"].startswith("NON-HEAP MEMORY") and "PYTHONMALLOC=malloc" in got["verdict"]
+        # (wrapped to the terminal, as run's verdict is)
+        verdict = err[err.index("VERDICT"):].split("\n\n")[0].splitlines()
+        assert len(verdict) > 1 and max(len(line) for line in verdict) <= 100, verdict
+        assert p.poll() is None   # and it is still running
+    finally:
+        p.kill()
+        p.wait()

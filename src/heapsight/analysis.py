@@ -230,6 +230,17 @@ def runtime_rule(owner: str) -> tuple | None:
     return next((r[1:] for r in RUNTIME_RULES if r[0] in owner), None)
 
 
+def runtime_loaded(paths) -> str:
+    """Of the files a process maps (its executable among them), the first that is a runtime
+    with a heap of its own (an owner with a RUNTIME_RULES entry), in owner_of's words; ""
+    for none. From outside, that names who most likely mapped its anonymous memory."""
+    for path in paths:
+        owner = owner_of(path) if path.startswith("/") else ""
+        if owner and runtime_rule(owner) is not None:
+            return owner
+    return ""
+
+
 def owner_words(o: dict, when: str = "resident") -> str:
     """One object's memory mapped outside malloc: what of it was resident at a reading
     (when: "resident", the last; "resident_peak", near peak RSS), when measured, and what it

@@ -472,3 +472,13 @@ def test_a_mostly_possibly_lost_heap_at_exit_is_named_for_it():
     reach.update(possibly_lost_bytes=4096, possibly_lost_blocks=1, still_reachable_bytes=7_876_608)
     (f,) = reach_findings(reach, final, 7_900_000, "", "", "awk")
     assert f.title == "7.5 MiB kept until exit, still reachable" and f.detail.startswith("Not a leak")
+
+
+def test_the_runtime_a_process_maps_is_named_from_its_files():
+    from heapsight.analysis import runtime_loaded
+    assert runtime_loaded(["/usr/bin/python3.11", "/lib/x86_64-linux-gnu/libc.so.6"]) == \
+        "the CPython object allocator (pymalloc arenas)"
+    assert runtime_loaded(["/usr/bin/java", "/usr/lib/jvm/java-17/lib/server/libjvm.so"]) == \
+        "the JVM (Java heap, metaspace, code cache)"
+    # a program that only links libc, or maps anonymous memory: none
+    assert runtime_loaded(["/usr/bin/sqlite3", "/lib/x86_64-linux-gnu/libc.so.6", "[heap]", ""]) == ""

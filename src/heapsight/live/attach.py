@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from heapsight import allocators, mappings
+from heapsight import allocators, analysis, mappings
 from heapsight.live import gdbcall
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, pct
@@ -48,6 +48,7 @@ class Attached:
     live_bytes: int | None = None          # requested, not freed
     waste_bytes: int | None = None         # rounding of the live blocks
     live_blocks: int | None = None
+    runtime: str = ""                      # a runtime with its own heap it maps (analysis.OWNERS)
 
     def to_dict(self) -> dict:
         return {"kind": "heapsight-attach", **asdict(self)}
@@ -267,8 +268,12 @@ def verdict(a: Attached) -> str:
                 f"{human(est)} (heapsight attach {a.pid} --trim does it and measures)")
     other = a.non_heap.get("other anonymous", 0)
     if other >= 4 * MiB and other >= 0.25 * a.rss_bytes:
-        return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not give "
-                "(a runtime's own heap, the program's mmap)")
+        rule = analysis.runtime_rule(a.runtime) if a.runtime else None
+        if rule is None:
+            return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not "
+                    "give (a runtime's own heap, the program's mmap)")
+        return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not give; "
+                f"the process runs {a.runtime}, its most likely owner: {rule[0]}. {rule[1]}")
     return (f"healthy: {human(a.in_use_bytes)} in use by the program, {human(a.retained_bytes)} "
             f"kept by {a.allocator} (RSS {human(a.rss_bytes)})")
 
@@ -285,6 +290,11 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
     alloc = mappings.allocator_of(maps)
     a = Attached(pid, command, alloc, sum(m.rss for m in maps), mappings.resident_by_kind(maps),
                  taken_at=time.time())
+    try:
+        exe = [os.readlink(f"/proc/{pid}/exe")]
+    except OSError:
+        exe = []
+    a.runtime = analysis.runtime_loaded(exe + [m.path for m in maps])
     seg = preloaded_segment(pid)
     if seg is not None:
         c = seg.counters()

@@ -255,7 +255,12 @@ def _finding_lines(c: Console, s: Summary) -> None:
 
 def _verdict(c: Console, s: Summary) -> None:
     style = VERDICT_STYLE.get(s.findings[0].kind, "bold") if s.findings else "bold green"
-    words = textwrap.wrap(s.verdict, max(20, c.width - 11)) or [""]
+    _verdict_lines(c, s.verdict, style)
+
+
+def _verdict_lines(c: Console, verdict: str, style: str) -> None:
+    """VERDICT and its words, wrapped to the width under their first line's."""
+    words = textwrap.wrap(verdict, max(20, c.width - 11)) or [""]
     c.print(Text.assemble("  VERDICT  ", (words[0], style)), no_wrap=True, overflow="ignore")
     for more in words[1:]:
         c.print(Text(" " * 11 + more, style=style), no_wrap=True, overflow="ignore")
@@ -554,5 +559,5 @@ def render_attach(a, out) -> None:
                    f"{human(r['rss_after_bytes'])})", 2, style="bold")
     c.print()
     style = "bold green" if a.verdict.startswith("healthy") else "bold yellow"
-    c.print(Text.assemble("  VERDICT  ", (a.verdict, style)), soft_wrap=True)
+    _verdict_lines(c, a.verdict, style)
     c.print()
