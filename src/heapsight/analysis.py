@@ -314,9 +314,9 @@ def _never_freed_findings(final, heap_total: int, reach: dict, live_over_time: t
         "setting can give it back." + unknown + " " + where, suggestions)]
 
 
-def _retention_reasons(heap: HeapFigures, mapped: dict) -> list:
+def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True) -> list:
     """Why freed memory stayed, in words, the reason that explains the most bytes first
-    (those measured before those not)."""
+    (those measured before those not); tops: with the threads' heap tops among them."""
     if heap.allocator != "glibc":
         return []
     arenas, threads, n_large = heap.arenas, heap.threads_seen, heap.n_large_heap
@@ -325,6 +325,9 @@ def _retention_reasons(heap: HeapFigures, mapped: dict) -> list:
         reasons.append((mapped["pinned"], f"{human(mapped['pinned'])} of heap pages hold "
                         "only a few live bytes each: no release can return them while "
                         "those blocks live"))
+    if tops and mapped.get("thread_tops"):
+        reasons.append((mapped["thread_tops"], f"{human(mapped['thread_tops'])} is the free top "
+                        "of the threads' heaps, which malloc_trim does not shrink"))
     if arenas > 1:
         in_threads = mapped.get("thread_arenas_free")
         reasons.append((in_threads, (f"{human(in_threads)} of free pages in " if in_threads
@@ -381,6 +384,22 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                        f"({pct(given, retained)} of it). " + why, suggestions)
     how = (f"the release at exit ({release.call}) {gave} only {human(given)}"
            if release.measured else f"no release could be measured ({release.why_not})")
+    tops = mapped.get("thread_tops") or 0
+    if release.measured and allocator == "glibc" and tops >= 0.5 * max(1, retained - given):
+        # not fragmentation: free pages at the end of the threads' heaps, which glibc's
+        # malloc_trim leaves (it trims only the main heap's top; a thread heap's top shrinks
+        # on a free, past the trim threshold that rises with the dynamic mmap threshold)
+        return Finding("retention", retained, title,
+                       f"Freed memory the allocator still holds; {how}. Most of what stayed, "
+                       f"{human(tops)}, is free space at the top of the threads' heaps: glibc's "
+                       "malloc_trim shrinks only the main heap's top, and a thread heap's top "
+                       "shrinks on a free only once it passes the trim threshold, which glibc "
+                       "raises with the dynamic mmap threshold (to twice the largest mmapped "
+                       "block freed). Fixed thresholds keep it at 128 KiB. "
+                       + "Besides: " + "; ".join(_retention_reasons(heap, mapped, tops=False)) + ".",
+                       (f"GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- {cmd}"
+                        "   # fixed thresholds: thread heaps shrink on free",
+                        *(x for x in suggestions if "malloc_trim" not in x)))
     return Finding("fragmentation" if release.measured else "retention", retained, title,
                    f"Freed memory the allocator still holds; {how}. "
                    + ("The free space is interleaved with live blocks, so whole pages cannot be "

@@ -211,20 +211,24 @@ def occupancy(heap: Heap, page: int) -> np.ndarray:
 def to_json(hm: HeapMap, moment: str = EXIT, start_ns: int | None = None) -> dict:
     """The summary's "heapmaps" entry (the caller adds "pinners"). An arena's pages:
     free_resident_pages were resident before the release with no live byte and outside
-    the top chunk; pinned_pages see pinned(). A heap whose walk failed ("walked": false)
+    the top chunk; top_resident_pages the same inside it; pinned_pages see pinned(). A heap whose walk failed ("walked": false)
     has its residency flags only: its occupancy is unknown, written as zeros."""
     page = hm.page_bytes
     arenas: dict = {}
     for h in hm.heaps:
         a = arenas.setdefault(h.arena, {"arena": h.arena, "pages": 0, "free_resident_pages": 0,
                                         "pinned_pages": 0, "top_bytes": 0, "live_bytes": 0,
-                                        "walked": True, "heaps": []})
+                                        "top_resident_pages": 0, "walked": True, "heaps": []})
         a["pages"] += h.pages
         if h.walked:
             free = ((h.flags & BEFORE) != 0) & (h.live == 0) & ((h.flags & TOP) == 0)
             a["free_resident_pages"] += int(free.sum())
             a["pinned_pages"] += int(pinned(h, page).sum())
             a["top_bytes"] += h.top_bytes
+            # the top chunk's pages resident before the release (with no live byte): in a
+            # thread arena, what malloc_trim leaves (glibc shrinks its top only on a free)
+            a["top_resident_pages"] += int((((h.flags & BEFORE) != 0) & ((h.flags & TOP) != 0)
+                                            & (h.live == 0)).sum())
             a["live_bytes"] += h.live_bytes
         a["walked"] = a["walked"] and h.walked
         a["heaps"].append({"start": hex(h.start), "kind": h.kind, "pages": h.pages,

@@ -22,14 +22,17 @@ from heapsight.segment import STATE_DONE, segment_dir
 
 
 def exit_map_bytes(hmaps) -> dict:
-    """From the exit's heap map (heap_maps' entries): the bytes of pinned pages, and of free
-    resident pages in glibc's thread arenas (arena 1 and up); {} without one."""
+    """From the exit's heap map (heap_maps' entries): the bytes of pinned pages, of free
+    resident pages in glibc's thread arenas (arena 1 and up), and of their top chunks'
+    resident pages (malloc_trim leaves those); {} without one."""
     for m in hmaps:
         if m["moment"] == heapmap.EXIT and m["status"] == "mapped":
             page = m["page_bytes"]
             return {"pinned": sum(a["pinned_pages"] for a in m["arenas"]) * page,
                     "thread_arenas_free": sum(a["free_resident_pages"] for a in m["arenas"]
                                               if a["arena"] != 0) * page,
+                    "thread_tops": sum(a.get("top_resident_pages", 0) for a in m["arenas"]
+                                       if a["arena"] != 0) * page,
                     "reach": m.get("reach")}
         if m["moment"] == heapmap.EXIT:
             return {"reach": m.get("reach")}
