@@ -276,3 +276,27 @@ def test_a_python_process_s_own_heap_is_named_with_what_to_try(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_thread_heaps_free_top_is_retention_not_fragmentation(tmp_path):
+    from test_thread_tops import TOPS
+    src, exe = tmp_path / "tops.c", tmp_path / "tops"
+    # GIVEN the program of test_thread_tops, holding its thread heap's 24 MiB free top
+    src.write_text(TOPS.replace("return 0;\n}", 'puts("ready"); fflush(stdout); sleep(60); return 0;\n}')
+                   .replace("#include <string.h>", "#include <string.h>\n#include <stdio.h>\n#include <unistd.h>"))
+    subprocess.run(["cc", "-O1", "-fno-builtin", "-pthread", "-o", str(exe), str(src)], check=True)
+    p = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        got, _ = attach_json(p.pid, cwd=tmp_path)
+        # THEN the verdict puts it on the top of the thread's heap, which malloc_trim leaves,
+        # with the start-up setting that returns it
+        assert got["retained_bytes"] >= 20 * MiB, got
+        assert got["verdict"].startswith("RETENTION") and "top of its threads' heaps" in got["verdict"]
+        assert "trim_threshold=131072" in got["verdict"]
+        # and --trim confirms malloc_trim gives back little of it
+        trimmed, _ = attach_json(p.pid, "--trim", cwd=tmp_path)
+        assert trimmed["trim"]["gave_back_bytes"] < 2 * MiB, trimmed["trim"]
+    finally:
+        p.kill()
+        p.wait()

@@ -262,6 +262,17 @@ def verdict(a: Attached) -> str:
                 f"({'; '.join(a.notes) or 'unknown allocator'})")
     if a.retained_bytes >= MiB and a.retained_bytes >= 0.1 * a.rss_bytes:
         est = a.release_estimate_bytes or 0
+        # the free tops of glibc's thread heaps: malloc_trim never shrinks them (it trims
+        # only the main heap's top), and they are no fragmentation
+        tops = sum(x.get("top_bytes", 0) for x in a.arenas if x.get("nr", 0) != 0)
+        tops = min(tops, a.retained_bytes)
+        if est < 0.5 * a.retained_bytes and tops >= 0.5 * (a.retained_bytes - est):
+            return (f"RETENTION: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} "
+                    f"of RSS) freed by the program and kept by {a.allocator}, {human(tops)} of it "
+                    "free at the top of its threads' heaps, which malloc_trim does not shrink "
+                    "(a release would give back about "
+                    f"{human(est)}); started with GLIBC_TUNABLES=glibc.malloc.trim_threshold="
+                    "131072 (fixed thresholds), a thread's heap shrinks on free")
         kind = "RETENTION" if est >= 0.5 * a.retained_bytes else "FRAGMENTATION"
         return (f"{kind}: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} of RSS) "
                 f"freed by the program and kept by {a.allocator}; a release would give back about "
