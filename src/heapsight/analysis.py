@@ -399,7 +399,9 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                        + "Besides: " + "; ".join(_retention_reasons(heap, mapped, tops=False)) + ".",
                        (f"GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- {cmd}"
                         "   # fixed thresholds: thread heaps shrink on free",
-                        *(x for x in suggestions if "malloc_trim" not in x)))
+                        f"heapsight compare --configs glibc,glibc-trim128k,glibc-mmap128k -- {cmd}"
+                        "   # the settings side by side, with their time",
+                        *(x for x in suggestions if "malloc_trim" not in x and "mmap_threshold" not in x)))
     return Finding("fragmentation" if release.measured else "retention", retained, title,
                    f"Freed memory the allocator still holds; {how}. "
                    + ("The free space is interleaved with live blocks, so whole pages cannot be "
