@@ -120,6 +120,9 @@ def test_the_page_draws_both_runs_on_one_axis_and_what_moved(tmp_path):
     assert "Run A and run B on one time axis" in dom
     head = dom.split('class="doc diff"', 1)[1].split("</section>", 1)[0]
     assert "build_index" in head
+    # with when each run's columns and call sites were read, as the terminal says
+    assert re.search(r"the split at peak live \(A at [0-9.]+ s, B at [0-9.]+ s\)", head), head[:2000]
+    assert re.search(r"call sites peak \(A [0-9.]+ MiB usable at [0-9.]+ s, B ", head)
     # and the differential flame graph opens on B, its boxes coloured by the change from A:
     # build_index's path grew (red), the rest within the sampling error (grey)
     assert 'data-moment="B: peak"' in head

@@ -21,6 +21,8 @@ def test_layout_matches_the_compiler():
     assert layout["slot_bytes"] == S.SLOT_DTYPE.itemsize
     assert layout["stats_bytes"] == S.STATS_DTYPE.itemsize
     assert layout["classes"] == S.CLASSES
+    assert (layout["block_extra"], layout["flush_total_bytes"]) == (S.BLOCK_EXTRA,
+                                                                   S.FLUSH_TOTAL_BYTES)
     for name, (offset, size) in layout["segment"].items():
         if name == "slots":
             assert offset == S.SLOTS_OFFSET

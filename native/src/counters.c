@@ -399,13 +399,13 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req, const voi
     }
     return p;
   }
+  /* a block this large always ends the countdown (it starts at the flush limit or less) */
+  if (u >= HS_GLIBC_MMAP_THRESHOLD_START && !(_hs_usable_by_header && (hs_glibc_header(p) & 2)))
+    s->n_large++;
   /* a signal handler's allocation inside this thread's fold: counted, left pending (and
    * not sampled: its countdown is the interrupted fold's to set) */
   if (HS_UNLIKELY(t_fold)) return p;
   fold_enter();
-  /* a block this large always ends the countdown (it starts at the flush limit or less) */
-  if (u >= HS_GLIBC_MMAP_THRESHOLD_START && !(_hs_usable_by_header && (hs_glibc_header(p) & 2)))
-    s->n_large++;
   /* the sample first: its event's time then comes before the peak's that this block's flush
    * may raise, and the block that makes the peak is among the peak's call sites */
   slot_write_begin(s);

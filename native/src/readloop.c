@@ -57,25 +57,26 @@ static int read_statm(int fd, uint64_t *rss_pages, uint64_t *shared_pages) {
   return v[1] != 0;
 }
 
-/* Live usable and requested bytes, allocations and frees, summed over the used slots. The
- * requested bytes of live blocks are estimated from the sampled size histogram (the live
- * blocks' mean waste by class, over their usable bytes), or from all allocations' waste
- * while no sampled block is live: as heapsight.segment.Segment.counters does. */
 /* Each slot's usable bytes at the last reading that caught it between folds: a thread
  * descheduled (or stopped) in the middle of one keeps those until it finishes it. Per
- * reading thread (each reads one segment at a time). */
+ * reading thread, for one segment at a time (its address and its attach time: another
+ * run's segment may be mapped at the same address). */
 static __thread const hs_segment_t *t_seen_seg;
+static __thread uint64_t t_seen_start;
 static __thread uint64_t t_seen[HS_MAX_SLOTS][2];
 static __thread unsigned char t_have[HS_MAX_SLOTS];
 
 static void slot_usable(const hs_segment_t *seg, uint64_t i, uint64_t *a, uint64_t *f) {
   const hs_slot_t *s = &seg->slots[i];
-  if (t_seen_seg != seg) {
+  uint64_t start = __atomic_load_n(&seg->start_ns, __ATOMIC_RELAXED);
+  if (t_seen_seg != seg || t_seen_start != start) {
     memset(t_have, 0, sizeof t_have);
     t_seen_seg = seg;
+    t_seen_start = start;
   }
   /* the fold takes some 30 instructions: spin a little, then yield the CPU to its owner a
-   * few times (2 ms at most), then keep what the slot had */
+   * few times (2 ms at most), then keep what the slot had (never caught between folds
+   * yet: what was read, off by at most one fold) */
   int ok = hs_slot_usable(s, 100, a, f);
   for (int w = 0; !ok && w < 40; w++) {
     struct timespec ts = {0, 50000};
@@ -86,12 +87,16 @@ static void slot_usable(const hs_segment_t *seg, uint64_t i, uint64_t *a, uint64
     t_seen[i][0] = *a;
     t_seen[i][1] = *f;
     t_have[i] = 1;
-  } else if (t_have[i]) { /* (never caught between folds yet: what it read, off by a fold) */
+  } else if (t_have[i]) {
     *a = t_seen[i][0];
     *f = t_seen[i][1];
   }
 }
 
+/* Live usable and requested bytes, allocations and frees, summed over the used slots. The
+ * requested bytes of live blocks are estimated from the sampled size histogram (the live
+ * blocks' mean waste by class, over their usable bytes), or from all allocations' waste
+ * while no sampled block is live: as heapsight.segment.Segment.counters does. */
 static void read_counters(const hs_segment_t *seg, double *row) {
   uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
   if (used < 1) used = 1;

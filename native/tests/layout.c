@@ -22,6 +22,7 @@ int main(void) {
   int first = 0;
   printf("{\"segment_bytes\": %zu, \"slot_bytes\": %zu, \"stats_bytes\": %zu, \"classes\": %d, ",
          sizeof(hs_segment_t), sizeof(hs_slot_t), sizeof(hs_alloc_stats_t), HS_CLASSES);
+  printf("\"block_extra\": %d, \"flush_total_bytes\": %d, ", HS_BLOCK_EXTRA, HS_FLUSH_TOTAL_BYTES);
   printf("\"segment\": {");
   SEG(magic); SEG(version); SEG(size_bytes); SEG(slot_bytes); SEG(max_slots); SEG(n_classes);
   SEG(owner_pid); SEG(state); SEG(execs); SEG(forks); SEG(foreign_attaches); SEG(slots_used);

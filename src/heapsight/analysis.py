@@ -314,6 +314,12 @@ def _never_freed_findings(final, heap_total: int, reach: dict, live_over_time: t
         "setting can give it back." + unknown + " " + where, suggestions)]
 
 
+# What lets glibc's thread heaps shrink on free: fixed thresholds (compare's preset of that
+# name), so the trim threshold stays at 128 KiB instead of rising with the mmap threshold.
+THREAD_TOPS_PRESET = "glibc-trim128k"
+THREAD_TOPS_ENV = " ".join(f"{k}={v}" for k, v in allocators.PRESET[THREAD_TOPS_PRESET].env.items())
+
+
 def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True) -> list:
     """Why freed memory stayed, in words, the reason that explains the most bytes first
     (those measured before those not); tops: with the threads' heap tops among them."""
@@ -397,9 +403,9 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                        "raises with the dynamic mmap threshold (to twice the largest mmapped "
                        "block freed). Fixed thresholds keep it at 128 KiB. "
                        + "Besides: " + "; ".join(_retention_reasons(heap, mapped, tops=False)) + ".",
-                       (f"GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- {cmd}"
+                       (f"{THREAD_TOPS_ENV} heapsight run -- {cmd}"
                         "   # fixed thresholds: thread heaps shrink on free",
-                        f"heapsight compare --configs glibc,glibc-trim128k,glibc-mmap128k -- {cmd}"
+                        f"heapsight compare --configs glibc,{THREAD_TOPS_PRESET},glibc-mmap128k -- {cmd}"
                         "   # the settings side by side, with their time",
                         *(x for x in suggestions if "malloc_trim" not in x and "mmap_threshold" not in x)))
     return Finding("fragmentation" if release.measured else "retention", retained, title,

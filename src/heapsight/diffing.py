@@ -143,6 +143,27 @@ def diff(a: dict, b: dict) -> dict:
     return out
 
 
+def _at(t) -> str:
+    return f" at {t:.2f} s" if isinstance(t, (int, float)) else ""
+
+
+def read_at_text(d: dict, at: str) -> str:
+    """When each run's column of the split was read: "(A at 0.08 s, B at 0.05 s)", or ""."""
+    pair = (d.get("at_s") or {}).get(at)
+    if not pair or not all(isinstance(t, (int, float)) for t in pair):
+        return ""
+    return f"(A{_at(pair[0])}, B{_at(pair[1])})"
+
+
+def sites_moment_text(got: dict) -> str:
+    """Each run's moment of a call-site table with its exact live bytes (the sites add up
+    to these): "A 36.3 MiB usable at 0.10 s, B 4.0 MiB at 0.09 s; ", or ""."""
+    if got.get("a_bytes") is None or got.get("b_bytes") is None:
+        return ""
+    return (f"A {human(got['a_bytes'])} usable{_at(got.get('a_at_s'))}, "
+            f"B {human(got['b_bytes'])}{_at(got.get('b_at_s'))}; ")
+
+
 def change_text(r: dict) -> str:
     """A row's change as people read it: "+1.2 MiB (+3.4%)", "-8.0 KiB", or "=" for none;
     a call site's with its interval: "+20.0 MiB (±1.5 MiB)"."""

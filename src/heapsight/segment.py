@@ -55,6 +55,9 @@ SLOT_DTYPE = np.dtype([
 ])
 # What a block adds to the countdowns beyond its usable bytes (HS_BLOCK_EXTRA).
 BLOCK_EXTRA = 8
+# What all threads together may hold back from the live figure and its peak
+# (HS_FLUSH_TOTAL_BYTES).
+FLUSH_TOTAL_BYTES = 1 << 20
 
 
 def slot_usable(slots) -> tuple:
@@ -87,6 +90,8 @@ def settled(slots, tries: int = 100) -> np.ndarray:
         if i >= 10:
             time.sleep(0.0005)
     return got
+
+
 # The size histogram from the sampled allocations (hs_hist_t): per usable-size class, sums
 # of each sampled block's weight (1 / the probability it had to be sampled).
 F8 = np.dtype("<f8")

@@ -18,7 +18,7 @@ import numpy as np
 from heapsight import allocators, analysis, heapmap, mapped, profile, sites, symbolize
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
-from heapsight.segment import STATE_DONE, segment_dir
+from heapsight.segment import FLUSH_TOTAL_BYTES, STATE_DONE, segment_dir
 
 
 def exit_map_bytes(hmaps) -> dict:
@@ -138,9 +138,6 @@ def _since(tl: Timeline, ns: int | None) -> float:
 # Samples within this share of the most live bytes count as at the peak (a few frees of
 # small blocks while a large one is written must not move the moment off it).
 PEAK_LIVE_SLACK = 0.001
-# What all threads together may hold back from the library's live figure (the native
-# HS_FLUSH_TOTAL_BYTES): a reading this close to the exact peak saw it.
-HELD_BACK_BYTES = 1 << 20
 
 
 def peak_live_row(live, rss, valid, t=None, peak_s=None, peak_bytes=0) -> int:
@@ -149,14 +146,15 @@ def peak_live_row(live, rss, valid, t=None, peak_s=None, peak_bytes=0) -> int:
     equals).
 
     When no reading saw the library's exact peak (peak_bytes at peak_s: it fell between two
-    readings), a reading after it counts what was freed since as retained, so it is off by
+    readings; one short by less than the threads may hold back, FLUSH_TOTAL_BYTES, saw
+    it), a reading after it counts what was freed since as retained, so it is off by
     twice its shortfall, and the best reading before it by its shortfall once: the one off
     by less is the peak's."""
     most = live[valid].max()
     near = valid[live[valid] >= most - max(most * PEAK_LIVE_SLACK, 4096)]
     best = int(near[np.argmax(rss[near])])
     short = peak_bytes - live[best]
-    if peak_s is None or t[best] <= peak_s or short <= HELD_BACK_BYTES + most * PEAK_LIVE_SLACK:
+    if peak_s is None or t[best] <= peak_s or short <= FLUSH_TOTAL_BYTES + most * PEAK_LIVE_SLACK:
         return best
     before = valid[t[valid] <= peak_s]
     if not len(before) or live[before].max() <= 0:

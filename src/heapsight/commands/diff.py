@@ -122,17 +122,6 @@ def execute(args) -> int:
     return EXIT_GATE if failed else 0
 
 
-def _at(t) -> str:
-    return f" at {t:.2f} s" if isinstance(t, (int, float)) else ""
-
-
-def _times(pair) -> str:
-    """When each run's column was read: "  (A at 0.08 s, B at 0.05 s)"."""
-    if not pair or not all(isinstance(t, (int, float)) for t in pair):
-        return ""
-    return f"  (A{_at(pair[0])}, B{_at(pair[1])})"
-
-
 def render(d: dict, path_a: str, path_b: str, out) -> None:
     """The diff for a terminal, its prose wrapped to the terminal's width."""
     w = out.write
@@ -140,7 +129,8 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
     w(f"heapsight diff\n  A: {printable(path_a)} (pid {d['a']['pid']})\n"
       f"  B: {printable(path_b)} (pid {d['b']['pid']})\n\n")
     for at, title in (("peak", "at peak live"), ("exit", "at exit")):
-        w(f"  {title:<24}{'A':>12}{'B':>12}  change{_times(d.get('at_s', {}).get(at))}\n")
+        read = diffing.read_at_text(d, at)
+        w(f"  {title:<24}{'A':>12}{'B':>12}  change{'  ' + read if read else ''}\n")
         for r in d["split"][at]:
             w(f"    {r['row']:<22}{human(r['a']):>12}{human(r['b']):>12}  {diffing.change_text(r)}\n")
         w("\n")
@@ -153,11 +143,7 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
             continue
         moved = [r for r in got["rows"] if r["how"] != "no change"]
         same = len(got["rows"]) - len(moved)
-        when = ""
-        if got.get("a_bytes") is not None and got.get("b_bytes") is not None:
-            when = (f"A {human(got['a_bytes'])} usable" + _at(got.get("a_at_s")) +
-                    f", B {human(got['b_bytes'])}" + _at(got.get("b_at_s")) + "; ")
-        head = (f"{title} ({when}estimated from {got['a_samples']:,} and {got['b_samples']:,} "
+        head = (f"{title} ({diffing.sites_moment_text(got)}estimated from {got['a_samples']:,} and {got['b_samples']:,} "
                 "sampled blocks; a change inside the two runs' sampling error is no change):")
         w("\n" + textwrap.fill(head, width, initial_indent="  ", subsequent_indent="  ") + "\n")
         for r in moved[:12]:

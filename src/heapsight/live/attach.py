@@ -271,8 +271,8 @@ def verdict(a: Attached) -> str:
                     f"of RSS) freed by the program and kept by {a.allocator}, {human(tops)} of it "
                     "free at the top of its threads' heaps, which malloc_trim does not shrink "
                     "(a release would give back about "
-                    f"{human(est)}); started with GLIBC_TUNABLES=glibc.malloc.trim_threshold="
-                    "131072 (fixed thresholds), a thread's heap shrinks on free")
+                    f"{human(est)}); started with {analysis.THREAD_TOPS_ENV} (fixed "
+                    "thresholds), a thread's heap shrinks on free")
         kind = "RETENTION" if est >= 0.5 * a.retained_bytes else "FRAGMENTATION"
         return (f"{kind}: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} of RSS) "
                 f"freed by the program and kept by {a.allocator}; a release would give back about "

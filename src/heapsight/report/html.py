@@ -16,7 +16,7 @@ from pathlib import Path
 
 from heapsight import __version__, heapmap, ranking
 from heapsight.ranking import METRICS
-from heapsight.diffing import change_text
+from heapsight.diffing import change_text, read_at_text, sites_moment_text
 from heapsight.fmt import cell, human, metric, pct
 from heapsight.output import OTHER_SURROGATES
 from heapsight.report import charts as ch
@@ -357,15 +357,11 @@ def diff_section(sid: str, source: str, doc: dict) -> tuple:
              f'<h2><span class="kind">diff</span>{esc(source)}</h2>',
              f'<div class="verdict">A: {esc(d["a"]["verdict"] or "")}<br>B: '
              f'{esc(d["b"]["verdict"] or "")}</div>']
-    def at(t) -> str:
-        return f" at {t:.2f} s" if isinstance(t, (int, float)) else ""
-
-    for when, title in (("peak", "at peak live"), ("exit", "at exit")):
-        ta, tb = (d.get("at_s") or {}).get(when) or (None, None)
-        read = f" (A{at(ta)}, B{at(tb)})" if ta is not None and tb is not None else ""
+    for at, title in (("peak", "at peak live"), ("exit", "at exit")):
+        read = read_at_text(d, at)
         parts.append(table(["", "A", "B", "change"],
                            [[r["row"], human(r["a"]), human(r["b"]), change_text(r)]
-                            for r in d["split"][when]], f"the split {title}{read}"))
+                            for r in d["split"][at]], f"the split {title}{' ' + read if read else ''}"))
     parts.append(table(["", "A", "B", "change"],
                        [[r["figure"], human(r["a"]), human(r["b"]), change_text(r)]
                         for r in d["figures"]], "figures"))
@@ -373,12 +369,8 @@ def diff_section(sid: str, source: str, doc: dict) -> tuple:
         moved = [r for r in got["rows"] if r["how"] != "no change"]
         rows = [[r["how"], human(r["a"]), human(r["b"]),
                  change_text(r), r["site"]] for r in moved] or [["no call site changed", "", "", "", ""]]
-        whose = ""
-        if got.get("a_bytes") is not None and got.get("b_bytes") is not None:
-            whose = (f"A {human(got['a_bytes'])} usable{at(got.get('a_at_s'))}, "
-                     f"B {human(got['b_bytes'])}{at(got.get('b_at_s'))}; ")
         parts.append(table(["", "A", "B", "change", "site"], rows,
-                           f"call sites {moment} ({whose}a change inside the two runs' sampling "
+                           f"call sites {moment} ({sites_moment_text(got)}a change inside the two runs' sampling "
                            "error, their 99.9% interval, is no change)"))
     flame = holders.diff_flame_chart(doc["a"].get("summary") or {}, doc["b"].get("summary") or {},
                                      f"{sid}-flame")
