@@ -16,10 +16,23 @@ import pytest
 from conftest import scenario
 from heapsight import heapmap as H
 from heapsight import segment as S
+from heapsight.live.measure import wait_exit_map
 from heapsight.native import LIB
 
 PAGE = os.sysconf("SC_PAGESIZE")
 JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+
+
+# maps asked for while the program runs (heapmap_seq) are taken by the library's thread,
+# which runs only when the CLI says it will ask (snapshots)
+WHILE_RUNNING = {"HEAPSIGHT_MAPS_WHILE_RUNNING": "1"}
+
+
+def maps_after_exit(seg) -> dict:
+    """The maps beside the segment, once the exit map's copy (which closed every fd it had
+    of the program's, so the program's pipes end before it does) has written its file."""
+    wait_exit_map(seg)
+    return H.collect(seg.path)
 
 
 def start(*command, at_exit=True, preload=(), env=None, **popen):
@@ -52,7 +65,7 @@ def pin(*args, tmp_path, **kw):
     assert rc == 0, err
     truth = dict(kv.split("=", 1) for kv in out.split("pin:", 1)[1].split())
     keepers = np.array([int(x, 16) for x in addrs.read_text().split()], dtype=np.int64)
-    maps = H.collect(seg.path)
+    maps = maps_after_exit(seg)
     assert set(maps) == {H.EXIT}, maps
     return truth, keepers, maps[H.EXIT], seg
 
@@ -195,7 +208,7 @@ def test_jemalloc_is_not_mapped_but_its_release_is_measured(tmp_path):
                             preload=[JEMALLOC], env={"MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"})
     try:
         assert rc == 0, err
-        (hm,) = H.collect(seg.path).values()
+        (hm,) = maps_after_exit(seg).values()
         assert hm.allocator == "jemalloc" and hm.status.startswith("not mapped: jemalloc")
         assert hm.heaps == []
         real = real_release(seg)
@@ -210,7 +223,7 @@ def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):
     # GIVEN hs-pin holding its freed heap, no map asked for at exit
     p, seg = start(scenario("hs-pin"), "--mib", "32", "--every", "16384", "--hold", "1",
                    at_exit=False, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE)
+                   stderr=subprocess.PIPE, env=WHILE_RUNNING)
     try:
         for line in p.stdout:
             if line.startswith("pin: ready"):
@@ -232,7 +245,7 @@ def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):
         while children() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert children() == [], "a map's process is still the program's child (a zombie?)"
-        maps = H.collect(seg.path)
+        maps = maps_after_exit(seg)
         assert sorted(maps) == [1, 2]
         for hm in maps.values():
             assert hm.status == "mapped" and hm.time_ns >= t0
@@ -243,7 +256,7 @@ def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):
         # the program itself kept its memory: the exit probe's release still finds it
         assert real_release(seg) > 16 << 20
         assert seg.get("forks") == 0
-        assert H.collect(seg.path) == {}                        # none at exit: not asked
+        assert maps_after_exit(seg) == {}                        # none at exit: not asked
         assert not list(Path(seg.path).parent.glob(Path(seg.path).name + ".map*"))
     finally:
         if p.poll() is None:
@@ -258,7 +271,7 @@ def test_the_program_output_and_exit_status_are_unchanged():
     rc, out, err, seg = run(sys.executable, "-c", code)
     try:
         assert (rc, out, err) == (bare.returncode, bare.stdout, bare.stderr) == (7, "out 10000\n", "err")
-        (hm,) = H.collect(seg.path).values()
+        (hm,) = maps_after_exit(seg).values()
         assert hm.status == "mapped"
         # the copy's CPU time is its own: it outlives the program (which does not wait
         # for it), so none of it is in the program's
@@ -279,7 +292,7 @@ def test_a_map_is_taken_where_a_child_process_could_disturb_the_program(code):
              "c = globals().get('child'); r = os.waitpid(-1, os.WNOHANG) if c else (0, 0); "
              "c and (c.kill(), c.wait()); "
              "print('heard', len(globals().get('heard', [])), 'waited', r[0], flush=True)")
-    p, seg = start(sys.executable, "-c", code, at_exit=False, stdin=subprocess.PIPE,
+    p, seg = start(sys.executable, "-c", code, at_exit=False, env=WHILE_RUNNING, stdin=subprocess.PIPE,
                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert p.stdout.readline() == "ready\n"
@@ -287,7 +300,7 @@ def test_a_map_is_taken_where_a_child_process_could_disturb_the_program(code):
             H.request(seg, n)
             assert H.wait_ack(seg, n, timeout_s=30)
             assert H.wait_written(seg.path, n, timeout_s=30)
-        maps = H.collect(seg.path)
+        maps = maps_after_exit(seg)
         assert sorted(maps) == [1, 2, 3]
         assert all(hm.status == "mapped" and hm.heaps for hm in maps.values()), maps
         out, err = p.communicate(input="", timeout=30)
@@ -307,7 +320,7 @@ def test_exit_from_a_signal_handler_inside_malloc_still_ends(tmp_path):
         rc, out, err, seg = run(scenario("hs-exit-signal"), "--after-ms", "20", timeout=60)
         try:
             assert rc == 0, err
-            (hm,) = H.collect(seg.path).values()
+            (hm,) = maps_after_exit(seg).values()
             seen.add(hm.status.split(":")[0])
             # the map gives up on a lock held for 0.2 s (its copy takes them), saying so; the
             # release after it then finds the lock held too

@@ -10,7 +10,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 18
+#define HS_SEGMENT_VERSION 19
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -256,7 +256,9 @@ typedef struct hs_segment_s {
   uint64_t creator_pid;       /* the heapsight process that made it: attach only while it lives */
   char image[128];            /* the executable that attached (its last 127 bytes, NUL ended) */
   uint64_t exit_probe_status; /* HS_PROBE_*: whether the exit figures were measured, or why not */
-  uint64_t library_threads;   /* threads the library runs in the program (its helper): 0 or 1 */
+  uint64_t library_threads;   /* threads the library runs in the program (its helper): 0 or 1;
+                               * 1 only for an allocator whose calls may block (not glibc) or
+                               * when the CLI asks for heap maps while the program runs */
   uint64_t library_cpu_ns;    /* CPU time of the library's own work: its helper thread, and the
                                * exiting thread during the exit probe (not the program's) */
   /* heapsight_snapshot(label): the program asks for a snapshot; the CLI takes it and
@@ -277,6 +279,10 @@ typedef struct hs_segment_s {
   uint64_t own_private_bytes; /* heapsight's own private memory written in the program (the
                                  sampled blocks' tables and byte map, the unwind rules): the
                                  readers leave it out of the program's RSS and anonymous RSS */
+  /* glibc's figures are read from outside, by the CLI (/proc/PID/mem), with no thread of
+   * heapsight's in the program: main_arena's address (0: not found, or not glibc) and the
+   * offsets in a malloc_state of ->next (the ring of arenas) and ->system_mem */
+  uint64_t glibc_main_arena, glibc_arena_next_off, glibc_arena_sysmem_off;
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];

@@ -1272,6 +1272,17 @@ int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem) {
   return 1;
 }
 
+/* Where the CLI reads glibc's figures from outside (no thread of ours in the program):
+ * main_arena's address and the two offsets it reads, in the segment. 1 when found. */
+int _hs_glibc_publish_arena(void) {
+  uint64_t arenas, system_mem;
+  if (!_hs_glibc_arenas(&arenas, &system_mem) || !g_main_arena) return 0;
+  _hs_seg->glibc_arena_next_off = G_MSTATE_NEXT;
+  _hs_seg->glibc_arena_sysmem_off = G_MSTATE_SYSTEM_MEM;
+  __atomic_store_n(&_hs_seg->glibc_main_arena, g_main_arena, __ATOMIC_RELEASE);
+  return 1;
+}
+
 /* Locks the arenas from `from` along ->next up to `upto` (not included). */
 static const char *lock_ring(uint64_t from, uint64_t upto, uint64_t deadline) {
   for (uint64_t a = from; a != upto; a = load(a + G_MSTATE_NEXT)) {
@@ -1319,11 +1330,35 @@ static const char *lock_arenas(uint64_t *head, uint64_t deadline) {
   return why;
 }
 
+/* Whether every glibc arena lock can be taken within HS_LOCK_WAIT_NS (then none is kept):
+ * the exiting thread asks before it calls malloc_trim itself, since a program may call
+ * exit() from a signal handler that interrupted malloc on that very thread (which then
+ * holds an arena lock that malloc_trim would wait for forever). */
+int _hs_glibc_locks_free(void) {
+  uint64_t head = 0;
+  const char *why = lock_arenas(&head, _hs_now_ns() + HS_LOCK_WAIT_NS);
+  if (why) return 0;
+  unlock_arenas();
+  return 1;
+}
+
+/* Every fd of the copy closed: it shares the program's open files, and a copy holding
+ * one keeps a flock the program released held, or a pipe the program closed open for its
+ * reader (EOF only once the copy ends). The library keeps no fd open between calls, so the
+ * copy needs none of them. */
+static void close_every_fd(void) {
+  if (syscall(SYS_close_range, 0U, ~0U, 0U) == 0) return;
+  struct rlimit rl;
+  rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 65536;
+  for (rlim_t fd = 0; fd < n && fd < (1u << 20); fd++) close((int)fd);
+}
+
 /* The copy's first steps: its copies of the locks taken for it are free (their holder is
- * not in it), it stops writing to the shared segment, and no handler of the program runs
- * in it (a crash reporter must not write for it). */
+ * not in it), it closes the program's fds, it stops writing to the shared segment, and no
+ * handler of the program runs in it (a crash reporter must not write for it). */
 static void copy_starts(void) {
   for (size_t i = 0; i < g_n_locked; i++) *(int *)(uintptr_t)g_locked[i] = 0;
+  close_every_fd();
   _hs_segment_after_fork_child();
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);

@@ -63,6 +63,10 @@ int _hs_allocator_stats(hs_alloc_stats_t *out);
 int _hs_allocator_release(void);
 int _hs_allocator_release_on_caller(void);
 void _hs_stats_thread_start(void);
+int _hs_glibc_publish_arena(void); /* heapmap.c */
+int _hs_glibc_locks_free(void);
+int _hs_answer_map_request(void); /* probe.c: a map the CLI asked for, taken on this thread */
+int _hs_helper_running(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
 uint64_t _hs_read_threads(void); /* the process's thread count, 0 if unknown */

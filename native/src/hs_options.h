@@ -11,6 +11,9 @@ typedef struct hs_options_s {
                            (mimalloc's), which the copy's one thread cannot reach; 0: none */
   int reach;            /* HEAPSIGHT_REACH: the heap map's copy marks what the program can
                            still reach (reach.c; default 1) */
+  int maps_while_running; /* HEAPSIGHT_MAPS_WHILE_RUNNING: the CLI will ask for heap maps
+                            while the program runs (snapshots): the library runs its thread
+                            in the program to take them (default 0: no thread of ours) */
   uint64_t sample_bytes; /* HEAPSIGHT_SAMPLE_BYTES: mean usable bytes between sampled
                             allocations (0: off) */
 } hs_options_t;

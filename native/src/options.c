@@ -57,6 +57,7 @@ void _hs_options_read_sampling(void) {
 void _hs_options_read(void) {
   read_double("HEAPSIGHT_STATS_HZ", &_hs_opt.stats_hz, 0, 1000);
   read_bool("HEAPSIGHT_REACH", &_hs_opt.reach);
+  read_bool("HEAPSIGHT_MAPS_WHILE_RUNNING", &_hs_opt.maps_while_running);
   const char *v = getenv("HEAPSIGHT_RELEASE_AT_EXIT");
   if (v && !strcasecmp(v, "copy")) _hs_opt.release_at_exit = HS_RELEASE_IN_COPY;
   else read_bool("HEAPSIGHT_RELEASE_AT_EXIT", &_hs_opt.release_at_exit);

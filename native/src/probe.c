@@ -11,7 +11,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/single_threaded.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,8 +68,16 @@ static void publish_stats(const hs_alloc_stats_t *st) {
 }
 
 /* The library's own thread in the program (owner only, started with every signal blocked
- * so the program's handlers never run on it): it samples the allocator's figures at
- * stats_hz, and at exit it is where the exit probe's allocator calls run.
+ * so the program's handlers never run on it), only where it is needed: a thread the
+ * program did not make changes it (a user namespace needs a single-threaded caller; a
+ * main() that ends in pthread_exit lives while any thread does; Python 3.12 warns at
+ * fork). Under glibc there is none: glibc's figures are read without a lock (the CLI
+ * reads them from outside, through /proc/PID/mem, at the addresses the segment gives),
+ * the exit probe runs on the exiting thread, and a heap map the program asks for with
+ * heapsight_snapshot() is taken on the asking thread. It runs only when the CLI asks for
+ * heap maps while the program runs (snapshots: HEAPSIGHT_MAPS_WHILE_RUNNING), or for an
+ * allocator whose statistics and release calls take locks (jemalloc, tcmalloc,
+ * mimalloc): it samples those at stats_hz, and at exit it is where their calls run.
  *
  * Why there: the exit probe runs in exit(), on whichever thread called it, and a program
  * may call exit() from a signal handler that interrupted malloc (not async-signal-safe,
@@ -159,11 +169,21 @@ static uint64_t thread_cpu_ns(void) {
 }
 
 static uint64_t g_probe_cpu_ns; /* the exiting thread's share, during the exit probe */
+static uint64_t g_helper_cpu_ns; /* the helper's own CPU, as it last read it */
+static uint64_t g_inline_cpu_ns; /* program threads' time in heap maps they were asked for */
 
-/* The helper's CPU, the exit probe's, and the heap maps' child processes' (wait4). */
+/* The helper's CPU, the exit probe's, maps taken on program threads, and the heap maps'
+ * child processes' (wait4). */
 static void publish_cpu(void) {
   __atomic_store_n(&_hs_seg->library_cpu_ns,
-                   thread_cpu_ns() + g_probe_cpu_ns + _hs_heapmap_cpu_ns(), __ATOMIC_RELAXED);
+                   g_helper_cpu_ns + g_probe_cpu_ns + __atomic_load_n(&g_inline_cpu_ns, __ATOMIC_RELAXED) +
+                       _hs_heapmap_cpu_ns(),
+                   __ATOMIC_RELAXED);
+}
+
+static void helper_publish_cpu(void) {
+  g_helper_cpu_ns = thread_cpu_ns();
+  publish_cpu();
 }
 
 #define HS_STATS_STALL_NS (5 * 1000000ull)
@@ -175,7 +195,8 @@ static void *helper_main(void *arg) {
   _hs_t_helper = 1;
   _hs_helper_self = (uint64_t)pthread_self(); /* its stack and TLS: never a root (reach.c) */
   __atomic_store_n(&g_helper_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
-  int sampling = _hs_opt.stats_hz > 0;
+  /* glibc's figures are the CLI's to read (from outside): none sampled here */
+  int sampling = _hs_opt.stats_hz > 0 && _hs_seg->allocator_id != HS_ALLOC_GLIBC;
   uint64_t period = sampling ? (uint64_t)(1e9 / _hs_opt.stats_hz) : 0, next = _hs_now_ns();
   g_map_seen = __atomic_load_n(&_hs_seg->heapmap_ack, __ATOMIC_ACQUIRE); /* after an execve */
   pthread_mutex_lock(&g_mu);
@@ -184,7 +205,7 @@ static void *helper_main(void *arg) {
       int job = g_job;
       pthread_mutex_unlock(&g_mu);
       run_job(job);
-      publish_cpu();
+      helper_publish_cpu();
       pthread_mutex_lock(&g_mu);
       g_job = HS_JOB_NONE;
       g_job_done = job;
@@ -194,7 +215,7 @@ static void *helper_main(void *arg) {
     if (__atomic_load_n(&_hs_seg->heapmap_seq, __ATOMIC_ACQUIRE) != g_map_seen) {
       pthread_mutex_unlock(&g_mu);
       answer_map_request();
-      publish_cpu();
+      helper_publish_cpu();
       pthread_mutex_lock(&g_mu);
       continue;
     }
@@ -206,7 +227,7 @@ static void *helper_main(void *arg) {
        * machine holds no lock of the allocator's meanwhile, one walking a free list does */
       uint64_t t0 = thread_cpu_ns();
       if (_hs_allocator_stats(&st)) publish_stats(&st);
-      publish_cpu();
+      helper_publish_cpu();
       uint64_t spent = thread_cpu_ns() - t0, wait = period;
       if (spent * 100 > wait) wait = spent * 100;
       /* A reading that worked for longer than HS_STATS_STALL_NS (an allocator whose
@@ -284,6 +305,49 @@ static int on_helper(int job) {
   return status;
 }
 
+/* Whether exit() runs inside a signal handler (a kernel signal frame on this thread's
+ * stack above us): the return address glibc's handlers get (their sa_restorer, read back
+ * from any handler installed), with the saved context after it pointing its stack pointer
+ * above that slot. A single-threaded glibc process takes no arena lock in malloc
+ * (SINGLE_THREAD_P), so a handler that interrupted malloc leaves no lock to find: the
+ * heap may be mid-change, and neither a copy nor a release is made then. */
+#define HS_SIGFRAME_SCAN_BYTES (512u * 1024u)
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000 /* the kernel's; glibc sets it on every handler */
+#endif
+static int exit_in_signal_handler(void) {
+  uint64_t restorer = 0;
+  for (int sig = 1; sig < NSIG && !restorer; sig++) {
+    struct sigaction sa;
+    if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0) continue;
+    if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && (sa.sa_flags & SA_RESTORER))
+      restorer = (uint64_t)(uintptr_t)sa.sa_restorer;
+  }
+  if (!restorer) return 0; /* no handler: not in one */
+  uint64_t at = (uint64_t)(uintptr_t)__builtin_frame_address(0) & ~(uint64_t)7, buf[512];
+  for (uint64_t done = 0; done < HS_SIGFRAME_SCAN_BYTES; done += sizeof buf, at += sizeof buf) {
+    struct iovec local = {buf, sizeof buf}, remote = {(void *)(uintptr_t)at, sizeof buf};
+    if (syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != (long)sizeof buf)
+      return 0; /* the stack's end */
+    for (size_t i = 0; i + 23 < sizeof buf / 8; i++) {
+      if (buf[i] != restorer) continue;
+      /* rt_sigframe: the return address, then the ucontext: flags, link, stack (3 words),
+       * then the registers, RSP the 16th and RIP the 17th */
+      uint64_t rsp = buf[i + 6 + 15], rip = buf[i + 6 + 16], slot = at + 8 * i;
+      if (rsp > slot && rsp - slot < (64u << 20) && rip) return 1;
+    }
+  }
+  return 0;
+}
+
+/* One exit job: on the helper when it runs, else here (glibc: see _hs_exit_probe). */
+static int exit_job(int job) {
+  if (g_helper_started) return on_helper(job);
+  if (job == HS_JOB_RELEASE && !_hs_glibc_locks_free()) return HS_PROBE_ALLOCATOR_LOCKED;
+  run_job(job);
+  return HS_PROBE_DONE;
+}
+
 /* Where exit() was called from: the stack pointer of its caller (the CFA of exit's own
  * frame), found by libgcc's unwinder from the exit probe. The frames below it are exit's
  * and its handlers' (heapsight's probe among them), laid over the dead frames of what
@@ -324,6 +388,23 @@ static uint64_t exit_caller_sp(uint64_t here) {
   return f.cfa > here ? f.cfa : here;
 }
 
+int _hs_helper_running(void) { return g_helper_started; }
+
+/* A map the CLI asked for, taken on the calling thread of the program (one that waits in
+ * heapsight_snapshot()) when no helper runs; 1 when one was taken. */
+int _hs_answer_map_request(void) {
+  static int busy;
+  if (g_helper_started || __atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) return 0;
+  uint64_t cpu0 = thread_cpu_ns();
+  int took = answer_map_request();
+  if (took) {
+    __atomic_fetch_add(&g_inline_cpu_ns, thread_cpu_ns() - cpu0, __ATOMIC_RELAXED);
+    publish_cpu();
+  }
+  __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+  return took;
+}
+
 void _hs_stats_thread_start(void) {
   _hs_options_read();
   if (!_hs_is_owner()) return;
@@ -331,7 +412,13 @@ void _hs_stats_thread_start(void) {
   hs_alloc_stats_t st;
   memset(&st, 0, sizeof st);
   if (!_hs_allocator_stats(&st)) return; /* no figures: nothing to sample or to measure */
-  if (_hs_opt.stats_hz > 0) publish_stats(&st);
+  g_map_seen = __atomic_load_n(&_hs_seg->heapmap_ack, __ATOMIC_ACQUIRE); /* after an execve */
+  if (_hs_seg->allocator_id == HS_ALLOC_GLIBC) {
+    _hs_glibc_publish_arena(); /* the CLI reads glibc's figures from outside */
+    if (!_hs_opt.maps_while_running) return; /* and no thread of ours in the program */
+  } else if (_hs_opt.stats_hz > 0) {
+    publish_stats(&st);
+  }
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -369,35 +456,45 @@ void _hs_exit_probe(void) {
   __atomic_store_n(&seg->state, HS_STATE_EXITING, __ATOMIC_RELEASE);
   seg->exit_ns = _hs_now_ns();
   _hs_read_status(&seg->exit_rss_before, &seg->exit_anon_before);
-  int status, helper = g_helper_started;
-  if (helper) status = on_helper(HS_JOB_STATS_BEFORE);
+  /* without a helper, glibc's calls run here: its figures take no lock, its heap map's
+   * locks are taken with a deadline, and its release only once every lock was free */
+  int helper = g_helper_started;
+  int able = helper || (seg->allocator_id == HS_ALLOC_GLIBC &&
+                        __atomic_load_n(&seg->glibc_main_arena, __ATOMIC_ACQUIRE));
+  int status, in_handler = able && !helper && __libc_single_threaded && exit_in_signal_handler();
+  if (able) status = exit_job(HS_JOB_STATS_BEFORE); /* glibc's: no lock, read racily */
   else status = seg->allocator_id == HS_ALLOC_UNKNOWN ? HS_PROBE_DONE : HS_PROBE_NO_HELPER;
+  if (in_handler) status = HS_PROBE_ALLOCATOR_LOCKED;
   /* The heap map asked for at exit: before the release. Its copy gives up on an arena
    * lock a thread of the program keeps (heapmap.c), and says so in the map. */
   if (__atomic_load_n(&seg->heapmap_at_exit, __ATOMIC_ACQUIRE) == 1) {
-    int mapped = helper && status == HS_PROBE_DONE;
+    int mapped = able && status == HS_PROBE_DONE;
     /* the copy scans this thread's stack from exit()'s caller up (exit_caller_sp) */
     if (mapped && _hs_opt.reach)
       __atomic_store_n(&_hs_exit_sp, exit_caller_sp((uint64_t)(uintptr_t)__builtin_frame_address(0)),
                        __ATOMIC_RELEASE);
-    if (mapped) status = on_helper(HS_JOB_MAP_EXIT);
+    if (mapped) status = exit_job(HS_JOB_MAP_EXIT);
     __atomic_store_n(&_hs_exit_sp, 0, __ATOMIC_RELEASE);
     char path[4200];
     if ((!mapped || status != HS_PROBE_DONE) && map_path(path, sizeof path, "exit"))
-      _hs_heapmap_write_refusal(path, !helper ? "heapsight's thread was not running in the "
-                                                "program (an allocator without figures)"
-                                              : "the allocator's lock stayed taken at exit");
+      _hs_heapmap_write_refusal(path, !able ? "the allocator gives no figures heapsight can "
+                                              "read (an allocator it does not know)"
+                                  : in_handler ? "exit() was called from a signal handler in a "
+                                                 "single-threaded program, where glibc takes no "
+                                                 "lock: the handler may have interrupted malloc "
+                                                 "mid-change, so no copy was made"
+                                               : "the allocator's lock stayed taken at exit");
   }
   int on_caller = _hs_allocator_release_on_caller();
   int release = _hs_opt.release_at_exit == 1 ||
                 (_hs_opt.release_at_exit == HS_RELEASE_IN_COPY && on_caller);
-  if (helper && status == HS_PROBE_DONE && release) {
+  if (able && status == HS_PROBE_DONE && release) {
     if (on_caller) {
       uint64_t t0 = _hs_now_ns();
       _hs_allocator_release();
       g_release_ns = _hs_now_ns() - t0;
     } else {
-      status = on_helper(HS_JOB_RELEASE);
+      status = exit_job(HS_JOB_RELEASE);
     }
     if (status == HS_PROBE_DONE) {
       seg->release_ns = g_release_ns;
@@ -405,7 +502,7 @@ void _hs_exit_probe(void) {
     }
   }
   _hs_read_status(&seg->exit_rss_after, &seg->exit_anon_after);
-  if (helper && status == HS_PROBE_DONE) status = on_helper(HS_JOB_STATS_AFTER);
+  if (able && status == HS_PROBE_DONE) status = exit_job(HS_JOB_STATS_AFTER);
   if (status != HS_PROBE_DONE && !seg->exit_stats_before.time_ns) {
     /* not measured at exit: the last sampled figures, with their own time, if any */
     uint64_t seq = __atomic_load_n(&seg->stats_seq, __ATOMIC_ACQUIRE);
@@ -413,7 +510,8 @@ void _hs_exit_probe(void) {
   }
   seg->exit_probe_status = (uint64_t)status;
   g_probe_cpu_ns = thread_cpu_ns() - cpu0;
-  __atomic_fetch_add(&seg->library_cpu_ns, g_probe_cpu_ns, __ATOMIC_RELAXED);
+  if (helper) __atomic_fetch_add(&seg->library_cpu_ns, g_probe_cpu_ns, __ATOMIC_RELAXED);
+  else publish_cpu();
   pthread_mutex_lock(&g_mu);
   g_stop = 1; /* a helper that finished its jobs ends; a stuck one dies with the process */
   pthread_cond_broadcast(&g_cv);

@@ -1,7 +1,9 @@
 /* snapshot.c: heapsight_snapshot(label), the program's way to ask for a snapshot (the
  * header is include/heapsight_snapshot.h). It writes the label into the segment, bumps
  * snapshot_seq and waits, bounded, until the CLI's sampler has taken the sample
- * (snapshot_ack), so the snapshot is of this moment. Only the owner process asks. */
+ * (snapshot_ack), so the snapshot is of this moment. Only the owner process asks. Where
+ * heapsight runs no thread in the program, the heap map the CLI asks for meanwhile is
+ * taken here, on the asking thread (it returns once the copy is walked). */
 #define _GNU_SOURCE
 #include <string.h>
 #include <time.h>
@@ -22,6 +24,7 @@ HS_EXPORT int heapsight_snapshot(const char *label) {
   struct timespec ms = {0, 1000000};
   for (int i = 0; i < 200; i++) {   /* the sampler ticks every 10 ms by default */
     if (__atomic_load_n(&seg->snapshot_ack, __ATOMIC_ACQUIRE) >= seq) return 1;
+    if (_hs_answer_map_request()) continue; /* no helper: this thread takes the map asked for */
     nanosleep(&ms, NULL);
   }
   return 0;

@@ -29,6 +29,18 @@ START_MASK = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, ()))
 START_IGNORED = frozenset(s for s in signal.valid_signals()
                           if s not in PYTHON_IGNORES and signal.getsignal(s) == signal.SIG_IGN)
 ALL = frozenset(signal.valid_signals())
+# Signals a supervisor sends a service (reopen logs, dump state, a timer) that kill a
+# process at their default: sent to heapsight, they must not end the measurement. The
+# command blocks them first thing (hold_passed_on; the program starts with START_MASK), and
+# while the program runs the sampler takes them and passes each on to it, without marking
+# the run interrupted. One that came before the program started is dropped.
+PASSED_ON = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM})
+
+
+def hold_passed_on() -> None:
+    """Blocks PASSED_ON in the heapsight command (not on import: a program that imports
+    heapsight and starts others must not hand them a blocked SIGALRM)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 18
+VERSION = 19
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -117,6 +117,7 @@ _HEADER_FIELDS = [
     ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
     ("heapmap_at_exit", U8), ("mapped_at", U8), ("heapmap_exit_pid", U8),
     ("exit_done_ns", U8), ("slot_claims", U8), ("own_private_bytes", U8),
+    ("glibc_main_arena", U8), ("glibc_arena_next_off", U8), ("glibc_arena_sysmem_off", U8),
     ("owners", OWNER_DTYPE, (MAX_OWNERS,)), ("hist", HIST_DTYPE),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
@@ -551,6 +552,14 @@ class Segment:
         return HeapCounters(f["n_alloc"], f["n_free"], f["req_alloc_bytes"], live_usable,
                             live_usable - waste, max(0, f["n_alloc"] - f["n_free"]),
                             f["n_mmapped"], f["n_large"], error)
+
+    def mmapped_chunk_bytes(self) -> int:
+        """glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted
+        by the hooks): the slots' sums, as native/src/counters.c's _hs_mmapped_chunk_bytes."""
+        s = self.slots[:self._used()]
+        alloc = int(s["mmapped_alloc_bytes"].sum(dtype=np.uint64))
+        freed = int(s["mmapped_free_bytes"].sum(dtype=np.uint64))
+        return max(0, alloc - freed)
 
     def size_classes(self) -> list:
         """The size histogram, estimated from the sampled allocations: per usable-size class

@@ -433,7 +433,7 @@ def _threads(segment, tl: Timeline) -> int:
     fewer than the threads that allocated (each claimed a counter slot: short-lived ones
     the samples of /proc miss)."""
     threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
-    own = segment.get("library_threads") or (1 if segment.get("stats_hz_milli") else 0)
+    own = segment.get("library_threads")
     return max(1, threads - own, int(segment.get("slot_claims")))
 
 

@@ -57,6 +57,9 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
         env["LD_PRELOAD"] = ":".join(libs)
         env["HEAPSIGHT_SEGMENT"] = segment.path
         env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
+        if opts.heap_maps and (opts.snapshot_signal or opts.snapshot_at or opts.snapshot_every_s):
+            # maps while the program runs are taken by a thread of heapsight's in it
+            env["HEAPSIGHT_MAPS_WHILE_RUNNING"] = "1"
         if opts.follow:
             env["HEAPSIGHT_FOLLOW"] = opts.follow
         env["HEAPSIGHT_RELEASE_AT_EXIT"] = ("1" if release_in_program(opts) else
@@ -140,7 +143,8 @@ class _Callbacks:
 
     def on_signal(self, info) -> None:
         """A signal for the program came to heapsight while it ran (see interrupts.py)."""
-        self.forwarded.append(info.si_signo)
+        if info.si_signo not in interrupts.PASSED_ON:   # those do not interrupt the run
+            self.forwarded.append(info.si_signo)
         if not interrupts.program_received(info, self.proc.pid):
             try:
                 self.proc.send_signal(info.si_signo)
@@ -212,9 +216,11 @@ def measure(argv: list, opts: Options) -> tuple:
     # was started with (launch.py). The snapshot signal is ignored as well as blocked: one
     # that comes after the program ended, while the run is saved, must not end heapsight.
     extra = {opts.snapshot_signal} if opts.snapshot_signal else set()
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.WATCHED | {signal.SIGCHLD} | extra)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.WATCHED | interrupts.PASSED_ON |
+                                      {signal.SIGCHLD} | extra)
     if opts.snapshot_signal:
         signal.signal(opts.snapshot_signal, signal.SIG_IGN)
+    interrupts.drain(interrupts.PASSED_ON)   # sent before the program was there: not its
     try:
         try:
             cb.proc = proc = launch.start(path, argv, child_env(segment, opts), stdout=opts.stdout,
@@ -225,7 +231,8 @@ def measure(argv: list, opts: Options) -> tuple:
                            on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
                            snapshot_at=tuple(opts.snapshot_at),
                            snapshot_every_s=opts.snapshot_every_s, on_snapshot=cb.on_snapshot,
-                           on_tick=cb.on_tick if opts.exporter is not None else None).run()
+                           on_tick=cb.on_tick if opts.exporter is not None else None,
+                           stats_hz=opts.stats_hz).run()
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(cb.forwarded) or bool(interrupts.drain())

@@ -83,3 +83,54 @@ class Statm(ProcFile):
         if rss == 0:
             return None  # a zombie
         return {"rss": rss, "anon": rss - shared}
+
+
+class GlibcArenas:
+    """glibc's own figures read from outside the program, so that heapsight runs no thread
+    in it: the arenas on main_arena's ring and the sum of their system_mem (what each holds
+    from the OS; mallinfo2's `arena`), each word read racily from /proc/PID/mem at the
+    addresses the library put in the segment (glibc_main_arena and the two offsets). A
+    thread arena is taken as one only when the heap_info at its heap's 64 MiB-aligned start
+    names it, as the library checks it (native/src/heapmap.c, thread_arena_ok)."""
+
+    HEAP_MAX = 64 << 20
+    MAX_ARENAS = 4096
+
+    def __init__(self, pid: int, main_arena: int, next_off: int, sysmem_off: int):
+        self.key = (pid, main_arena)
+        self.main, self.next_off, self.sysmem_off = main_arena, next_off, sysmem_off
+        self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+
+    def _words(self, addr: int, n: int = 1) -> list:
+        buf = os.pread(self.fd, 8 * n, addr)
+        if len(buf) != 8 * n:
+            raise OSError("short read")
+        return [int.from_bytes(buf[i:i + 8], "little") for i in range(0, 8 * n, 8)]
+
+    def _thread_arena(self, a: int) -> bool:
+        h = a & ~(self.HEAP_MAX - 1)
+        if not a or a & 15 or not 32 <= a - h <= 128:
+            return False
+        ar_ptr, _prev, size, mprotect_size = self._words(h, 4)
+        return ar_ptr == a and 0 < size <= self.HEAP_MAX and mprotect_size >= size
+
+    def read(self) -> tuple | None:
+        """(arenas, system_mem bytes), or None when the ring did not read as glibc's (a
+        word caught mid-change, or the process gone)."""
+        try:
+            n, total = 1, self._words(self.main + self.sysmem_off)[0]
+            a = self._words(self.main + self.next_off)[0]
+            while a != self.main:
+                if n >= self.MAX_ARENAS or not self._thread_arena(a):
+                    return None
+                total += self._words(a + self.sysmem_off)[0]
+                a = self._words(a + self.next_off)[0]
+                n += 1
+        except OSError:
+            return None
+        return n, total
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

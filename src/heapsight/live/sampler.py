@@ -27,7 +27,7 @@ PYTHON_TICKS_PER_S = 5
 MAX_VMAS = 20000            # anonymous mappings kept per reading (mapped.py: whose are resident)
 
 
-WAKE = interrupts.WATCHED | {signal.SIGCHLD}
+WAKE = interrupts.WATCHED | interrupts.PASSED_ON | {signal.SIGCHLD}
 
 
 def peak_kinds_above(tl) -> float:
@@ -48,7 +48,7 @@ class _Carry:
 
     def __init__(self, start: float) -> None:
         self.tick = self.status = self.smaps = start
-        self.poll = self.children = start
+        self.poll = self.children = self.stats = start
         self.kinds = start + 0.05
         self.hwm = self.threads = self.children_rss = self.pss = math.nan
         self.best_usable = 0
@@ -60,7 +60,7 @@ class Sampler:
     def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
                  snapshot_at: tuple = (), snapshot_every_s: float = 0.0, on_snapshot=None,
-                 on_tick=None):
+                 on_tick=None, stats_hz: float = 10.0):
         """on_signal(siginfo) is called for each of interrupts.WATCHED that arrives while
         the program runs; the caller blocks them (and SIGCHLD, which ends a wait at once
         when the program exits) before starting the program."""
@@ -75,6 +75,9 @@ class Sampler:
         self.pending = []
         self.period = 1.0 / hz
         self.smaps_period = 1.0 / smaps_hz if smaps_hz > 0 else math.inf
+        # glibc's figures, read from outside at this rate (procfs.GlibcArenas)
+        self.stats_period = 1.0 / stats_hz if stats_hz > 0 else math.inf
+        self._arenas = None
         self.pid = proc.pid
         self.timeline = Timeline()
         self._own = set()   # pids of heapsight's own processes among the program's children
@@ -194,6 +197,7 @@ class Sampler:
     def _close(self) -> None:
         for f in (self.status, self.statm, self.rollup):
             f.close()
+        self._close_arenas()
         if self.pagemap is not None:
             os.close(self.pagemap)
             self.pagemap = None
@@ -440,14 +444,48 @@ class Sampler:
                 row[IDX["alloc_in_use"]] = math.nan if stats.in_use_bytes is None else stats.in_use_bytes
                 row[IDX["alloc_free"]] = math.nan if stats.free_bytes is None else stats.free_bytes
                 row[IDX["alloc_mapped"]], row[IDX["arenas"]] = stats.mapped_bytes, stats.arenas
+        if now >= c.stats:
+            c.stats = now + self.stats_period
+            self._read_glibc(row)
         return True
+
+    def _read_glibc(self, row: list) -> None:
+        """glibc's figures, read from outside the program where the library says where
+        (glibc_main_arena): the arenas and what they hold from the OS, and its mmapped
+        chunks (counted by the hooks). In use and free would need a walk: NaN."""
+        seg = self.segment
+        main = seg.get("glibc_main_arena")
+        if not main:
+            return
+        # an execve gives the process a new memory: /proc/PID/mem is opened again for it
+        key = (self.pid, main, seg.get("execs"))
+        if self._arenas is None or self._arenas.key != key:
+            self._close_arenas()
+            try:
+                self._arenas = procfs.GlibcArenas(self.pid, main, seg.get("glibc_arena_next_off"),
+                                                  seg.get("glibc_arena_sysmem_off"))
+            except OSError:
+                return   # not ours to read (another user's, or gone): no figures
+            self._arenas.key = key
+        got = self._arenas.read()
+        if got is None:
+            return
+        arenas, system_mem = got
+        row[IDX["alloc_in_use"]] = row[IDX["alloc_free"]] = math.nan
+        row[IDX["alloc_mapped"]] = system_mem + seg.mmapped_chunk_bytes()
+        row[IDX["arenas"]] = arenas
+
+    def _close_arenas(self) -> None:
+        if self._arenas is not None:
+            self._arenas.close()
+            self._arenas = None
 
     def _fast_ticks(self, fast, now: float, start: float, own: float, own_here: bool,
                     c: "_Carry") -> bool:
         """The ticks until the next Python tick is due, taken in C; False when none are
         (the Python tick is due first)."""
         tl = self.timeline
-        due = min(now + 1.0 / PYTHON_TICKS_PER_S, c.children, c.smaps, c.kinds,
+        due = min(now + 1.0 / PYTHON_TICKS_PER_S, c.children, c.smaps, c.kinds, c.stats,
                   self._next_snapshot_due(start))
         if due <= c.tick:
             return False
