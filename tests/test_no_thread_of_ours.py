@@ -1,0 +1,233 @@
+"""heapsight changes nothing the program can see: no thread of heapsight's runs in a glibc
+program (its thread count and single-threadedness are as bare, so a user namespace can be
+made and a main() that ends in pthread_exit ends), the copies of the program heapsight
+makes close every fd they share with it (a flock the program released is free, a pipe it
+closed ends for its reader), and SIGUSR1, SIGUSR2 or SIGALRM sent to heapsight reach the
+program instead of ending the measurement. Each program here runs bare and under
+`heapsight run`, and the two must agree."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HS = [sys.executable, "-m", "heapsight", "run", "--no-save"]
+
+THREADS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {
+  char *p = malloc(100), line[256];
+  strcpy(p, "x");
+  FILE *f = fopen("/proc/self/status", "r");
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "Threads:", 8)) fputs(line, stdout);
+  fclose(f);
+  free(p);
+  return 0;
+}
+"""
+
+PTHREAD_EXIT = r"""
+#include <pthread.h>
+#include <stdlib.h>
+int main(void) {
+  void *volatile p = malloc(1000);
+  (void)p;
+  pthread_exit(0);   /* the process ends when its last thread does */
+}
+"""
+
+# 1.5 M linked blocks: a copy of this program takes a few hundred ms to walk and mark, so
+# a copy that kept the program's fds would hold them that long
+HEAP = r"""
+  static void *keep[1500000];
+  for (int i = 0; i < 1500000; i++) { keep[i] = malloc(48); *(void **)keep[i] = i ? keep[i - 1] : 0; }
+"""
+
+FLOCK = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+""" + HEAP + r"""
+  int held = 0;
+  for (int i = 0; i < 20; i++) {
+    int fd = open(argv[1], O_RDWR | O_CREAT, 0600);
+    flock(fd, LOCK_EX);
+    struct timespec ts = {0, 40000000};
+    nanosleep(&ts, NULL);
+    close(fd);
+    int again = open(argv[1], O_RDWR);
+    if (flock(again, LOCK_EX | LOCK_NB) != 0) held++;
+    close(again);
+  }
+  printf("held=%d\n", held);
+  return 0;
+}
+"""
+
+PIPE_EOF = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+int main(int argc, char **argv) {
+""" + HEAP + r"""
+  int fds[2];
+  if (pipe(fds)) return 1;
+  if (fork() == 0) {
+    close(fds[1]);
+    double t;
+    char b;
+    if (read(fds[0], &t, sizeof t) != sizeof t) _exit(2);
+    while (read(fds[0], &b, 1) > 0) {}
+    FILE *f = fopen(argv[1], "w");
+    fprintf(f, "%.3f\n", now() - t);
+    fclose(f);
+    _exit(0);
+  }
+  close(fds[0]);
+  double t = now();
+  if (write(fds[1], &t, sizeof t) != sizeof t) return 1;
+  exit(0);
+}
+"""
+
+SIGNALS = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+static volatile sig_atomic_t got[3];
+static void on(int sig) { got[sig == SIGUSR1 ? 0 : sig == SIGUSR2 ? 1 : 2] = 1; }
+int main(void) {
+  signal(SIGUSR1, on);
+  signal(SIGUSR2, on);
+  signal(SIGALRM, on);
+  printf("ready\n");
+  fflush(stdout);
+  for (int i = 0; i < 1000 && !(got[0] && got[1] && got[2]); i++) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  printf("usr1=%d usr2=%d alrm=%d\n", got[0], got[1], got[2]);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    d = tmp_path_factory.mktemp("no-thread")
+
+    def make(name: str, source: str) -> str:
+        src, exe = d / f"{name}.c", d / name
+        src.write_text(source)
+        subprocess.run(["cc", "-O1", "-o", str(exe), str(src), "-lpthread"], check=True)
+        return str(exe)
+    return make
+
+
+def both(argv, timeout=120, **kw):
+    """(bare, under heapsight): each a CompletedProcess."""
+    bare = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    under = subprocess.run([*HS, "--", *argv], capture_output=True, text=True, timeout=timeout, **kw)
+    return bare, under
+
+
+def test_the_program_has_the_threads_it_has_bare(build):
+    exe = build("threads", THREADS)
+    bare, under = both([exe])
+    assert under.returncode == 0, under.stderr
+    assert bare.stdout == under.stdout == "Threads:\t1\n"
+
+
+def test_a_main_that_ends_in_pthread_exit_ends(build):
+    # before, heapsight's thread kept the process alive (a zombie leader, state Zl): the
+    # run never ended
+    exe = build("pexit", PTHREAD_EXIT)
+    bare, under = both([exe], timeout=60)
+    assert bare.returncode == under.returncode == 0, under.stderr
+
+
+def test_a_user_namespace_can_be_made_as_bare():
+    # unshare(CLONE_NEWUSER) needs a single-threaded caller (EINVAL otherwise)
+    bare, under = both(["unshare", "-r", "id", "-u"])
+    if bare.returncode != 0:
+        pytest.skip(f"user namespaces are not available here (bare `unshare -r` failed: "
+                    f"{bare.stderr.strip()})")
+    assert under.returncode == 0, under.stderr
+    assert under.stdout == bare.stdout == "0\n"
+
+
+def test_a_lock_the_program_released_is_free_while_heapsight_copies_it(build, tmp_path):
+    # --every 0.1 copies the program while it holds the lock: a copy that kept its fd kept
+    # the lock after the program closed it (13 of 20 tries here before the copies closed
+    # their fds)
+    exe = build("flock", FLOCK)
+    lock = str(tmp_path / "lockfile")
+    bare = subprocess.run([exe, lock], capture_output=True, text=True, timeout=120)
+    under = subprocess.run([*HS, "--every", "0.1", "--", exe, lock], capture_output=True,
+                           text=True, timeout=240)
+    assert under.returncode == 0, under.stderr
+    assert bare.stdout == under.stdout == "held=0\n"
+
+
+def eof_delay(path, timeout=30.0) -> float:
+    """What the reader wrote: seconds from the writer's exit to its EOF."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if text.endswith("\n"):
+            return float(text)
+        time.sleep(0.02)
+    raise AssertionError(f"the reader never saw EOF within {timeout:g} s")
+
+
+def test_a_pipe_the_program_closed_ends_for_its_reader(build, tmp_path):
+    # the copy made at exit walks the heap after the program ended: had it kept the write
+    # end, the reader would see EOF only when the walk ended (0.37 s here before)
+    exe = build("pipe-eof", PIPE_EOF)
+    out_bare, out_under = tmp_path / "bare.txt", tmp_path / "under.txt"
+    subprocess.run([exe, str(out_bare)], timeout=120, check=True)
+    under = subprocess.run([*HS, "--", exe, str(out_under)], capture_output=True, text=True,
+                           timeout=120)
+    assert under.returncode == 0, under.stderr
+    assert "still reachable" in under.stderr   # the copy ran: it marked the blocks
+    delay = eof_delay(out_under)
+    assert delay < 0.15, (delay, eof_delay(out_bare))
+
+
+def test_usr1_usr2_and_alrm_sent_to_heapsight_reach_the_program(build):
+    exe = build("signals", SIGNALS)
+    p = subprocess.Popen([*HS, "--", exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
+            os.kill(p.pid, sig)   # to heapsight, not to the program
+            time.sleep(0.05)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    # THEN heapsight lived to the end, the program got each one, and the run was not
+    # marked interrupted (the summary was printed)
+    assert p.returncode == 0, err
+    assert out == "usr1=1 usr2=1 alrm=1\n"
+    assert "VERDICT" in err and "interrupted" not in err
