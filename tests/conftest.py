@@ -90,6 +90,16 @@ def pytest_collection_modifyitems(config, items):
                 f"{item.nodeid} is marked {', '.join(written)} in its file: tiers are given "
                 "only by the rules in tests/conftest.py (add or change a rule there)")
         item.add_marker(getattr(pytest.mark, tier(item)))
+    calls = [item for item in items if item.get_closest_marker("gdb_calls")]
+    if calls:
+        # heapsight refuses gdb's calls where gdb cannot put a thread's registers back after
+        # one (gdbcall.restore_refusal; tests/test_attach_safety.py checks the refusal): the
+        # tests that need a call cannot run there, and say why
+        from heapsight.live import gdbcall
+        why = gdbcall.restore_refusal()
+        for item in calls:
+            if why:
+                item.add_marker(pytest.mark.skip(reason=f"gdb cannot call safely here: {why}"))
 
 
 @dataclass

@@ -50,6 +50,7 @@ def attach_json(pid, *extra, cwd):
     return json.load(open(out)), p.stderr
 
 
+@pytest.mark.gdb_calls
 @pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
 def test_attach_agrees_with_run_and_trim_with_its_estimate(tmp_path, allocator):
     env = {"LD_PRELOAD": JEMALLOC} if allocator == "jemalloc" else {}
@@ -87,6 +88,7 @@ ECHO = {"perl": ["perl", "-e", '$|=1; my @keep; while (my $l = <STDIN>) { push @
                     "range(20000)])\n    print('echo:' + l, end='')\n"]}
 
 
+@pytest.mark.gdb_calls
 @pytest.mark.parametrize("runtime", ["perl", "python3"])
 def test_a_runtime_keeps_answering_after_attach(tmp_path, runtime):
     p = subprocess.Popen(ECHO[runtime], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -112,6 +114,7 @@ def test_refusals_are_one_line_with_exit_3(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.gdb_calls
 @pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
 def test_watch_ends_on_ctrl_c_and_keeps_its_record(tmp_path, allocator):
     target = holder({"LD_PRELOAD": JEMALLOC} if allocator == "jemalloc" else None)
@@ -135,6 +138,7 @@ def test_watch_ends_on_ctrl_c_and_keeps_its_record(tmp_path, allocator):
         target.wait()
 
 
+@pytest.mark.gdb_calls
 @pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
 def test_the_exporter_serves_prometheus_metrics(tmp_path, allocator):
     from heapsight.live import attach
@@ -166,6 +170,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.gdb_calls
 def test_a_real_prometheus_scrapes_heapsight(tmp_path):
     # GIVEN heapsight watching a process and serving /metrics, and Prometheus scraping it
     target = holder()
@@ -206,6 +211,7 @@ def test_a_real_prometheus_scrapes_heapsight(tmp_path):
         target.wait()
 
 
+@pytest.mark.gdb_calls
 def test_a_service_started_with_heapsight_env_gives_exact_figures_and_a_page(tmp_path):
     # GIVEN a program started with the environment `heapsight env` prints
     env_lines = subprocess.run([*HS, "env"], capture_output=True, text=True, timeout=60).stdout
@@ -255,6 +261,7 @@ def test_run_serves_its_split_to_prometheus_while_the_program_runs(tmp_path):
         p.wait()
 
 
+@pytest.mark.gdb_calls
 def test_a_python_process_s_own_heap_is_named_with_what_to_try(tmp_path):
     # GIVEN python3 holding 300,000 small objects (pymalloc's arenas, outside malloc)
     prog = ("import sys, time\nx = [bytes(100) for _ in range(300000)]\n"
@@ -278,6 +285,7 @@ def test_a_python_process_s_own_heap_is_named_with_what_to_try(tmp_path):
         p.wait()
 
 
+@pytest.mark.gdb_calls
 def test_a_thread_heaps_free_top_is_retention_not_fragmentation(tmp_path):
     from test_thread_tops import TOPS
     src, exe = tmp_path / "tops.c", tmp_path / "tops"

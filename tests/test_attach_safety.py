@@ -38,6 +38,7 @@ def wait_started(p: subprocess.Popen) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.gdb_calls
 def test_attach_writes_no_file_anywhere(tmp_path):
     # GIVEN a process to read, a temporary directory heapsight would use, and another user
     # who plants a symlink to a file of root's in any directory heapsight makes there
@@ -89,6 +90,7 @@ needs_unshare = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") 
                                    reason="a private /tmp needs root and unshare")
 
 
+@pytest.mark.gdb_calls
 @needs_unshare
 def test_a_process_with_a_private_tmp_is_read_and_trimmed():
     # GIVEN a process in a mount namespace of its own with its own /tmp (systemd PrivateTmp)
@@ -138,6 +140,7 @@ def test_a_process_already_traced_is_refused_with_its_tracer_named():
         target.wait()
 
 
+@pytest.mark.gdb_calls
 def test_attach_says_how_long_it_stopped_the_process():
     target = subprocess.Popen(["sleep", "30"])
     wait_started(target)
@@ -148,3 +151,28 @@ def test_attach_says_how_long_it_stopped_the_process():
     finally:
         target.kill()
         target.wait()
+
+
+def test_a_call_gdb_cannot_undo_is_never_made():
+    # GIVEN a program asleep in nanosleep (coreutils' sleep: it fails with "cannot read
+    # realtime clock" when a call into it leaves its interrupted sleep corrupted, as gdb 13
+    # does on a kernel whose extended CPU state it cannot write back)
+    from heapsight.live import gdbcall
+    sleeper = subprocess.Popen(["sleep", "2"], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)
+        # WHEN heapsight attaches to give its memory back (a call of malloc_trim)
+        r = subprocess.run([*HS, "attach", str(sleeper.pid), "--trim"], capture_output=True,
+                           text=True, timeout=120)
+        err = sleeper.communicate(timeout=30)[1]
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+    # THEN the program sleeps its sleep out untouched, and where gdb cannot put its registers
+    # back heapsight made no call and said why
+    assert sleeper.returncode == 0, err
+    why = gdbcall.restore_refusal()
+    if why:
+        assert r.returncode == 3 and "cannot restore a thread's registers" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0, r.stderr

@@ -7,6 +7,8 @@ import gzip
 import json
 import signal
 import subprocess
+
+import pytest
 import sys
 import time
 
@@ -40,6 +42,7 @@ def test_a_signal_to_heapsight_takes_a_snapshot_and_the_program_never_sees_it(tm
     assert snaps[1]["breakdown"]["rss_bytes"] > snaps[0]["breakdown"]["rss_bytes"]
 
 
+@pytest.mark.gdb_calls
 def test_at_every_and_a_measured_release_land_in_the_record_and_the_page(tmp_path):
     rec, page = tmp_path / "r.hsrun.json.gz", tmp_path / "r.html"
     p = subprocess.run([*HS, "-o", str(rec), "--html", str(page), "--at", "0.9", "--every", "0.4",

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 from heapsight import interrupts
@@ -32,6 +33,50 @@ def gdb() -> str:
                              "through it: apt-get install gdb (or use --no-gdb for the /proc "
                              "figures alone)", EXIT_REFUSED)
     return path
+
+
+# What gdb prints when it cannot put a thread's registers back after a call it made in
+# the process (gdb 13 on a kernel whose extended state it does not know, such as AMX's):
+# the call's return then corrupts the thread (an interrupted nanosleep returns error 516)
+BROKEN_RESTORE = ("Couldn't write extended state", "Couldn't write registers",
+                  "Couldn't write floating point status")
+_restore_checked: str | None = None
+
+
+def restore_refusal() -> str:
+    """Why gdb's calls cannot be made safely here ("" when they can), found once per
+    heapsight process by a call into a throwaway process of heapsight's own: a gdb that
+    cannot restore a thread's registers after a call would corrupt the program's."""
+    global _restore_checked
+    if _restore_checked is not None:
+        return _restore_checked
+    probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL,
+                             preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, ()))
+    try:
+        p = subprocess.run([gdb(), "-p", str(probe.pid), "-batch", "-nx", "-q",
+                            "-ex", "set confirm off", "-ex", "set unwindonsignal on",
+                            "-ex", "print (int)getpid()"],
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                           start_new_session=True,
+                           preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, ()))
+        text = p.stdout + p.stderr
+    except subprocess.TimeoutExpired:
+        text = ""
+    finally:
+        probe.kill()
+        probe.wait()
+    bad = next((b for b in BROKEN_RESTORE if b in text), None)
+    version = subprocess.run([gdb(), "--version"], capture_output=True, text=True).stdout
+    version = version.splitlines()[0] if version else "gdb"
+    _restore_checked = "" if bad is None else (
+        f"{version} cannot restore a thread's registers after a call on this machine "
+        f"(\"{bad}\": a CPU state it does not know, such as AMX's, on kernel "
+        f"{os.uname().release}); a call would corrupt the process, so heapsight makes none. "
+        "A newer gdb (14 or later) can; meanwhile `heapsight attach --no-gdb` gives the /proc "
+        "figures, and `heapsight run` measures the release in a copy of the program")
+    return _restore_checked
 
 
 def refusal(pid: int, text: str) -> str | None:
@@ -62,6 +107,9 @@ def call(pid: int, exprs: list, timeout_s: float = 30.0, read_fd: tuple | None =
     whose value is a descriptor of the process), the file that descriptor is open on, read
     through /proc/PID/fd while the process is still stopped, as one more text at the end;
     then the expressions of then. Raises HeapsightError when gdb cannot attach."""
+    unsafe = restore_refusal()
+    if unsafe:
+        raise HeapsightError(unsafe, EXIT_REFUSED)
     argv = [gdb(), "-p", str(pid), "-batch", "-nx", "-q",
             "-ex", "set confirm off", "-ex", "set unwindonsignal on",
             "-ex", "set print elements 0"]
