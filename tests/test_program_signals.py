@@ -156,3 +156,20 @@ def test_a_signal_after_the_program_ended_never_loses_the_run(tmp_path, sig):
         assert p.returncode == 7, (p.returncode, err)
     else:
         assert p.returncode in (7, 128 + sig, -sig), (p.returncode, err)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGABRT, signal.SIGKILL])
+def test_a_death_by_signal_reaches_heapsights_parent_as_a_death_by_signal(tmp_path, sig):
+    # GIVEN a program that dies of a signal: its parent sees returncode -N bare (a shell
+    # 128+N; systemd's Restart=on-abnormal restarts on it, not on an exit code 128+N)
+    rec = tmp_path / "r.hsrun.json.gz"
+    argv = ["sh", "-c", f"kill -{int(sig)} $$"]
+    bare = subprocess.run(argv, capture_output=True, timeout=60)
+    # WHEN it runs under heapsight
+    under = subprocess.run([*HS, "run", "-o", str(rec), "--", *argv], capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+    # THEN heapsight's parent sees the same death, once the run is saved and explained
+    assert bare.returncode == under.returncode == -sig, (bare.returncode, under.returncode)
+    assert "VERDICT" in under.stderr and "Traceback" not in under.stderr, under.stderr
+    assert json.loads(gzip.open(rec).read())["summary"]["exit_signal"] == sig
+    assert not list(tmp_path.glob("core*"))   # heapsight wrote no core of its own

@@ -9,5 +9,15 @@ interrupts.hold_passed_on()
 
 from heapsight.cli import main  # noqa: E402
 
+
+def run_main() -> int:
+    """The console script: main(), then, when `heapsight run`'s program died of a signal,
+    the same death for heapsight (interrupts.die_as)."""
+    rc = main()
+    if interrupts.program_signal:
+        interrupts.die_as(interrupts.program_signal)
+    return rc
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main())

@@ -74,3 +74,33 @@ def program_received(info, child_pid: int) -> bool:
         return os.getpgid(child_pid) == os.getpgrp()
     except OSError:
         return False
+
+
+# The signal the program died of, when `heapsight run` ends by dying of it too (die_as).
+program_signal = 0
+
+
+def die_as(signo: int) -> None:
+    """Ends heapsight by the signal the program died of, so that its parent sees what it
+    sees bare (a death by signal, not an exit code 128+N: a supervisor's restart rules and
+    a shell's "Segmentation fault" tell the two apart). No core of heapsight's is written.
+    Returns only for a signal whose default does not end a process."""
+    import resource
+    import sys
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except (OSError, ValueError):
+        pass
+    if signo not in (signal.SIGKILL, signal.SIGSTOP):   # theirs cannot be changed
+        try:
+            signal.signal(signo, signal.SIG_DFL)
+        except (OSError, ValueError):
+            return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signo})
+    os.kill(os.getpid(), signo)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signo})   # delivered synchronously: not here

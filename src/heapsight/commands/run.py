@@ -6,7 +6,8 @@ exit, what a release at exit gave back, the call sites holding the most at the p
 of what was never freed (estimated from allocations sampled with their stacks, with the
 sampling error), and a verdict with commands to try. The summary goes to stderr so the
 program's own output is untouched; the run is saved for reports. The exit code is the
-program's (128+N if it died from signal N).
+program's; if it died from signal N, heapsight ends by the same signal once the run is
+saved (its parent sees what it sees bare; a shell shows 128+N).
 
 A gate turns a figure into a CI check: when the program succeeded but a figure is above
 its limit, heapsight says which and exits with 90 (EXIT_GATE).
@@ -292,6 +293,8 @@ def execute(args) -> int:
                          f"{human(limit)}\n")
     if failed and summary.exit_code == 0:
         return EXIT_GATE
+    if summary.exit_signal:   # the program died of a signal: so does heapsight, once done
+        interrupts.program_signal = summary.exit_signal
     return summary.exit_code
 
 
