@@ -142,7 +142,8 @@ typedef struct hs_map_reach_s {
   uint64_t reach_ns, root_bytes, n_blocks;
   uint64_t bytes[4], blocks[4]; /* HS_REACH_LOST, _POSSIBLE, _REACHABLE, _INDIRECT */
   uint64_t n_listed, n_unlisted;
-  uint64_t reserved[4];
+  uint64_t mmapped_missing_bytes; /* mmapped chunks the hooks counted live, not found */
+  uint64_t reserved[3];
   char why[128];
 } hs_map_reach_t;
 typedef struct hs_map_block_s { uint64_t addr, usable, state; } hs_map_block_t;
@@ -846,15 +847,53 @@ static void exclude(excl_t *e, uint64_t lo, uint64_t hi) {
 /* glibc's mmapped chunks at the start of an anonymous mapping outside the heaps: prev_size
  * 0, a size of whole pages with IS_MMAPPED alone, inside the mapping; one after the other
  * when the kernel merged their mappings. Appended to the blocks and excluded from the roots. */
-static void mmapped_chunks(child_t *c, const map_t *m, excl_t *ex) {
-  uint64_t a = m->lo;
+static uint64_t mmapped_chunks(child_t *c, const map_t *m, excl_t *ex) {
+  uint64_t a = m->lo, found = 0;
   while (a + 4096 <= m->hi && c->n_chunks < c->cap_chunks) {
     uint64_t word = rd(a + 8), sz = word & ~(uint64_t)7;
-    if (rd(a) != 0 || (word & 7) != 2 || sz < c->page || sz % c->page || sz > m->hi - a) return;
+    if (rd(a) != 0 || (word & 7) != 2 || sz < c->page || sz % c->page || sz > m->hi - a) break;
     c->chunks[c->n_chunks++] = (hs_chunk_t){a + 16, a + sz};
     exclude(ex, a, a + sz);
+    found += sz;
     a += sz;
   }
+  return found;
+}
+
+static int in_chunks(const child_t *c, size_t from, uint64_t a) {
+  for (size_t i = from; i < c->n_chunks; i++)
+    if (a >= c->chunks[i].lo - 16 && a < c->chunks[i].hi) return 1;
+  return 0;
+}
+
+/* The mmapped chunks that do not start their mapping: the kernel merges a chunk's mapping
+ * with an adjacent one of the same flags (the program's own mmap, say), so a chunk may sit
+ * anywhere in it, page-aligned. Any page may look like a chunk's header by chance, so the
+ * pages that do are taken only when, with the chunks found at mappings' starts, they add
+ * up to the mmapped bytes the hooks counted live, to the byte; otherwise none is, and the
+ * bytes not found are said (rec->mmapped_missing_bytes). */
+static uint64_t mmapped_chunks_inside(child_t *c, excl_t *ex, uint64_t missing) {
+  size_t first = c->n_chunks;
+  uint64_t got = 0;
+  for (size_t i = 0; i < c->n_maps && got < missing; i++) {
+    const map_t *m = &c->maps[i];
+    if (!(m->r && m->w && m->anon) || in_heaps(c, m->lo, m->hi)) continue;
+    for (uint64_t a = m->lo; a + c->page <= m->hi && got < missing; a += c->page) {
+      if (in_chunks(c, 0, a)) continue;
+      uint64_t word = rd(a + 8), sz = word & ~(uint64_t)7;
+      if (rd(a) != 0 || (word & 7) != 2 || sz < c->page || sz % c->page || sz > m->hi - a) continue;
+      if (c->n_chunks == c->cap_chunks) break;
+      c->chunks[c->n_chunks++] = (hs_chunk_t){a + 16, a + sz};
+      got += sz;
+      a += sz - c->page;
+    }
+  }
+  if (got != missing) { /* not the chunks the hooks counted: take none */
+    c->n_chunks = first;
+    return 0;
+  }
+  for (size_t i = first; i < c->n_chunks; i++) exclude(ex, c->chunks[i].lo - 16, c->chunks[i].hi);
+  return got;
 }
 
 /* Marks the blocks from the roots: every readable, writable mapping but the heaps, the
@@ -887,10 +926,13 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
     reach_why(rec, "no room in the copy for its lists");
     return;
   }
+  uint64_t mmapped = 0, counted = _hs_mmapped_chunk_bytes();
   for (size_t i = 0; i < c->n_maps; i++) {
     const map_t *m = &c->maps[i];
-    if (m->r && m->w && m->anon && !in_heaps(c, m->lo, m->hi)) mmapped_chunks(c, m, &ex);
+    if (m->r && m->w && m->anon && !in_heaps(c, m->lo, m->hi)) mmapped += mmapped_chunks(c, m, &ex);
   }
+  if (mmapped < counted) mmapped += mmapped_chunks_inside(c, &ex, counted - mmapped);
+  rec->mmapped_missing_bytes = counted > mmapped ? counted - mmapped : 0;
   size_t n = c->n_chunks;
   _hs_reach_sort(c->chunks, n);
   for (size_t i = 1; i < n; i++) {
@@ -923,9 +965,14 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
   }
   uint64_t sp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
   const map_t *own_stack = map_at(c, sp);
-  if (own_stack) { /* the helper's stack, its TLS and its descriptor, at the mapping's top */
+  if (own_stack && _hs_helper_running()) {
+    /* made on the helper: its stack, its TLS and its descriptor, at the mapping's top */
     uint64_t top = _hs_helper_self ? (_hs_helper_self + 0x900 + c->page - 1) & ~(c->page - 1) : 0;
     exclude(&ex, own_stack->lo, top > sp && top < own_stack->hi ? top : own_stack->hi);
+  } else if (own_stack) {
+    /* made on a thread of the program (at its exit, or in its heapsight_snapshot() call):
+     * its stack is a root from here up; below are the copy's own frames */
+    exclude(&ex, own_stack->lo, sp & ~(uint64_t)7);
   }
   uint64_t exit_sp = at_exit ? __atomic_load_n(&_hs_exit_sp, __ATOMIC_ACQUIRE) : 0;
   const map_t *exit_stack = exit_sp ? map_at(c, exit_sp) : NULL;

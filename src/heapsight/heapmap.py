@@ -44,7 +44,7 @@ HEAP_DTYPE = np.dtype([
 REACH_DTYPE = np.dtype([
     ("status", U8), ("reach_ns", U8), ("root_bytes", U8), ("n_blocks", U8),
     ("bytes", U8, (4,)), ("blocks", U8, (4,)), ("n_listed", U8), ("n_unlisted", U8),
-    ("reserved", U8, (4,)), ("why", "S128"),
+    ("mmapped_missing_bytes", U8), ("reserved", U8, (3,)), ("why", "S128"),
 ])
 BLOCK_DTYPE = np.dtype([("addr", U8), ("usable", U8), ("state", U8)])
 # memcheck's words for them, by reach.c's state numbers
@@ -99,6 +99,9 @@ class Reach:
     blocks: dict
     unreached: np.ndarray
     n_unlisted: int
+    # glibc's mmapped chunks the hooks counted live that the copy did not find (so not in
+    # any class): 0 when every one was found
+    mmapped_missing_bytes: int = 0
 
     def to_json(self) -> dict:
         if not self.marked:
@@ -106,7 +109,9 @@ class Reach:
         return {"marked": True, "ms": round(self.reach_ns / 1e6, 1),
                 "root_bytes": self.root_bytes, "blocks_marked": self.n_blocks,
                 **{f"{c}_bytes": self.bytes[c] for c in REACH_CLASSES},
-                **{f"{c}_blocks": self.blocks[c] for c in REACH_CLASSES}}
+                **{f"{c}_blocks": self.blocks[c] for c in REACH_CLASSES},
+                **({"mmapped_missing_bytes": self.mmapped_missing_bytes}
+                   if self.mmapped_missing_bytes else {})}
 
     def classes_of(self, addrs) -> np.ndarray:
         """The class (index in REACH_CLASSES) of blocks by their user address: a listed
@@ -192,7 +197,7 @@ def read(path: str) -> HeapMap:
                          int(r["reach_ns"]), int(r["root_bytes"]), int(r["n_blocks"]),
                          {c: int(r["bytes"][i]) for i, c in enumerate(REACH_CLASSES)},
                          {c: int(r["blocks"][i]) for i, c in enumerate(REACH_CLASSES)},
-                         blocks, int(r["n_unlisted"]))
+                         blocks, int(r["n_unlisted"]), int(r["mmapped_missing_bytes"]))
     if at + 8 != len(data):
         raise ValueError(f"{path}: {len(data) - at - 8} bytes unaccounted for")
     return hm
@@ -394,4 +399,7 @@ def reach_line(r: dict | None) -> str:
                                         ("indirectly_lost", "indirectly lost"),
                                         ("possibly_lost", "possibly lost"),
                                         ("still_reachable", "still reachable")))
-    return f"{parts}; marked in a copy of the program in {r['ms']:.1f} ms"
+    missing = r.get("mmapped_missing_bytes", 0)
+    hole = (f"; not found in the copy, so in no class: {human(missing)} of blocks glibc "
+            "served with their own mmap" if missing else "")
+    return f"{parts}; marked in a copy of the program in {r['ms']:.1f} ms{hole}"
