@@ -119,7 +119,7 @@ def test_two_runs_with_one_record_name_keep_both(tmp_path):
     # THEN neither replaced the other: the later one is beside it, and says where
     assert [pr.returncode for pr in procs] == [0, 0], errs
     other = tmp_path / "same-1.hsrun.json.gz"
-    assert "not replaced; written to" in errs[1] and str(other) in errs[1], errs
+    assert "not replaced, not followed; written to" in errs[1] and str(other) in errs[1], errs
     durations = sorted(json.loads(gzip.open(f).read())["summary"]["duration_s"] for f in (rec, other))
     assert durations[0] < 1.0 < durations[1]
     assert temporaries(tmp_path) == []

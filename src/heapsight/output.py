@@ -15,7 +15,11 @@ whole or not at all, never truncating, replacing or chmod'ing what heapsight did
   what the program wrote there).
 - A FIFO (or a pipe) is opened when checked, before the program runs, and written at the
   end: one with no reader is refused at once, never waited for. A device (/dev/null) is
-  written in place. A symlink is followed: its target is written, the link stays.
+  written in place. A symlink the user named is followed (its target is written, the link
+  stays) only as it was when the path was checked, and only when it is the user's own or
+  root's: a link another user plants at the path, or swaps in, is never followed (in a
+  shared directory such as /tmp, another user could otherwise point root's record at any
+  file); the output then goes beside it.
 - Ctrl-C, SIGTERM and SIGHUP wait while a file is written (then take effect): an
   interrupt never loses a finished run and never leaves a temporary file behind.
 - A socket is refused: heapsight cannot open one as a file.
@@ -47,6 +51,32 @@ ASIDE_MAX = 1000       # NAME-1.EXT ... when a file appeared at NAME meanwhile
 _UNCHECKED = object()
 _checked = {}   # real path -> (st_dev, st_ino) of the regular file there when checked, or None
 _held = {}      # absolute path -> fd of a FIFO opened when checked, written at the end
+
+
+def default_name(stem: str, ext: str = ".hsrun.json.gz") -> str:
+    """A default output name in the current directory: STEM.EXT, or, where other users can
+    write (a world-writable directory such as /tmp), STEM.XXXXXXXX.EXT with a random part,
+    so that no one can put a file or a link there before heapsight writes it."""
+    try:
+        shared = bool(os.stat(".").st_mode & stat.S_IWOTH)
+    except OSError:
+        shared = False
+    return f"{stem}.{os.urandom(4).hex()}{ext}" if shared else f"{stem}{ext}"
+
+
+def write_target(path: str) -> str:
+    """Where a write to path goes: path itself in its directory's real path, or, when path
+    is a symlink of the user's own (or root's), the file it points to. A link of another
+    user's is not followed: the write then finds a link there and goes beside it."""
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    here = os.path.join(parent, os.path.basename(path))
+    try:
+        st = os.lstat(here)
+    except OSError:
+        return here
+    if stat.S_ISLNK(st.st_mode) and st.st_uid in (os.geteuid(), 0):
+        return os.path.realpath(here)
+    return here
 
 
 def _temp_prefix(target: str) -> str:
@@ -122,10 +152,10 @@ def check(path: str, option: str, allow_stdout: bool = False) -> None:
             raise HeapsightError(f"{option} {path}: heapsight's {STREAM_NAMES.get(fd, f'fd {fd}')} "
                                  "is not open for writing; give a file name")
         return
-    target = os.path.realpath(path)
+    target = write_target(path)
     parent = os.path.dirname(target) or "."
     try:
-        st = os.stat(path)
+        st = os.stat(target)
     except FileNotFoundError:
         st = None   # a new file (or a symlink to one)
     except OSError as e:   # a symlink loop, a name too long, a file where a directory should be
@@ -266,7 +296,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _write_file(path: str, data: bytes) -> str:
-    target = os.path.realpath(path)
+    # the target check() resolved, never a link that appeared since (write_target)
+    target = write_target(path)
     parent = os.path.dirname(target) or "."
     final = target
     with interrupts.deferred():
@@ -274,13 +305,18 @@ def _write_file(path: str, data: bytes) -> str:
         try:
             import tempfile
             fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=parent)
-            try:
-                now = os.stat(target)
+            try:   # the entry itself: a link is never written through here
+                now = os.lstat(target)
             except FileNotFoundError:
                 now = None
             ident = (now.st_dev, now.st_ino) if now is not None else None
             before = _checked.get(target, _UNCHECKED)
-            replace = now is not None and before in (_UNCHECKED, ident)
+            # replaced: the regular file that was there when checked, or, unchecked, one of
+            # the user's own; anything else (a link, another user's file) is left, and the
+            # output goes beside it
+            regular = now is not None and stat.S_ISREG(now.st_mode)
+            replace = regular and (before == ident or
+                                   (before is _UNCHECKED and now.st_uid == os.geteuid()))
             with os.fdopen(fd, "wb") as f:   # mkstemp makes it 0600
                 if replace:   # the file the user named keeps its mode
                     os.fchmod(f.fileno(), stat.S_IMODE(now.st_mode) & 0o777)
@@ -309,7 +345,8 @@ def _write_file(path: str, data: bytes) -> str:
     if not os.path.islink(path):   # named as the user named the directory
         final = os.path.join(os.path.dirname(path), os.path.basename(final))
     sys.stderr.write(f"heapsight: {path} was made by another process while heapsight worked "
-                     f"(a second run with the same output?): not replaced; written to {final}\n")
+                     f"(a second run with the same output, or a link another user put there?): "
+                     f"not replaced, not followed; written to {final}\n")
     return final
 
 

@@ -54,7 +54,7 @@ def add_arguments(p) -> None:
                    help="seconds between the allocator's figures (each stops the process for "
                         "tens of milliseconds) when watching (default 30)")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="where --watch saves its record (default heapsight-attach-PID.hsrun.json.gz)")
+                   help="where --watch saves its record (default heapsight-attach-PID.hsrun.json.gz; in a directory anyone can write, a random part is added to the name)")
     p.add_argument("--openmetrics-port", type=int, metavar="PORT",
                    help="with --watch: serve the figures to Prometheus on http://127.0.0.1:PORT/metrics")
     p.add_argument("--openmetrics-addr", default="127.0.0.1", metavar="ADDR",
@@ -101,7 +101,7 @@ def watch(args, first: attach.Attached) -> int:
     if args.openmetrics_port is not None:
         from heapsight.reporters import openmetrics
         exporter = openmetrics.serve(args.openmetrics_addr, args.openmetrics_port)
-    out = args.output or f"heapsight-attach-{args.pid}.hsrun.json.gz"
+    out = args.output or output.default_name(f"heapsight-attach-{args.pid}")
     live = Progress(sys.stderr, "heapsight attach", elsewhere=False)   # a terminal only
     peak = {"rss": 0}
 

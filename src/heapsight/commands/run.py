@@ -201,9 +201,29 @@ def gate_failures(args, summary) -> list:
             if limit is not None and value > limit]
 
 
+def save_somewhere(path: str, summary, timeline) -> str | None:
+    """The record at path, or, when it cannot be written there (a full disk, a directory
+    gone), in a new private directory under $TMPDIR, saying so: a measured run is never
+    lost to its output. The path written, or None when nowhere would take it."""
+    try:
+        return record.save(path, summary, timeline)
+    except HeapsightError as e:
+        first = e.message
+    import tempfile
+    try:
+        place = os.path.join(tempfile.mkdtemp(prefix="heapsight-"), os.path.basename(path))
+        saved = record.save(place, summary, timeline)
+    except (HeapsightError, OSError) as e:
+        sys.stderr.write(f"heapsight: {first}; nor in $TMPDIR ({getattr(e, 'message', e)}): "
+                         "the run was not saved\n")
+        return None
+    sys.stderr.write(f"heapsight: {first}; the run is saved to {saved} instead\n")
+    return saved
+
+
 def default_output(argv: list, pid: int) -> str:
     name = os.path.basename(argv[0]) or "program"
-    return f"heapsight-{name}.{pid}.hsrun.json.gz"
+    return output.default_name(f"heapsight-{name}.{pid}")
 
 
 def validate(args) -> None:
@@ -269,8 +289,8 @@ def execute(args) -> int:
             exporter.close()
         out = None
         if not args.no_save:
-            out = args.output or default_output(argv, summary.started_pid)
-            out = record.save(out, summary, timeline)
+            out = save_somewhere(args.output or default_output(argv, summary.started_pid),
+                                 summary, timeline)
         if args.json:
             output.write_json(args.json, summary.to_dict())
         if args.html:
