@@ -7,6 +7,7 @@ instead, the program's exit code kept."""
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import os
@@ -114,3 +115,72 @@ def test_a_record_that_cannot_be_written_where_asked_is_saved_elsewhere(tmp_path
     saved = p.stderr.split("the run is saved to ", 1)[1].split(" instead")[0]
     assert saved.startswith(str(tmp_path))
     assert json.loads(gzip.open(saved).read())["summary"]["exit_code"] == 3
+
+
+def _segment_of(pid: int, timeout: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = glob.glob(f"/dev/shm/heapsight-{pid}-*.seg")
+        if found:
+            return found[0]
+        time.sleep(0.01)
+    raise AssertionError("heapsight made no segment")
+
+
+@pytest.mark.parametrize("plant", ["fifo", "zero", "forged"])
+def test_a_file_another_user_puts_beside_the_segment_neither_hangs_nor_feeds_the_run(
+        shared, tmp_path, plant):
+    # GIVEN root's run, and another user who puts a FIFO, a link to /dev/zero or a file of
+    # their own where the program's copy will write its exit map (/dev/shm is anyone's)
+    rec = tmp_path / "r.hsrun.json.gz"
+    p = subprocess.Popen([*HS, "run", "-q", "-o", str(rec), "--", "sleep", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    target = _segment_of(p.pid) + ".map.exit"
+    argv = {"fifo": ["mkfifo", target], "zero": ["ln", "-s", "/dev/zero", target],
+            "forged": ["sh", "-c", f"head -c 4096 /dev/urandom > {target}"]}[plant]
+    as_user(nobody(), argv)
+    # WHEN the program ends: THEN heapsight ends too (it waited forever on the FIFO, and
+    # read /dev/zero until it ran out of memory), its record saved, nothing of theirs read
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "Traceback" not in err, err
+    summary = json.loads(gzip.open(rec).read())["summary"]
+    # (as root the copy's rename replaces what they put there: the map is the copy's own)
+    exits = [m for m in summary.get("heapmaps") or [] if m["moment"] == "exit"]
+    assert all(m["status"] == "mapped" and m["allocator"] == "glibc" for m in exits), exits
+    os.unlink(target) if os.path.lexists(target) else None
+
+
+def test_attach_never_waits_on_a_segment_name_the_process_gives():
+    # GIVEN a process whose HEAPSIGHT_SEGMENT names a FIFO (a process may set any name)
+    d = Path(tempfile.mkdtemp(prefix="hs-fifo-"))
+    fifo = d / "seg"
+    os.mkfifo(fifo)
+    target = subprocess.Popen(["sleep", "30"], env=dict(os.environ, HEAPSIGHT_SEGMENT=str(fifo)))
+    try:
+        # WHEN root attaches without gdb: THEN it answers from /proc at once
+        t0 = time.monotonic()
+        r = subprocess.run([*HS, "attach", "--no-gdb", str(target.pid)], capture_output=True,
+                           text=True, timeout=60)
+        assert time.monotonic() - t0 < 30
+        assert r.returncode == 0, r.stderr
+    finally:
+        target.kill()
+        target.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_malloc_info_is_parsed_in_linear_time():
+    from heapsight.live import attach
+    # 260 KB of heaps that never close: a lazy regular expression took 54 s on it
+    xml = "<malloc>" + '<heap nr="1">' * 20000 + "</malloc>"
+    t0 = time.monotonic()
+    got = attach.parse_malloc_info(xml)
+    assert time.monotonic() - t0 < 1.0
+    assert got["arenas"] == []
+    good = ('<malloc version="1"><heap nr="0"><sizes></sizes><total type="fast" count="1" '
+            'size="32"/><total type="rest" count="2" size="4096"/><system type="current" '
+            'size="135168"/></heap><total type="mmap" count="3" size="393216"/></malloc>')
+    got = attach.parse_malloc_info(good)
+    assert got["arenas"][0]["system_bytes"] == 135168 and got["arenas"][0]["free_bytes"] == 4128
+    assert (got["mmapped_chunks"], got["mmapped_bytes"]) == (3, 393216)

@@ -14,6 +14,7 @@ import base64
 import glob
 import math
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 
@@ -155,10 +156,33 @@ class HeapMap:
         return max(0, self.anon_before - self.anon_after)
 
 
+# A map holds 5 bytes a page of heap and a few hundred thousand blocks: far below this
+MAP_MAX_BYTES = 1 << 30
+
+
+def _read_own(path: str) -> bytes:
+    """The bytes of a map file the program's copy wrote beside the segment in /dev/shm,
+    where anyone can put a file at that name first: opened without following a link or
+    waiting (a FIFO would hang heapsight), and read only as a regular file of this user's
+    (or root's), no larger than MAP_MAX_BYTES (a link to /dev/zero would not end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise ValueError(f"{path}: made by another user (uid {st.st_uid}), not read")
+        if st.st_size > MAP_MAX_BYTES:
+            raise ValueError(f"{path}: {st.st_size} bytes, more than a heap map can be")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAP_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 def read(path: str) -> HeapMap:
     """A map file; ValueError when it is not one or is cut short (a stopped child)."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = _read_own(path)
     if len(data) < HEADER_DTYPE.itemsize + 8:
         raise ValueError(f"{path}: {len(data)} bytes, too short for a heap map")
     h = np.frombuffer(data, HEADER_DTYPE, count=1)[0]

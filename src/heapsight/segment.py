@@ -373,13 +373,14 @@ def _stale(p: str) -> bool:
 class Segment:
     """A segment file this process created for one run; removed by close()."""
 
-    def __init__(self, existing: str | None = None, profile: bool = True) -> None:
+    def __init__(self, existing: str | None = None, profile: bool = True,
+                 owner_uid: int | None = None) -> None:
         """A new segment for a run (without the profile's tables when profile is False: the
         run samples nothing); or, with existing, the segment a running process made for
         itself (HEAPSIGHT_SEGMENT=auto), mapped to read (and never removed here).
         A new one's pages are reserved at once: OSError (ENOSPC) if /dev/shm has no room."""
         if existing is not None:
-            self._open_existing(existing)
+            self._open_existing(existing, owner_uid)
             return
         remove_stale_segments()
         rooms = [profile_room()] if profile else [0]
@@ -423,14 +424,20 @@ class Segment:
         self.size_bytes = size
         self._views()
 
-    def _open_existing(self, path: str) -> None:
+    def _open_existing(self, path: str, owner_uid: int | None = None) -> None:
+        """A segment another process made: opened without following a link and without
+        waiting (a FIFO planted there would hang the open), and taken only as a regular
+        file of the right size owned by this user, root, or owner_uid (the process whose
+        segment it is): in /dev/shm anyone can put a file at a name another will read."""
         self.path, self.owned = path, False
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or (st.st_size != SEGMENT_BASE_BYTES and
                                                  profile_layout(st.st_size) is None):
                 raise ValueError(f"{path} is not a segment of this heapsight (size {st.st_size})")
+            if st.st_uid not in (os.geteuid(), 0, owner_uid):
+                raise ValueError(f"{path} belongs to another user (uid {st.st_uid}): not read")
             self._map = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
             self.size_bytes = st.st_size
         finally:

@@ -97,6 +97,8 @@ def refusal(pid: int, text: str) -> str | None:
     return None
 
 
+# the most read of a descriptor of the process's (it could write without end meanwhile)
+READ_FD_MAX = 64 << 20
 CAPTURE_BEGIN, CAPTURE_END = "@@heapsight-capture-begin", "@@heapsight-capture-end"
 
 
@@ -117,7 +119,7 @@ def call(pid: int, exprs: list, timeout_s: float = 30.0, read_fd: tuple | None =
         argv += ["-ex", f"echo @@{i}\\n", "-ex", f"print {e}"]
     if read_fd is not None:   # gdb's own shell reads it: the process writes no file anywhere
         argv += ["-ex", f"echo {CAPTURE_BEGIN}\\n",
-                 "-ex", f'eval "shell cat /proc/{pid}/fd/%d", ${read_fd + 1}',
+                 "-ex", f'eval "shell head -c {READ_FD_MAX} /proc/{pid}/fd/%d", ${read_fd + 1}',
                  "-ex", f"echo \\n{CAPTURE_END}\\n"]
     for i, e in enumerate(then, len(exprs)):
         argv += ["-ex", f"echo @@{i}\\n", "-ex", f"print {e}"]
