@@ -81,6 +81,7 @@
 #include <fcntl.h>
 #include <gnu/libc-version.h>
 #include <link.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <linux/futex.h>
@@ -1419,6 +1420,25 @@ static void copy_starts(void) {
  * locks are held across it for glibc; the others are copied as they stand (a lock a
  * thread held at that moment stays taken in the copy: its release then sleeps, and the
  * parent stops it). Returns the pid, -1 with *why. */
+/* 1 when the last copy was made a child of the program's parent (CLONE_PARENT): the
+ * heapsight process that started the program, which reaps it. A reaper thread of the
+ * program's (waitpid(-1, ..., __WALL)) then never meets it. Otherwise (a program heapsight
+ * did not start, or one in a PID namespace of its own) it is the program's clone child
+ * with exit signal 0, as before. */
+static int g_parented;
+
+static pid_t clone_copy(void) {
+  pid_t cli = (pid_t)__atomic_load_n(&_hs_seg->creator_pid, __ATOMIC_RELAXED);
+  g_parented = cli > 0 && getppid() == cli;
+  pid_t pid = (pid_t)syscall(SYS_clone, g_parented ? (unsigned long)CLONE_PARENT : 0UL, NULL,
+                             NULL, NULL, 0UL); /* exit signal 0: no SIGCHLD */
+  if (pid < 0 && g_parented) { /* EINVAL for a PID namespace's init */
+    g_parented = 0;
+    pid = (pid_t)syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
+  }
+  return pid;
+}
+
 static pid_t make_copy(const char *path, uint64_t t0, int detached, const char **why) {
   int glibc = _hs_seg->allocator_id == HS_ALLOC_GLIBC;
   uint64_t head = 0, deadline = t0 + HS_LOCK_WAIT_NS;
@@ -1426,7 +1446,7 @@ static pid_t make_copy(const char *path, uint64_t t0, int detached, const char *
   if (glibc && (*why = lock_arenas(&head, deadline)) != NULL) return -1;
   pid_t pid = -1;
   for (int tries = 0; tries < 4; tries++) {
-    pid = (pid_t)syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL); /* exit signal 0: no SIGCHLD */
+    pid = clone_copy();
     if (pid == 0) {
       copy_starts();
       child_main(path, t0, detached);
@@ -1436,7 +1456,7 @@ static pid_t make_copy(const char *path, uint64_t t0, int detached, const char *
     if (now == head) break;
     /* an arena was linked in just before the copy, maybe in use in it: lock it, again */
     kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR) {}
+    while (!g_parented && waitpid(pid, NULL, __WALL) < 0 && errno == EINTR) {}
     pid = -1;
     *why = lock_ring(now, head, deadline);
     if (*why) { unlock_arenas(); return -1; }
@@ -1468,6 +1488,35 @@ static char copy_state(pid_t pid) {
   const char *p = strrchr(buf, ')');
   return p && p[1] == ' ' ? p[2] : 0;
 }
+/* A copy's CPU time, user and system, from /proc/PID/stat (fields 14 and 15, in clock
+ * ticks), read while it is a zombie (its parent, the CLI, reaps it). */
+static uint64_t copy_cpu_ns(pid_t pid) {
+  char path[64], buf[1024];
+  memcpy(path, "/proc/", 6);
+  size_t at = 6;
+  char digits[16];
+  int nd = 0;
+  for (unsigned v = (unsigned)pid; v || !nd; v /= 10) digits[nd++] = (char)('0' + v % 10);
+  while (nd) path[at++] = digits[--nd];
+  memcpy(path + at, "/stat", 6);
+  int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  if (!p) return 0;
+  uint64_t ticks = 0, field[2] = {0, 0};
+  for (int f = 2; *p && f <= 15; p++) { /* field 3 (the state) follows ") " */
+    if (*p == ' ') { f++; continue; }
+    if (f >= 14 && *p >= '0' && *p <= '9') field[f - 14] = field[f - 14] * 10 + (uint64_t)(*p - '0');
+  }
+  ticks = field[0] + field[1];
+  long hz = sysconf(_SC_CLK_TCK);
+  return hz > 0 ? ticks * (1000000000ull / (uint64_t)hz) : 0;
+}
+
 int _hs_heapmap_write(const char *path, int detached) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !path) return 0;
@@ -1492,10 +1541,21 @@ int _hs_heapmap_write(const char *path, int detached) {
   struct rusage ru;
   memset(&ru, 0, sizeof ru);
   uint64_t nap = 1000000, asleep_since = 0;
+  int parented = g_parented, ended = 0;
+  uint64_t parented_cpu = 0;
   for (;;) {
-    pid_t r = wait4(pid, &status, WNOHANG | __WALL, &ru);
-    if (r == pid) { reaped = 1; break; }
-    if (r < 0 && errno != EINTR) break; /* ECHILD: a waitpid(-1, __WALL) of the program's */
+    if (parented) { /* the CLI's child: watched through /proc, reaped by the CLI */
+      char st = copy_state(pid);
+      if (st == 'Z' || st == 'X' || st == 0) {
+        if (st == 'Z') parented_cpu = copy_cpu_ns(pid);
+        ended = 1;
+        break;
+      }
+    } else {
+      pid_t r = wait4(pid, &status, WNOHANG | __WALL, &ru);
+      if (r == pid) { reaped = 1; break; }
+      if (r < 0 && errno != EINTR) break; /* ECHILD: a waitpid(-1, __WALL) of the program's */
+    }
     uint64_t now = _hs_now_ns();
     if (!killed && copy_state(pid) == 'S') {
       if (!asleep_since) asleep_since = now;
@@ -1514,11 +1574,12 @@ int _hs_heapmap_write(const char *path, int detached) {
     if (nap < 10000000) nap *= 2;
   }
   if (reaped) __atomic_fetch_add(&g_cpu_ns, cpu_of(&ru), __ATOMIC_RELAXED);
+  if (ended) __atomic_fetch_add(&g_cpu_ns, parented_cpu, __ATOMIC_RELAXED);
   if (stuck)
     return _hs_heapmap_write_refusal(path, "the copy waited 2 s for a lock of the allocator's "
                                            "that a thread of the program held when it was made");
   if (killed) return _hs_heapmap_write_refusal(path, "the map took longer than 30 s and was stopped");
-  if (!reaped) return 1; /* ECHILD: the child's end was not ours to see; its file tells */
+  if (!reaped) return 1; /* the CLI's child, or ECHILD: its file tells how it ended */
   if (reaped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     char why[80] = "the map's process failed: ";
     size_t at = strlen(why);

@@ -175,6 +175,7 @@ class _Callbacks:
             self.maps_asked[n] = f"snapshot: {label}"
             heapmap.request(segment, n)
             heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None)
+            reap_copies()   # the earlier snapshots' copies, ended by now
         if opts.release_at_snapshot and segment is not None and segment.attached():
             try:
                 from heapsight.live import attach   # gdb's caller: only for a release
@@ -304,6 +305,43 @@ def wait_exit_map(segment) -> None:
         except (OSError, IndexError):
             break
         time.sleep(0.005)
+    reap_copies()
+
+
+WALL = 0x40000000   # __WALL: a child whose exit signal is not SIGCHLD (the copies')
+
+
+def reap_copies() -> int:
+    """Reaps the program's copies that heapsight's library made children of this process
+    (CLONE_PARENT: so that no wait of the program's meets them) once they have ended:
+    zombies named hs-heapmap among this process's children. How many."""
+    reaped = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    pids = set()
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/children") as f:
+                pids.update(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, _, rest = stat.rpartition(b")")
+        if not name.endswith(b"(hs-heapmap") or rest.split()[:1] != [b"Z"]:
+            continue
+        try:
+            if os.waitpid(pid, os.WNOHANG | WALL)[0] == pid:
+                reaped += 1
+        except ChildProcessError:
+            pass
+    return reaped
 
 
 def collect_maps(segment) -> dict:
