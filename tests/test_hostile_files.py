@@ -184,3 +184,24 @@ def test_malloc_info_is_parsed_in_linear_time():
     got = attach.parse_malloc_info(good)
     assert got["arenas"][0]["system_bytes"] == 135168 and got["arenas"][0]["free_bytes"] == 4128
     assert (got["mmapped_chunks"], got["mmapped_bytes"]) == (3, 393216)
+
+
+def test_a_small_dev_shm_leaves_the_program_the_room_it_has_bare(tmp_path):
+    # GIVEN a 24 MiB /dev/shm (in a mount namespace of the test's own) and a program that
+    # puts 20 MiB in it: heapsight's 13 MiB segment made it die of SIGBUS
+    prog = ("from multiprocessing import shared_memory as s; m = s.SharedMemory(create=True, "
+            "size=20 << 20); m.buf[:] = b'x' * (20 << 20); print('filled'); m.close(); m.unlink()")
+    script = (f"mount -t tmpfs -o size=24m none /dev/shm || exit 77; "
+              f"{sys.executable} -c \"{prog}\" && "
+              f"{sys.executable} -m heapsight run --no-save -- {sys.executable} -c \"{prog}\"")
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs on /dev/shm needs root")
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode == 77:
+        pytest.skip(f"no tmpfs could be mounted here: {p.stderr.strip()}")
+    # THEN it fills its 20 MiB under heapsight as bare, and heapsight says what it gave up
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "filled\nfilled\n", (p.stdout, p.stderr)
+    assert "to leave the program its room" in p.stderr, p.stderr
+    assert "VERDICT" in p.stderr

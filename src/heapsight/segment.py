@@ -132,6 +132,7 @@ STATS_UNKNOWN = (1 << 64) - 1   # hs_alloc_stats_t: a figure that needs a walk, 
 PROFILE_TABLES = 4096           # within the profile: the tables start a page in
 EVENTS_UNIT, WORDS_UNIT, MODULES_UNIT = 1 << 15, 1 << 16, 512
 ROOM_DEFAULT, ROOM_SMALL, ROOM_MAX = 8, 1, 16
+SHM_SHARE = 8   # a segment takes at most an eighth of /dev/shm's free space
 EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE, EVENT_MAP = 0, 1, 2, 3
 EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
                         ("kind", "<u4")])
@@ -386,6 +387,7 @@ class Segment:
         rooms = [profile_room()] if profile else [0]
         if rooms[0] > ROOM_SMALL:
             rooms.append(ROOM_SMALL)   # a /dev/shm without room for the default: the least
+        rooms = self._rooms_that_leave_room(rooms)
         for room in rooms:
             try:
                 self._create(segment_bytes(room))
@@ -393,6 +395,32 @@ class Segment:
             except OSError as e:
                 if e.errno != errno.ENOSPC or room == rooms[-1]:
                     raise
+
+    room_note = ""   # why the segment is smaller than the default, when it is
+
+    def _rooms_that_leave_room(self, rooms: list) -> list:
+        """The rooms whose segment takes at most 1/SHM_SHARE of what /dev/shm has free: a
+        program that fills a small /dev/shm itself (Docker's is 64 MiB) must find the room
+        it has bare (a tmpfs page it cannot get is a SIGBUS). The smallest, without call
+        sites if need be; none (ENOSPC) when even that does not fit."""
+        try:
+            st = os.statvfs(_shm_dir())
+            free = st.f_bavail * st.f_frsize
+        except OSError:
+            return rooms
+        fits = [r for r in rooms if segment_bytes(r) * SHM_SHARE <= free]
+        if not fits and segment_bytes(0) * SHM_SHARE <= free:
+            fits = [0]
+        if not fits:
+            raise OSError(errno.ENOSPC, f"{_shm_dir()} has {free >> 10} KiB free, too little to "
+                                        "share with the program")
+        if fits[0] != rooms[0]:
+            self.room_note = (f"{_shm_dir()} has {free / 2**20:.1f} MiB free: heapsight's segment "
+                              f"is {segment_bytes(fits[0]) / 2**20:.1f} MiB, not "
+                              f"{segment_bytes(rooms[0]) / 2**20:.1f}, to leave the program its room"
+                              + ("; no call sites are sampled" if fits[0] == 0 else
+                                 "; fewer call sites are kept"))
+        return fits
 
     def _create(self, size: int) -> None:
         self.path = os.path.join(_shm_dir(), f"heapsight-{os.getpid()}-{os.urandom(6).hex()}.seg")

@@ -120,7 +120,10 @@ def new_segment(prog: str, opts: Options) -> Segment | None:
     """The run's stats segment; None, said in one line, when /dev/shm has no room for it
     (the program then runs without the library: /proc figures only)."""
     try:
-        return Segment(profile=_samples(opts))
+        seg = Segment(profile=_samples(opts))
+        if seg.room_note and opts.warn:
+            print(f"heapsight: {seg.room_note}", file=sys.stderr)
+        return seg
     except OSError as e:
         if opts.warn:
             print(f"heapsight: no room for the stats segment in {segment_dir()} ({e.strerror}): "
