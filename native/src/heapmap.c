@@ -235,6 +235,7 @@ typedef struct map_s {
   uint64_t lo, hi;
   int r, w, anon, heap; /* heap: the [heap] mapping */
   int dev;              /* a device's memory (/dev/..., but shm and zero): never read */
+  int shared;           /* MAP_SHARED (a memfd, a shm_open file): its pages are the file's */
 } map_t;
 
 typedef struct heap_s {
@@ -337,6 +338,7 @@ static int list_maps(child_t *c) {
               !(plen > 9 && memcmp(p, "/dev/shm/", 9) == 0) &&
               !(plen >= 9 && memcmp(p, "/dev/zero", 9) == 0);
       m.anon = priv && (plen == 0 || (plen > 6 && memcmp(p, "[anon:", 6) == 0));
+      m.shared = !priv;
       c->maps[n++] = m;
     }
     s = eol + 1;
@@ -826,6 +828,35 @@ static uint64_t scan_resident(child_t *c, hs_reach_t *r, uint64_t lo, uint64_t h
   return faulted;
 }
 
+/* A shared mapping's resident pages, as roots. A copy's page tables have none of a shared
+ * mapping's pages (the kernel fills them on first touch), so its pagemap says nothing of
+ * them; mincore() says which are in the file's memory. Only those are read: touching a
+ * page the file does not have would make one, in the program's own file. */
+static uint64_t scan_shared(child_t *c, hs_reach_t *r, uint64_t lo, uint64_t hi) {
+  uint64_t page = c->page, skipped = 0, run_lo = 0;
+  unsigned char *vec = (unsigned char *)c->pm_buf;
+  int in_run = 0;
+  for (uint64_t pg = lo & ~(page - 1); pg < hi;) {
+    uint64_t n = (hi - pg + page - 1) / page;
+    if (n > HS_PM_ENTRIES * 8) n = HS_PM_ENTRIES * 8;
+    if (mincore((void *)(uintptr_t)pg, n * page, vec) != 0) return skipped + (hi - pg);
+    for (uint64_t k = 0; k < n; k++, pg += page) {
+      int here = vec[k] & 1;
+      if (here && !in_run) { run_lo = pg > lo ? pg : lo; in_run = 1; }
+      if (!here && in_run) {
+        if (!scan_root(r, run_lo, pg)) skipped += pg - run_lo;
+        in_run = 0;
+      }
+    }
+  }
+  if (in_run && !scan_root(r, run_lo, hi)) skipped += hi - run_lo;
+  return skipped;
+}
+
+static uint64_t scan_mapping(child_t *c, const map_t *m, hs_reach_t *r, uint64_t lo, uint64_t hi) {
+  return m->shared ? scan_shared(c, r, lo, hi) : scan_resident(c, r, lo, hi);
+}
+
 static const map_t *map_at(const child_t *c, uint64_t addr) {
   for (size_t i = 0; i < c->n_maps; i++) {
     if (addr >= c->maps[i].lo && addr < c->maps[i].hi) return &c->maps[i];
@@ -997,10 +1028,10 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
     for (size_t k = 0; k < ex.n && at < m->hi; k++) {
       if (ex.r[k].hi <= at) continue;
       if (ex.r[k].lo >= m->hi) break;
-      if (ex.r[k].lo > at) skipped += scan_resident(c, &r, at, ex.r[k].lo);
+      if (ex.r[k].lo > at) skipped += scan_mapping(c, m, &r, at, ex.r[k].lo);
       at = ex.r[k].hi;
     }
-    if (at < m->hi) skipped += scan_resident(c, &r, at, m->hi);
+    if (at < m->hi) skipped += scan_mapping(c, m, &r, at, m->hi);
   }
   sigaction(SIGSEGV, &old_segv, NULL);
   sigaction(SIGBUS, &old_bus, NULL);
