@@ -8,6 +8,7 @@ import glob
 import gzip
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -173,3 +174,21 @@ def test_a_death_by_signal_reaches_heapsights_parent_as_a_death_by_signal(tmp_pa
     assert "VERDICT" in under.stderr and "Traceback" not in under.stderr, under.stderr
     assert json.loads(gzip.open(rec).read())["summary"]["exit_signal"] == sig
     assert not list(tmp_path.glob("core*"))   # heapsight wrote no core of its own
+
+
+def test_a_low_open_files_limit_is_the_programs_and_not_heapsights(tmp_path):
+    # GIVEN an inherited soft limit of 6 open files (a traceback before: heapsight could
+    # not open its own files, and the program never started)
+    def limited(soft, hard):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    p = subprocess.run([*HS, "run", "--no-save", "--", "sh", "-c", "ulimit -n"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       preexec_fn=limited(6, 4096))
+    # THEN heapsight runs, and the program has the limit it was given
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "6\n" and "VERDICT" in p.stderr, (p.stdout, p.stderr)
+    # and a hard limit too low for heapsight is said in one line, with the fix
+    p = subprocess.run([*HS, "run", "--no-save", "--", "true"], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path, preexec_fn=limited(10, 10))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("heapsight: error: the open-files limit is 10") and "ulimit -n" in p.stderr
