@@ -202,3 +202,25 @@ def test_compare_and_lab_check_their_outputs_before_any_run(tmp_path):
     p = subprocess.run([*HS, "lab", "waste", "--quick", "-o", str(tmp_path)], capture_output=True,
                        text=True, cwd=tmp_path, timeout=60)
     assert p.returncode == 2 and "is a directory" in p.stderr and "[1/1]" not in p.stderr
+
+
+def test_a_program_path_with_an_escape_sequence_never_reaches_the_terminal_raw(tmp_path):
+    # GIVEN a leaking program whose file name holds an escape sequence (ESC [31m), without
+    # symbols, so that call sites are named by its file
+    exe = tmp_path / "le\x1b[31mak"
+    exe.write_bytes(open(scenario("hs-leak"), "rb").read())
+    exe.chmod(0o755)
+    subprocess.run(["strip", str(exe)], check=True)
+    # WHEN heapsight explains it
+    p = subprocess.run([*HS, "run", "--no-save", "--", str(exe), "--mb", "5"],
+                       capture_output=True, timeout=120, cwd=tmp_path)
+    err = p.stderr.decode(errors="replace")
+    # THEN no ESC byte is written (the header, the sites, the commands to try show it as
+    # \x1b), and the commands to try still run in bash ($'...' quoting)
+    assert p.returncode == 0, err
+    assert b"\x1b" not in p.stderr, err
+    assert "le\\x1b[31mak" in err
+    assert "$'" + str(tmp_path) + "/le\\x1b[31mak'" in err, err
+    # a path that does not exist is not suggested as ./path
+    q = subprocess.run([*HS, "run", "--", "/no/such/program"], capture_output=True, text=True)
+    assert q.returncode != 0 and "./" not in q.stderr and "check the path" in q.stderr, q.stderr

@@ -6,12 +6,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import shlex
 
 import numpy as np
 
 from heapsight import allocators
-from heapsight.fmt import human, pct
+from heapsight.fmt import human, pct, shell_join, shell_quote
 from heapsight.model import Breakdown, Finding, HeapFigures, Hold, Release
 from heapsight.segment import AllocStats
 
@@ -171,7 +170,7 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                   arenas: int = 0) -> list:
     """A finding for each hold: what held the memory, from when to when. arenas: glibc's
     arena count (MALLOC_ARENA_MAX=2 is suggested only where there are more)."""
-    cmd = shlex.join(command)
+    cmd = shell_join(command)
     out = []
     for h in found_holds:
         when = f"from {h.start_s:.2f} s to {h.end_s:.2f} s"
@@ -458,7 +457,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
     mapped = mapped or {}
     if final is None:
         return []
-    cmd = shlex.join(command)
+    cmd = shell_join(command)
     rss = max(final.rss_bytes, 1)
     heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
     out = _never_freed_findings(final, heap_total, mapped.get("reach") or {}, live_over_time,
@@ -592,7 +591,7 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
         f"heapsight measures one process: the one it started, here {measured} (peak RSS "
         f"{human(peak_rss)}). A process it started, {top['name']}, held much more memory; "
         "--follow measures that one instead.",
-        (f"heapsight run --follow {shlex.quote(top['name'])} -- {shlex.join(command)}",))]
+        (f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",))]
 
 
 def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:

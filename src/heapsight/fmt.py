@@ -4,6 +4,7 @@ reporter formats through here, so one figure reads the same everywhere."""
 from __future__ import annotations
 
 import re
+import shlex
 
 
 def human(n: float) -> str:
@@ -23,6 +24,21 @@ def printable(text: str) -> str:
     """Text from the program (its name, arguments, snapshot labels) as the terminal should
     show it: control characters (an escape sequence would be obeyed) written as \\xNN."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def shell_quote(word: str) -> str:
+    """A word for a command line to copy: shlex's quoting, or bash's $'...' with escapes
+    for a word holding control characters (a program path with an escape sequence in it
+    would otherwise reach the terminal raw, and be obeyed)."""
+    if not _CONTROL.search(word):
+        return shlex.quote(word)
+    body = "".join((f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}")
+                   if _CONTROL.match(ch) else ("\\" + ch if ch in "\\'" else ch) for ch in word)
+    return f"$'{body}'"
+
+
+def shell_join(words) -> str:
+    return " ".join(shell_quote(w) for w in words)
 
 
 def human_short(n: float) -> str:

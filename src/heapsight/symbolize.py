@@ -39,6 +39,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from heapsight.fmt import printable
+
 TIMEOUT_S = 60
 TOOL = "llvm-symbolizer"
 
@@ -54,12 +56,14 @@ class Frame:
     def name(self) -> str:
         """How a person reads it: 'parse_row (x.c:12)', 'PyList_Append (python3.11)' or
         'python3.11+0x1234'."""
-        obj = os.path.basename(self.object) or self.object
+        # the names come from the program's files and paths: a control character there (an
+        # escape sequence in a file name) is shown, never obeyed by a terminal
+        obj = printable(os.path.basename(self.object) or self.object)
         if self.function is None:
             return f"{obj}+{self.address:#x}"
         if self.file and self.line:
-            return f"{self.function} ({os.path.basename(self.file)}:{self.line})"
-        return f"{self.function} ({obj})"
+            return f"{printable(self.function)} ({printable(os.path.basename(self.file))}:{self.line})"
+        return f"{printable(self.function)} ({obj})"
 
 
 def find_tool() -> str | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from heapsight import analysis, capture, elf, heapmap, interrupts, native, profile
 from heapsight.live import launch
+from heapsight.fmt import printable
 from heapsight.errors import HeapsightError
 from heapsight.live.sampler import Sampler
 from heapsight.timeline import IDX
@@ -38,10 +39,11 @@ def resolve_command(argv: list) -> str:
     prog = argv[0]
     path = prog if "/" in prog else shutil.which(prog)
     if path is None or not os.path.exists(path):
-        raise HeapsightError(f"command not found: {prog} (check the name, or give its path, "
-                             f"e.g. ./{prog})", EXIT_NOT_FOUND)
+        hint = ("check the name, or give its path, e.g. ./" + printable(prog) if "/" not in prog
+                else "check the path")
+        raise HeapsightError(f"command not found: {printable(prog)} ({hint})", EXIT_NOT_FOUND)
     if os.path.isdir(path) or not os.access(path, os.X_OK):
-        raise HeapsightError(f"not executable: {path} (chmod +x it, or run it through its "
+        raise HeapsightError(f"not executable: {printable(path)} (chmod +x it, or run it through its "
                              "interpreter, e.g. `heapsight run -- python3 script.py`)",
                              EXIT_NOT_FOUND)
     return path
