@@ -150,6 +150,8 @@ def _shown(v) -> str:
     """A found value, briefly (a list of millions is not printed)."""
     if isinstance(v, (list, dict)):
         return f"{'a list' if isinstance(v, list) else 'an object'} of {len(v)}"
+    if isinstance(v, _Unwritten):   # NaN, Infinity, a number of too many digits
+        return v.text
     return f"{type(v).__name__} {str(v)[:30]!r}"
 
 

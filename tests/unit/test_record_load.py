@@ -283,3 +283,11 @@ def test_a_named_fifo_or_a_device_is_refused_at_once(tmp_path, capsys):
     os.mkfifo(fifo)
     refused(capsys, fifo, tmp_path, "is a FIFO (named pipe)")
     refused(capsys, "/dev/zero", tmp_path, "is a device or a socket")
+
+
+def test_a_nan_schema_version_is_named_as_written(tmp_path, capsys):
+    # it printed "found _Unwritten '<heapsight.record._Unwritten o'"
+    text = json.dumps(run_doc()).replace('"schema_version": ', '"schema_version": NaN, "x": ', 1)
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    refused(capsys, path, tmp_path, "schema_version: expected a whole number, found NaN")
