@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -114,3 +115,35 @@ def test_a_live_runs_segment_survives_a_heapsight_in_another_pid_namespace(tmp_p
             if os.path.exists(f):
                 os.unlink(f)
         live.close()
+
+
+def test_a_killed_processs_own_segment_is_removed_and_a_live_ones_kept():
+    # GIVEN two processes started with `heapsight env`'s line (each makes its own segment,
+    # heapsight-PID-auto.seg), one of them killed with SIGKILL (no exit handler ran: its
+    # segment stayed forever, 13 MiB each)
+    from heapsight import segment as S
+    from heapsight.native import LIB
+    env = dict(os.environ, LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT="auto")
+    procs = [subprocess.Popen(["sleep", "30"], env=env) for _ in range(2)]
+    paths = [os.path.join(S._shm_dir(), f"heapsight-{p.pid}-auto.seg") for p in procs]
+    try:
+        deadline = time.monotonic() + 20
+        while not all(os.path.exists(x) for x in paths) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(os.path.exists(x) for x in paths)
+        procs[0].kill()
+        procs[0].wait()
+        for x in paths:   # older than the grace a starting process is given
+            os.utime(x, (time.time() - 60, time.time() - 60))
+        # WHEN heapsight next cleans up (every new segment does)
+        S.remove_stale_segments()
+        # THEN the dead one's is gone, the live one's stays
+        assert not os.path.exists(paths[0])
+        assert os.path.exists(paths[1])
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for x in paths:
+            if os.path.exists(x):
+                os.unlink(x)

@@ -303,6 +303,7 @@ def segment_dir() -> str:
 # A leftover that never got its size may be a segment being made (its creator locks it
 # just after creating it): it is judged stale only when older than this.
 EMPTY_GRACE_S = 60.0
+AUTO_GRACE_S = 5.0   # a process's own segment, made this recently, may not be mapped yet
 
 
 def remove_stale_segments() -> None:
@@ -323,12 +324,34 @@ def remove_stale_segments() -> None:
         if not name.endswith("-auto.seg") and _ours(p, uid) and _stale(p):
             for m in fnmatch.filter(names, name + ".map.*"):
                 _remove(os.path.join(shm, m), uid)
+        elif name.endswith("-auto.seg") and _ours(p, uid) and _auto_gone(p, name):
+            _remove(p, uid)
     # maps whose segment is gone, and maps an exit copy left half written (heapmap.c)
     for kind in (".seg.map.", ".seg.part-map."):
         for m in fnmatch.filter(names, f"heapsight-*-*{kind}*"):
             seg = m.split(kind, 1)[0]
             if not seg.endswith("-auto") and not os.path.exists(os.path.join(shm, seg + ".seg")):
                 _remove(os.path.join(shm, m), uid)
+
+
+def _auto_gone(p: str, name: str) -> bool:
+    """Whether a segment a process made for itself (HEAPSIGHT_SEGMENT=auto, named by its
+    pid) has outlived it: no process of that pid maps the file any more (it was killed, or
+    ended). One made in the last few seconds is left (its process may be starting)."""
+    try:
+        pid = int(name[len("heapsight-"):-len("-auto.seg")])
+        st = os.lstat(p)
+    except (ValueError, OSError):
+        return False
+    if time.time() - st.st_mtime < AUTO_GRACE_S:
+        return False
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return os.fsencode(p) not in f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:   # not ours to read: not known to be gone
+        return False
 
 
 def _ours(p: str, uid: int) -> bool:
