@@ -7,7 +7,7 @@ HS     := $(VENV)/bin/heapsight
 # Only the native sources: the install is editable, so a .py edit needs no rebuild.
 NATIVE := $(shell find native scenarios lab -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: all setup demo test test-fast test-unit bench clean
+.PHONY: all setup demo test test-fast test-unit bench stress clean
 
 all: setup
 # The package's bytecode, compiled ahead: Python reads it even where PYTHONDONTWRITEBYTECODE
@@ -50,6 +50,11 @@ test-unit: setup
 
 bench: setup
 	$(PY) bench/overhead
+
+# the timing-sensitive tests (frames, signals, copies) 50 rounds beside 2 busy loops, with
+# a backtrace of any round past its time (scripts/stress --help)
+stress: setup
+	$(PY) scripts/stress
 
 clean:
 	rm -rf $(VENV) build .stamp-* test-output
