@@ -93,7 +93,11 @@ def add_arguments(p) -> None:
                         "more; 0: off; at least 64). The summary names the top call sites at the peak and of "
                         "the bytes never freed, with their sampling error")
     snaps = p.add_argument_group("snapshots (the split at moments you choose; in the summary, "
-                                 "JSON, page)")
+                                 "JSON, page)",
+                                 "With these, heapsight runs one thread of its own in the program "
+                                 "(it copies the program for each snapshot's heap map); without "
+                                 "them, or with --no-heap-map, it runs none under glibc. The "
+                                 "program's own heapsight_snapshot() calls need no thread.")
     snaps.add_argument("--snapshot-on", metavar="SIGNAL", type=signal_arg,
                        help="take one each time heapsight gets SIGNAL (e.g. USR1: kill -USR1 "
                             "<heapsight's pid>); the program never sees it")
