@@ -197,8 +197,9 @@ needs_mount = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is
 
 
 @needs_mount
-# (the segment: 72 KiB without the profile, 1.7 MiB with its least room)
-@pytest.mark.parametrize("size", ["64k", "1m"])
+# (the segment: 72 KiB without the profile, 1.7 MiB with its least room; it takes at most
+# a quarter of the free space)
+@pytest.mark.parametrize("size", ["64k"])
 def test_a_dev_shm_without_room_runs_the_program_without_the_library(tmp_path, size):
     exe = build(tmp_path, "sampled", SAMPLED)
     summary = tmp_path / "s.json"
@@ -308,3 +309,17 @@ def test_a_dev_shm_short_of_the_default_room_gets_the_least(tmp_path):
     assert s["preload"] == "active"
     assert 0 < s["sites"]["samples"] <= segment.EVENTS_UNIT // 2
     assert s["sites"]["dropped"] > 0 and "not recorded" in r.stderr
+
+
+@needs_mount
+def test_a_dev_shm_with_room_for_the_counters_alone_gets_the_split_without_call_sites(tmp_path):
+    # GIVEN 1 MiB of /dev/shm: a quarter holds the counters (72 KiB), not the least profile
+    exe = build(tmp_path, "sampled", SAMPLED)
+    summary = tmp_path / "s.json"
+    r = _with_small_shm("1m", [*HS, "run", "--no-save", "--json", str(summary), "--", exe],
+                        tmp_path)
+    # THEN the heap is split, no call site is sampled, and heapsight says why
+    assert r.returncode == 7, r.stderr[-2000:]
+    assert "to leave the program its room; no call sites are sampled" in r.stderr, r.stderr
+    s = json.loads(summary.read_text())
+    assert s["preload"] == "active" and s["heap"]["n_alloc"] >= 400000

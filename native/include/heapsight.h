@@ -10,7 +10,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 19
+#define HS_SEGMENT_VERSION 20
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -39,7 +39,9 @@ enum {
                                     while a malloc held it (a signal handler, or a thread
                                     stuck inside the allocator) */
   HS_PROBE_TIMED_OUT = 3,        /* the allocator's calls ran past 30 s */
-  HS_PROBE_NO_HELPER = 4         /* the library's thread could not start: not measured */
+  HS_PROBE_NO_HELPER = 4,        /* the library's thread could not start: not measured */
+  HS_PROBE_SECCOMP = 5           /* the program installed a seccomp filter: no system call,
+                                    no copy at exit (the filter may forbid them) */
 };
 
 /* The allocator's own view of its heap, whichever allocator it is. Bytes unless named. */
@@ -283,6 +285,11 @@ typedef struct hs_segment_s {
    * heapsight's in the program: main_arena's address (0: not found, or not glibc) and the
    * offsets in a malloc_state of ->next (the ring of arenas) and ->system_mem */
   uint64_t glibc_main_arena, glibc_arena_next_off, glibc_arena_sysmem_off;
+  uint64_t threads_seen;      /* the program's threads, as the CLI last read them (/proc): a
+                                 thread's first allocation reads this, never /proc itself */
+  uint64_t seccomp_at_ns;     /* when the program installed a seccomp filter (0: none seen):
+                                 from then on the library makes no system call of its own
+                                 in the program's allocations, and no copy at exit */
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];

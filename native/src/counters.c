@@ -194,7 +194,7 @@ hs_slot_t *_hs_slot_claim(void) {
                                     __ATOMIC_RELAXED)) {
       got = &seg->slots[i];
       __atomic_fetch_add(&seg->slot_claims, 1, __ATOMIC_RELAXED);
-      got->tid = (uint64_t)syscall(SYS_gettid);
+      got->tid = 0; /* not read: a gettid here was a system call in the program's malloc */
       got->sample_left = HS_SAMPLE_FRESH; /* its first allocation draws the interval */
       slot_write_begin(got); /* the last owner's flush left nothing pending */
       got->left = got->left_base = 0;
@@ -211,7 +211,10 @@ hs_slot_t *_hs_slot_claim(void) {
     pthread_setspecific(g_key, (void *)1); /* so release_slot runs at thread exit */
     /* Threads started together (a pool) claim their slots one by one: count those that
      * exist already, so the first ones do not hold back 64 KiB each until their next call. */
-    uint64_t claimed = __atomic_add_fetch(&g_claimed, 1, __ATOMIC_RELAXED), threads = _hs_read_threads();
+    /* the threads /proc shows, as the CLI last read them: opening /proc/self/status here
+     * was a system call in the program's malloc (a seccomp filter may forbid it) */
+    uint64_t claimed = __atomic_add_fetch(&g_claimed, 1, __ATOMIC_RELAXED),
+             threads = __atomic_load_n(&seg->threads_seen, __ATOMIC_RELAXED);
     set_flush_limit(threads > claimed ? threads : claimed);
     _hs_flush(got); /* sets its flush countdown */
     if (_hs_usable_by_header) _hs_tslot = got;

@@ -31,6 +31,9 @@ typedef struct hs_real_s {
 } hs_real_t;
 
 extern HS_HIDDEN hs_real_t _hs_real;
+/* 1 once the program installed a seccomp filter (preload.c): the library then makes no
+ * system call of its own in the program's allocations and no copy at exit */
+extern HS_HIDDEN int _hs_seccomp;
 extern HS_HIDDEN hs_segment_t *_hs_seg;      /* never NULL once _hs_resolve() has run */
 extern HS_HIDDEN int _hs_usable_by_header;   /* glibc: read the chunk header instead of calling */
 extern HS_TLS hs_slot_t *_hs_tslot;
@@ -69,7 +72,6 @@ int _hs_answer_map_request(void); /* probe.c: a map the CLI asked for, taken on 
 int _hs_helper_running(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
-uint64_t _hs_read_threads(void); /* the process's thread count, 0 if unknown */
 uint64_t _hs_now_ns(void);
 
 /* Sampled call sites (profile.c). The hot path's share: the slot's countdown of allocated

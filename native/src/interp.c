@@ -278,7 +278,11 @@ void _hs_interp_start(int *kind, int *status, uint64_t *version) {
   *version = g_version;
 }
 
-int _hs_interp_ready(void) { return g_status == HS_INTERP_STATUS_OK && g_kind; }
+/* (not under a seccomp filter: its frames are read with process_vm_readv, which a filter
+ * may forbid, and then the program dies of it inside its malloc) */
+int _hs_interp_ready(void) {
+  return g_status == HS_INTERP_STATUS_OK && g_kind && !__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED);
+}
 
 int _hs_interp_is_loop(uintptr_t ret) {
   uintptr_t a = ret - 1; /* a return address: the call is the byte before */

@@ -4,9 +4,12 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "hs_internal.h"
@@ -74,6 +77,8 @@ static void *must_find(const char *name, int required) {
   return f;
 }
 
+static void seccomp_hooks_setup(void);
+
 static void resolve_now(void) {
   t_resolving = 1;
   /* free(NULL) takes the marked path (free_marked): the byte of address 0 sticks at 255
@@ -95,6 +100,7 @@ static void resolve_now(void) {
   r.pvalloc = must_find("pvalloc", 0);
   r.malloc_usable_size = must_find("malloc_usable_size", 1);
   _hs_real = r;
+  seccomp_hooks_setup();
   __atomic_store_n(&g_funcs_known, 1, __ATOMIC_RELEASE);
   /* From here this thread forwards (uncounted: no segment yet); the others still wait. */
   _hs_allocator_detect();
@@ -345,6 +351,57 @@ HS_EXPORT void *pvalloc(size_t size) {
     return p;
   }
   return aligned_via(NULL, page, rounded & ~(page - 1));
+}
+
+/* ---- seccomp: a filter the program installs ----
+ * prctl(PR_SET_SECCOMP, ...) and the seccomp system call through syscall() (libseccomp's
+ * way) are watched: a filter may forbid any system call, and one the library made inside
+ * the program's malloc (growing its tables, reading an interpreter's frames) or at exit
+ * (the copy, /proc reads) would kill the program (SIGSYS). From the moment one is set the
+ * library makes none: what it could not measure is said (seccomp_at_ns). */
+HS_HIDDEN int _hs_seccomp;
+
+static void seccomp_coming(void) {
+  if (__atomic_exchange_n(&_hs_seccomp, 1, __ATOMIC_ACQ_REL)) return;
+  hs_segment_t *seg = _hs_seg;
+  if (seg && _hs_is_owner()) __atomic_store_n(&seg->seccomp_at_ns, _hs_now_ns(), __ATOMIC_RELEASE);
+}
+
+typedef int (*hs_prctl_fn)(int, unsigned long, unsigned long, unsigned long, unsigned long);
+typedef long (*hs_syscall_fn)(long, long, long, long, long, long, long);
+
+static hs_prctl_fn g_real_prctl;
+static hs_syscall_fn g_real_syscall;
+
+/* Both looked up at start (resolve_now): never from a copy of the program, where dlsym
+ * could wait for a lock a thread of the program held when it was made. */
+static void seccomp_hooks_setup(void) {
+  g_real_prctl = (hs_prctl_fn)dlsym(RTLD_NEXT, "prctl");
+  g_real_syscall = (hs_syscall_fn)dlsym(RTLD_NEXT, "syscall");
+}
+
+HS_EXPORT int prctl(int option, ...) {
+  hs_prctl_fn real = g_real_prctl;
+  va_list ap;
+  va_start(ap, option);
+  unsigned long a2 = va_arg(ap, unsigned long), a3 = va_arg(ap, unsigned long),
+                a4 = va_arg(ap, unsigned long), a5 = va_arg(ap, unsigned long);
+  va_end(ap);
+  if (!real) real = g_real_prctl = (hs_prctl_fn)dlsym(RTLD_NEXT, "prctl");
+  if (option == PR_SET_SECCOMP) seccomp_coming();
+  return real ? real(option, a2, a3, a4, a5) : (errno = ENOSYS, -1);
+}
+
+HS_EXPORT long syscall(long number, ...) {
+  hs_syscall_fn real = g_real_syscall;
+  va_list ap;
+  va_start(ap, number);
+  long a[6];
+  for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
+  va_end(ap);
+  if (!real) real = g_real_syscall = (hs_syscall_fn)dlsym(RTLD_NEXT, "syscall");
+  if (number == SYS_seccomp) seccomp_coming();
+  return real ? real(number, a[0], a[1], a[2], a[3], a[4], a[5]) : (errno = ENOSYS, -1);
 }
 
 /* dlopen with RTLD_DEEPBIND puts the library's own dependencies (libc among them) ahead

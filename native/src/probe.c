@@ -55,10 +55,6 @@ int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
   return 1;
 }
 
-uint64_t _hs_read_threads(void) {
-  char buf[4096];
-  return read_status(buf, sizeof buf) ? field_kb(buf, "\nThreads:") : 0;
-}
 
 static void publish_stats(const hs_alloc_stats_t *st) {
   hs_segment_t *seg = _hs_seg;
@@ -200,7 +196,8 @@ static void *helper_main(void *arg) {
   uint64_t period = sampling ? (uint64_t)(1e9 / _hs_opt.stats_hz) : 0, next = _hs_now_ns();
   g_map_seen = __atomic_load_n(&_hs_seg->heapmap_ack, __ATOMIC_ACQUIRE); /* after an execve */
   pthread_mutex_lock(&g_mu);
-  while (!g_stop) {
+  /* a seccomp filter (preload.c) may forbid what this thread does: it stops */
+  while (!g_stop && !__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED)) {
     if (g_job != HS_JOB_NONE) {
       int job = g_job;
       pthread_mutex_unlock(&g_mu);
@@ -451,6 +448,14 @@ void _hs_stats_thread_start(void) {
 void _hs_exit_probe(void) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !_hs_is_owner()) return;
+  if (__atomic_load_n(&_hs_seccomp, __ATOMIC_ACQUIRE)) {
+    /* under a seccomp filter: the counters (memory writes only), nothing that makes a
+     * system call (RSS, the allocator's calls, the copy): the filter may forbid any */
+    _hs_flush_current();
+    seg->exit_probe_status = HS_PROBE_SECCOMP;
+    __atomic_store_n(&seg->state, HS_STATE_DONE, __ATOMIC_RELEASE);
+    return;
+  }
   uint64_t cpu0 = thread_cpu_ns();
   _hs_flush_current();
   __atomic_store_n(&seg->state, HS_STATE_EXITING, __ATOMIC_RELEASE);

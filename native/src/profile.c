@@ -113,6 +113,7 @@ static int g_full;          /* a region filled up: record no more ALLOCs */
  * takes the loader's lock, and this runs under g_lock (a thread inside dlopen may be
  * waiting for g_lock); and they would record heapsight's tables as the program's. */
 void *_hs_raw_mmap(size_t bytes) {
+  if (__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED)) return NULL; /* a filter may forbid it */
   long r = syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
   return r < 0 && r > -4096 ? NULL : (void *)r;

@@ -19,12 +19,13 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 19
+VERSION = 20
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
 # exit_probe_status (HS_PROBE_*): only PROBE_DONE means the exit figures were measured
 PROBE_NOT_RUN, PROBE_DONE, PROBE_ALLOCATOR_LOCKED, PROBE_TIMED_OUT, PROBE_NO_HELPER = 0, 1, 2, 3, 4
+PROBE_SECCOMP = 5
 PROBE_WHY_NOT = {
     PROBE_ALLOCATOR_LOCKED: "the allocator's lock was held when the program called exit() "
                             "(from a signal handler that interrupted malloc, or a thread "
@@ -32,6 +33,9 @@ PROBE_WHY_NOT = {
     PROBE_TIMED_OUT: "the allocator's own calls at exit ran past 30 s: the exit figures are "
                      "the last sample's",
     PROBE_NO_HELPER: "heapsight's thread in the program could not start: no exit figures",
+    PROBE_SECCOMP: "the program installed a seccomp filter, which may forbid any system call: "
+                   "heapsight made none from then on (no exit figures, no copy at exit, no "
+                   "call sites read from an interpreter's frames)",
 }
 
 U8, I8 = np.dtype("<u8"), np.dtype("<i8")
@@ -118,6 +122,7 @@ _HEADER_FIELDS = [
     ("heapmap_at_exit", U8), ("mapped_at", U8), ("heapmap_exit_pid", U8),
     ("exit_done_ns", U8), ("slot_claims", U8), ("own_private_bytes", U8),
     ("glibc_main_arena", U8), ("glibc_arena_next_off", U8), ("glibc_arena_sysmem_off", U8),
+    ("threads_seen", U8), ("seccomp_at_ns", U8),
     ("owners", OWNER_DTYPE, (MAX_OWNERS,)), ("hist", HIST_DTYPE),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
@@ -132,7 +137,7 @@ STATS_UNKNOWN = (1 << 64) - 1   # hs_alloc_stats_t: a figure that needs a walk, 
 PROFILE_TABLES = 4096           # within the profile: the tables start a page in
 EVENTS_UNIT, WORDS_UNIT, MODULES_UNIT = 1 << 15, 1 << 16, 512
 ROOM_DEFAULT, ROOM_SMALL, ROOM_MAX = 8, 1, 16
-SHM_SHARE = 8   # a segment takes at most an eighth of /dev/shm's free space
+SHM_SHARE = 4   # a segment takes at most a quarter of /dev/shm's free space
 EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE, EVENT_MAP = 0, 1, 2, 3
 EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
                         ("kind", "<u4")])

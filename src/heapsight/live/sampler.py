@@ -350,6 +350,7 @@ class Sampler:
             if st is not None:
                 c.hwm, c.threads = st.get("hwm", math.nan), st.get("threads", math.nan)
                 self._image(now - tl.start_ns / 1e9)
+                self._publish_threads(c.threads)
         else:
             st = self.statm.read()
         own, private = self._own_resident()
@@ -367,6 +368,14 @@ class Sampler:
             row[IDX["anon"]] = _less(row[IDX["anon"]], private)
             row[IDX["hwm"]], row[IDX["threads"]] = _less(c.hwm, own + private), c.threads
         return st, own, own_here
+
+    def _publish_threads(self, threads: float) -> None:
+        """The program's thread count, for the library: a thread's first allocation sizes
+        its share of the bytes threads may hold back by it (reading /proc itself there was
+        a system call inside the program's malloc)."""
+        seg = self.segment
+        if seg is not None and seg.owned and not math.isnan(threads) and seg.attached():
+            seg.header["threads_seen"] = int(threads)
 
     def _read_mappings(self, row: list, now: float, start: float, c: "_Carry") -> None:
         """The resident memory by kind of mapping: once a second, at each new high of RSS
