@@ -99,6 +99,17 @@ void _hs_own_free(void *p) {
 
 int _hs_own_slot(const hs_slot_t *s) { return s == &g_own_slot; }
 
+/* heapsight's own blocks live now (g_own): the copy leaves them out of every class. */
+size_t _hs_own_blocks(uint64_t *out, size_t max) {
+  size_t n = 0;
+  int top = __atomic_load_n(&g_own_top, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < top && n < max; i++) {
+    void *p = __atomic_load_n(&g_own[i], __ATOMIC_ACQUIRE);
+    if (p) out[n++] = (uint64_t)(uintptr_t)p;
+  }
+  return n;
+}
+
 /* heapsight's own private memory: kept here and published in the segment (again at
  * attach, which clears it). The byte map's pages are counted as they are first written. */
 static int64_t g_own_bytes;

@@ -1014,6 +1014,11 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
   hs_reach_t r;
   _hs_reach_init(&r, c->chunks, n, state, stack);
   r.deadline_ns = r0 + HS_REACH_LIMIT_NS;
+  /* heapsight's own blocks (what its start-up's dlopen of the unwinder left in the heap:
+   * the loader's records, reachable from the loader's data) first: out of every class,
+   * with what only they reach */
+  uint64_t own_blocks[64];
+  for (size_t i = 0, k = _hs_own_blocks(own_blocks, 64); i < k; i++) _hs_reach_own(&r, own_blocks[i]);
   struct sigaction sa, old_segv, old_bus;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_fault;

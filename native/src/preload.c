@@ -104,6 +104,12 @@ static void resolve_now(void) {
   __atomic_store_n(&g_funcs_known, 1, __ATOMIC_RELEASE);
   /* From here this thread forwards (uncounted: no segment yet); the others still wait. */
   _hs_allocator_detect();
+  /* the lookups that found nothing (another allocator's functions) left dlerror()'s
+   * message allocated in the heap: heapsight's, not the program's, and found by the copy
+   * as a block no hook counted (56 bytes in every program). Two calls free it, here,
+   * before any block is counted. */
+  (void)dlerror();
+  (void)dlerror();
   _hs_segment_attach();
   _hs_own_publish();
   _hs_profile_setup();

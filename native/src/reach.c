@@ -59,6 +59,7 @@ void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state,
 /* Block i reached through a start pointer from a reachable place (definite), or not. */
 static void reached(hs_reach_t *r, size_t i, int definite) {
   uint8_t s = r->state[i];
+  if (s == HS_REACH_OWN) return; /* heapsight's, wherever a pointer to it is */
   if (definite && s != HS_REACH_REACHABLE) r->state[i] = HS_REACH_REACHABLE;
   else if (!definite && s == HS_REACH_UNREACHED) r->state[i] = HS_REACH_POSSIBLE;
   else return;
@@ -97,9 +98,11 @@ void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
   drain(r);
 }
 
-/* A block of heapsight's own (its thread's DTV, which glibc allocated for it), found by
- * an address inside it, and what only it reaches: left out of every class. After the
- * roots, so that nothing the program reaches is taken. */
+/* A block of heapsight's own, found by an address inside it, and what only it reaches:
+ * left out of every class. Its thread's DTV (which glibc allocated for it) after the roots,
+ * so that nothing the program reaches is taken; the blocks its start-up left in the heap
+ * (the loader's records of the unwinder's library, which the loader's data points to)
+ * before them, so that the loader's pointers do not make them the program's. */
 void _hs_reach_own(hs_reach_t *r, uint64_t addr) {
   drain(r);
   int64_t i = find(r, addr);

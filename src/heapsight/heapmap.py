@@ -426,4 +426,11 @@ def reach_line(r: dict | None) -> str:
     missing = r.get("mmapped_missing_bytes", 0)
     hole = (f"; not found in the copy, so in no class: {human(missing)} of blocks glibc "
             "served with their own mmap" if missing else "")
+    diff = r.get("classes_minus_counted", 0)
+    if diff > 0:
+        hole += (f"; {diff:,} block{'s' * (diff != 1)} more than the hooks counted live "
+                 "(allocated before heapsight's hooks were ready: the loader's)")
+    elif diff < 0:
+        hole += (f"; {-diff:,} block{'s' * (diff != -1)} the hooks counted live that the copy "
+                 "did not find (in no class)")
     return f"{parts}; marked in a copy of the program in {r['ms']:.1f} ms{hole}"

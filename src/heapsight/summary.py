@@ -220,6 +220,21 @@ def mapped_sites(prof, tl: Timeline, end_ns: int | None,
         return None
 
 
+def check_classes(hmaps: tuple, live_blocks: int) -> None:
+    """The invariant of the leak check at exit: every block live at exit is in exactly one
+    of the four classes, so their blocks add up to the blocks the hooks counted live. Where
+    they do not, the exit map's reach says by how many (classes_minus_counted: more in the
+    classes are blocks the hooks never saw allocated, the loader's before heapsight's hooks
+    were ready; fewer, blocks the copy did not find)."""
+    for m in hmaps:
+        r = m.get("reach") or {}
+        if m["moment"] != "exit" or not r.get("marked"):
+            continue
+        held = sum(r[f"{c}_blocks"] for c in heapmap.REACH_CLASSES)
+        r["live_blocks_counted"] = live_blocks
+        r["classes_minus_counted"] = held - live_blocks
+
+
 def heap_maps(maps: list, prof, sampled_sites: dict | None, start_ns: int) -> tuple:
     """The summary's "heapmaps": each map (heapmap.to_json) with its pinners, the call
     sites whose live sampled blocks at the map's moment keep otherwise-free pages resident."""
@@ -561,6 +576,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     sampled_sites = call_sites(prof, tl, cols, heap, peak_ns, end_ns, symbolizer) if heap else None
     mapped_by_stack = mapped_sites(prof, tl, end_ns, symbolizer) if heap else None
     hmaps = heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ()
+    if heap is not None:
+        check_classes(hmaps, heap.live_blocks)
     mapped_by = owners_resident(tuple({**o, "owner": analysis.owner_of(o["object"])}
                                       for o in (segment.owners() if attached else [])), prof, tl,
                                 duration_s)
