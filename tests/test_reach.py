@@ -207,3 +207,17 @@ def test_the_four_classes_add_up_to_the_blocks_live_at_exit(tmp_path):
         assert held == s["heap"]["live_blocks"], (argv, reach, s["heap"]["live_blocks"])
         assert reach["classes_minus_counted"] == 0
         assert "than the hooks counted" not in r.stderr
+
+
+def test_each_finding_names_its_own_class_s_code(tmp_path):
+    # GIVEN the program with every class: kept in a global list (main), dropped blocks
+    # (drop_lost), a list whose head is dropped (drop_list), at a fine sampling mean
+    s, r = run_json(tmp_path, scenario("hs-reach"), "--kept", "20000", "--lost", "2000",
+                    "--list", "20000", opts=("--sample-bytes", "16K"))
+    kept = next(f for f in s["findings"] if f["kind"] == "kept")
+    leak = next(f for f in s["findings"] if f["kind"] == "leak")
+    # THEN the kept finding names the code whose blocks are still reachable, and not the
+    # code whose blocks are lost (it listed every never-freed site: drop_list, drop_lost)
+    assert "main (reach.c:" in kept["detail"], kept["detail"]
+    assert "drop_list" not in kept["detail"] and "drop_lost" not in kept["detail"], kept["detail"]
+    assert "drop_list" in leak["detail"] or "drop_lost" in leak["detail"], leak["detail"]

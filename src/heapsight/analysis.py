@@ -537,12 +537,16 @@ def reach_findings(reach: dict, final: Breakdown, heap_total: int, grew: str, un
         else:
             title = f"{human(kept)} kept until exit, still reachable" + _untouched_words(final, kept)
             opening = "Not a leak: " + reachable
+        # the still reachable blocks' own sites (not every never-freed one: the lost blocks'
+        # sites are the leak's); where the run sampled none, the never-freed moment's
+        own = reach.get("reachable_sites")
+        where = ((_sites_text(own, "it").strip(), ()) if own and own.get("sites")
+                 else where_allocated(sites, cmd))
         out.append(Finding(
             "kept", kept + possible, title,
             opening + untouched + grew + "It matters if it grows with the work "
             "(run it on a larger input: kept data grows with it, a working set levels off)."
-            " No allocator setting can give it back. " + where_allocated(sites, cmd)[0],
-            where_allocated(sites, cmd)[1]))
+            " No allocator setting can give it back. " + where[0], where[1]))
     return out
 
 

@@ -255,12 +255,14 @@ def heap_maps(maps: list, prof, sampled_sites: dict | None, start_ns: int) -> tu
 
 LOST = (heapmap.REACH_CLASSES.index("definitely_lost"), heapmap.REACH_CLASSES.index("indirectly_lost"))
 POSSIBLY = heapmap.REACH_CLASSES.index("possibly_lost")
+REACHABLE = heapmap.REACH_CLASSES.index("still_reachable")
 
 
 def reach_sites(hm, prof, sampled_sites) -> dict:
     """Who lost it: the sampled blocks live at the map's moment, by the class the copy gave
-    them, per call site (lost: definitely and indirectly; possibly lost), and the largest
-    lost blocks, with their call site where a sample fell in them."""
+    them, per call site (lost: definitely and indirectly; possibly lost; still reachable),
+    and the largest lost blocks, with their call site where a sample fell in them. Each
+    finding names its own class's sites."""
     out = {}
     r = hm.reach
     sampled = None
@@ -269,6 +271,7 @@ def reach_sites(hm, prof, sampled_sites) -> dict:
         cls = r.classes_of(sampled["addr"])
         out["lost_sites"] = sites.by_site(sampled_sites, sampled[np.isin(cls, LOST)])
         out["possibly_lost_sites"] = sites.by_site(sampled_sites, sampled[cls == POSSIBLY])
+        out["reachable_sites"] = sites.by_site(sampled_sites, sampled[cls == REACHABLE])
     lost = r.unreached[np.isin(r.unreached["state"].astype(np.int64), LOST)]
     largest = lost[np.argsort(-lost["usable"].astype(np.int64), kind="stable")[:5]]
     rows = []
