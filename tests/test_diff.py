@@ -121,7 +121,7 @@ def test_the_page_draws_both_runs_on_one_axis_and_what_moved(tmp_path):
     head = dom.split('class="doc diff"', 1)[1].split("</section>", 1)[0]
     assert "build_index" in head
     # with when each run's columns and call sites were read, as the terminal says
-    assert re.search(r"the split at peak live \(A at [0-9.]+ s, B at [0-9.]+ s\)", head), head[:2000]
+    assert re.search(r"the split at peak live \(samples: A at [0-9.]+ s, B at [0-9.]+ s\)", head), head[:2000]
     assert re.search(r"call sites peak \(A [0-9.]+ MiB usable at [0-9.]+ s, B ", head)
     # and the differential flame graph opens on B, its boxes coloured by the change from A:
     # build_index's path grew (red), the rest within the sampling error (grey)
@@ -144,3 +144,24 @@ def test_a_comparisons_runs_are_diffed_by_their_configuration(tmp_path):
     # a configuration it does not have is refused with the ones it has
     r, _ = diff(tmp_path, f"{cmp}#glibc", f"{cmp}#nosuch")
     assert r.returncode == 2 and "no run of nosuch" in r.stderr and "jemalloc-eager" in r.stderr
+
+
+# A: builds rows, keeps half; B: keeps every row as it goes but builds fewer at once (its
+# exact peak is lower by ~0.8 MB). The peak column is a sample every 10 ms: it can miss A's
+# peak and read growth from A to B where the peak fell.
+ROWS_A = ("rows = [('x' * 60, i) for i in range(60000)]\n"
+          "del rows[::2]\nimport time; time.sleep(0.05)")
+ROWS_B = ("rows = [('x' * 60, i) for i in range(54000)]\n"
+          "import time; time.sleep(0.05)")
+
+
+def test_a_lower_exact_peak_is_never_read_as_growth(tmp_path):
+    for n in range(3):
+        a = record(tmp_path, f"a{n}", "python3", "-c", ROWS_A)
+        b = record(tmp_path, f"b{n}", "python3", "-c", ROWS_B)
+        r, d = diff(tmp_path, a, b, "--fail-if-grew", "peak_live=0")
+        exact = next(x for x in d["figures"] if x["figure"] == "peak live (exact)")
+        # THEN the exact peak fell, the gate on it agrees, and the table says it is exact
+        assert exact["change"] < 0, exact
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert "peak live (exact)" in r.stdout and "(samples: A at" in r.stdout

@@ -5,7 +5,8 @@ differences as plain data, for the terminal, the JSON and the gates.
 
   split     the RSS split at the peak and at exit, row by row: A, B, the change in bytes
             and in percent of A
-  figures   peak RSS, the release at exit, the holds, the pinned pages at exit, and, where
+  figures   peak RSS, the exact peak of the live bytes (the library's, not a sample), the
+            release at exit, the holds, the pinned pages at exit, and, where
             both runs have it, reachability at exit (definitely/indirectly/possibly lost,
             still reachable)
   sites     the call sites at the peak and of the bytes never freed, matched by name
@@ -31,7 +32,8 @@ REACH = ("definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable
 # the figures a gate can name (--fail-if-grew FIGURE=SIZE): where each is in a summary
 GATE_FIGURES = {
     "peak_rss": "peak RSS", "retained": "retained at exit", "live": "live at exit",
-    "rss": "RSS at exit", "non_heap": "non-heap at exit", "peak_live": "live at the peak",
+    "rss": "RSS at exit", "non_heap": "non-heap at exit",
+    "peak_live": "live at the peak (the library's exact peak)",
     "lost": "definitely and indirectly lost at exit",
 }
 
@@ -65,19 +67,33 @@ def pinned(s: dict) -> int:
     return sum(a.get("pinned_pages", 0) for a in m.get("arenas") or ()) * m.get("page_bytes", 4096)
 
 
+def exact_peak_live(s: dict) -> int | None:
+    """The live requested bytes at the library's exact peak (summary heap), or, for a run
+    without the library's figures, the peak column's (a sample)."""
+    heap = s.get("heap") or {}
+    if heap.get("peak_live_requested_bytes") is not None:
+        return heap["peak_live_requested_bytes"]
+    return (s.get("peak") or {}).get("live_bytes")
+
+
 def figure(s: dict, name: str) -> int | None:
-    """A gate's figure of one summary (GATE_FIGURES), None where the run has none."""
-    fin, peak = s.get("final") or {}, s.get("peak") or {}
+    """A gate's figure of one summary (GATE_FIGURES), None where the run has none. Exact
+    figures only: "peak_live" is the library's exact peak, not the peak column (a sample
+    every 10 ms, which can miss the peak and read growth where it fell)."""
+    fin = s.get("final") or {}
+    if name == "peak_live":
+        return exact_peak_live(s)
     if name == "lost":
         r = reach(s)
         return None if r is None else r["definitely_lost_bytes"] + r["indirectly_lost_bytes"]
     return {"peak_rss": s.get("peak_rss_bytes"), "retained": fin.get("retained_bytes"),
             "live": fin.get("live_bytes"), "rss": fin.get("rss_bytes"),
-            "non_heap": fin.get("non_heap_bytes"), "peak_live": peak.get("live_bytes")}.get(name)
+            "non_heap": fin.get("non_heap_bytes")}.get(name)
 
 
 def figures(a: dict, b: dict) -> list:
     rows = [("peak RSS", a.get("peak_rss_bytes"), b.get("peak_rss_bytes")),
+            ("peak live (exact)", exact_peak_live(a), exact_peak_live(b)),
             ("release at exit gave back", (a.get("release") or {}).get("gave_back_bytes"),
              (b.get("release") or {}).get("gave_back_bytes")),
             ("largest hold", max((h.get("max_held_bytes", 0) for h in a.get("holds") or ()), default=0),
@@ -148,11 +164,13 @@ def _at(t) -> str:
 
 
 def read_at_text(d: dict, at: str) -> str:
-    """When each run's column of the split was read: "(A at 0.08 s, B at 0.05 s)", or ""."""
+    """When each run's column of the split was read: "(A at 0.08 s, B at 0.05 s)", or "";
+    the peak's says it is a sample (the exact peak is a figure below)."""
     pair = (d.get("at_s") or {}).get(at)
     if not pair or not all(isinstance(t, (int, float)) for t in pair):
         return ""
-    return f"(A{_at(pair[0])}, B{_at(pair[1])})"
+    sample = "samples: " if at == "peak" else ""
+    return f"({sample}A{_at(pair[0])}, B{_at(pair[1])})"
 
 
 def sites_moment_text(got: dict) -> str:

@@ -151,7 +151,16 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
               f"{diffing.change_text(r)}  {printable(r['site'])}\n")
         if len(moved) > 12:
             w(f"    and {len(moved) - 12} more changed (--json lists them all)\n")
-        w(f"    {'no call site changed' if not moved else f'{same} other site(s): no change'}\n")
+        # the largest moves inside the noise too, marked so: a real change smaller than the
+        # two runs' sampling error is one a user may still want to see
+        noise = [r for r in got["rows"] if r["how"] == "no change" and r["change"]][:3]
+        for r in noise:
+            w(f"    {'~':<7}{human(r['a']):>11} -> {human(r['b']):<11} "
+              f"{diffing.change_text(r)}  {printable(r['site'])}  (within the sampling error)\n")
+        others = same - len(noise)
+        w(f"    {'no call site changed beyond its sampling error' if not moved else ''}"
+          f"{'; ' if not moved and others else ''}"
+          f"{f'{others} other site(s): no change' if others else ''}\n")
     w("\n")
     for name in ("a", "b"):
         w(textwrap.fill(f"verdict {name.upper()}: {printable(d[name]['verdict'] or '')}", width,
