@@ -153,3 +153,35 @@ def test_programs_nobody_here_wrote(hs, command):
     s = r.summary
     assert s["preload"] == "active" and s["heap"]["n_alloc"] > 100000
     assert s["release"]["measured"]
+
+
+SHORT_THREADS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static void *w(void *a) { void *volatile p = malloc(100); free(p); return a; }
+int main(void) {   /* 1,500 threads, 20 at a time, each allocating */
+  for (int round = 0; round < 75; round++) {
+    pthread_t t[20];
+    for (int i = 0; i < 20; i++) pthread_create(&t[i], NULL, w, NULL);
+    for (int i = 0; i < 20; i++) pthread_join(t[i], NULL);
+  }
+  printf("threads 1501\n");
+  return 0;
+}
+"""
+
+
+def test_short_lived_threads_are_all_counted(tmp_path):
+    # GIVEN 1,500 short-lived threads: /proc, sampled 100 times a second, sees a few dozen
+    # at once ("369 thread(s)" for a program that had 1,501)
+    src, exe = tmp_path / "threads.c", tmp_path / "threads"
+    src.write_text(SHORT_THREADS)
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src), "-lpthread"], check=True)
+    js = tmp_path / "s.json"
+    r = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "--json", str(js),
+                        "--", str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # THEN every thread that allocated is counted (each claimed a counter slot)
+    assert json.loads(js.read_text())["heap"]["threads_seen"] == 1501
+    assert "1,501 thread(s)" in " ".join(r.stderr.split())

@@ -452,7 +452,10 @@ def _threads(segment, tl: Timeline) -> int:
     the samples of /proc miss)."""
     threads = int(max((x for x in tl.columns["threads"] if not math.isnan(x)), default=1))
     own = segment.get("library_threads")
-    return max(1, threads - own, int(segment.get("slot_claims")))
+    # every thread that allocated claimed a slot, or found them all taken (more than 255
+    # alive at once: counted in slot_overflows)
+    allocated = int(segment.get("slot_claims")) + int(segment.get("slot_overflows"))
+    return max(1, threads - own, allocated)
 
 
 def _children(tl: Timeline) -> list:

@@ -230,8 +230,8 @@ def _heap_lines(c: Console, s: Summary) -> None:
     """The library's heap figures, the call sites and the pinners."""
     if s.heap:
         h = s.heap
-        tail = f"; {h.arenas} arena(s); {h.threads_seen} thread(s)" if h.allocator == "glibc" \
-            else f"; {h.threads_seen} thread(s)"
+        tail = f"; {h.arenas:,} arena(s); {h.threads_seen:,} thread(s)" if h.allocator == "glibc" \
+            else f"; {h.threads_seen:,} thread(s)"
         _indent(c, f"heap: {h.n_alloc:,} allocations, {h.n_free:,} frees, {h.live_blocks:,} blocks "
                    f"live at exit; peak live {human(h.peak_live_requested_bytes)} requested "
                    f"({human(h.peak_live_usable_bytes)} usable) at {h.peak_at_s:.2f} s{tail}", 2)
