@@ -97,3 +97,19 @@ def test_pprof_without_sampling_is_refused_before_the_run(tmp_path):
                        timeout=60)
     assert r.returncode == 2 and "--sample-bytes 0" in r.stderr
     assert not (tmp_path / "p.pb.gz").exists()
+
+
+def test_the_header_states_the_sampling_scheme_of_an_adaptive_run(tmp_path):
+    # an adaptive run (the default: finer at first) said "one per 524288 bytes on average"
+    from heapsight.reporters import pprof
+    summary = {"duration_s": 1.0, "sites": {
+        "sample_bytes": 524288, "sample_bytes_min": 16384, "frames": [], "stacks": [],
+        "moments": [{"name": "peak", "t_s": 0.5, "samples": 10, "sites": [], "live_bytes": 0,
+                     "blocks": []}]}}
+    try:
+        data = pprof.encode(summary, "peak")
+    except Exception as e:   # the test's summary is minimal: it must hold what encode reads
+        pytest.fail(f"encode failed on a minimal summary: {e!r}")
+    import gzip as gz
+    raw = data if not data[:2] == b"\x1f\x8b" else gz.decompress(data)
+    assert b"one per 16384 bytes on average at first, coarsening to one per 524288" in raw

@@ -116,8 +116,12 @@ def encode(summary: dict, at: str = "peak") -> bytes:
     p.period_type.type, p.period_type.unit = s("space"), s("bytes")
     p.period = int(sites.get("sample_bytes") or 0)
     p.duration_nanos = int(float(summary.get("duration_s") or 0) * 1e9)
+    low = int(sites.get("sample_bytes_min") or p.period)
+    scheme = (f"one per {low} bytes on average at first, coarsening to one per {p.period} as "
+              "the program allocates (each sampled block weighted by the mean it was taken at)"
+              if low < p.period else f"one per {p.period} bytes on average")
     p.comment.append(s(f"heapsight: inuse at {name} ({inuse['t_s']} s); estimated from "
-                       f"{inuse['samples']:,} sampled blocks, one per {p.period} bytes on average"))
+                       f"{inuse['samples']:,} sampled blocks, {scheme}"))
 
     frames, stacks = sites.get("frames") or [], sites.get("stacks") or []
     mappings, functions, locations = {}, {}, {}
