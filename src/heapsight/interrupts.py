@@ -31,16 +31,23 @@ START_IGNORED = frozenset(s for s in signal.valid_signals()
 ALL = frozenset(signal.valid_signals())
 # Signals a supervisor sends a service (reopen logs, dump state, a timer) that kill a
 # process at their default: sent to heapsight, they must not end the measurement. The
-# command blocks them first thing (hold_passed_on; the program starts with START_MASK), and
-# while the program runs the sampler takes them and passes each on to it, without marking
-# the run interrupted. One that came before the program started is dropped.
+# command catches them first thing (hold_passed_on), and while the program runs the sampler
+# takes them and passes each on to it, without marking the run interrupted. One that came
+# before the program started is dropped.
 PASSED_ON = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM})
 
 
+def _not_for_heapsight(signo, frame) -> None:
+    """PASSED_ON's handler while no program runs: nothing to pass it on to."""
+
+
 def hold_passed_on() -> None:
-    """Blocks PASSED_ON in the heapsight command (not on import: a program that imports
-    heapsight and starts others must not hand them a blocked SIGALRM)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
+    """Catches PASSED_ON in the heapsight command with a handler that does nothing: not a
+    blocked mask or an ignored disposition, which every process heapsight starts (gdb, the
+    lab's programs) would inherit; a handled signal is back at its default after exec. While
+    the program runs they are blocked and taken by the sampler, which passes them on."""
+    for sig in PASSED_ON - START_IGNORED:   # an ignored one stays so, for the program too
+        signal.signal(sig, _not_for_heapsight)
 
 
 @contextlib.contextmanager
