@@ -337,3 +337,29 @@ def test_a_program_under_its_own_seccomp_filter_runs_as_bare(build, way):
     assert under.returncode == 0, under.stderr
     assert under.stdout == "done\n"
     assert "seccomp filter" in under.stderr, under.stderr
+
+
+def _python_312() -> str | None:
+    """A Python 3.12 or later: on PATH, or pyenv's."""
+    import glob
+    import shutil
+    for name in ("python3.13", "python3.12"):
+        if shutil.which(name):
+            return shutil.which(name)
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    return found[-1] if found else None
+
+
+def test_python_3_12_forks_without_its_multithreaded_warning():
+    # Python 3.12 warns at os.fork() in a process with more than one thread (a
+    # DeprecationWarning: with -W error, the fork fails): heapsight's thread made it so
+    py = _python_312()
+    if py is None:
+        pytest.skip("no Python 3.12 or later here (the warning comes with 3.12)")
+    code = ("import os; pid = os.fork()\n"
+            "if pid == 0: os._exit(0)\n"
+            "os.waitpid(pid, 0); print('forked')")
+    bare, under = both([py, "-W", "error", "-c", code])
+    assert bare.returncode == 0 and bare.stdout == "forked\n", bare.stderr
+    assert under.returncode == 0 and under.stdout == "forked\n", under.stderr
+    assert "multi-threaded" not in under.stderr
