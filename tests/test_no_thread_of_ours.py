@@ -343,11 +343,14 @@ def _python_312() -> str | None:
     """A Python 3.12 or later: on PATH, or pyenv's."""
     import glob
     import shutil
-    for name in ("python3.13", "python3.12"):
-        if shutil.which(name):
-            return shutil.which(name)
-    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
-    return found[-1] if found else None
+    names = [shutil.which(n) for n in ("python3.13", "python3.12")]
+    names += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    for py in filter(None, names):   # (a pyenv shim may name a version it cannot run)
+        ok = subprocess.run([py, "-c", "import sys; assert sys.version_info >= (3, 12)"],
+                            capture_output=True)
+        if ok.returncode == 0:
+            return py
+    return None
 
 
 def test_python_3_12_forks_without_its_multithreaded_warning():
