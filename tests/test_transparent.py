@@ -242,3 +242,25 @@ int main(void) {
     assert got(bare.stdout) - got(inherited.stdout) <= 8, (bare.stdout, inherited.stdout)
     tables = (segment.segment_bytes(segment.ROOM_DEFAULT) - segment.segment_bytes(segment.ROOM_SMALL)) / 2**20
     assert got(bare.stdout) - got(under.stdout) <= 8 + tables, (bare.stdout, under.stdout)
+
+
+# Every scenario program whose output does not vary run to run (hs-churn prints its rate,
+# hs-fork its children's pids; hs-snapshots prints how many snapshots heapsight took), with
+# its default arguments
+SCENARIOS = ("hs-alloc-errors", "hs-cxx", "hs-dlopen", "hs-free-first", "hs-idle", "hs-leak",
+             "hs-new-handler", "hs-peak", "hs-reach", "hs-retention", "hs-sampling",
+             "hs-sites", "hs-smallwaste", "hs-threads")
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_scenario_program_says_and_ends_as_it_does_bare(name):
+    from conftest import scenario
+    exe = scenario(name)
+    where = os.path.dirname(exe)
+    bare = subprocess.run([exe], capture_output=True, cwd=where, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    under = subprocess.run([*HS, "run", "-q", "--no-save", "--", exe], capture_output=True,
+                           cwd=where, timeout=240, stdin=subprocess.DEVNULL)
+    # THEN the same bytes on stdout and on stderr (-q: heapsight says nothing), the same exit
+    assert (under.returncode, under.stdout, under.stderr) == (bare.returncode, bare.stdout,
+                                                              bare.stderr)
