@@ -245,13 +245,13 @@ REAPER = r"""
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-static pid_t mine[3];
-static volatile int foreign, done;
+static pid_t mine[3], reaped[64];
+static volatile int n_reaped, done;
 static void *reaper(void *arg) {
   (void)arg;
   while (!done) {   /* every child of any kind, as a service's reaper thread does */
     pid_t p = waitpid(-1, NULL, __WALL | WNOHANG);
-    if (p > 0 && p != mine[0] && p != mine[1] && p != mine[2]) foreign++;
+    if (p > 0 && n_reaped < 64) reaped[n_reaped++] = p;   /* judged once all are known */
     if (p <= 0) { struct timespec ts = {0, 2000000}; nanosleep(&ts, NULL); }
   }
   return NULL;
@@ -266,8 +266,13 @@ int main(void) {
     struct timespec ts = {0, 300000000};
     nanosleep(&ts, NULL);
   }
+  struct timespec ts = {0, 50000000};
+  nanosleep(&ts, NULL);   /* the last child reaped */
   done = 1;
   pthread_join(t, NULL);
+  int foreign = 0;
+  for (int i = 0; i < n_reaped; i++)
+    foreign += reaped[i] != mine[0] && reaped[i] != mine[1] && reaped[i] != mine[2];
   printf("foreign=%d\n", foreign);
   return 0;
 }

@@ -29,6 +29,25 @@ START_MASK = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, ()))
 START_IGNORED = frozenset(s for s in signal.valid_signals()
                           if s not in PYTHON_IGNORES and signal.getsignal(s) == signal.SIG_IGN)
 ALL = frozenset(signal.valid_signals())
+
+
+def _internal_default() -> bool:
+    """Whether heapsight started with glibc's two internal signals (32, 33: SIGCANCEL and
+    SIGSETXID, which Python cannot name) not ignored: /proc/self/status's SigIgn bits 31
+    and 32."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigIgn:"):
+                    return not int(line.split()[1], 16) & ((1 << 31) | (1 << 32))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+# glibc's posix_spawn leaves those two ignored in the program it starts (live/launch.py);
+# when heapsight had them at their default, the library puts them back (preload.c)
+START_INTERNAL_DEFAULT = _internal_default()
 # Signals a supervisor sends a service (reopen logs, dump state, a timer) that kill a
 # process at their default: sent to heapsight, they must not end the measurement. The
 # command catches them first thing (hold_passed_on), and while the program runs the sampler
