@@ -371,3 +371,31 @@ def test_python_3_12_forks_without_its_multithreaded_warning():
     assert bare.returncode == 0 and bare.stdout == "forked\n", bare.stderr
     assert under.returncode == 0 and under.stdout == "forked\n", under.stderr
     assert "multi-threaded" not in under.stderr
+
+
+STRICT = r"""
+#include <linux/seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+  void *volatile p = malloc(1000);
+  (void)p;
+  printf("strict\n");
+  fflush(stdout);
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT) != 0) return 2;
+  syscall(SYS_exit, 0);   /* read, write, exit and sigreturn only: no exit_group */
+  return 3;
+}
+"""
+
+
+def test_a_strict_seccomp_program_that_ends_its_thread_ends(build):
+    # SECCOMP_MODE_STRICT allows no exit_group: the program ends its one thread with exit;
+    # heapsight's thread kept the process alive (a hang)
+    exe = build("strict", STRICT)
+    bare, under = both([exe], timeout=60)
+    assert bare.returncode == 0 and bare.stdout == "strict\n", bare
+    assert under.returncode == 0 and under.stdout == "strict\n", under.stderr
