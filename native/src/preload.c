@@ -538,18 +538,18 @@ HS_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_n
  * own atexit handlers and static destructors, which is when the release probe belongs. */
 /* glibc's posix_spawn, which starts the program, leaves its two internal signals (32 and
  * 33) ignored in it when the spawning process handled them (an ignored disposition
- * survives exec): a program started from a shell has them at their default. When the CLI
- * was itself started with them at their default it says so (HEAPSIGHT_INTERNAL_SIGNALS=
- * default), and they are put back here, in the process it started (not in the program's
- * own children: posix_spawn does the same to them bare), with the raw system call (glibc's
- * sigaction refuses these two). */
+ * survives exec): a program started from a shell has them at their default. The CLI names
+ * those it was itself started with at their default (HEAPSIGHT_INTERNAL_SIGNALS="32,33",
+ * or one of them), and they are put back here, in the process it started (not in the
+ * program's own children: posix_spawn does the same to them bare), with the raw system
+ * call (glibc's sigaction refuses these two). */
 static void internal_signals_as_started(void) {
   const char *v = getenv("HEAPSIGHT_INTERNAL_SIGNALS");
   hs_segment_t *seg = _hs_seg;
-  if (!v || strcmp(v, "default") != 0 || !seg || !_hs_is_owner() ||
-      __atomic_load_n(&seg->execs, __ATOMIC_RELAXED) != 0)
+  if (!v || !seg || !_hs_is_owner() || __atomic_load_n(&seg->execs, __ATOMIC_RELAXED) != 0)
     return;
   for (int sig = 32; sig <= 33; sig++) {
+    if (!strstr(v, sig == 32 ? "32" : "33")) continue; /* it started ignored: stays so */
     struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; } old, dfl;
     memset(&dfl, 0, sizeof dfl);
     if (syscall(SYS_rt_sigaction, sig, NULL, &old, 8) == 0 && old.handler == (void *)1)

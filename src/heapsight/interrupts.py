@@ -31,22 +31,23 @@ START_IGNORED = frozenset(s for s in signal.valid_signals()
 ALL = frozenset(signal.valid_signals())
 
 
-def _internal_default() -> bool:
-    """Whether heapsight started with glibc's two internal signals (32, 33: SIGCANCEL and
-    SIGSETXID, which Python cannot name) not ignored: /proc/self/status's SigIgn bits 31
-    and 32."""
+def _internal_default() -> tuple:
+    """Which of glibc's two internal signals (32, 33: SIGCANCEL and SIGSETXID, which
+    Python cannot name) heapsight started with not ignored: /proc/self/status's SigIgn
+    bits 31 and 32."""
     try:
         with open("/proc/self/status", "rb") as f:
             for line in f:
                 if line.startswith(b"SigIgn:"):
-                    return not int(line.split()[1], 16) & ((1 << 31) | (1 << 32))
+                    ign = int(line.split()[1], 16)
+                    return tuple(s for s in (32, 33) if not ign & (1 << (s - 1)))
     except (OSError, ValueError, IndexError):
         pass
-    return False
+    return ()
 
 
 # glibc's posix_spawn leaves those two ignored in the program it starts (live/launch.py);
-# when heapsight had them at their default, the library puts them back (preload.c)
+# the ones heapsight had at their default, the library puts back (preload.c)
 START_INTERNAL_DEFAULT = _internal_default()
 # Signals a supervisor sends a service (reopen logs, dump state, a timer) that kill a
 # process at their default: sent to heapsight, they must not end the measurement. The

@@ -60,7 +60,7 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
         env["HEAPSIGHT_SEGMENT"] = segment.path
         env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
         if interrupts.START_INTERNAL_DEFAULT:   # glibc's signals 32 and 33: see preload.c
-            env["HEAPSIGHT_INTERNAL_SIGNALS"] = "default"
+            env["HEAPSIGHT_INTERNAL_SIGNALS"] = ",".join(map(str, interrupts.START_INTERNAL_DEFAULT))
         if opts.heap_maps and (opts.snapshot_signal or opts.snapshot_at or opts.snapshot_every_s):
             # maps while the program runs are taken by a thread of heapsight's in it
             env["HEAPSIGHT_MAPS_WHILE_RUNNING"] = "1"
