@@ -48,7 +48,10 @@ def test_an_allocator_that_returns_memory_lowers_retained_and_moves_no_call_site
     main = next(x for name, x in peak.items() if name.startswith("worker (retention.c:19)"))
     # (8 threads: which blocks are live at "the peak" moves with their timing, a few MiB
     # beyond the sampling error now and then; see the one-thread test below)
-    assert abs(main["change"]) < 0.1 * main["a"] and main["a"] > 200 << 20, main
+    # (the two runs' estimates each carry a sampling error of several percent: the change
+    # is held to their combined 99.9% interval, or a tenth, whichever is larger)
+    assert abs(main["change"]) < max(0.1 * main["a"], main["interval"]), main
+    assert main["a"] > 200 << 20, main
     moved = [x for x in d["sites"]["peak"]["rows"]
              if x["how"] != "no change" and x is not main]
     assert sum(abs(x["change"]) for x in moved) < 0.01 * main["a"], moved
