@@ -176,3 +176,22 @@ def test_a_call_gdb_cannot_undo_is_never_made():
         assert r.returncode == 3 and "cannot restore a thread's registers" in r.stderr, r.stderr
     else:
         assert r.returncode == 0, r.stderr
+
+
+def test_attach_answers_from_proc_where_gdb_cannot_call():
+    # where gdb cannot undo its calls, attach still explains the process from /proc (it
+    # stopped with an error), saying why it has no allocator figures
+    from heapsight.live import gdbcall
+    target = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.3)
+        r = subprocess.run([*HS, "attach", str(target.pid)], capture_output=True, text=True,
+                           timeout=120)
+    finally:
+        target.kill()
+        target.wait()
+    assert r.returncode == 0, r.stderr
+    text = " ".join((r.stdout + r.stderr).split())
+    assert "VERDICT" in text
+    if gdbcall.restore_refusal():
+        assert "/proc figures only: GNU gdb" in text or "/proc figures only:" in text, text

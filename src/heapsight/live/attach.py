@@ -338,6 +338,9 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
         a.notes.append("a static binary (or a Go program): no allocator to call, /proc figures only")
     elif not use_gdb:
         a.notes.append("--no-gdb: /proc figures only")
+    elif alloc in ("glibc", "jemalloc", "tcmalloc") and gdbcall.restore_refusal():
+        # gdb here cannot undo its calls: the /proc figures, and why no more
+        a.notes.append("/proc figures only: " + gdbcall.restore_refusal())
     elif alloc in ("glibc", "jemalloc", "tcmalloc"):
         if alloc == "glibc":
             info = glibc_figures(pid)
