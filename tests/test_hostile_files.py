@@ -51,28 +51,28 @@ def shared(tmp_path):
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.parametrize("victim_exists", [True, False])
-def test_a_link_planted_at_the_output_is_not_followed(shared, victim_exists):
+@pytest.mark.parametrize("victim", ["a file of root's", "no file yet", "a device"])
+def test_a_link_planted_at_the_output_is_not_followed(shared, victim):
     d, private = shared
-    victim = private / "secret"
-    if victim_exists:
-        victim.write_text("root's own\n")
-        os.chmod(victim, 0o600)
+    target = private / "secret" if victim != "a device" else Path("/dev/null")
+    if victim == "a file of root's":
+        target.write_text("root's own\n")
+        os.chmod(target, 0o600)
     out = d / "r.hsrun.json.gz"
     # GIVEN root's run with -o in the shared directory (checked: nothing there yet)
     p = subprocess.Popen([*HS, "run", "-q", "-o", str(out), "--", "sleep", "1"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
     # WHEN another user plants a link there, to a file of root's (or to where one would be)
-    as_user(nobody(), ["ln", "-s", str(victim), str(out)])
+    as_user(nobody(), ["ln", "-s", str(target), str(out)])
     _, err = p.communicate(timeout=120)
-    # THEN the file the link points to is untouched (or never made), the link stays, and
-    # the record is beside it, saying so
+    # THEN the file the link points to is untouched (or never made; a device is not written
+    # through it), the link stays, and the record is beside it, saying so
     assert p.returncode == 0, err
-    if victim_exists:
-        assert victim.read_text() == "root's own\n"
-    else:
-        assert not victim.exists()
+    if victim == "a file of root's":
+        assert target.read_text() == "root's own\n"
+    elif victim == "no file yet":
+        assert not target.exists()
     assert out.is_symlink()
     aside = d / "r-1.hsrun.json.gz"
     assert json.loads(gzip.open(aside).read())["summary"]["exit_code"] == 0

@@ -9,6 +9,9 @@ reach the program instead of ending the measurement. Each program here runs bare
 
 from __future__ import annotations
 
+import gzip
+import json
+import math
 import os
 import signal
 import subprocess
@@ -399,3 +402,40 @@ def test_a_strict_seccomp_program_that_ends_its_thread_ends(build):
     bare, under = both([exe], timeout=60)
     assert bare.returncode == 0 and bare.stdout == "strict\n", bare
     assert under.returncode == 0 and under.stdout == "strict\n", under.stderr
+
+
+MALLINFO = r"""
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+void *keep[150000];
+static void *more(void *a) { for (int i = 0; i < 50000; i++) keep[100000 + i] = malloc(200); return a; }
+int main(void) {
+  for (int i = 0; i < 100000; i++) keep[i] = malloc(100);
+  pthread_t t;   /* a second arena */
+  pthread_create(&t, 0, more, 0);
+  pthread_join(t, 0);
+  struct mallinfo2 m = mallinfo2();   /* glibc's own figure, under its locks */
+  printf("arena=%zu\n", m.arena);
+  fflush(stdout);
+  usleep(600000);   /* held: heapsight reads it from outside meanwhile */
+  return 0;
+}
+"""
+
+
+def test_glibc_s_figures_read_from_outside_are_glibc_s_own(build, tmp_path):
+    # glibc's figures are read from outside (no thread of ours in the program): while the
+    # program holds still, every reading equals what mallinfo2() says inside it
+    exe = build("mallinfo", MALLINFO)
+    rec = tmp_path / "r.hsrun.json.gz"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "-o", str(rec), "--", exe],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    arena = int(p.stdout.split("=")[1])
+    tl = json.loads(gzip.open(rec).read())["timeline"]
+    got = [(m, a) for t, m, a in zip(tl["t"], tl["alloc_mapped"], tl["arenas"])
+           if m is not None and not math.isnan(m)]
+    assert got[-1] == (arena, 2), got[-3:]

@@ -35,6 +35,14 @@ def run_json(tmp_path, *argv, opts=()):
     return json.loads(js.read_text()), r
 
 
+def build(tmp_path, name: str, source: str) -> str:
+    """A C program of the test's own, compiled."""
+    src, exe = tmp_path / f"{name}.c", tmp_path / name
+    src.write_text(source)
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+    return str(exe)
+
+
 def exit_reach(s) -> dict:
     (reach,) = [m["reach"] for m in s["heapmaps"] if m["moment"] == "exit"]
     assert reach["marked"], reach
@@ -146,10 +154,7 @@ def test_a_leaked_mmapped_block_in_a_merged_mapping_is_a_leak(tmp_path):
     # GIVEN a dropped 4 MiB block glibc served with its own mmap, then a 1 MiB mapping of
     # the program's that the kernel merged with it (the block is not at the mapping's
     # start: it was found in no class, and the verdict was "healthy")
-    src, exe = tmp_path / "merged.c", tmp_path / "merged"
-    src.write_text(MERGED)
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
-    s, r = run_json(tmp_path, str(exe))
+    s, r = run_json(tmp_path, build(tmp_path, "merged", MERGED))
     assert r.stdout == "mapping_mib=5\n", r.stdout   # merged: one mapping of 5 MiB
     # THEN it is definitely lost, as memcheck says, and the verdict is LEAK
     reach = exit_reach(s)
@@ -180,11 +185,9 @@ def test_pointers_kept_only_in_shared_memory_are_roots(tmp_path):
     # GIVEN blocks whose only pointers are in a memfd's MAP_SHARED mapping and in a shared
     # anonymous one: a copy's page tables have none of those pages, so its marking missed
     # them and called the blocks definitely lost
-    src, exe = tmp_path / "shared.c", tmp_path / "shared-roots"
-    src.write_text(SHARED_ROOTS)
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
-    s, _ = run_json(tmp_path, str(exe))
-    reach, theirs = exit_reach(s), memcheck([str(exe)])
+    exe = build(tmp_path, "shared-roots", SHARED_ROOTS)
+    s, _ = run_json(tmp_path, exe)
+    reach, theirs = exit_reach(s), memcheck([exe])
     # THEN, as memcheck says, neither is lost
     assert theirs["definitely_lost"] == (0, 0), theirs
     assert reach["definitely_lost_blocks"] == 0, reach

@@ -892,6 +892,7 @@ static uint64_t mmapped_chunks(child_t *c, const map_t *m, excl_t *ex) {
   return found;
 }
 
+/* Whether a lies in one of the mmapped chunks found so far (c->chunks[from..]: a few). */
 static int in_chunks(const child_t *c, size_t from, uint64_t a) {
   for (size_t i = from; i < c->n_chunks; i++)
     if (a >= c->chunks[i].lo - 16 && a < c->chunks[i].hi) return 1;
@@ -901,17 +902,26 @@ static int in_chunks(const child_t *c, size_t from, uint64_t a) {
 /* The mmapped chunks that do not start their mapping: the kernel merges a chunk's mapping
  * with an adjacent one of the same flags (the program's own mmap, say), so a chunk may sit
  * anywhere in it, page-aligned. Any page may look like a chunk's header by chance, so the
- * pages that do are taken only when, with the chunks found at mappings' starts, they add
- * up to the mmapped bytes the hooks counted live, to the byte; otherwise none is, and the
- * bytes not found are said (rec->mmapped_missing_bytes). */
-static uint64_t mmapped_chunks_inside(child_t *c, excl_t *ex, uint64_t missing) {
+ * pages that do are taken only when, with the chunks found at mappings' starts
+ * (c->chunks[from..]), they add up to the mmapped bytes the hooks counted live, to the
+ * byte; otherwise none is, and the bytes not found are said (rec->mmapped_missing_bytes).
+ * Only resident pages are read (mincore): glibc wrote each chunk's header, and a large
+ * reservation of the program's is not faulted in, page by page, in the copy. */
+static uint64_t mmapped_chunks_inside(child_t *c, excl_t *ex, size_t from, uint64_t missing) {
   size_t first = c->n_chunks;
-  uint64_t got = 0;
+  uint64_t got = 0, page = c->page, batch = HS_PM_ENTRIES * 8;
+  unsigned char *vec = (unsigned char *)c->pm_buf;
   for (size_t i = 0; i < c->n_maps && got < missing; i++) {
     const map_t *m = &c->maps[i];
     if (!(m->r && m->w && m->anon) || in_heaps(c, m->lo, m->hi)) continue;
-    for (uint64_t a = m->lo; a + c->page <= m->hi && got < missing; a += c->page) {
-      if (in_chunks(c, 0, a)) continue;
+    uint64_t vec_lo = 0, vec_n = 0;
+    for (uint64_t a = m->lo; a + page <= m->hi && got < missing; a += page) {
+      if (a >= vec_lo + vec_n * page) { /* the next batch's residency */
+        vec_lo = a;
+        vec_n = (m->hi - a) / page < batch ? (m->hi - a) / page : batch;
+        if (mincore((void *)(uintptr_t)a, vec_n * page, vec) != 0) break;
+      }
+      if (!(vec[(a - vec_lo) / page] & 1) || in_chunks(c, from, a)) continue;
       uint64_t word = rd(a + 8), sz = word & ~(uint64_t)7;
       if (rd(a) != 0 || (word & 7) != 2 || sz < c->page || sz % c->page || sz > m->hi - a) continue;
       if (c->n_chunks == c->cap_chunks) break;
@@ -959,11 +969,12 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
     return;
   }
   uint64_t mmapped = 0, counted = _hs_mmapped_chunk_bytes();
+  size_t first_mmapped = c->n_chunks; /* the heaps' blocks come before */
   for (size_t i = 0; i < c->n_maps; i++) {
     const map_t *m = &c->maps[i];
     if (m->r && m->w && m->anon && !in_heaps(c, m->lo, m->hi)) mmapped += mmapped_chunks(c, m, &ex);
   }
-  if (mmapped < counted) mmapped += mmapped_chunks_inside(c, &ex, counted - mmapped);
+  if (mmapped < counted) mmapped += mmapped_chunks_inside(c, &ex, first_mmapped, counted - mmapped);
   rec->mmapped_missing_bytes = counted > mmapped ? counted - mmapped : 0;
   size_t n = c->n_chunks;
   _hs_reach_sort(c->chunks, n);
@@ -1505,9 +1516,10 @@ static pid_t make_copy(const char *path, uint64_t t0, int detached, const char *
   return pid;
 }
 
-/* The copy's state from /proc/PID/stat: 'S' while it sleeps (waits for a lock). */
-static char copy_state(pid_t pid) {
-  char path[64], buf[512];
+/* A copy's /proc/PID/stat into buf (no stdio: this runs in the program), from its third
+ * field on ("S ppid ..."), or NULL when it cannot be read (the copy is gone). */
+static const char *copy_stat(pid_t pid, char *buf, size_t size) {
+  char path[64];
   memcpy(path, "/proc/", 6);
   size_t at = 6;
   char digits[16];
@@ -1516,41 +1528,34 @@ static char copy_state(pid_t pid) {
   while (nd) path[at++] = digits[--nd];
   memcpy(path + at, "/stat", 6);
   int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
+  if (fd < 0) return NULL;
+  ssize_t n = read(fd, buf, size - 1);
   close(fd);
-  if (n <= 0) return 0;
+  if (n <= 0) return NULL;
   buf[n] = 0;
   const char *p = strrchr(buf, ')');
-  return p && p[1] == ' ' ? p[2] : 0;
+  return p && p[1] == ' ' ? p + 2 : NULL;
 }
-/* A copy's CPU time, user and system, from /proc/PID/stat (fields 14 and 15, in clock
- * ticks), read while it is a zombie (its parent, the CLI, reaps it). */
+
+/* The copy's state: 'S' while it sleeps (waits for a lock), 'Z' once it ended; 0: gone. */
+static char copy_state(pid_t pid) {
+  char buf[512];
+  const char *p = copy_stat(pid, buf, sizeof buf);
+  return p ? *p : 0;
+}
+
+/* A copy's CPU time, user and system (fields 14 and 15, in clock ticks), read while it is
+ * a zombie (its parent, the CLI, reaps it). */
 static uint64_t copy_cpu_ns(pid_t pid) {
-  char path[64], buf[1024];
-  memcpy(path, "/proc/", 6);
-  size_t at = 6;
-  char digits[16];
-  int nd = 0;
-  for (unsigned v = (unsigned)pid; v || !nd; v /= 10) digits[nd++] = (char)('0' + v % 10);
-  while (nd) path[at++] = digits[--nd];
-  memcpy(path + at, "/stat", 6);
-  int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')');
-  if (!p) return 0;
-  uint64_t ticks = 0, field[2] = {0, 0};
-  for (int f = 2; *p && f <= 15; p++) { /* field 3 (the state) follows ") " */
+  char buf[1024];
+  const char *p = copy_stat(pid, buf, sizeof buf);
+  uint64_t field[2] = {0, 0};
+  for (int f = 3; p && *p && f <= 15; p++) { /* p is at field 3 */
     if (*p == ' ') { f++; continue; }
     if (f >= 14 && *p >= '0' && *p <= '9') field[f - 14] = field[f - 14] * 10 + (uint64_t)(*p - '0');
   }
-  ticks = field[0] + field[1];
   long hz = sysconf(_SC_CLK_TCK);
-  return hz > 0 ? ticks * (1000000000ull / (uint64_t)hz) : 0;
+  return hz > 0 ? (field[0] + field[1]) * (1000000000ull / (uint64_t)hz) : 0;
 }
 
 int _hs_heapmap_write(const char *path, int detached) {

@@ -55,7 +55,6 @@ int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
   return 1;
 }
 
-
 static void publish_stats(const hs_alloc_stats_t *st) {
   hs_segment_t *seg = _hs_seg;
   __atomic_fetch_add(&seg->stats_seq, 1, __ATOMIC_ACQ_REL); /* odd: writing */

@@ -2,13 +2,13 @@
 
 import sys
 
-from heapsight import interrupts
+from heapsight import interrupts, limits
 
 # before anything else: a SIGUSR1, SIGUSR2 or SIGALRM sent to heapsight never ends it
 interrupts.hold_passed_on()
 # and room for heapsight's own files under a low inherited open-files limit (the program
 # gets the limit heapsight was given: live/launch.py)
-interrupts.room_for_files()
+limits.room_for_files()
 
 from heapsight.cli import main  # noqa: E402
 

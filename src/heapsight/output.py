@@ -156,6 +156,8 @@ def check(path: str, option: str, allow_stdout: bool = False) -> None:
     parent = os.path.dirname(target) or "."
     try:
         st = os.stat(target)
+        if os.path.islink(target):   # another user's link, not followed: written beside
+            st = None
     except FileNotFoundError:
         st = None   # a new file (or a symlink to one)
     except OSError as e:   # a symlink loop, a name too long, a file where a directory should be
@@ -247,15 +249,19 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> str:
     fd = own_fd(path)
     held = None if fd is not None else _held.pop(os.path.abspath(path), None)
     if fd is None and held is None:
+        # what the path names now, a link followed only as write_target follows one: a
+        # link another user planted (to a device, a FIFO) is never written through
+        target = write_target(path)
         try:
-            mode = os.stat(path).st_mode
+            mode = os.lstat(target).st_mode
         except OSError:
             mode = None
         if mode is not None and stat.S_ISFIFO(mode):
-            held = _open_fifo(path)
-        elif mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            held = _open_fifo(target)
+        elif mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or
+                                       stat.S_ISLNK(mode)):
             try:   # a device, written in place
-                with open(path, "wb") as f:
+                with open(os.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "wb") as f:
                     f.write(data)
             except OSError as e:
                 raise HeapsightError(f"cannot write {path}: {e.strerror}", 1) from e

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 
-from heapsight import interrupts
+from heapsight import interrupts, limits
 
 
 class Program:
@@ -75,10 +75,10 @@ def start(path: str, argv: list, env: dict, stdout=None, stderr=None) -> Program
     pid = os.posix_spawn(path, argv, env,
                          file_actions=_redirect(1, stdout) + _redirect(2, stderr),
                          setsigmask=interrupts.START_MASK, setsigdef=to_default)
-    if interrupts.START_NOFILE is not None:   # heapsight raised its own: the program's back
+    if limits.START_NOFILE is not None:   # heapsight raised its own: the program's back
         import resource
         try:
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, interrupts.START_NOFILE)
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits.START_NOFILE)
         except OSError:
             pass
     return Program(pid, argv)
