@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from heapsight import allocators
+from heapsight import allocators, remedies
 from heapsight.fmt import human, pct, shell_join, shell_quote
 from heapsight.model import Breakdown, Finding, HeapFigures, Hold, Release
 from heapsight.segment import AllocStats
@@ -179,8 +179,11 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                       f"was held beyond its {human(h.live_bytes)} of live bytes {when}: memory it had "
                       f"freed and {allocator} kept. A release at that moment (malloc_trim for glibc) "
                       "would have given back the whole free pages among it.")
-            sugg = ((f"GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- {cmd}",
-                     *((f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",) if arenas > 2 else ()))
+            sugg = ((remedies.suggestions("thread-arenas", cmd) if arenas > 1 else
+                     (f"{THREAD_TOPS_ENV} heapsight run -- {cmd}   # a fixed trim "
+                      "threshold: the heap's top shrinks on free (--verify measures it)",
+                      f"heapsight run --verify -- {cmd}   # measures the settings on this "
+                      "program at the moment that matters"))
                     if allocator == "glibc" else ())
         else:
             whose, rule, how, _ = _whose_words(mapped_by, h.held_bytes, "resident_peak")
@@ -191,13 +194,8 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                 f"{rule[0].upper()}{rule[1:]}." if rule else None,
                 "Whether it holds live objects or free space cannot be told from outside.",
                 f"To find out: {how}." if how else None) if x)
-            sugg = ((f"PYTHONMALLOC=malloc heapsight run -- {cmd}   # CPython: objects from malloc, "
-                     "which heapsight can see and trim",
-                     *((f"PYTHONMALLOC=malloc MALLOC_ARENA_MAX=2 heapsight run -- {cmd}",)
-                       if arenas > 2 else ()),
-                     f"heapsight compare -- {cmd}   # with python-malloc and "
-                     "python-malloc-jemalloc-eager beside the allocators")
-                    if "python" in cmd else ())
+            sugg = (remedies.suggestions("pymalloc", cmd)
+                    if "pymalloc" in whose or interpreted(command) and "python" in cmd else ())
         what = "held beyond live bytes" if h.cause == "retained" else "outside malloc"
         out.append(Finding("hold", h.held_bytes, f"{human(h.held_bytes)} {what} {when}", detail,
                            sugg))
@@ -319,9 +317,11 @@ THREAD_TOPS_PRESET = "glibc-trim128k"
 THREAD_TOPS_ENV = " ".join(f"{k}={v}" for k, v in allocators.PRESET[THREAD_TOPS_PRESET].env.items())
 
 
-def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True) -> list:
+def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True,
+                       settings: dict | None = None) -> list:
     """Why freed memory stayed, in words, the reason that explains the most bytes first
-    (those measured before those not); tops: with the threads' heap tops among them."""
+    (those measured before those not); tops: with the threads' heap tops among them;
+    settings: the allocator settings in the program's environment (remedies.settings_in)."""
     if heap.allocator != "glibc":
         return []
     arenas, threads, n_large = heap.arenas, heap.threads_seen, heap.n_large_heap
@@ -339,7 +339,12 @@ def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True) -> li
                                      else "") + f"{arenas} malloc arenas (glibc gives "
                         f"each thread that allocates its own, up to 8 per core; {threads} "
                         f"thread{'s' * (threads != 1)} seen)"))
-    if n_large:
+    if n_large and remedies.dynamic_threshold_off(settings or {}):
+        reasons.append((n_large * 128 * KiB,
+                        f"{n_large} block{'s' * (n_large != 1)} of 128 KiB or more sat in the "
+                        "heap, not in their own mmap, though the environment fixes the mmap "
+                        "threshold (GLIBC_TUNABLES): realloc grows a block in place past it"))
+    elif n_large:
         reasons.append((n_large * 128 * KiB,
                         f"{n_large} block{'s' * (n_large != 1)} of 128 KiB or "
                         f"more came from the heap instead of {'their' if n_large != 1 else 'its'} "
@@ -355,6 +360,10 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str) -> tuple:
     """What to try against retention, for this allocator and this kind of program."""
     if heap.allocator != "glibc":
         return ()
+    if heap.arenas > 1:   # the lab's pattern: MALLOC_ARENA_MAX and the thresholds do little
+        return remedies.suggestions("thread-arenas", cmd) + (
+            ("heapsight attach PID --trim   # for the running service: calls malloc_trim(0) "
+             "in it and measures what it gave back",) if interpreted(command) else ())
     if interpreted(command):
         # a Perl or Python program cannot #include <malloc.h>: trim the running service
         return ("heapsight attach PID --trim   # for the running service: calls malloc_trim(0) "
@@ -372,13 +381,13 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str) -> tuple:
 
 
 def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
-                       command: list, cmd: str) -> Finding:
+                       command: list, cmd: str, settings: dict | None = None) -> Finding:
     """Freed memory the allocator keeps resident: retention when the release gave most of
     it back (or could not be measured), fragmentation when it could not."""
     allocator, retained = heap.allocator, final.retained_bytes
     given = release.gave_back_bytes
     gave = "gave back" if release.where == "program" else "would give back"
-    mechanisms = _retention_reasons(heap, mapped)
+    mechanisms = _retention_reasons(heap, mapped, settings=settings)
     why = "Why it stayed: " + "; ".join(mechanisms) + "." if mechanisms else ""
     title = f"{human(retained)} freed by the program but kept by {allocator}"
     suggestions = _retention_suggestions(heap, command, cmd)
@@ -398,15 +407,18 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                        f"Freed memory the allocator still holds; {how}. Most of what stayed, "
                        f"{human(tops)}, is free space at the top of the threads' heaps: glibc's "
                        "malloc_trim shrinks only the main heap's top, and a thread heap's top "
-                       "shrinks on a free only once it passes the trim threshold, which glibc "
-                       "raises with the dynamic mmap threshold (to twice the largest mmapped "
-                       "block freed). Fixed thresholds keep it at 128 KiB. "
-                       + "Besides: " + "; ".join(_retention_reasons(heap, mapped, tops=False)) + ".",
-                       (f"{THREAD_TOPS_ENV} heapsight run -- {cmd}"
-                        "   # fixed thresholds: thread heaps shrink on free",
-                        f"heapsight compare --configs glibc,{THREAD_TOPS_PRESET},glibc-mmap128k -- {cmd}"
-                        "   # the settings side by side, with their time",
-                        *(x for x in suggestions if "malloc_trim" not in x and "mmap_threshold" not in x)))
+                       + ("shrinks on a free only down to its highest live block: the fixed "
+                          "trim threshold in the environment did not bring it back. "
+                          if remedies.dynamic_threshold_off(settings or {}) else
+                          "shrinks on a free only once it passes the trim threshold, which "
+                          "glibc raises with the dynamic mmap threshold (to twice the largest "
+                          "mmapped block freed). Fixed thresholds keep it at 128 KiB. ")
+                       + "Besides: " + "; ".join(_retention_reasons(heap, mapped, tops=False, settings=settings))
+                       + ".",
+                       suggestions[:2] + (
+                           f"{THREAD_TOPS_ENV} heapsight run -- {cmd}   # fixed thresholds: "
+                           "thread heaps shrink on free (the lab: less than 30% where threads "
+                           "keep a few blocks; --verify measures it here)",) + suggestions[2:])
     return Finding("fragmentation" if release.measured else "retention", retained, title,
                    f"Freed memory the allocator still holds; {how}. "
                    + ("The free space is interleaved with live blocks, so whole pages cannot be "
@@ -448,7 +460,7 @@ def _non_heap_finding(final, mapped_by: tuple, cmd: str) -> Finding:
 
 def findings(command: list, final: Breakdown | None, release: Release,
              heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
-             mapped: dict | None = None, mapped_by: tuple = ()) -> list:
+             mapped: dict | None = None, mapped_by: tuple = (), settings: dict | None = None) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size.
     sites: the sampled call sites (sites.build), which name where never-freed bytes came from;
     mapped: what the exit's heap map measured (summary.exit_map_bytes: "pinned",
@@ -463,12 +475,28 @@ def findings(command: list, final: Breakdown | None, release: Release,
     out = _never_freed_findings(final, heap_total, mapped.get("reach") or {}, live_over_time,
                                 sites, cmd)
     if final.retained_bytes >= MiB and final.retained_bytes >= 0.1 * rss:
-        out.append(_retention_finding(final, release, heap, mapped, command, cmd))
+        out.append(_retention_finding(final, release, heap, mapped, command, cmd, settings))
     if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * (final.live_bytes + final.waste_bytes):
         out.append(_waste_finding(final, heap))
     if final.other_anon_bytes >= 4 * MiB and final.other_anon_bytes >= 0.1 * rss:
         out.append(_non_heap_finding(final, mapped_by, cmd))
     out.sort(key=lambda f: -f.bytes)
+    return out
+
+
+def fit_to_run(found: list, settings: dict, follow: str) -> list:
+    """Each finding's commands as this run needs them: a setting the program's environment
+    already has is not suggested again, and `heapsight run`/`compare` keep --follow."""
+    out = []
+    for f in found:
+        sugg = tuple(x for x in f.suggestions if not remedies.applied(x, settings))
+        if follow:
+            opt = f"--follow {shell_quote(follow)}"
+            sugg = tuple(x if opt in x else x.replace("heapsight run -- ", f"heapsight run {opt} -- ")
+                         .replace("heapsight run --verify -- ", f"heapsight run --verify {opt} -- ")
+                         .replace("heapsight compare -- ", f"heapsight compare {opt} -- ")
+                         for x in sugg)
+        out.append(Finding(f.kind, f.bytes, f.title, f.detail, sugg))
     return out
 
 

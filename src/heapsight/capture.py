@@ -217,14 +217,14 @@ class Replay:
 # ------------------------------------------------------------------ the capture
 
 def take(argv, started_pid, rc, linkage, reading, tl, hz, stats_hz, smaps_hz, releases, prof,
-         maps, release_wanted, follow) -> dict:
+         maps, release_wanted, follow, settings=None) -> dict:
     """Everything summarize reads (reading: Reading.take's, None without a segment; the
     caller adds what the symbolizer found, "symbols", once summarize has asked it)."""
     addrs = prof.allocs["addr"] if prof is not None else np.zeros(0, np.uint64)
     return {"version": VERSION, "argv": list(argv), "started_pid": started_pid, "rc": rc,
             "linkage": linkage, "hz": hz, "stats_hz": stats_hz, "smaps_hz": smaps_hz,
             "releases": [[label, at, rel] for (label, at), rel in (releases or {}).items()],
-            "release_wanted": release_wanted, "follow": follow,
+            "release_wanted": release_wanted, "follow": follow, "settings": settings or {},
             "segment": reading.d if reading is not None else None,
             "timeline": _timeline_json(tl), "profile": _profile_json(prof),
             "maps": [[name, _heapmap_json(hm, addrs)] for name, hm in maps]}
@@ -239,7 +239,8 @@ def summarize_from(cap: dict, columns: dict):
                      _timeline(cap["timeline"], columns), cap["hz"], cap["stats_hz"],
                      cap["smaps_hz"], {(label, at): rel for label, at, rel in cap["releases"]},
                      _profile(cap["profile"]), [(name, _heapmap(m)) for name, m in cap["maps"]],
-                     cap["release_wanted"], cap["follow"], symbolizer=replay)
+                     cap["release_wanted"], cap["follow"], symbolizer=replay,
+                     settings=cap.get("settings") or {})
 
 
 def rederive(doc: dict):

@@ -100,6 +100,18 @@ class Hold:
 
 
 @dataclass(frozen=True)
+class Moment:
+    """A moment a user can mean, by name (moments.py: peak, held, end, exit): when, the
+    split there, and for held the stretch it lasted."""
+    name: str
+    at_s: float
+    breakdown: Breakdown
+    start_s: float = 0.0     # held: the stretch RSS stayed at that level or above
+    end_s: float = 0.0
+    how: str = ""            # how the moment was found, in words
+
+
+@dataclass(frozen=True)
 class HeapFigures:
     allocator: str
     n_alloc: int
@@ -186,6 +198,8 @@ class Summary:
     heapsight_rss_bytes: int = 0  # the most of heapsight's memory in the program at once (its
                                 # stats segment's resident pages, its private tables): left
                                 # out of every RSS and anonymous figure above
+    moments: tuple = ()         # Moment: peak, held, end, exit (those that exist)
+    moment: str = ""            # the one the verdict is about (moments.about)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

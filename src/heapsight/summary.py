@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from heapsight import allocators, analysis, heapmap, mapped, profile, sites, symbolize
+from heapsight import allocators, analysis, heapmap, mapped, moments, profile, sites, symbolize
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
 from heapsight.segment import FLUSH_TOTAL_BYTES, STATE_DONE, segment_dir
@@ -366,7 +366,7 @@ class _Rows:
 
 
 def _exit_release(segment, c, rc: int, maps, allocator: str, baseline: int, mapped_before,
-                  release_wanted: bool, done: bool, final):
+                  release_wanted: bool, done: bool, final, exit_s: float):
     """(release, final): what the release at exit gave back (measured in the program or
     in the exit map's copy), or why there was none; and the split at exit, from the exit
     probe's own readings when it ran."""
@@ -380,7 +380,7 @@ def _exit_release(segment, c, rc: int, maps, allocator: str, baseline: int, mapp
                        "figures are from the last sample"), final
     rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
     final = analysis.breakdown(
-        round((segment.get("exit_ns") - segment.get("start_ns")) / 1e9, 3), rss_b, anon_b,
+        round(exit_s, 3), rss_b, anon_b,
         baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
         mapped_before)
     exit_map = dict(maps).get(heapmap.EXIT)
@@ -522,11 +522,11 @@ def _peak_rss(hwm: int, rows: _Rows, final) -> tuple:
 
 
 def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
-              sampled_sites, hmaps, mapped_by, duration_s: float) -> tuple:
+              sampled_sites, hmaps, mapped_by, duration_s: float, settings: dict) -> tuple:
     """(findings, holds): what the exit's figures say, and the moments memory was held
     while the program ran, a hold the exit's findings already describe not repeated."""
     found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
-                              sampled_sites, exit_map_bytes(hmaps), mapped_by)
+                              sampled_sites, exit_map_bytes(hmaps), mapped_by, settings)
     held = analysis.holds(rows.cols["t"], rows.parts, duration_s)
     kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
     news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
@@ -538,7 +538,7 @@ def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, al
 def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_hz,
               smaps_hz=math.nan, releases=None, prof=None, maps=(),
               release_wanted=True, follow: str = "",
-              symbolizer=symbolize.symbolize) -> Summary:
+              symbolizer=symbolize.symbolize, settings: dict | None = None) -> Summary:
     """The Summary of a captured run, in the order its parts depend on each other: whose
     figures they are, the program's time, the split at every sample, the release and the
     heap figures, call sites and heap maps, findings, the peak of RSS.
@@ -566,7 +566,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     if attached:
         c = segment.counters()
         release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,
-                                       release_wanted, done, final)
+                                       release_wanted, done, final,
+                                       _since(tl, segment.get("exit_ns")) if tl.start_ns
+                                       else (segment.get("exit_ns") - segment.get("start_ns")) / 1e9)
         heap, peak_ns = _heap_figures(segment, tl, c, rows, stats_before, allocator,
                                       mapped_before, done)
         if done and (rows.peak_i is None or c.live_usable_bytes > rows.live[rows.peak_i]):
@@ -588,10 +590,15 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                       for o in (segment.owners() if attached else [])), prof, tl,
                                 duration_s)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
-                             sampled_sites, hmaps, mapped_by, duration_s) if heap else ([], []))
+                             sampled_sites, hmaps, mapped_by, duration_s, settings or {})
+                   if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
                    key=lambda f: -f.bytes)
+    found = analysis.fit_to_run(found, settings or {}, follow)
+    end_s, end_how = _end_of(segment, tl, attached)
+    named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
+                          rows.last, final if done else None, end_s, end_how)
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
@@ -617,4 +624,12 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         resident_by_kind=last_kinds(tl, duration_s), resident_by_kind_peak=peak_kinds(tl),
         sites=sampled_sites,
         mapped_sites=mapped_by_stack,
-        heapmaps=hmaps)
+        heapmaps=hmaps, moments=named, moment=moments.about(found))
+
+
+def _end_of(segment, tl: Timeline, attached: bool) -> tuple:
+    """(seconds, how) the program's exit began (end_begun_s), (None, "") when not seen."""
+    finder = globals().get("end_begun_s")
+    if not attached or finder is None:
+        return None, ""
+    return finder(segment, tl)

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from heapsight import analysis, capture, elf, heapmap, interrupts, native, profile
+from heapsight import analysis, capture, elf, heapmap, interrupts, native, profile, remedies
 from heapsight.live import launch
 from heapsight.fmt import printable
 from heapsight.errors import HeapsightError
@@ -269,14 +269,19 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     # and the record keeps them with the rest of what it reads, taken before summarize,
     # which cuts the timeline
     reading = capture.Reading.take(segment) if segment is not None else None
+    # the allocator settings the program ran with (its findings do not suggest them again)
+    env = child_env(None, opts)
+    env["LD_PRELOAD"] = ":".join(x for x in (*opts.extra_preload, env.get("LD_PRELOAD")) if x)
+    settings = remedies.settings_in(env)
     cap = capture.take(argv, proc.pid, proc.returncode, linkage, reading, timeline,
                        opts.hz, opts.stats_hz, opts.smaps_hz, cb.releases, prof, named_maps,
-                       opts.release, opts.follow) if opts.keep else None
+                       opts.release, opts.follow, settings) if opts.keep else None
     # names only for what is shown or saved: llvm-symbolizer takes 80 ms
     symbols = capture.Recording() if opts.keep else capture.Replay(capture.NO_SYMBOLS)
     summary = summarize(argv, proc.pid, proc.returncode, linkage, reading, timeline,
                         opts.hz, opts.stats_hz, opts.smaps_hz, cb.releases, prof,
-                        named_maps, opts.release, opts.follow, symbolizer=symbols)
+                        named_maps, opts.release, opts.follow, symbolizer=symbols,
+                        settings=settings)
     if cap is not None:
         cap["symbols"] = symbols.to_json()
     timeline.capture = cap

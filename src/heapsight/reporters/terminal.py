@@ -18,7 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from heapsight import analysis, fmt, heapmap
+from heapsight import analysis, fmt, heapmap, moments
 from heapsight import ranking
 from heapsight.ranking import METRICS, baseline
 from heapsight.fmt import human, pct, printable
@@ -115,33 +115,37 @@ def _untouched_shown(b) -> bool:
                                     0.1 * (b.live_bytes + b.untouched_bytes))
 
 
+def _columns(s: Summary) -> list:
+    """(header, Breakdown) for each named moment (moments.py), one column for moments read
+    at the same sample; runs saved before moments had names: peak live and exit."""
+    if not s.moments:
+        peak_t = f"at peak {'live' if s.heap else 'RSS'}" + (f"\n{s.peak.at_s:.2f} s" if s.peak else "")
+        return [(peak_t, s.peak), ("at exit", s.final)]
+    cols = []
+    for m in s.moments:
+        name = moments.TITLE[m.name] + ("*" if m.name == s.moment else "")
+        when = (f"{m.start_s:.2f}-{m.end_s:.2f} s" if m.name == "held" and m.end_s > m.start_s
+                else f"{m.at_s:.2f} s")
+        if cols and cols[-1][1] == m.breakdown:
+            cols[-1] = (cols[-1][0].replace("\n", f", {name}\n", 1), m.breakdown)
+        else:
+            cols.append((f"{name}\n{when}", m.breakdown))
+    return cols
+
+
 def _split_table(c: Console, s: Summary) -> None:
-    """RSS and its parts at the peak and at exit (anonymous and file-backed alone without
-    the library), the peak of RSS and heapsight's own pages."""
-    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
-    t.add_column("", no_wrap=True)
-    peak_t = (f"at peak {'live' if s.heap else 'RSS'} ({s.peak.at_s:.2f} s)" if s.peak else "at peak")
-    for head in (peak_t, "at exit"):
-        t.add_column(head, justify="right", no_wrap=True)
-        t.add_column("", justify="right", no_wrap=True, style="dim")
-    t.add_row("RSS", *_cells(s.peak, "rss_bytes", False), *_cells(s.final, "rss_bytes", False),
-              style="bold")
-    if s.preload == "active":
-        for label, part in ROWS:
-            t.add_row("  " + label, *_cells(s.peak, part), *_cells(s.final, part))
-        if any(_untouched_shown(b) for b in (s.peak, s.final)):
-            t.add_row("  allocated, never touched", *_cells(s.peak, "untouched_bytes", False),
-                      *_cells(s.final, "untouched_bytes", False), style="dim")
-    else:
-        for label, attr in (("  anonymous", None), ("  file-backed", "file_bytes")):
-            cells = []
-            for b in (s.peak, s.final):
-                v = 0 if b is None else (b.rss_bytes - b.file_bytes if attr is None else getattr(b, attr))
-                cells += [human(v), ""]
-            t.add_row(label, *cells)
+    """RSS and its parts at each named moment (anonymous and file-backed alone without
+    the library), each part's share of RSS where the width allows; then the peak of RSS
+    and heapsight's own pages."""
+    cols = _columns(s)
+    t = _moment_table(s, cols, shares=True)
+    if Measurement.get(c, c.options.update(max_width=10_000), t).maximum + 2 > c.width:
+        t = _moment_table(s, cols, shares=False)
     c.print()
     _print(c, Padding(t, (0, 0, 0, 2), expand=False))
-    if s.preload == "active" and any(_untouched_shown(b) for b in (s.peak, s.final)):
+    if s.moment and s.moments:
+        _indent(c, f"* the moment the verdict is about ({_moment_about(s)})", 2, style="dim")
+    if s.preload == "active" and any(_untouched_shown(b) for _, b in cols):
         c.print("  (blocks allocated but never written: counted live, not in RSS, so not above)",
                 style="dim")
     if s.preload != "active":
@@ -151,6 +155,42 @@ def _split_table(c: Console, s: Summary) -> None:
         _indent(c, f"heapsight's memory in the program (its stats segment and tables): "
                    f"{human(s.heapsight_rss_bytes)} at most, left out of every figure here", 2,
                 style="dim")
+
+
+def _moment_table(s: Summary, cols: list, shares: bool) -> Table:
+    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+    t.add_column("", no_wrap=True)
+    for head, _ in cols:
+        t.add_column(head, justify="right", no_wrap=True)
+        if shares:
+            t.add_column("", justify="right", no_wrap=True, style="dim")
+
+    def row(part, share=True):
+        out = []
+        for _, b in cols:
+            v, p = _cells(b, part, share)
+            out += [v, p] if shares else [v]
+        return out
+    t.add_row("RSS", *row("rss_bytes", False), style="bold")
+    if s.preload == "active":
+        for label, part in ROWS:
+            t.add_row("  " + label, *row(part))
+        if any(_untouched_shown(b) for _, b in cols):
+            t.add_row("  allocated, never touched", *row("untouched_bytes", False), style="dim")
+    else:
+        for label, attr in (("  anonymous", None), ("  file-backed", "file_bytes")):
+            cells = []
+            for _, b in cols:
+                v = 0 if b is None else (b.rss_bytes - b.file_bytes if attr is None else getattr(b, attr))
+                cells += [human(v), ""] if shares else [human(v)]
+            t.add_row(label, *cells)
+    return t
+
+
+def _moment_about(s: Summary) -> str:
+    """How the verdict's moment was found, in words."""
+    m = next((m for m in s.moments if m.name == s.moment), None)
+    return f"{moments.TITLE[m.name]}: {m.how}" if m else s.moment
 
 
 def _snapshot_lines(c: Console, s: Summary) -> None:

@@ -1,0 +1,154 @@
+"""What to do about memory a program held: for each pattern heapsight recognises, the
+setting that lowers it and the change in the program's own code, and where that
+knowledge comes from. A setting is put first only where the lab's `remedies` experiment
+reproduces the pattern and checks the claim (heapsight lab remedies), or where `run
+--verify` measured it on the program itself (verified()); the settings the lab shows not
+to help are not offered first.
+
+Measured here when the rules were written (the program's own RSS after its work, bare):
+8 threads keeping 1 in 500 strings: glibc 141 MiB, MALLOC_ARENA_MAX=2 139, a fixed trim
+threshold 141, jemalloc returning pages at once 10, malloc_trim(0) after the work 4;
+480k Python objects, 1 in 200 kept: pymalloc 144 MiB, PYTHONMALLOC=malloc 167,
+PYTHONMALLOC=malloc with jemalloc returning pages at once 73, PYTHONMALLOC=malloc and
+malloc_trim(0) after the drop 24."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from heapsight.allocators import ALLOCATORS, PRESET, library_for
+
+LAB = "heapsight lab remedies"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str        # how heapsight calls it, in words
+    preset: str      # the compare preset (allocators.PRESETS) that lowers it
+    effect: str      # what the lab's claim says, in words
+    code: str        # the change in the program's own code
+    code_why: str
+    not_first: tuple = ()  # settings the lab shows lowering it by less than 30%
+
+
+PATTERNS = {
+    "thread-arenas": Pattern(
+        "threads keeping a few long-lived blocks across glibc's arenas", "jemalloc-eager",
+        "the lab: lowers this pattern's RSS by 30% or more, at more time",
+        "malloc_trim(0);",
+        "in the program, after the work that freed it (#include <malloc.h>): glibc then "
+        "returns the free pages of every arena",
+        ("glibc-arena2", "glibc-trim128k", "glibc-mmap128k")),
+    "pymalloc": Pattern(
+        "pymalloc arenas pinned by the objects that survive", "python-malloc-jemalloc-eager",
+        "the lab: lowers this pattern's RSS by 30% or more; PYTHONMALLOC=malloc alone does "
+        "not",
+        'ctypes.CDLL("libc.so.6").malloc_trim(0)',
+        "in the script, after the drop, run with PYTHONMALLOC=malloc: glibc then returns the "
+        "freed objects' pages",
+        ("python-malloc",)),
+}
+
+
+def setting(preset: str) -> str:
+    """A preset's environment as a shell prefix, its allocator's library preloaded (named
+    even where it is not installed: missing() says how to install it)."""
+    cfg = PRESET[preset]
+    a = ALLOCATORS.get(cfg.allocator)
+    lib = cfg.library or (a.library if a else None)
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in cfg.env.items())
+    return " ".join(x for x in ((f"LD_PRELOAD={lib}" if lib else ""), env) if x)
+
+
+def missing(preset: str) -> str:
+    """'; apt-get install P' when the preset's library is not installed here, else ''."""
+    cfg = PRESET[preset]
+    _, err = library_for(cfg)
+    a = ALLOCATORS.get(cfg.allocator)
+    return f"; apt-get install {a.package}" if err and a and a.package else ""
+
+
+def suggestions(pattern: str, cmd: str) -> tuple:
+    """The pattern's commands, the lab-backed setting first: the setting under heapsight,
+    the code change, the measurement on this program, compare."""
+    p = PATTERNS[pattern]
+    first = (f"{setting(p.preset)} heapsight run -- {cmd}   # {PRESET[p.preset].about}: "
+             f"{p.effect} ({LAB}{missing(p.preset)})")
+    return (first,
+            f"{p.code}   # {p.code_why}",
+            f"heapsight run --verify -- {cmd}   # measures these settings on this program "
+            "at the moment that matters",
+            f"heapsight compare -- {cmd}   # every allocator and setting side by side")
+
+
+# ---------------------------------------------------------------- the program's settings
+
+def settings_in(env: dict) -> dict:
+    """The allocator settings already in the program's environment: {name: value} for
+    glibc's tunables (glibc.malloc.X, and the MALLOC_*_ environment variables), PYTHONMALLOC,
+    MALLOC_CONF and the allocator preloaded (LD_PRELOAD's allocator library)."""
+    out = {}
+    for item in (env.get("GLIBC_TUNABLES") or "").split(":"):
+        k, _, v = item.partition("=")
+        if k.startswith("glibc.malloc.") and v:
+            out[k.removeprefix("glibc.malloc.")] = v
+    for var, name in (("MALLOC_ARENA_MAX", "arena_max"), ("MALLOC_TRIM_THRESHOLD_", "trim_threshold"),
+                      ("MALLOC_MMAP_THRESHOLD_", "mmap_threshold"), ("MALLOC_TOP_PAD_", "top_pad")):
+        if env.get(var):
+            out.setdefault(name, env[var])
+    for var in ("PYTHONMALLOC", "MALLOC_CONF"):
+        if env.get(var):
+            out[var] = env[var]
+    if re.search(r"lib(jemalloc|tcmalloc|mimalloc)", env.get("LD_PRELOAD") or ""):
+        out["LD_PRELOAD"] = env["LD_PRELOAD"]
+    return out
+
+
+def dynamic_threshold_off(settings: dict) -> bool:
+    """Whether glibc's dynamic mmap threshold is off: setting any of the mmap threshold,
+    the trim threshold, the top pad or mmap_max fixes it (mallopt(3))."""
+    return any(k in settings for k in ("mmap_threshold", "trim_threshold", "top_pad", "mmap_max"))
+
+
+def applied(suggestion: str, settings: dict) -> bool:
+    """Whether a suggested setting is already in the program's environment."""
+    head = suggestion.split(" heapsight ", 1)[0]
+    for word in head.split():
+        k, _, v = word.partition("=")
+        if k == "GLIBC_TUNABLES":
+            if all(t.partition("=")[0].removeprefix("glibc.malloc.") in settings
+                   for t in v.split(":") if t):
+                return True
+        elif k in ("MALLOC_ARENA_MAX",) and "arena_max" in settings:
+            return True
+        elif k == "PYTHONMALLOC" and settings.get("PYTHONMALLOC") == v and " " not in head.strip():
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- measured: run --verify
+
+def env_of(suggestion: str) -> dict | None:
+    """The environment a suggested `... heapsight run -- CMD` sets, {} for none; None when
+    the suggestion is not a setting (a code change, another command)."""
+    head, sep, _ = suggestion.partition(" heapsight run ")
+    if not sep or "--verify" in suggestion:
+        return None
+    try:
+        words = shlex.split(head)
+    except ValueError:
+        return None
+    env = {}
+    for w in words:
+        k, eq, v = w.partition("=")
+        if not eq or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", k):
+            return None
+        env[k] = v
+    return env or None
+
+
+def annotate(suggestion: str, words: str) -> str:
+    """The suggestion with its comment replaced by what was measured."""
+    return suggestion.split("   # ", 1)[0] + f"   # {words}"
