@@ -15,7 +15,7 @@ import pytest
 
 from heapsight import lab, output, record
 from heapsight.errors import HeapsightError
-from heapsight.lab import arenas, common, containers, perl, release, waste
+from heapsight.lab import arenas, common, containers, perl, release, remedies, waste
 from heapsight.lab.common import DEPENDS, FAILS, HOLDS, MIB
 from heapsight.model import SCHEMA_VERSION
 from heapsight.report import build_page
@@ -55,6 +55,7 @@ CHART_IDS = {
     "containers": ["containers-vector", "containers-list", "containers-deque",
                    "containers-out-of-scope"],
     "perl": ["perl-glibc-cases", "perl-kept-per-config", "perl-boundary", "perl-repeat"],
+    "remedies": ["remedies-threads", "remedies-pymalloc"],
 }
 
 VERDICTS = {  # what this data says of each claim, in the order claims() gives them
@@ -63,6 +64,7 @@ VERDICTS = {  # what this data says of each claim, in the order claims() gives t
     "arenas": [DEPENDS, DEPENDS, HOLDS, DEPENDS, DEPENDS],
     "containers": [HOLDS, DEPENDS, HOLDS, FAILS, FAILS],
     "perl": [DEPENDS, FAILS, HOLDS, DEPENDS, DEPENDS],
+    "remedies": [HOLDS] * 6,
 }
 
 
@@ -467,6 +469,80 @@ def test_perl_a_configuration_that_did_not_run_is_a_table_of_its_own():
     kept = perl.charts(data)[1]
     assert [s["name"] for s in kept["series"]] == ["glibc", "glibc-mmap128k", "jemalloc",
                                                    "jemalloc-eager"]
+
+
+# ---------------------------------------------------------------- remedies
+
+def set_kept(data: dict, name: str, share_of_default: float) -> None:
+    """Edits every run of one row to keep this share of its pattern's default RSS."""
+    pattern = name.split("/")[0]
+    base = remedies.kept(common.config(data, f"{pattern}/glibc"))
+    for r in common.config(data, name)["runs"]:
+        r["rss_after"] = r["rss_trim"] = int(base * share_of_default)
+
+
+def test_remedies_thresholds_and_claim_ids_are_what_the_rules_import():
+    assert (remedies.LOWERS, remedies.DOES_NOT_LOWER) == (0.30, 0.10)
+    assert list(remedies.CLAIM_IDS) == [
+        "threads-jemalloc-eager", "threads-malloc-trim", "threads-glibc-tunables",
+        "pymalloc-python-malloc", "pymalloc-jemalloc-eager", "pymalloc-malloc-trim"]
+    data = stored("remedies")
+    # each id names the claim of that text, in the order claims() gives them
+    assert [c.text for c in remedies.claims(data)] == list(remedies.CLAIM_IDS.values())
+    for cid, text in remedies.CLAIM_IDS.items():
+        assert remedies.claim_by_id(data, cid).text == text
+
+
+def test_remedies_a_remedy_that_lowers_the_rss_less_than_30_percent_fails():
+    # GIVEN jemalloc-eager edited to keep 71% of glibc's RSS (29% less), and 70% (30% less)
+    data = stored("remedies")
+    set_kept(data, "threads/jemalloc-eager", 0.71)
+    c = claim(remedies, data, "threads keeping a few long-lived blocks: jemalloc")
+    assert c.verdict == FAILS and "29% less" in c.evidence and "at least 30%" in c.evidence
+    set_kept(data, "threads/jemalloc-eager", 0.70)
+    assert claim(remedies, data, "threads keeping a few long-lived blocks: jemalloc").verdict == HOLDS
+
+
+def test_remedies_a_tunable_that_lowers_it_by_30_percent_makes_the_claim_depend_on_it():
+    data = stored("remedies")
+    set_kept(data, "threads/glibc-arena2", 0.6)
+    c = claim(remedies, data, "threads keeping a few long-lived blocks: MALLOC_ARENA_MAX=2")
+    assert c.verdict == DEPENDS and "MALLOC_ARENA_MAX=2" in c.depends_on
+    for name in ("threads/glibc-trim128k", "threads/glibc-mmap128k"):
+        set_kept(data, name, 0.5)
+    c = claim(remedies, data, "threads keeping a few long-lived blocks: MALLOC_ARENA_MAX=2")
+    assert c.verdict == FAILS and c.depends_on == ""
+
+
+def test_remedies_python_malloc_lowering_it_by_10_percent_fails_the_does_not_claim():
+    data = stored("remedies")
+    set_kept(data, "pymalloc/python-malloc", 0.95)
+    assert claim(remedies, data, "pymalloc arenas pinned by survivors: PYTHONMALLOC=malloc "
+                                 "alone").verdict == HOLDS
+    set_kept(data, "pymalloc/python-malloc", 0.9)
+    c = claim(remedies, data, "pymalloc arenas pinned by survivors: PYTHONMALLOC=malloc alone")
+    assert c.verdict == FAILS and "10% less" in c.evidence
+
+
+def test_remedies_a_missing_library_is_an_error_row_and_its_claims_depend():
+    # GIVEN jemalloc's library missing: both jemalloc rows could not run
+    data = stored("remedies")
+    for name in ("threads/jemalloc-eager", "pymalloc/python-malloc-jemalloc-eager"):
+        e = common.config(data, name)
+        e["errors"], e["runs"] = ["jemalloc library /usr/lib/libjemalloc.so.2 is missing"], []
+    # THEN each table has the row, with the error; the chart leaves it out
+    for t in remedies.tables(data):
+        (row,) = [r for r in t.rows if "jemalloc" in r[0]]
+        assert row[1] == "error: jemalloc library /usr/lib/libjemalloc.so.2 is missing"
+        assert row[2:] == ["n/a"] * 3 and "errors: " in t.note
+    assert all("jemalloc" not in cat for ch in remedies.charts(data)
+               for cat in ch["x"]["categories"])
+    # and the jemalloc claims depend on a run of it, the others still hold
+    verdicts = {cid: remedies.claim_by_id(data, cid) for cid in remedies.CLAIM_IDS}
+    for cid in ("threads-jemalloc-eager", "pymalloc-jemalloc-eager"):
+        assert verdicts[cid].verdict == DEPENDS and "jemalloc" in verdicts[cid].depends_on
+        assert "is missing" in verdicts[cid].evidence
+    assert [v.verdict for cid, v in verdicts.items() if "jemalloc" not in cid] == [HOLDS] * 4
 
 
 # ---------------------------------------------------------------- common

@@ -1,19 +1,21 @@
 """Re-run the classic allocator experiments here and check what their write-ups claimed.
 
-Five experiments, each from a published write-up (`heapsight lab --list` names
-them), each run across allocators:
+Five experiments from published write-ups, and one that checks heapsight's own
+remedy rules (`heapsight lab --list` names them), each run across allocators:
   release     2 KB .. 2 GB: which freed blocks go back to the OS, in which order
   waste       the rounding table: requested vs allocated for tiny blocks
   arenas      threads that allocate and free: arenas, malloc_trim, arena_max
   containers  C++ vector/list/deque of strings, std::allocator vs __pool_alloc
   perl        Perl scalars, arrays, hashes: when memory goes back
+  remedies    threads and CPython objects that pin freed memory: which settings
+              lower the RSS kept (jemalloc, malloc_trim...), and which do not
 
 Each prints the table its write-up printed, then every claim with a verdict (holds,
 fails, or depends on ...) computed from this run's numbers, and the figures behind it.
 The results are saved for `heapsight report`.
 
 examples:
-  heapsight lab --quick          # all five, small: about 1 minute on 2 cores
+  heapsight lab --quick          # all six, small: about 1 minute on 2 cores
   heapsight lab                  # full size, as published: about 11 minutes
   heapsight lab release waste    # two experiments, full size
   heapsight lab arenas --configs glibc,glibc-arena2,jemalloc
@@ -41,7 +43,7 @@ def add_arguments(p) -> None:
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                    help=f"which to run: {', '.join(lab.NAMES)} (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="smaller sizes and fewer cases: all five in about 1 minute on 2 cores")
+                   help="smaller sizes and fewer cases: all six in about 1 minute on 2 cores")
     p.add_argument("--configs", metavar="A,B,...",
                    help="run every experiment under these configurations instead of each "
                         "experiment's own set (names from `heapsight compare --list`)")

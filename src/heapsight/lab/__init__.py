@@ -1,4 +1,5 @@
-"""The lab: re-runs five classic allocator experiments here and checks their claims.
+"""The lab: re-runs five classic allocator experiments here and checks their claims, and
+the remedies experiment, which checks the rules heapsight suggests remedies by.
 
 Each experiment lives in its own module (see heapsight.lab.common for the interface).
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("release", "waste", "arenas", "containers", "perl")
+NAMES = ("release", "waste", "arenas", "containers", "perl", "remedies")
 
 
 def experiment(name: str):
