@@ -47,7 +47,8 @@ SYSTEM_FILES = {"test_attach.py", "test_attach_safety.py", "test_compare.py",
                 "test_reach.py", "test_pprof.py", "test_diff.py", "test_terminal.py",
                 "test_wheel.py", "test_interp_frames.py",
                 # many runs each (the same figure checked over several runs or moments)
-                "test_figures_every_moment.py", "test_run_hard_cases.py", "test_slot_reads.py"}
+                "test_figures_every_moment.py", "test_run_hard_cases.py", "test_slot_reads.py",
+                "test_advice.py"}
 STARTS_CHROMIUM = re.compile(r"\b(?:dump_dom|screenshot)\(|[\"']--png[\"']")
 
 

@@ -179,7 +179,8 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                       f"was held beyond its {human(h.live_bytes)} of live bytes {when}: memory it had "
                       f"freed and {allocator} kept. A release at that moment (malloc_trim for glibc) "
                       "would have given back the whole free pages among it.")
-            sugg = ((remedies.suggestions("thread-arenas", cmd) if arenas > 1 else
+            sugg = ((remedies.suggestions("thread-arenas", cmd, remedies.language(command))
+                     if arenas > 1 else
                      (f"{THREAD_TOPS_ENV} heapsight run -- {cmd}   # a fixed trim "
                       "threshold: the heap's top shrinks on free (--verify measures it)",
                       f"heapsight run --verify -- {cmd}   # measures the settings on this "
@@ -361,9 +362,7 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str) -> tuple:
     if heap.allocator != "glibc":
         return ()
     if heap.arenas > 1:   # the lab's pattern: MALLOC_ARENA_MAX and the thresholds do little
-        return remedies.suggestions("thread-arenas", cmd) + (
-            ("heapsight attach PID --trim   # for the running service: calls malloc_trim(0) "
-             "in it and measures what it gave back",) if interpreted(command) else ())
+        return remedies.suggestions("thread-arenas", cmd, remedies.language(command))
     if interpreted(command):
         # a Perl or Python program cannot #include <malloc.h>: trim the running service
         return ("heapsight attach PID --trim   # for the running service: calls malloc_trim(0) "

@@ -23,6 +23,7 @@ import math
 import os
 
 from heapsight.fmt import human
+from heapsight.moments import rss_of
 
 Z95, Z999 = 1.96, 3.29
 SPLIT_ROWS = (("rss_bytes", "RSS"), ("live_bytes", "live"), ("waste_bytes", "waste"),
@@ -35,6 +36,8 @@ GATE_FIGURES = {
     "rss": "RSS at exit", "non_heap": "non-heap at exit",
     "peak_live": "live at the peak (the library's exact peak)",
     "lost": "definitely and indirectly lost at exit",
+    "held_rss": "held RSS (the most kept through a stretch of the run)",
+    "end_rss": "RSS as the exit began",
 }
 
 
@@ -83,6 +86,8 @@ def figure(s: dict, name: str) -> int | None:
     fin = s.get("final") or {}
     if name == "peak_live":
         return exact_peak_live(s)
+    if name in ("held_rss", "end_rss"):
+        return rss_of(s.get("moments") or (), name.removesuffix("_rss"))
     if name == "lost":
         r = reach(s)
         return None if r is None else r["definitely_lost_bytes"] + r["indirectly_lost_bytes"]
@@ -93,6 +98,9 @@ def figure(s: dict, name: str) -> int | None:
 
 def figures(a: dict, b: dict) -> list:
     rows = [("peak RSS", a.get("peak_rss_bytes"), b.get("peak_rss_bytes")),
+            *((f"{name} RSS", rss_of(a.get("moments") or (), name),
+               rss_of(b.get("moments") or (), name)) for name in ("held", "end")
+              if a.get("moments") and b.get("moments")),
             ("peak live (exact)", exact_peak_live(a), exact_peak_live(b)),
             ("release at exit gave back", (a.get("release") or {}).get("gave_back_bytes"),
              (b.get("release") or {}).get("gave_back_bytes")),

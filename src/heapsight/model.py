@@ -200,6 +200,8 @@ class Summary:
                                 # out of every RSS and anonymous figure above
     moments: tuple = ()         # Moment: peak, held, end, exit (those that exist)
     moment: str = ""            # the one the verdict is about (moments.about)
+    verified: tuple = ()        # run --verify: {setting, moment, rss_bytes, wall_s, change,
+                                # time_change, error} per setting measured ("none" first)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -332,6 +332,14 @@ HEAPMAP = fields(required={"moment": string, "status": string, "arenas": list_of
                                "map_ms")}})
 
 
+NAMED_MOMENT = fields(required={"name": string, "at_s": number},
+                      optional={"breakdown": BREAKDOWN, "start_s": number, "end_s": number,
+                                "how": string})
+VERIFIED = fields(required={"setting": string},
+                  optional={"moment": string, "error": string, **{k: maybe(number) for k in (
+                      "rss_bytes", "wall_s", "change", "time_change")}})
+
+
 SUMMARY = fields(
     required={"command": list_of(string)},
     optional={"pid": maybe(number), "started_pid": maybe(number), "exit_code": maybe(number),
@@ -340,7 +348,8 @@ SUMMARY = fields(
               "heap": maybe(HEAP), "findings": list_of(FINDING), "verdict": string,
               "holds": list_of(HOLD), "snapshots": list_of(SNAPSHOT),
               "interrupted": boolean, "sites": maybe(sites), "heapmaps": list_of(HEAPMAP),
-              "mapped_sites": maybe(sites),
+              "mapped_sites": maybe(sites), "moments": list_of(NAMED_MOMENT),
+              "moment": string, "verified": list_of(VERIFIED),
               **{k: number for k in (
                   "duration_s", "samples", "sample_hz", "sampler_cpu_s", "peak_rss_bytes",
                   "final_rss_bytes", "forks", "execs", "other_processes", "cpu_user_s",

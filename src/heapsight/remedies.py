@@ -5,15 +5,18 @@ reproduces the pattern and checks the claim (heapsight lab remedies), or where `
 --verify` measured it on the program itself (verified()); the settings the lab shows not
 to help are not offered first.
 
-Measured here when the rules were written (the program's own RSS after its work, bare):
-8 threads keeping 1 in 500 strings: glibc 141 MiB, MALLOC_ARENA_MAX=2 139, a fixed trim
-threshold 141, jemalloc returning pages at once 10, malloc_trim(0) after the work 4;
-480k Python objects, 1 in 200 kept: pymalloc 144 MiB, PYTHONMALLOC=malloc 167,
-PYTHONMALLOC=malloc with jemalloc returning pages at once 73, PYTHONMALLOC=malloc and
-malloc_trim(0) after the drop 24."""
+Measured when the rules were written (the program's own RSS after its work, bare): a C++
+program whose 8 threads keep 1 in 500 strings (tests/data/advice/threads_cache.cc): glibc
+141 MiB, MALLOC_ARENA_MAX=2 139, a fixed trim threshold 141, jemalloc returning pages at
+once 10, malloc_trim(0) after the work 4; the lab's C version (blocks kept where they were
+allocated): 126, 120, 126, 68, 24. 480k Python objects, 1 in 200 kept
+(tests/data/advice/service.py): pymalloc 144 MiB, PYTHONMALLOC=malloc 167,
+PYTHONMALLOC=malloc with jemalloc returning pages at once 73 (the lab's: 45),
+PYTHONMALLOC=malloc and malloc_trim(0) after the drop 24."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -70,17 +73,38 @@ def missing(preset: str) -> str:
     return f"; apt-get install {a.package}" if err and a and a.package else ""
 
 
-def suggestions(pattern: str, cmd: str) -> tuple:
+# the release in the program's own language, where the pattern's code change is C's
+IN_LANGUAGE = {
+    "python": ('ctypes.CDLL("libc.so.6").malloc_trim(0)',
+               "in the script, after the work that freed it: glibc then returns the free "
+               "pages of every arena"),
+    "perl": ("heapsight attach PID --trim",
+             "for the running service: calls malloc_trim(0) in it and measures what it gave "
+             "back (Perl has no call of its own)"),
+}
+
+
+def language(command: list) -> str:
+    """"python", "perl" or "c": which language the program's code change is written in."""
+    name = os.path.basename(str(command[0])) if command else ""
+    return next((lang for lang in ("python", "perl") if re.match(rf"^{lang}[0-9.]*$", name)), "c")
+
+
+def suggestions(pattern: str, cmd: str, lang: str = "c") -> tuple:
     """The pattern's commands, the lab-backed setting first: the setting under heapsight,
-    the code change, the measurement on this program, compare."""
+    the code change (in the program's language), the measurement on this program, compare,
+    then the settings the lab shows doing little for the pattern."""
     p = PATTERNS[pattern]
     first = (f"{setting(p.preset)} heapsight run -- {cmd}   # {PRESET[p.preset].about}: "
              f"{p.effect} ({LAB}{missing(p.preset)})")
+    weaker = tuple(f"{setting(n)} heapsight run -- {cmd}   # {PRESET[n].about}: the lab: "
+                   "less than 30% for this pattern" for n in p.not_first)
+    code, why = (p.code, p.code_why) if pattern == "pymalloc" or lang == "c" else IN_LANGUAGE[lang]
     return (first,
-            f"{p.code}   # {p.code_why}",
+            f"{code}   # {why}",
             f"heapsight run --verify -- {cmd}   # measures these settings on this program "
             "at the moment that matters",
-            f"heapsight compare -- {cmd}   # every allocator and setting side by side")
+            f"heapsight compare -- {cmd}   # every allocator and setting side by side") + weaker
 
 
 # ---------------------------------------------------------------- the program's settings

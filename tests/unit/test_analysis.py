@@ -216,11 +216,21 @@ def test_glibc_retention_names_arenas_and_large_heap_blocks():
                            heap(arenas=8, threads=16, n_large_heap=3))
     assert "8 malloc arenas" in f.detail and "16 threads seen" in f.detail
     assert "3 blocks of 128 KiB or more came from the heap" in f.detail
-    assert f.suggestions[0].startswith("gdb -p PID -batch -ex 'call (int)malloc_trim(0)'")
-    assert "MALLOC_ARENA_MAX=2 heapsight run -- ./server --port 80" in f.suggestions
+    # several threads' arenas: the setting the lab's remedies experiment shows working first,
+    # the code change next, and the glibc tunables it shows doing little last, said so
+    assert f.suggestions[0].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 heapsight run -- ./server --port 80   # jemalloc")
+    assert "(heapsight lab remedies)" in f.suggestions[0]
+    assert f.suggestions[1].startswith("malloc_trim(0);   # in the program")
+    weak = [x for x in f.suggestions if "GLIBC_TUNABLES" in x]
+    assert weak and all("less than 30% for this pattern" in x for x in weak)
+    assert f.suggestions.index(weak[0]) > 2
+    # one arena: the release in the program first (no lab rule for one thread)
+    one, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB),
+                             heap(arenas=1, threads=1, n_large_heap=3))
+    assert one.suggestions[0].startswith("gdb -p PID -batch -ex 'call (int)malloc_trim(0)'")
     assert ("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 heapsight run -- ./server --port 80"
-            in f.suggestions)
-    assert f.suggestions[-1].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ")
+            in one.suggestions)
+    assert one.suggestions[-1].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ")
     # one arena and no large heap block: neither is named nor suggested
     f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB), heap())
     assert "malloc arenas" not in f.detail and "came from the heap" not in f.detail
@@ -279,18 +289,21 @@ def test_hold_findings_name_the_stretch_and_whose_memory():
     assert (f.kind, f.bytes) == ("hold", 100 * MiB)
     assert f.title == "100.0 MiB held beyond live bytes from 0.25 s to 1.50 s"
     assert "(up to 120.0 MiB)" in f.detail and "glibc kept" in f.detail
-    assert f.suggestions == (
-        "GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- ./server --port 80",
-        "MALLOC_ARENA_MAX=2 heapsight run -- ./server --port 80")
+    # threads' arenas: the lab's rule (jemalloc returning pages at once) first
+    assert f.suggestions[0].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 heapsight run -- ./server --port 80")
     assert analysis.hold_findings([kept], "jemalloc", CMD)[0].suggestions == ()
-    # with two arenas or one, fewer arenas is not suggested: it cannot change anything
-    assert analysis.hold_findings([kept], "glibc", CMD, arenas=2)[0].suggestions == (
-        "GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- ./server --port 80",)
+    # one arena: no lab rule; the tunable, said to be unmeasured, and --verify to measure it
+    one = analysis.hold_findings([kept], "glibc", CMD, arenas=1)[0].suggestions
+    assert one[0].startswith(
+        "GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072 heapsight run -- ./server --port 80")
+    assert "--verify measures it" in one[0] and one[1].startswith("heapsight run --verify --")
     # anonymous memory malloc did not give: pymalloc's arenas for a Python program
     other = Hold(0.0, 2.0, 50 * MiB, 60 * MiB, MiB, 0, 50 * MiB, "non-heap")
     py, = analysis.hold_findings([other], "glibc", ["python3", "job.py"])
     assert "did not come from malloc" in py.detail
-    assert py.suggestions[0].startswith("PYTHONMALLOC=malloc heapsight run -- python3 job.py")
+    assert py.suggestions[0].startswith(
+        "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 PYTHONMALLOC=malloc "
+        "MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 heapsight run -- python3 job.py")
     assert analysis.hold_findings([other], "glibc", CMD)[0].suggestions == ()
     assert analysis.hold_findings([], "glibc", CMD) == []
 
@@ -359,15 +372,20 @@ def test_never_freed_says_how_much_of_it_was_never_touched():
 
 def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_include():
     # GIVEN the same retention in a C server and in perl and python programs
-    for cmd, first in ((CMD, "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'"),
-                       (["perl", "app.pl"], "heapsight attach PID --trim   # for the running service"),
-                       (["/usr/bin/python3.11", "app.py"],
-                        "heapsight attach PID --trim   # for the running service")):
+    for cmd, code in ((CMD, "malloc_trim(0);   # in the program"),
+                      (["perl", "app.pl"], "heapsight attach PID --trim   # for the running service"),
+                      (["/usr/bin/python3.11", "app.py"], 'ctypes.CDLL("libc.so.6").malloc_trim(0)')):
         f, = analysis.findings(cmd, bd(retained_bytes=40 * MiB), released(30 * MiB),
                                heap(arenas=4, threads=4))
-        # THEN the first thing to try fits the program: an interpreter cannot include malloc.h
+        # THEN the change in the program's code is in its language: an interpreter cannot
+        # include malloc.h
+        assert f.suggestions[1].startswith(code), (cmd, f.suggestions)
+        assert any("#include" in x for x in f.suggestions) == (cmd is CMD)
+    for cmd, first in ((CMD, "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'"),
+                       (["perl", "app.pl"], "heapsight attach PID --trim   # for the running service")):
+        f, = analysis.findings(cmd, bd(retained_bytes=40 * MiB), released(30 * MiB),
+                               heap(arenas=1, threads=1))
         assert f.suggestions[0].startswith(first), (cmd, f.suggestions)
-        assert ("#include" in f.suggestions[0]) == (cmd is CMD)
 
 
 def owner(name, peak, at_exit, n=10):
@@ -409,7 +427,13 @@ def test_a_pymalloc_hold_says_what_is_known_not_that_survivors_keep_arenas():
     assert "Whether it holds live objects or free space cannot be told" in f.detail
     assert "a few survivors keep whole arenas" not in f.detail
     assert "PYTHONMALLOC=malloc sends CPython's objects to malloc" in f.detail
-    assert f.suggestions[0].startswith("PYTHONMALLOC=malloc heapsight run -- python3 job.py")
+    # PYTHONMALLOC=malloc alone raises what is held (the lab): jemalloc under it first, and
+    # the release in the script's own words
+    assert f.suggestions[0].startswith(
+        "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 PYTHONMALLOC=malloc")
+    assert any(x.startswith('ctypes.CDLL("libc.so.6").malloc_trim(0)') for x in f.suggestions)
+    alone = next(x for x in f.suggestions if x.startswith("PYTHONMALLOC=malloc heapsight run"))
+    assert "less than 30% for this pattern" in alone
 
 
 def test_a_reservation_is_told_from_what_is_resident():
@@ -493,9 +517,11 @@ def test_free_tops_of_thread_heaps_are_retention_with_the_threshold_to_fix():
                        40 << 20, 1, 0, 2, 2, (), 0, None, 0)
     release = Release(True, "malloc_trim(0)", "", 30 << 20, 29 << 20, 30 << 20, 29 << 20, 0.001)
     f = _retention_finding(final, release, heap, {"thread_tops": 22 << 20}, ["prog"], "prog")
-    # THEN it is retention that malloc_trim cannot reach, with the tunable first
+    # THEN it is retention that malloc_trim cannot reach; threads' heaps: the lab's rule
+    # first, the tunable that fixes the thresholds among the suggestions
     assert f.kind == "retention" and "top of the threads' heaps" in f.detail
-    assert "trim_threshold=131072" in f.suggestions[0]
+    assert f.suggestions[0].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    assert any("trim_threshold=131072" in x for x in f.suggestions)
     assert not any("malloc_trim(0)'" in s for s in f.suggestions)
     # and without the tops it stays fragmentation
     f = _retention_finding(final, release, heap, {}, ["prog"], "prog")

@@ -1,9 +1,12 @@
 """Run one program under several allocators and tunables and compare their memory and time.
 
 Each configuration runs --repeat times (default 3) under `heapsight run`'s measurement;
-the table gives medians with min-max: peak RSS, RSS at exit, retained at exit, what a
-release at exit gave back, wall and CPU time, minor faults, each relative to glibc's
-default. Each run checks that the allocator it asked for is the one that answered; a
+the table gives medians with min-max: peak RSS, the RSS at the moment ranked by (by
+default the moment glibc's run's verdict is about: held, end or exit; --rank-by), retained
+at exit, what a release at exit gave back, wall and CPU time, minor faults, each relative
+to glibc's default. The recommendation is the lowest at that moment among the
+configurations costing at most 25% more time, and beside it the lowest of all with its
+cost; a configuration that failed is listed with why. Each run checks that the allocator it asked for is the one that answered; a
 mismatch (a static binary, a program that ignores LD_PRELOAD) is an error in its row.
 
 examples:
@@ -41,6 +44,11 @@ def add_arguments(p) -> None:
                    help="add your own: ALLOC is glibc, jemalloc, tcmalloc, mimalloc, mmap, or the "
                         "path of an allocator library; ENV=VAL pairs are set for the program")
     p.add_argument("--repeat", type=int, default=3, help="runs per configuration (default 3)")
+    p.add_argument("--rank-by", choices=("peak", "held", "end", "exit"), default="",
+                   help="the moment whose RSS ranks the configurations: peak (peak RSS), held "
+                        "(the most RSS kept through a stretch of the run), end (as the exit "
+                        "began), exit (after exit handlers and teardown); default: the moment "
+                        "the verdict of glibc's run is about")
     p.add_argument("--json", metavar="FILE", help="the comparison as JSON ('-' for stdout)")
     p.add_argument("--csv", metavar="FILE", help="the table as CSV, one row per configuration, "
                    "numbers in bytes and seconds ('-' for stdout)")
@@ -112,7 +120,8 @@ def execute(args) -> int:
     progress = Progress(sys.stderr, "heapsight compare", in_place=not args.show_output)   # the program's output
                                                                      # would land on its line
     try:
-        cmp = comparison.run_all(argv, configs, args.repeat, args.show_output, progress=progress)
+        cmp = comparison.run_all(argv, configs, args.repeat, args.show_output, progress=progress,
+                                 rank_by=args.rank_by)
     finally:
         progress.done()
     doc = cmp.doc(with_runs=False)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from heapsight import record
 from heapsight.allocators import Config, library_for
 from heapsight.live.measure import Options, measure
+from heapsight.moments import rss_of
 from heapsight.ranking import recommend, stats_of
 
 SCHEMA_KIND = "heapsight-compare"
@@ -30,8 +31,14 @@ def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool) -> tupl
         how = (f"was killed by signal {summary.exit_signal}" if summary.exit_signal
                else f"exited with code {summary.exit_code}")
         return summary, timeline, None, f"the program {how}"
+    def at(name):   # the RSS at a named moment (moments.py); held: the peak when the run
+        v = rss_of(summary.moments, name)   # was too short to hold anything for a stretch
+        return v if v is not None or name != "held" else summary.peak_rss_bytes
     metrics = {
         "peak_rss": summary.peak_rss_bytes,
+        "held_rss": at("held"),
+        "end_rss": at("end"),
+        "moment": summary.moment,
         "final_rss": summary.final_rss_bytes,
         "retained": summary.final.retained_bytes if summary.final else 0,
         "given_back": summary.release.gave_back_bytes,
@@ -54,25 +61,43 @@ class Comparison:
     interrupt stopped it before the end."""
     argv: list
     repeat: int
+    rank_by: str = ""   # the moment ranked by (moments.NAMES); "" until decided
     rows: list = field(default_factory=list)
     records: list = field(default_factory=list)
     interrupted: bool = False
 
     def doc(self, with_runs: bool = True) -> dict:
         d = {"kind": SCHEMA_KIND, "schema_version": record.SCHEMA_VERSION, "command": self.argv,
-             "repeat": self.repeat, "configs": self.rows, "recommendation": recommend(self.rows),
+             "repeat": self.repeat, "configs": self.rows, "rank_by": self.ranked_by(),
+             "rank_why": self.rank_why(),
+             "recommendation": recommend(self.rows, self.ranked_by()),
              "interrupted": self.interrupted}
         if with_runs:
             d["runs"] = self.records
         return d
 
 
+    def ranked_by(self) -> str:
+        """The moment asked for, else the one glibc's first run's verdict was about."""
+        return self.rank_by or self._verdict_moment() or "end"
+
+    def _verdict_moment(self) -> str:
+        base = next((r for r in self.rows if r["name"] == "glibc"), None)
+        return next((x["moment"] for x in (base or {}).get("runs", ()) if x.get("moment")), "")
+
+    def rank_why(self) -> str:
+        if self.rank_by:
+            return "asked for (--rank-by)"
+        return ("the moment the verdict of glibc's run is about" if self._verdict_moment()
+                else "no glibc run: the program's end")
+
+
 def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
-            progress=lambda msg: None) -> Comparison:
+            progress=lambda msg: None, rank_by: str = "") -> Comparison:
     """Runs every configuration repeat times, interleaved (machine noise hits every
     configuration alike). An interrupt (Ctrl-C, SIGTERM) ends the run in progress and
     stops the matrix; what finished is kept and cmp.interrupted is set."""
-    cmp = Comparison(list(argv), repeat)
+    cmp = Comparison(list(argv), repeat, rank_by)
     for cfg in configs:
         lib, err = library_for(cfg)
         cmp.rows.append({"name": cfg.name, "allocator": cfg.allocator, "about": cfg.about,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heapsight import __version__, heapmap, ranking
+from heapsight.moments import words as moment_words
 from heapsight.ranking import METRICS
 from heapsight.diffing import change_text, read_at_text, sites_moment_text
 from heapsight.fmt import cell, human, metric, pct
@@ -121,23 +122,44 @@ def _cell(b, key, share=True) -> str:
 
 
 
+def _moment_columns(s: dict) -> list:
+    """(header, breakdown dict) per named moment (moments.py), the verdict's marked; a run
+    saved before moments had names: peak live and exit."""
+    named = [m for m in s.get("moments") or () if m.get("breakdown")]
+    if not named:
+        peak, fin = s.get("peak"), s.get("final")
+        return [(f"peak (at {peak['at_s']:.2f} s)" if peak else "peak", peak),
+                (f"at exit ({fin['at_s']:.2f} s)" if fin else "at exit", fin)]
+    cols = []
+    for m in named:
+        head = moment_words(m) + (" *" if m["name"] == s.get("moment") else "")
+        if cols and cols[-1][1] == m["breakdown"]:
+            cols[-1] = (cols[-1][0] + ", " + head, m["breakdown"])
+        else:
+            cols.append((head, m["breakdown"]))
+    return cols
+
+
 def breakdown_table(s: dict) -> str:
-    peak, fin = s.get("peak"), s.get("final")
-    head = f"peak (at {peak['at_s']:.2f} s)" if peak else "peak"
-    tail = f"at exit ({fin['at_s']:.2f} s)" if fin else "at exit"
-    rows = [f"<tr><td>RSS</td>{_cell(peak, 'rss_bytes', False)}{_cell(fin, 'rss_bytes', False)}</tr>"]
+    cols = _moment_columns(s)
+
+    def row(label, key, share=True, cls=""):
+        return (f'<tr><td{cls}>{esc(label)}</td>'
+                + "".join(_cell(b, key, share) for _, b in cols) + "</tr>")
+    rows = [row("RSS", "rss_bytes", False)]
     if s.get("preload") == "active":
-        for label, key in PARTS:
-            rows.append(f'<tr><td class="sub">{esc(label)}</td>{_cell(peak, key)}{_cell(fin, key)}</tr>')
-        if fin and fin.get("untouched_bytes", 0) > 0:
-            rows.append(f'<tr><td class="sub">never touched (not resident)</td><td></td><td></td>'
-                        f'<td>{esc(human(fin["untouched_bytes"]))}</td><td></td></tr>')
+        rows += [row(label, key, True, ' class="sub"') for label, key in PARTS]
+        if any(b and b.get("untouched_bytes", 0) > 0 for _, b in cols):
+            rows.append(row("never touched (not resident)", "untouched_bytes", False, ' class="sub"'))
     else:
-        for label, key in (("file-backed", "file_bytes"),):
-            rows.append(f'<tr><td class="sub">{esc(label)}</td>{_cell(peak, key)}{_cell(fin, key)}</tr>')
-    return (f'<div class="scroll"><table class="data breakdown"><caption>Where the RSS went</caption>'
-            f'<thead><tr><th></th><th colspan="2">{esc(head)}</th><th colspan="2">{esc(tail)}</th></tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table></div>")
+        rows.append(row("file-backed", "file_bytes", True, ' class="sub"'))
+    about = next((m for m in s.get("moments") or () if m["name"] == s.get("moment")), None)
+    note = (f'<p class="note">* the moment the verdict is about: {esc(about.get("how", ""))}</p>'
+            if about else "")
+    return ("<div class=\"scroll\"><table class=\"data breakdown\"><caption>Where the RSS went, "
+            'at each moment</caption><thead><tr><th></th>'
+            + "".join(f'<th colspan="2">{esc(h)}</th>' for h, _ in cols)
+            + f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}")
 
 
 def run_facts(s: dict) -> list:
@@ -258,7 +280,9 @@ def compare_table(doc: dict) -> str:
         out.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
     out.append("</tbody></table></div>")
     out.append(f'<p class="table-note">{esc(f"medians of {rep} run(s)" + (", lowest and highest below" if rep > 1 else ""))}'
-               f'{esc("; changes against glibc defaults, ~ where the repeats overlap" if base else "")}</p>')
+               f'{esc("; changes against glibc defaults, ~ where the repeats overlap" if base else "")}'
+               + (f"{esc('; ranked by ' + ranking.RANK_WORDS[doc['rank_by']] + ': ' + doc.get('rank_why', ''))}"
+                  if doc.get("rank_by") in ranking.RANK_WORDS else "") + "</p>")
     return "".join(out)
 
 

@@ -7,6 +7,7 @@ NO_COLOR and FORCE_COLOR itself)."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import textwrap
@@ -31,7 +32,8 @@ VERDICT_STYLE = {"hold": "bold yellow", "never-freed": "bold red", "leak": "bold
                  "kept": "bold yellow", "retention": "bold yellow",
                  "fragmentation": "bold red", "waste": "bold yellow", "non-heap": "bold yellow"}
 # compare's figures where less is better (given back is neither: it depends on what was kept)
-LOWER_IS_BETTER = {"peak_rss", "final_rss", "retained", "wall_s", "cpu_s", "minor_faults"}
+LOWER_IS_BETTER = {"peak_rss", "held_rss", "end_rss", "final_rss", "retained", "wall_s", "cpu_s",
+                   "minor_faults"}
 MiB = 1 << 20
 
 
@@ -102,6 +104,29 @@ def _run_verdict(c: Console, s: Summary) -> None:
     _verdict(c, s)
     if s.findings and s.findings[0].suggestions:
         _command(c, s.findings[0].suggestions[0], 4)
+    _verified_lines(c, s)
+
+
+def _verified_lines(c: Console, s: Summary) -> None:
+    """run --verify's measurements: each setting's RSS at the verdict's moment, against the
+    run without a setting."""
+    if not s.verified:
+        return
+    base = s.verified[0]
+    title = moments.TITLE.get(base["moment"], base["moment"])
+    head = (f"measured on this program (--verify, one run each, {title} RSS"
+            + (f"; without a setting {human(base['rss_bytes'])} in {base['wall_s']:.2f} s):"
+               if not base.get("error") else f"; the run without a setting: {base['error']}):"))
+    c.print()
+    _indent(c, head, 2)
+    for r in sorted(s.verified[1:], key=lambda r: r.get("change", math.inf)):
+        c.print(Text("    " + printable(r["setting"])), soft_wrap=True)
+        if r.get("error") or "change" not in r:
+            _indent(c, f"not measured: {r.get('error') or 'the run without a setting failed'}", 8)
+        else:
+            _indent(c, f"{r['change'] * 100:+.0f}% {title} RSS ({human(r['rss_bytes'])}), "
+                       f"{r['time_change'] * 100:+.0f}% time", 8,
+                    style="green" if r["change"] <= -0.10 else "dim")
 
 
 def _untouched_shown(b) -> bool:
@@ -440,8 +465,11 @@ def _compare_table(rows, base, metrics, repeat, spread, stacked) -> tuple:
             continue
         cells = []
         for key, _ in metrics:
-            st = r["stats"][key]
-            b = base["stats"][key] if base is not None and r is not base else None
+            st = r["stats"].get(key)
+            if st is None:
+                cells.append(Text("-"))
+                continue
+            b = base["stats"].get(key) if base is not None and r is not base else None
             cell = _delta(key, st, b, stacked)
             if spread and repeat > 1:   # half the min-max range, against the median
                 half = (st["max"] - st["min"]) / 2
@@ -458,13 +486,21 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
     c = console(out)
     rows, repeat = doc["configs"], doc["repeat"]
     base = baseline(rows)
-    # minor faults only where there is room: the rest fits in 100 columns
-    metrics = [(k, h) for k, h in METRICS if k != "minor_faults" or c.width >= 120]
+    rank = doc.get("rank_by") or "exit"    # a comparison saved before moments: at exit
+    ranked = ranking.RANK_KEY[rank]
+    # peak RSS, the moment ranked by, what stayed at exit and the cost; minor faults only
+    # where there is room: the rest fits in 100 columns
+    have = {k for r in rows if r["ok"] for k in r.get("stats", {})}
+    metrics = [(k, h + ("*" if k == ranked else "")) for k, h in METRICS
+               if k in have and (k == ranked or k not in ("held_rss", "end_rss", "final_rss"))
+               and (k != "minor_faults" or c.width >= 120)]
+    c.print()
+    _indent(c, f"ranked by* {ranking.RANK_WORDS[rank]}: "
+               f"{doc.get('rank_why') or 'a comparison saved before moments had names'}", 0)
     # the changes go under the figures when the rows would not fit on one line
     t, errors = _compare_table(rows, base, metrics, repeat, spread, stacked=False)
     if Measurement.get(c, c.options.update(max_width=10_000), t).maximum > c.width:
         t, errors = _compare_table(rows, base, metrics, repeat, spread, stacked=True)
-    c.print()
     _print(c, t)
     for r in errors:
         _indent(c, f"{r['name']}: {r['error']}", 2, style="red")
@@ -477,9 +513,14 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
                "returned", 0, style="dim")
     c.print()
     text, _, how = doc["recommendation"].partition("; run it with: ")
+    text, _, lowest = text.partition("; lowest memory: ")
     _indent(c, f"recommendation: {text}", 0, style="bold")
     if how:
         _command(c, how, 2)
+    if lowest:
+        low, _, low_how = lowest.rpartition(" (")
+        _indent(c, f"lowest memory: {low}", 0, style="bold")
+        _command(c, low_how.removesuffix(")"), 2)
 
 
 def table(t: dict) -> Table:
