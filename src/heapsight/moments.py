@@ -78,7 +78,7 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     out = []
     if peak_i is not None:
         out.append(Moment("peak", float(t[peak_i]), breakdown_at(peak_i), how="the most RSS sampled"))
-    before = np.flatnonzero((t <= end_s) & ~np.isnan(np.asarray(rss, dtype=float))) \
+    before = np.flatnonzero((t < end_s) & ~np.isnan(np.asarray(rss, dtype=float))) \
         if end_s is not None else None
     end_i = (int(before[-1]) if before is not None and len(before) else last_i)
     # held: while the program ran, so before its end

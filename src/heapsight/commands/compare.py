@@ -49,6 +49,9 @@ def add_arguments(p) -> None:
                         "(the most RSS kept through a stretch of the run), end (as the exit "
                         "began), exit (after exit handlers and teardown); default: the moment "
                         "the verdict of glibc's run is about")
+    p.add_argument("--follow", metavar="NAME", default="",
+                   help="measure the process of the program named NAME among those the command "
+                        "starts (as run --follow)")
     p.add_argument("--json", metavar="FILE", help="the comparison as JSON ('-' for stdout)")
     p.add_argument("--csv", metavar="FILE", help="the table as CSV, one row per configuration, "
                    "numbers in bytes and seconds ('-' for stdout)")
@@ -113,7 +116,9 @@ def execute(args) -> int:
         raise HeapsightError(f"--repeat {args.repeat} is out of range: give 1 to 100")
     argv = measure.program_argv(args.command, "compare")
     path = measure.resolve_command(argv)  # fail before any work when the command does not exist
-    configs = select_configs(args, runtime_of(path))
+    # the runtime of the process measured: the program followed, else the command's
+    runtime = runtime_of(shutil.which(args.follow) or args.follow) if args.follow else None
+    configs = select_configs(args, runtime or runtime_of(path))
     output.check_all([("--json", args.json, True), ("--csv", args.csv, True),
                       ("--output", None if args.no_save else args.output, False),
                       ("--html", args.html, False)])
@@ -121,7 +126,7 @@ def execute(args) -> int:
                                                                      # would land on its line
     try:
         cmp = comparison.run_all(argv, configs, args.repeat, args.show_output, progress=progress,
-                                 rank_by=args.rank_by)
+                                 rank_by=args.rank_by, follow=args.follow)
     finally:
         progress.done()
     doc = cmp.doc(with_runs=False)

@@ -15,10 +15,12 @@ from heapsight.moments import rss_of
 from heapsight.ranking import recommend, stats_of
 
 SCHEMA_KIND = "heapsight-compare"
-def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool) -> tuple:
-    """(summary, timeline, metrics or None, error or None, interrupted) for one run."""
+def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool,
+            follow: str = "") -> tuple:
+    """(summary, timeline, metrics or None, error or None, interrupted) for one run;
+    follow: the program among those the command starts whose process is measured."""
     opts = Options(extra_env=cfg.env, extra_preload=(lib,) if lib else (), warn=False,
-                   stdout=None if show_output else subprocess.DEVNULL)
+                   stdout=None if show_output else subprocess.DEVNULL, follow=follow)
     summary, timeline = measure(argv, opts)
     heap = summary.heap
     if heap is None:
@@ -93,7 +95,7 @@ class Comparison:
 
 
 def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
-            progress=lambda msg: None, rank_by: str = "") -> Comparison:
+            progress=lambda msg: None, rank_by: str = "", follow: str = "") -> Comparison:
     """Runs every configuration repeat times, interleaved (machine noise hits every
     configuration alike). An interrupt (Ctrl-C, SIGTERM) ends the run in progress and
     stops the matrix; what finished is kept and cmp.interrupted is set."""
@@ -116,7 +118,8 @@ def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
                     left = (time.monotonic() - started) / finished * (total - done + 1)
                     eta = f", about {left:.0f} s left" if left >= 1 else ""
                 progress(f"[{done}/{total}] {cfg.name} (run {i + 1} of {repeat}{eta})")
-                summary, timeline, metrics, err = one_run(argv, cfg, row["library"], show_output)
+                summary, timeline, metrics, err = one_run(argv, cfg, row["library"], show_output,
+                                                          follow)
                 if summary.interrupted:
                     raise KeyboardInterrupt
                 cmp.records.append({"config": cfg.name, "repeat": i,
