@@ -32,7 +32,7 @@ def test_retention_is_not_a_leak_and_release_gives_most_back(hs):
     assert s["heap"]["arenas"] == 9
     retention = s["findings"][0]
     assert "9 malloc arenas" in retention["detail"]
-    assert any("MALLOC_ARENA_MAX=2 heapsight run -- " in c for c in retention["suggestions"])
+    assert any("glibc.malloc.arena_max=2 heapsight run -- " in c for c in retention["suggestions"])
     # the library's statistics thread never allocated (it would have made an arena of its own)
     assert s["heap"]["helper_mallocs"] == 0
     # the breakdown adds up to the RSS

@@ -180,7 +180,7 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                       f"freed and {allocator} kept. A release at that moment (malloc_trim for glibc) "
                       "would have given back the whole free pages among it.")
             sugg = ((remedies.suggestions("thread-arenas", cmd, remedies.language(command))
-                     if arenas > 1 else
+                     if arenas > 1 and h.held_bytes >= remedies.PATTERN_MIN_BYTES else
                      (f"{THREAD_TOPS_ENV} heapsight run -- {cmd}   # a fixed trim "
                       "threshold: the heap's top shrinks on free (--verify measures it)",
                       f"heapsight run --verify -- {cmd}   # measures the settings on this "
@@ -357,11 +357,14 @@ def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True,
     return [text for _, text in reasons]
 
 
-def _retention_suggestions(heap: HeapFigures, command: list, cmd: str) -> tuple:
-    """What to try against retention, for this allocator and this kind of program."""
+def _retention_suggestions(heap: HeapFigures, command: list, cmd: str,
+                           retained: int = 0) -> tuple:
+    """What to try against retention, for this allocator and this kind of program, and
+    this much retained (the lab's rule holds where it outweighs jemalloc's own start)."""
     if heap.allocator != "glibc":
         return ()
-    if heap.arenas > 1:   # the lab's pattern: MALLOC_ARENA_MAX and the thresholds do little
+    if heap.arenas > 1 and retained >= remedies.PATTERN_MIN_BYTES:
+        # the lab's pattern: MALLOC_ARENA_MAX and the thresholds do little
         return remedies.suggestions("thread-arenas", cmd, remedies.language(command))
     if interpreted(command):
         # a Perl or Python program cannot #include <malloc.h>: trim the running service
@@ -379,6 +382,22 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str) -> tuple:
     return tuple(out)
 
 
+def _thread_tops_suggestions(suggestions: tuple, cmd: str) -> tuple:
+    """Against free tops of thread heaps: the fixed thresholds, after the lab's rule where
+    it applies (many threads keeping a few blocks each: it measured less than 30% from them
+    there), first otherwise (tests/test_thread_tops.py: the tops given back); malloc_trim,
+    which does not reach them, left out."""
+    tunable = (f"{THREAD_TOPS_ENV} heapsight run -- {cmd}   # fixed thresholds: thread heaps "
+               "shrink on free")
+    if suggestions and suggestions[0].startswith("LD_PRELOAD="):   # the lab's rule
+        return suggestions[:2] + (tunable + " (the lab: less than 30% where threads keep a "
+                                  "few blocks; --verify measures it here)",) + suggestions[2:]
+    return (tunable,
+            f"heapsight compare --configs glibc,{THREAD_TOPS_PRESET},glibc-mmap128k -- {cmd}"
+            "   # the settings side by side, with their time",
+            *(x for x in suggestions if "malloc_trim" not in x and "mmap_threshold" not in x))
+
+
 def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                        command: list, cmd: str, settings: dict | None = None) -> Finding:
     """Freed memory the allocator keeps resident: retention when the release gave most of
@@ -389,7 +408,7 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
     mechanisms = _retention_reasons(heap, mapped, settings=settings)
     why = "Why it stayed: " + "; ".join(mechanisms) + "." if mechanisms else ""
     title = f"{human(retained)} freed by the program but kept by {allocator}"
-    suggestions = _retention_suggestions(heap, command, cmd)
+    suggestions = _retention_suggestions(heap, command, cmd, retained)
     if release.measured and given >= 0.5 * retained:
         return Finding("retention", retained, title,
                        f"Not a leak: the program freed it, the allocator kept it resident. The "
@@ -414,10 +433,7 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                           "mmapped block freed). Fixed thresholds keep it at 128 KiB. ")
                        + "Besides: " + "; ".join(_retention_reasons(heap, mapped, tops=False, settings=settings))
                        + ".",
-                       suggestions[:2] + (
-                           f"{THREAD_TOPS_ENV} heapsight run -- {cmd}   # fixed thresholds: "
-                           "thread heaps shrink on free (the lab: less than 30% where threads "
-                           "keep a few blocks; --verify measures it here)",) + suggestions[2:])
+                       _thread_tops_suggestions(suggestions, cmd))
     return Finding("fragmentation" if release.measured else "retention", retained, title,
                    f"Freed memory the allocator still holds; {how}. "
                    + ("The free space is interleaved with live blocks, so whole pages cannot be "
@@ -483,12 +499,29 @@ def findings(command: list, final: Breakdown | None, release: Release,
     return out
 
 
-def fit_to_run(found: list, settings: dict, follow: str) -> list:
+def known_first(sugg: tuple, cmd: str) -> tuple:
+    """The suggestions with a setting first only where its effect is known: the lab's rule
+    for the pattern ("(heapsight lab remedies)" in its words) or a measurement on the
+    program (run --verify). Otherwise the first suggestion that is no setting goes first,
+    or, with none, the command that measures them (hs-churn's retention of 2.6 MiB: a
+    fixed trim threshold changed nothing, 3.95 -> 3.96 MiB at its end)."""
+    if not sugg or not remedies.env_of(sugg[0]) or remedies.LAB in sugg[0] or "measured" in sugg[0]:
+        return sugg
+    other = next((x for x in sugg if not remedies.env_of(x)), None)
+    if other is None:
+        return (f"heapsight run --verify -- {cmd}   # measures these settings on this program "
+                "at the moment that matters",) + sugg
+    return (other,) + tuple(x for x in sugg if x is not other)
+
+
+def fit_to_run(found: list, settings: dict, follow: str, command: list = ()) -> list:
     """Each finding's commands as this run needs them: a setting the program's environment
-    already has is not suggested again, and `heapsight run`/`compare` keep --follow."""
+    already has is not suggested again, a setting whose effect is not known is not first
+    (known_first), and `heapsight run`/`compare` keep --follow."""
     out = []
     for f in found:
         sugg = tuple(x for x in f.suggestions if not remedies.applied(x, settings))
+        sugg = known_first(sugg, shell_join(command))
         if follow:
             opt = f"--follow {shell_quote(follow)}"
             sugg = tuple(x if opt in x else x.replace("heapsight run -- ", f"heapsight run {opt} -- ")

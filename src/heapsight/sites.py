@@ -117,6 +117,66 @@ def interp_note(prof: profile.Profile) -> str:
             "call sites name the interpreter's functions")
 
 
+# The C and C++ runtimes and the interpreters: a call site in them (std::string's
+# _M_construct, fopen, PyList_Append) is named after the program's own frame that called
+# into them, the first frame past them that is neither theirs nor inlined from a system
+# header (stl_vector.h's emplace_back, inlined into the program).
+RUNTIME_OBJECTS = re.compile(
+    r"(^|/)(?:lib(?:c|m|dl|pthread|rt|stdc\+\+|gcc_s|python3[.\d]*|perl)(?:[.-][^/]*)?"
+    r"|ld-linux[^/]*|python3(?:\.\d+)?|perl(?:5[.\d]*)?)$")
+
+
+def is_runtime(f: symbolize.Frame) -> bool:
+    """A frame of the C/C++ runtime or an interpreter's C code, or inlined from a system
+    header: not the program's own code."""
+    return (RUNTIME_OBJECTS.search(f.object) is not None
+            or (f.file or "").startswith("/usr/include/"))
+
+
+def own_frame(frames: list, stack: list, at: int, end: int) -> int | None:
+    """The program's own frame that called into the runtime at stack[at] (the call site),
+    when the site is the runtime's: the first frame after it that is named, neither the
+    runtime's nor the allocator's; None when the site is the program's own or none is."""
+    f = frames[stack[at]]
+    if is_interp(f) or not is_runtime(f):
+        return None
+    for i in range(at + 1, end):
+        g = frames[stack[i]]
+        if is_interp(g):
+            return stack[i]
+        if g.function is not None and not is_runtime(g) and not is_allocator(g):
+            return stack[i]
+    return None
+
+
+CALLED_VIA = " \u2190 "   # "worker(int) (cache.cc:16) ← std::basic_string::_M_construct"
+
+
+def site_name(frames: list, site: int | None, own: int | None) -> str:
+    """A call site's name: its frame's, after the program's own frame when the site is
+    in the runtime (own_frame)."""
+    if site is None:
+        return NO_STACK
+    if own is None:
+        return frames[site].name()
+    return f"{frames[own].name()}{CALLED_VIA}{short_function(frames[site])}"
+
+
+def short_function(f: symbolize.Frame) -> str:
+    """A runtime's frame in few words: C++ template arguments and parameters dropped,
+    std::__cxx11:: as std:: ("std::basic_string::_M_construct (libstdc++.so.6)")."""
+    name = f.function or ""
+    while True:
+        shorter = re.sub(r"<[^<>]*>", "", name)
+        if shorter == name:
+            break
+        name = shorter
+    name = re.sub(r"\((?:[^()]|\([^()]*\))*\)(?:\s*const)?$", "", name).replace("std::__cxx11::", "std::")
+    if not name:
+        return f.name()
+    return symbolize.Frame(name, None, None, f.object, f.address).name()
+
+
 def is_allocator(f: symbolize.Frame) -> bool:
     if ALLOCATOR_OBJECTS.search(f.object):
         return True
@@ -224,16 +284,20 @@ class Stacks:
         interp = np.array([is_interp(f) for f in self.frames] or [False], dtype=bool)
         inside = np.flatnonzero(interp[flat]) if len(flat) else np.zeros(0, np.int64)
         ji = np.searchsorted(inside, ends[:-1])
-        self.site_of = []
+        self.site_of, self.own_of = [], []
         for a, b, k, ki in zip(ends[:-1].tolist(), ends[1:].tolist(), j.tolist(), ji.tolist()):
+            own = None
             if a == b:
                 self.site_of.append(None)
             elif ki < len(inside) and inside[ki] < b:
                 self.site_of.append(interp_site(self.frames, flat_list, int(inside[ki]), b))
             elif k < len(outside) and outside[k] < b:
-                self.site_of.append(_named_past(self.frames, flat_list, int(outside[k]), b))
+                at = _named_at(self.frames, flat_list, int(outside[k]), b)
+                self.site_of.append(flat_list[at])
+                own = own_frame(self.frames, flat_list, at, b)
             else:
                 self.site_of.append(flat_list[b - 1])
+            self.own_of.append(own)
 
     def frame_dicts(self) -> list:
         return [{"function": f.function, "file": f.file, "line": f.line, "object": f.object,
@@ -261,15 +325,18 @@ def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     # stacks of one call site together (the same name in the same object)
     sites: dict = {}
     for s in np.flatnonzero(present).tolist():
-        frame = stacks.site_of[s]
-        key = _site_key(None if frame is None else stacks.frames[frame])
-        acc = sites.setdefault(key, [frame, 0.0, 0.0, 0.0])
-        acc[1] += by[0][s]
-        acc[2] += by[1][s]
-        acc[3] += by[2][s]
+        frame, own = stacks.site_of[s], stacks.own_of[s]
+        key = (_site_key(None if frame is None else stacks.frames[frame]),
+               _site_key(None if own is None else stacks.frames[own]))
+        acc = sites.setdefault(key, [frame, own, 0.0, 0.0, 0.0])
+        acc[2] += by[0][s]
+        acc[3] += by[1][s]
+        acc[4] += by[2][s]
     out_sites = []
-    for key, (frame, nb, nk, nv) in sites.items():
-        out_sites.append({"site": key[0] or NO_STACK, "frame": frame, "bytes": int(round(nb)),
+    for key, (frame, own, nb, nk, nv) in sites.items():
+        out_sites.append({"site": site_name(stacks.frames, frame, own), "frame": frame,
+                          **({"own_frame": own} if own is not None else {}),
+                          "bytes": int(round(nb)),
                           "share": round(float(nb / total), 4) if total else 0.0,
                           "blocks": int(round(nk)),
                           "error_bytes": error_bytes(nv, prof.mean_bytes)})
@@ -331,19 +398,20 @@ def live_blocks(prof: profile.Profile, t_ns: int | None) -> np.ndarray:
     return out
 
 
-def _named_past(frames: list, stack: list, at: int, end: int) -> int:
-    """The call site from stack[at], the first frame outside the allocator: when it has no
-    name (a static function of a stripped binary: CPython's _PyMem_RawMalloc, SQLite's
-    sqlite3MemMalloc), the first named frame after it in the same object stands for it (the
-    function whose work it was: PyUnicode_New); when none is named (all of git), it stays."""
+def _named_at(frames: list, stack: list, at: int, end: int) -> int:
+    """Where the call site is, from stack[at], the first frame outside the allocator: when
+    it has no name (a static function of a stripped binary: CPython's _PyMem_RawMalloc,
+    SQLite's sqlite3MemMalloc), the first named frame after it in the same object stands
+    for it (the function whose work it was: PyUnicode_New); when none is named (all of
+    git), it stays. A position in stack."""
     f = frames[stack[at]]
     if f.function is not None:
-        return stack[at]
+        return at
     for i in range(at + 1, end):
         g = frames[stack[i]]
         if g.object == f.object and g.function is not None and not is_allocator(g):
-            return stack[i]
-    return stack[at]
+            return i
+    return at
 
 
 def _frames_of(frames: list, stack: list) -> list:
@@ -361,7 +429,7 @@ def site_position(frames: list, stack: list) -> int:
     at = next((i for i, f in enumerate(fr) if not is_allocator(f)), None)
     if at is None:
         return max(0, len(fr) - 1)
-    return _named_past(fr, list(range(len(fr))), at, len(fr))
+    return _named_at(fr, list(range(len(fr))), at, len(fr))
 
 
 def site_of_stack(sites: dict, stack: int) -> str:
@@ -370,7 +438,10 @@ def site_of_stack(sites: dict, stack: int) -> str:
     st = sites["stacks"][stack]
     if not st:
         return NO_STACK
-    return _frames_of(sites["frames"], st)[site_position(sites["frames"], st)].name()
+    fr = _frames_of(sites["frames"], st)
+    at = site_position(sites["frames"], st)
+    own = None if is_interp(fr[at]) else own_frame(fr, list(range(len(fr))), at, len(fr))
+    return site_name(fr, at, own)
 
 
 def by_site(sites: dict, blocks: np.ndarray) -> dict:

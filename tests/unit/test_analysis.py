@@ -517,11 +517,15 @@ def test_free_tops_of_thread_heaps_are_retention_with_the_threshold_to_fix():
                        40 << 20, 1, 0, 2, 2, (), 0, None, 0)
     release = Release(True, "malloc_trim(0)", "", 30 << 20, 29 << 20, 30 << 20, 29 << 20, 0.001)
     f = _retention_finding(final, release, heap, {"thread_tops": 22 << 20}, ["prog"], "prog")
-    # THEN it is retention that malloc_trim cannot reach; threads' heaps: the lab's rule
-    # first, the tunable that fixes the thresholds among the suggestions
+    # THEN it is retention that malloc_trim cannot reach, with the tunable first (24 MiB:
+    # too little for another allocator's start to pay off)
     assert f.kind == "retention" and "top of the threads' heaps" in f.detail
-    assert f.suggestions[0].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
-    assert any("trim_threshold=131072" in x for x in f.suggestions)
+    assert "trim_threshold=131072" in f.suggestions[0]
+    # and with 64 MiB in many threads' heaps, the lab's rule first, the tunable after it
+    big = Breakdown(1.0, 80 << 20, 2 << 20, 0, 0, 64 << 20, 14 << 20, 4 << 20, 0, 0, 0)
+    g = _retention_finding(big, release, heap, {"thread_tops": 60 << 20}, ["prog"], "prog")
+    assert g.suggestions[0].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    assert any("trim_threshold=131072" in x for x in g.suggestions[2:])
     assert not any("malloc_trim(0)'" in s for s in f.suggestions)
     # and without the tops it stays fragmentation
     f = _retention_finding(final, release, heap, {}, ["prog"], "prog")
