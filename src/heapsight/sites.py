@@ -171,7 +171,10 @@ def short_function(f: symbolize.Frame) -> str:
         if shorter == name:
             break
         name = shorter
-    name = re.sub(r"\((?:[^()]|\([^()]*\))*\)(?:\s*const)?$", "", name).replace("std::__cxx11::", "std::")
+    name = re.sub(r"\s*(?:\[clone [^\]]*\]|\(\.(?:isra|constprop|part|cold)[.\w]*\))", "", name).strip()
+    name = re.sub(r"\((?:[^()]|\([^()]*\))*\)(?:\s*const)?$", "", name)
+    name = re.sub(r"^[\w:*&\s]+\s(?=[\w:~]+$)", "", name)   # a return type before the name
+    name = name.replace("std::__cxx11::", "std::")
     if not name:
         return f.name()
     return symbolize.Frame(name, None, None, f.object, f.address).name()

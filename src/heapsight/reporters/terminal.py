@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from heapsight import analysis, fmt, heapmap, moments
+from heapsight.sites import CALLED_VIA
 from heapsight import ranking
 from heapsight.ranking import METRICS, baseline
 from heapsight.fmt import human, pct, printable
@@ -353,13 +354,19 @@ def _sites(c: Console, sites: dict) -> None:
                 f"call sites {title} ({human(m['live_bytes'])} usable; top "
                 f"{min(TOP_SITES, len(m['sites']))} of {len(m['sites'])}):", 2)
         t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, show_header=False)
-        t.add_column("bytes", justify="right", no_wrap=True)
-        t.add_column("error", justify="right", no_wrap=True, style="dim")
-        t.add_column("share", justify="right", no_wrap=True)
-        t.add_column("site", overflow="fold")
-        for x in m["sites"][:TOP_SITES]:
+        top = m["sites"][:TOP_SITES]
+        # the figures whole, the site in what is left of the line
+        widths = [max(len(f(x)) for x in top) for f in (
+            lambda x: human(x["bytes"]), lambda x: f"\u00b1{human(x['error_bytes'])}",
+            lambda x: fmt.share(x["share"]))]
+        t.add_column("bytes", justify="right", no_wrap=True, min_width=widths[0])
+        t.add_column("error", justify="right", no_wrap=True, style="dim", min_width=widths[1])
+        t.add_column("share", justify="right", no_wrap=True, min_width=widths[2])
+        t.add_column("site", overflow="ellipsis", no_wrap=True,
+                     max_width=max(20, c.width - 4 - sum(widths) - 6))
+        for x in top:
             t.add_row(human(x["bytes"]), f"\u00b1{human(x['error_bytes'])}", fmt.share(x["share"]),
-                      Text(x["site"]))   # a name, not markup ([unknown], C++ templates)
+                      site_text(x["site"]))
         _print(c, Padding(t, (0, 0, 0, 4), expand=False))
         _indent(c, f"estimated from {m['samples']:,} sampled blocks live then, "
                    f"{human(m['estimated_bytes'])} in all (usable bytes; one sample per {mean} "
@@ -369,6 +376,17 @@ def _sites(c: Console, sites: dict) -> None:
     if sites.get("dropped"):
         _indent(c, f"note: {sites['dropped']:,} samples were not recorded (the profile was "
                    "full): the estimates miss them", 4, style="dim")
+
+
+def site_text(name: str) -> Text:
+    """A call site on one line, or two when it is in the runtime: the program's own frame,
+    then the runtime's it called ("← std::basic_string::_M_construct (libstdc++.so.6)",
+    dimmed). A name, not markup ([unknown], C++ templates)."""
+    own, via, lib = name.partition(CALLED_VIA)
+    out = Text(own)
+    if via:
+        out.append("\n" + via.strip() + " " + lib, style="dim")
+    return out
 
 
 TOP_PINNERS = 3
