@@ -10,7 +10,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 20
+#define HS_SEGMENT_VERSION 21
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -25,6 +25,11 @@
 /* Allocator identities (hs_segment_t.allocator_id). */
 enum { HS_ALLOC_UNKNOWN = 0, HS_ALLOC_GLIBC = 1, HS_ALLOC_JEMALLOC = 2,
        HS_ALLOC_TCMALLOC = 3, HS_ALLOC_MIMALLOC = 4, HS_ALLOC_MMAP = 5 };
+
+/* How the program's exit began (hs_segment_t.exit_begun_how). The library writes 1 and 2;
+ * 3 is the CLI's, which sees CPython's finalizing from outside (py_finalizing_addr). */
+enum { HS_EXIT_BEGUN_NONE = 0, HS_EXIT_BEGUN_MAIN_RETURNED = 1, HS_EXIT_BEGUN_EXIT_CALLED = 2,
+       HS_EXIT_BEGUN_PY_FINALIZING = 3 };
 
 /* Segment states (hs_segment_t.state). */
 enum { HS_STATE_EMPTY = 0, HS_STATE_RUNNING = 1, HS_STATE_EXITING = 2, HS_STATE_DONE = 3 };
@@ -290,6 +295,13 @@ typedef struct hs_segment_s {
   uint64_t seccomp_at_ns;     /* when the program installed a seccomp filter (0: none seen):
                                  from then on the library makes no system call of its own
                                  in the program's allocations, and no copy at exit */
+  /* When the program's exit began (CLOCK_MONOTONIC; 0: not seen), before its exit handlers,
+   * static destructors and an interpreter's teardown ran (exit_ns comes after them all),
+   * and how (HS_EXIT_BEGUN_*): the first to see it writes both, the owner only */
+  uint64_t exit_begun_ns, exit_begun_how;
+  uint64_t py_finalizing_addr; /* CPython: &_PyRuntime._finalizing in the owner (0: not
+                                 CPython, or a version not known), non-zero once
+                                 Py_FinalizeEx began its teardown: the CLI reads it there */
   /* anonymous memory the program maps itself (mmap outside malloc), by the object that
    * called mmap: a runtime's own heap (CPython's pymalloc arenas, the JVM's, V8's) */
   hs_owner_t owners[HS_MAX_OWNERS];

@@ -145,6 +145,8 @@ typedef struct hs_iframe_s {
   uint8_t entry, skip;       /* entry: the outermost frame of its eval loop's call */
 } hs_iframe_t;
 void _hs_interp_start(int *kind, int *status, uint64_t *version);
+uint64_t _hs_py_finalizing_addr(void); /* &_PyRuntime._finalizing, 0: no CPython known */
+extern HS_HIDDEN void *_hs_real_exit;  /* preload.c: glibc's exit (its frame, for probe.c) */
 void _hs_mappings_resolve(void); /* mappings.c: the real mmap, munmap... looked up now */
 int _hs_interp_ready(void);
 int _hs_interp_kind(void);

@@ -206,6 +206,47 @@ static int symbol_range(void *fn, uintptr_t *lo, uintptr_t *hi) {
 
 static void perl_start(int off);
 
+/* 3.minor of a CPython before 3.11 (no Py_Version), from Py_GetVersion's "3.10.13 (main,
+ * ...)" (a static buffer: nothing allocated); 0 when it says no 3.x. */
+static unsigned py_old_minor(void) {
+  const char *(*get_version)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+  const char *v = get_version ? get_version() : "";
+  unsigned maj = 0, min = 0;
+  while (*v >= '0' && *v <= '9') maj = maj * 10 + (unsigned)(*v++ - '0');
+  if (*v++ == '.')
+    while (*v >= '0' && *v <= '9') min = min * 10 + (unsigned)(*v++ - '0');
+  return maj == 3 ? min : 0;
+}
+
+/* Where CPython says its teardown began: _PyRuntime._finalizing, which Py_FinalizeEx sets
+ * (to the finalizing thread's state) once the program's atexit callbacks and its
+ * non-daemon threads are done, before modules, objects and the interpreter go. Its
+ * offset in _PyRuntimeState (Include/internal/pycore_runtime.h; 3.8, pycore_pystate.h):
+ * after four ints in 3.8-3.10, five in 3.11 and 3.12; 3.13 says it in the _Py_DebugOffsets
+ * at _PyRuntime's start (runtime_state.finalizing, after the cookie, the version,
+ * free_threaded and runtime_state.size), taken only when the cookie and the version agree
+ * and it lies inside the structure (runtime_state.size). The CLI reads the word from
+ * outside; nothing reads it here. 0 for no CPython, or a version not known. */
+uint64_t _hs_py_finalizing_addr(void) {
+  _hs_mappings_resolve(); /* before a lookup that may fail (mappings.c says why) */
+  const unsigned char *rt = dlsym(RTLD_DEFAULT, "_PyRuntime");
+  if (!rt) return 0;
+  const uint32_t *ver = dlsym(RTLD_DEFAULT, "Py_Version"); /* 3.11+: PY_VERSION_HEX */
+  unsigned minor = ver ? ((*ver >> 24) == 3 ? (*ver >> 16) & 0xff : 0) : py_old_minor();
+  if (minor >= 8 && minor <= 10) return (uint64_t)(uintptr_t)(rt + 16);
+  if (minor == 11 || minor == 12) return (uint64_t)(uintptr_t)(rt + 24);
+  if (minor == 13) {
+    uint64_t version, size, off;
+    memcpy(&version, rt + 8, 8);
+    memcpy(&size, rt + 24, 8);
+    memcpy(&off, rt + 32, 8);
+    if (memcmp(rt, "xdebugpy", 8) == 0 && version == *ver && off >= 40 && off + 8 <= size &&
+        off % 8 == 0)
+      return (uint64_t)(uintptr_t)(rt + off);
+  }
+  return 0;
+}
+
 void _hs_interp_start(int *kind, int *status, uint64_t *version) {
   g_pid = getpid();
   _hs_mappings_resolve(); /* the lookups below fail in most programs (mappings.c says why) */
@@ -239,14 +280,9 @@ void _hs_interp_start(int *kind, int *status, uint64_t *version) {
       g_u_utf8_length = L->u_utf8_length;
       g_u_utf8 = L->u_utf8;
     } else if (!ver) { /* before 3.11: Py_GetVersion's "3.10.13 (main, ...)" */
-      const char *(*get_version)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
-      const char *v = get_version ? get_version() : "";
+      unsigned min = py_old_minor();
       g_frame_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyFrame_Type");
-      unsigned maj = 0, min = 0;
-      while (*v >= '0' && *v <= '9') maj = maj * 10 + (unsigned)(*v++ - '0');
-      if (*v++ == '.')
-        while (*v >= '0' && *v <= '9') min = min * 10 + (unsigned)(*v++ - '0');
-      for (size_t i = 0; maj == 3 && i < sizeof py_old_layouts / sizeof *py_old_layouts; i++)
+      for (size_t i = 0; min && i < sizeof py_old_layouts / sizeof *py_old_layouts; i++)
         if (py_old_layouts[i].minor == min) LO = &py_old_layouts[i];
       if (LO) g_version = 0x03000000u | LO->minor << 16;
     }

@@ -534,6 +534,61 @@ HS_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_n
   (void)a; (void)nt; free(p);
 }
 
+/* ---- when the program's exit begins ----
+ * The exit probe runs in the library's destructor, after the program's atexit handlers,
+ * static destructors and an interpreter's teardown have freed what they free: the program's
+ * work was done before. main's return (seen by a main of ours, which __libc_start_main is
+ * given in its place) and a call of exit() are that moment; the first one writes it
+ * (exit_begun_ns, _how), in the owner only (a forked child's segment is a copy, not the
+ * run's). A compare-and-swap and the clock, which the vDSO reads without a system call
+ * (a seccomp filter the program set does not see it): no lock, no allocation. Both real
+ * functions are looked up at start (hs_start), never from inside malloc. */
+typedef int (*hs_main_fn)(int, char **, char **);
+typedef void (*hs_fn)(void);
+typedef int (*hs_start_main_fn)(hs_main_fn, int, char **, hs_fn, hs_fn, hs_fn, void *);
+typedef void (*hs_exit_fn)(int) __attribute__((noreturn));
+static hs_start_main_fn g_real_start_main;
+static hs_main_fn g_program_main;
+HS_HIDDEN void *_hs_real_exit; /* glibc's exit: probe.c finds its frame */
+
+static void exit_begins(uint64_t how) {
+  hs_segment_t *seg = _hs_seg;
+  if (!seg || !_hs_is_owner()) return;
+  uint64_t none = 0;
+  if (__atomic_compare_exchange_n(&seg->exit_begun_ns, &none, _hs_now_ns(), 0, __ATOMIC_RELEASE,
+                                  __ATOMIC_RELAXED))
+    __atomic_store_n(&seg->exit_begun_how, how, __ATOMIC_RELEASE);
+}
+
+static void exit_hooks_setup(void) {
+  __atomic_store_n(&g_real_start_main, (hs_start_main_fn)must_find("__libc_start_main", 0),
+                   __ATOMIC_RELEASE);
+  __atomic_store_n(&_hs_real_exit, must_find("exit", 0), __ATOMIC_RELEASE);
+}
+
+static int main_of_ours(int argc, char **argv, char **envp) {
+  int rc = g_program_main(argc, argv, envp);
+  exit_begins(HS_EXIT_BEGUN_MAIN_RETURNED);
+  return rc;
+}
+
+/* Everything but main is passed on as given (init's and fini's types vary with glibc's
+ * version: they are only handed through). */
+HS_EXPORT int __libc_start_main(hs_main_fn main, int argc, char **argv, hs_fn init, hs_fn fini,
+                                hs_fn rtld_fini, void *stack_end) {
+  hs_start_main_fn real = __atomic_load_n(&g_real_start_main, __ATOMIC_ACQUIRE);
+  if (!real) real = (hs_start_main_fn)must_find("__libc_start_main", 1); /* before hs_start */
+  g_program_main = main;
+  return real(main_of_ours, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+HS_EXPORT void exit(int status) {
+  exit_begins(HS_EXIT_BEGUN_EXIT_CALLED);
+  hs_exit_fn real = (hs_exit_fn)__atomic_load_n(&_hs_real_exit, __ATOMIC_ACQUIRE);
+  if (!real) real = (hs_exit_fn)must_find("exit", 1); /* called before hs_start ran */
+  real(status);
+}
+
 /* Start-up and exit. The constructor runs before main; the destructor after the program's
  * own atexit handlers and static destructors, which is when the release probe belongs. */
 /* glibc's posix_spawn, which starts the program, leaves its two internal signals (32 and
@@ -561,6 +616,8 @@ __attribute__((constructor)) static void hs_start(void) {
   _hs_resolve();
   internal_signals_as_started();
   _hs_own_begin(); /* what the unwinder's dlopen and the helper thread allocate is ours */
+  exit_hooks_setup();
+  if (_hs_seg && _hs_is_owner()) _hs_seg->py_finalizing_addr = _hs_py_finalizing_addr();
   _hs_profile_start();
   _hs_stats_thread_start();
   _hs_own_end();

@@ -357,14 +357,20 @@ static hs_bt_fn g_bt;
 static hs_region_fn g_region;
 static hs_cfa_fn g_cfa;
 
-struct exit_find { uint64_t exit_fn, cfa; int frames; };
+struct exit_find { uint64_t exit_fn, hook_fn, cfa; int frames; };
 
+/* glibc's exit, called by glibc itself when main returned, or by the library's exit()
+ * (preload.c) when the program called it: then the hook's frame, the next one out, is the
+ * one whose caller is the program's. */
 static _Unwind_Reason_Code exit_cb(struct _Unwind_Context *ctx, void *arg) {
   struct exit_find *f = arg;
-  if ((uint64_t)g_region(ctx) == f->exit_fn) {
+  uint64_t fn = (uint64_t)g_region(ctx);
+  if (fn == f->hook_fn) {
     f->cfa = (uint64_t)g_cfa(ctx);
     return _URC_END_OF_STACK;
   }
+  if (f->cfa) return _URC_END_OF_STACK; /* glibc's exit, and no hook around it */
+  if (fn == f->exit_fn) f->cfa = (uint64_t)g_cfa(ctx);
   return ++f->frames < 64 ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
@@ -379,7 +385,8 @@ static void exit_unwinder_setup(void) {
 /* exit()'s caller's stack pointer, or the one given when exit() is not on the stack. */
 static uint64_t exit_caller_sp(uint64_t here) {
   if (!g_bt) return here;
-  struct exit_find f = {(uint64_t)(uintptr_t)&exit, 0, 0};
+  struct exit_find f = {(uint64_t)(uintptr_t)__atomic_load_n(&_hs_real_exit, __ATOMIC_ACQUIRE),
+                        (uint64_t)(uintptr_t)&exit, 0, 0};
   g_bt(exit_cb, &f);
   return f.cfa > here ? f.cfa : here;
 }

@@ -330,7 +330,7 @@ void _hs_profile_dlclosed(void) {
 }
 
 /* ---- unwinding ---- */
-struct hs_walk { uint64_t *out; int n, skipping; };
+struct hs_walk { uint64_t *out; int n; };
 
 static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg) {
   struct hs_walk *w = arg;
@@ -340,10 +340,8 @@ static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg) {
   /* A signal frame's ip is the interrupted instruction itself: + 1 makes every address a
    * return address, so the reader subtracts 1 from all of them alike. */
   if (before) ip++;
-  if (w->skipping) {
-    if (ip >= g_self_lo && ip < g_self_hi) return _URC_NO_REASON; /* the hooks, this file */
-    w->skipping = 0;
-  }
+  /* the hooks (this file), and the main of ours that calls the program's (preload.c) */
+  if (ip >= g_self_lo && ip < g_self_hi) return _URC_NO_REASON;
   w->out[w->n++] = ip;
   return w->n < HS_MAX_FRAMES ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
@@ -361,7 +359,7 @@ static inline __attribute__((always_inline)) int unwind(uint64_t *out) {
   if (n >= 0) __atomic_fetch_add(&pr->unwind_cached, 1, __ATOMIC_RELAXED);
   if (n >= 0 && !g_unwind_check) return n;
   uint64_t theirs[HS_MAX_FRAMES];
-  struct hs_walk w = {n >= 0 ? theirs : out, 0, 1};
+  struct hs_walk w = {n >= 0 ? theirs : out, 0};
   g_backtrace(walk_cb, &w);
   if (n < 0) return w.n;
   __atomic_fetch_add(&pr->unwind_checked, 1, __ATOMIC_RELAXED);

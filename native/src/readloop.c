@@ -30,7 +30,7 @@
 /* Why the loop returned. */
 enum { HS_READ_UNTIL = 0, HS_READ_FULL = 1, HS_READ_SIGNAL = 2, HS_READ_GONE = 3,
        HS_READ_ASKED = 4, HS_READ_OWNER = 5, HS_READ_EXITING = 6, HS_READ_RSS = 7,
-       HS_READ_EXEC = 8 };
+       HS_READ_EXEC = 8, HS_READ_FINALIZING = 9 };
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -195,12 +195,14 @@ static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_
 /* own[0]: heapsight's segment's bytes resident in the program, taken out of every row's
  * RSS: read each tick through pagemap_fd, or kept as given when it cannot be; own[1]: the
  * most seen of all heapsight's bytes in it (with its private memory, own_private_bytes,
- * which is taken out of RSS and anonymous RSS). */
+ * which is taken out of RSS and anonymous RSS). mem_fd (/proc/PID/mem, or -1) and
+ * fin_addr: CPython's _PyRuntime._finalizing in the program (py_finalizing_addr), read each
+ * tick; the loop returns after the first tick that reads it non-zero. */
 int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
                  uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
                  uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why,
                  int pagemap_fd, double *own, uint64_t pid, int watch_exit,
-                 double rss_above, const char *exe) {
+                 double rss_above, const char *exe, int mem_fd, uint64_t fin_addr) {
   int rows = 0, sfd = signal_fd(wake_mask);
   for (;;) {
     uint64_t now = now_ns(), due = *next_ns < until_ns ? *next_ns : until_ns;
@@ -260,8 +262,17 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
       owner = __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE);
       if (owner && pid && owner != pid) { *why = HS_READ_OWNER; return rows; }
     }
+    /* CPython began finalizing: the caller notes this row's time */
+    uint64_t fin = 0;
+    int finalizing = mem_fd >= 0 && fin_addr &&
+                     pread(mem_fd, &fin, sizeof fin, (off_t)fin_addr) == (ssize_t)sizeof fin && fin;
     rows++;
     *next_ns += period_ns;
+    if (finalizing) {
+      if (*next_ns < now) *next_ns = now;
+      *why = HS_READ_FINALIZING;
+      return rows;
+    }
     /* a new high of RSS: the caller reads the mappings of that moment */
     if (rss_above > 0 && row[1] > rss_above) {
       if (*next_ns < now) *next_ns = now;

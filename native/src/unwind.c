@@ -365,15 +365,15 @@ size_t _hs_unwind_own(hs_chunk_t *out, size_t max) {
 }
 
 /* The return addresses of the stack from the caller's caller of this function on,
- * innermost first, those inside [skip_lo, skip_hi) at its start left out (heapsight's own
- * frames); -1 when a frame's rule is not one this walk follows (the caller unwinds with
+ * innermost first, those inside [skip_lo, skip_hi) left out (heapsight's own frames: its
+ * hooks at the start, the main of its own that calls the program's at the end); -1 when a frame's rule is not one this walk follows (the caller unwinds with
  * libgcc). */
 __attribute__((noinline)) int _hs_unwind_fast(uint64_t *out, int max, uintptr_t skip_lo,
                                                uintptr_t skip_hi) {
   uintptr_t pc, sp, bp;
   __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
                    : "=r"(pc), "=r"(sp), "=r"(bp));
-  int n = 0, skipping = 1;
+  int n = 0;
   uintptr_t target = pc; /* the first frame's own address; a return address less 1 after */
   for (int depth = 0; depth < 256; depth++) {
     uint64_t r = rule_for(target);
@@ -385,8 +385,7 @@ __attribute__((noinline)) int _hs_unwind_fast(uint64_t *out, int max, uintptr_t 
     if (r & R_RBP_SAVED) bp = *(const uintptr_t *)(cfa + (int64_t)(int16_t)(r >> 32));
     sp = cfa;
     if (ra == 0) return n;
-    if (skipping && ra >= skip_lo && ra < skip_hi) { target = ra - 1; continue; }
-    skipping = 0;
+    if (ra >= skip_lo && ra < skip_hi) { target = ra - 1; continue; }
     out[n++] = ra;
     if (n == max) return n;
     target = ra - 1;

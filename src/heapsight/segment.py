@@ -19,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 20
+VERSION = 21
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -37,6 +37,12 @@ PROBE_WHY_NOT = {
                    "heapsight made none from then on (no exit figures, no copy at exit, no "
                    "call sites read from an interpreter's frames)",
 }
+
+# exit_begun_how (HS_EXIT_BEGUN_*): how the program's exit began; the library writes the
+# first two, the third is the sampler's (it reads CPython's _PyRuntime._finalizing)
+EXIT_BEGUN_MAIN_RETURNED, EXIT_BEGUN_EXIT_CALLED, EXIT_BEGUN_PY_FINALIZING = 1, 2, 3
+EXIT_BEGUN_HOW = {EXIT_BEGUN_MAIN_RETURNED: "main returned", EXIT_BEGUN_EXIT_CALLED: "exit() called",
+                  EXIT_BEGUN_PY_FINALIZING: "CPython began finalizing"}
 
 U8, I8 = np.dtype("<u8"), np.dtype("<i8")
 
@@ -123,6 +129,7 @@ _HEADER_FIELDS = [
     ("exit_done_ns", U8), ("slot_claims", U8), ("own_private_bytes", U8),
     ("glibc_main_arena", U8), ("glibc_arena_next_off", U8), ("glibc_arena_sysmem_off", U8),
     ("threads_seen", U8), ("seccomp_at_ns", U8),
+    ("exit_begun_ns", U8), ("exit_begun_how", U8), ("py_finalizing_addr", U8),
     ("owners", OWNER_DTYPE, (MAX_OWNERS,)), ("hist", HIST_DTYPE),
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)

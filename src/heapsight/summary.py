@@ -633,3 +633,24 @@ def _end_of(segment, tl: Timeline, attached: bool) -> tuple:
     if not attached or finder is None:
         return None, ""
     return finder(segment, tl)
+
+
+def end_begun_s(segment, tl: Timeline) -> tuple:
+    """(seconds since the run's start, how) of the moment the program's exit began, before
+    its exit handlers, static destructors and an interpreter's teardown: the earliest of
+    the library's exit_begun_ns (main returned, or the program called exit()) and the first
+    sample that saw CPython finalizing (tl.py_finalizing_s); (None, "") when neither was
+    seen. Seconds on the timeline's "t" scale (_since)."""
+    from heapsight.segment import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
+    seen = []
+    try:   # (a capture saved before the segment had these fields has neither)
+        ns, how = (segment.get("exit_begun_ns"), segment.get("exit_begun_how")) \
+            if segment is not None else (0, 0)
+    except KeyError:
+        ns, how = 0, 0
+    if ns and tl.start_ns:
+        seen.append((_since(tl, ns), EXIT_BEGUN_HOW.get(how, "")))
+    py = getattr(tl, "py_finalizing_s", None)
+    if py is not None:
+        seen.append((float(py), EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]))
+    return min(seen) if seen else (None, "")

@@ -57,6 +57,9 @@ class Timeline:
     # heapsight's own pages resident in the program (the segment's), left out of every RSS
     # figure above; the most seen at any tick
     own_rss_bytes: float = 0.0
+    # when CPython began finalizing (_PyRuntime._finalizing set: its atexit callbacks done,
+    # its teardown begun): the first sample that read it so, None when none did
+    py_finalizing_s: float | None = None
     max_rows: int = MAX_ROWS
     capture: dict | None = None  # capture.take's: what the analysis read, for the record
 

@@ -134,3 +134,27 @@ class GlibcArenas:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+class Word:
+    """One 8-byte word of the program's memory, read from /proc/PID/mem on an fd kept open
+    (a pread; never a write, never ptrace): CPython's _PyRuntime._finalizing, at the address
+    the library put in the segment (py_finalizing_addr)."""
+
+    def __init__(self, pid: int, addr: int):
+        self.addr = addr
+        self.key = None
+        self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self) -> int | None:
+        """The word, or None when it cannot be read (the process gone)."""
+        try:
+            buf = os.pread(self.fd, 8, self.addr)
+        except OSError:
+            return None
+        return int.from_bytes(buf, "little") if len(buf) == 8 else None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

@@ -13,7 +13,7 @@ from heapsight import native
 
 COLUMNS = ("t", "rss", "anon", "live_usable", "live_req", "n_alloc", "n_free",
            "alloc_in_use", "alloc_free", "alloc_mapped", "arenas")
-UNTIL, FULL, SIGNAL, GONE, ASKED, OWNER, EXITING, RSS, EXEC = 0, 1, 2, 3, 4, 5, 6, 7, 8
+UNTIL, FULL, SIGNAL, GONE, ASKED, OWNER, EXITING, RSS, EXEC, FINALIZING = range(10)
 ROWS = 512
 _lib = None
 
@@ -27,7 +27,7 @@ def _load():
         f.argtypes = [ctypes.c_int, ctypes.c_void_p, u64, ctypes.POINTER(u64), u64, u64, u64,
                       u64, ctypes.POINTER(u64), ctypes.c_double, ctypes.c_void_p, ctypes.c_int,
                       ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_double), u64,
-                      ctypes.c_int, ctypes.c_double, ctypes.c_char_p]
+                      ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int, u64]
         f.restype = ctypes.c_int
         _lib = lib
     return _lib
@@ -61,11 +61,14 @@ class FastReader:
 
     def loop(self, statm_fd: int, next_ns: int, until_ns: int, asked_seq: int, stats_seq: int,
              pagemap_fd: int | None = None, own_bytes: float = 0.0, pid: int = 0,
-             watch_exit: bool = False, rss_above: float = 0.0, exe: str = ""):
+             watch_exit: bool = False, rss_above: float = 0.0, exe: str = "",
+             finalizing: tuple | None = None):
         """(rows as an (n, len(COLUMNS)) array copy, why, the next tick due in ns, the
         allocator reading last taken). Rows' RSS leaves out heapsight's own bytes resident
         in the program (the segment's pages), read through pagemap_fd each tick, else
-        own_bytes as given; self.own holds them at the last tick and the most seen."""
+        own_bytes as given; self.own holds them at the last tick and the most seen.
+        finalizing: (an fd of /proc/PID/mem, the address of CPython's _PyRuntime._finalizing)
+        to read each tick: the loop returns (FINALIZING) after the first that reads it set."""
         self.next_ns.value, self.stats_seq.value = next_ns, max(0, stats_seq)
         self.own[0], self.own[1] = own_bytes, own_bytes
         n = self.lib.hs_read_loop(statm_fd, self.seg_addr, self.start_ns, ctypes.byref(self.next_ns),
@@ -74,5 +77,6 @@ class FastReader:
                                   self.buf.ctypes.data, ROWS, ctypes.byref(self.why),
                                   -1 if pagemap_fd is None else pagemap_fd, self.own, pid,
                                   1 if watch_exit else 0, rss_above,
-                                  os.fsencode(exe) if exe else None)
+                                  os.fsencode(exe) if exe else None,
+                                  *(finalizing if finalizing is not None else (-1, 0)))
         return self.buf[:n].copy(), self.why.value, self.next_ns.value, self.stats_seq.value

@@ -78,6 +78,7 @@ class Sampler:
         # glibc's figures, read from outside at this rate (procfs.GlibcArenas)
         self.stats_period = 1.0 / stats_hz if stats_hz > 0 else math.inf
         self._arenas = None
+        self._finalizing = None   # CPython's _PyRuntime._finalizing (procfs.Word)
         self.pid = proc.pid
         self.timeline = Timeline()
         self._own = set()   # pids of heapsight's own processes among the program's children
@@ -198,6 +199,7 @@ class Sampler:
         for f in (self.status, self.statm, self.rollup):
             f.close()
         self._close_arenas()
+        self._close_finalizing()
         if self.pagemap is not None:
             os.close(self.pagemap)
             self.pagemap = None
@@ -456,7 +458,36 @@ class Sampler:
         if now >= c.stats:
             c.stats = now + self.stats_period
             self._read_glibc(row)
+        word = self._finalizing_word()
+        if word is not None and word.read():
+            tl.py_finalizing_s = row[IDX["t"]]
+            self._close_finalizing()
         return True
+
+    def _finalizing_word(self):
+        """CPython's _PyRuntime._finalizing in the program (procfs.Word), where the library
+        says it is (py_finalizing_addr), until a tick has seen it set; None otherwise."""
+        seg = self.segment
+        if self.timeline.py_finalizing_s is not None or not self._segment_mapped():
+            return None   # (after an exec into an image without the library: not its address)
+        addr = seg.get("py_finalizing_addr")
+        if not addr:
+            return None
+        # an execve gives the process a new memory: /proc/PID/mem is opened again for it
+        key = (self.pid, addr, seg.get("execs"))
+        if self._finalizing is None or self._finalizing.key != key:
+            self._close_finalizing()
+            try:
+                self._finalizing = procfs.Word(self.pid, addr)
+            except OSError:
+                return None   # not ours to read (another user's, or gone)
+            self._finalizing.key = key
+        return self._finalizing
+
+    def _close_finalizing(self) -> None:
+        if self._finalizing is not None:
+            self._finalizing.close()
+            self._finalizing = None
 
     def _read_glibc(self, row: list) -> None:
         """glibc's figures, read from outside the program where the library says where
@@ -498,12 +529,14 @@ class Sampler:
                   self._next_snapshot_due(start))
         if due <= c.tick:
             return False
+        word = self._finalizing_word()
         rows, why, nxt, seq = fast.loop(self.statm.fd, int(c.tick * 1e9), int(due * 1e9),
                                         self._asked, c.stats_seq,
                                         self.pagemap if own_here else None, own, self.pid,
                                         watch_exit=not c.exit_tried,
                                         rss_above=peak_kinds_above(tl),
-                                        exe=tl.images[-1][1] if tl.images else "")
+                                        exe=tl.images[-1][1] if tl.images else "",
+                                        finalizing=None if word is None else (word.fd, word.addr))
         own = fast.own[0]
         tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
         if seq != max(0, c.stats_seq):
@@ -512,7 +545,10 @@ class Sampler:
         if len(rows):
             c.best_usable = self._append_fast(rows, c.best_usable, _less(c.hwm, own),
                                               c.threads, c.pss, c.children_rss)
-        c.early = why in (readloop.RSS, readloop.EXITING, readloop.EXEC)
+        if why == readloop.FINALIZING and len(rows):
+            tl.py_finalizing_s = float(rows[-1, 0])
+            self._close_finalizing()
+        c.early = why in (readloop.RSS, readloop.EXITING, readloop.EXEC, readloop.FINALIZING)
         if why == readloop.EXEC:
             c.status = 0.0   # the next tick reads the new image
         if why == readloop.SIGNAL and self._wait(0.0):

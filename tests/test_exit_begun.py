@@ -1,0 +1,164 @@
+"""When the program's exit began (summary.end_begun_s): the moment its work was done, before
+its exit handlers, static destructors and an interpreter's teardown ran (the exit probe's
+exit_ns comes after them all). The library sees main return and exit() called; the sampler
+sees CPython's _PyRuntime._finalizing set. Each program here says when it got there itself
+(CLOCK_MONOTONIC, the clock of the run's timeline), then spends 0.3 s in its exit handlers
+or teardown: the moment found must be the program's, not the teardown's end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from heapsight import capture, record, summary
+from heapsight.timeline import Timeline
+
+HS = [sys.executable, "-m", "heapsight", "run", "-q"]
+TEARDOWN_S = 0.3   # what each program's exit handlers (or teardown) sleep
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+static void nap(long ms) {
+  struct timespec ts = {ms / 1000, ms % 1000 * 1000000L};
+  nanosleep(&ts, NULL);
+}
+static void slow_handler(void) { nap(300); }   /* after the exit began */
+static void done(void) {   /* the program's own end, on the run's clock */
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  printf("done_ns=%llu\n", (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec);
+  fflush(stdout);
+}
+static void finish(void) { done(); exit(0); }
+int main(int argc, char **argv) {
+  const char *how = argc > 1 ? argv[1] : "return";
+  char *volatile p = malloc(1000);
+  if (strncmp(how, "fork", 4) == 0) {
+    /* a child that ends its own way, at once: its end is not the run's */
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (strcmp(how, "fork-exit") == 0) exit(0);
+      return 0;
+    }
+    waitpid(pid, NULL, 0);
+  }
+  atexit(slow_handler);
+  nap(300);
+  free(p);
+  if (strcmp(how, "exit") == 0) finish();
+  done();
+  return 0;
+}
+"""
+
+# The teardown is made slow (a module global's __del__ runs after _finalizing is set):
+# Python's own atexit callbacks run before it is set, so they are still the program's.
+SCRIPT = r"""
+import time
+class Slow:
+    def __del__(self):
+        time.sleep(0.3)
+keep = Slow()
+time.sleep(0.3)
+print(f"done_ns={time.monotonic_ns()}", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    d = tmp_path_factory.mktemp("exit-begun")
+    src, exe = d / "exit_begun.c", d / "exit_begun"
+    src.write_text(PROGRAM)
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    return str(exe)
+
+
+def run(tmp_path, *argv) -> dict:
+    """The saved run's segment figures and timeline, as `heapsight report` reads them back,
+    with the moments: end (end_begun_s), the program's own end and exit_ns, in seconds."""
+    out = tmp_path / "r.hsrun.json.gz"
+    p = subprocess.run([*HS, "-o", str(out), "--", *argv], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    doc = record.load(str(out))
+    cap = doc["capture"]
+    seg = capture.Reading(cap["segment"])
+    tl = capture._timeline(cap["timeline"], doc["timeline"])
+    done_ns = int(p.stdout.split("done_ns=")[1].split()[0])
+    end_s, how = summary.end_begun_s(seg, tl)
+    return {"end_s": end_s, "how": how, "done_s": summary._since(tl, done_ns),
+            "exit_s": summary._since(tl, seg.get("exit_ns"))}
+
+
+def assert_the_programs_end(r: dict) -> None:
+    # the moment is where the program said it was done (a sample's time for CPython: the
+    # first tick after, at 100 Hz), not after its 0.3 s of teardown
+    assert r["end_s"] is not None, r
+    assert r["done_s"] - 0.001 <= r["end_s"] < r["done_s"] + 0.15, r
+    assert r["exit_s"] - r["end_s"] >= TEARDOWN_S - 0.05, r
+    assert r["end_s"] >= 0.3, r   # after the program's own 0.3 s of work
+
+
+def test_main_returned(program, tmp_path):
+    # GIVEN a C program that works 0.3 s, then returns from main, with an atexit handler
+    # that sleeps 0.3 s
+    r = run(tmp_path, program, "return")
+    # THEN its exit began as main returned, before the handler's sleep
+    assert r["how"] == "main returned"
+    assert_the_programs_end(r)
+
+
+def test_exit_called(program, tmp_path):
+    # GIVEN the same program, which ends by calling exit(0) from a function of its own
+    r = run(tmp_path, program, "exit")
+    assert r["how"] == "exit() called"
+    assert_the_programs_end(r)
+
+
+@pytest.mark.parametrize("child", ["fork-return", "fork-exit"])
+def test_a_forked_childs_end_is_not_the_runs(program, tmp_path, child):
+    # GIVEN a program whose forked child returns from main (or calls exit()) at once, while
+    # the parent goes on for 0.3 s: the child's end is its own (its segment is a copy)
+    r = run(tmp_path, program, child)
+    # THEN the run's exit began where the parent's main returned
+    assert r["how"] == "main returned"
+    assert_the_programs_end(r)
+
+
+def test_cpython_began_finalizing(tmp_path):
+    # GIVEN a Python script that works 0.3 s and whose teardown takes 0.3 s more (its
+    # main() returns only after the teardown: the library alone would see its end there)
+    script = tmp_path / "slow_teardown.py"
+    script.write_text(SCRIPT)
+    r = run(tmp_path, sys.executable, str(script))
+    # THEN the exit began as CPython began finalizing, before the teardown's 0.3 s
+    assert r["how"] == "CPython began finalizing"
+    assert_the_programs_end(r)
+
+
+class _Seg:
+    def __init__(self, **fields):
+        self.fields = fields
+
+    def get(self, name):
+        return self.fields[name]
+
+
+def test_the_earliest_of_the_library_and_cpython_and_none_seen():
+    tl = Timeline(start_ns=10**9)
+    seg = _Seg(exit_begun_ns=10**9 + 500_000_000, exit_begun_how=1)
+    assert summary.end_begun_s(seg, tl) == (0.5, "main returned")
+    tl.py_finalizing_s = 0.25
+    assert summary.end_begun_s(seg, tl) == (0.25, "CPython began finalizing")
+    tl.py_finalizing_s = None
+    # nothing seen (os._exit, a signal), or a capture saved before the fields existed
+    assert summary.end_begun_s(_Seg(exit_begun_ns=0, exit_begun_how=0), tl) == (None, "")
+    assert summary.end_begun_s(_Seg(), tl) == (None, "")
+    assert summary.end_begun_s(None, tl) == (None, "")
