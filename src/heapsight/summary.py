@@ -595,7 +595,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
                    key=lambda f: -f.bytes)
-    found = analysis.fit_to_run(found, settings or {}, follow)
+    found = analysis.fit_to_run(found, settings or {}, follow, argv)
     end_s, end_how = _end_of(segment, tl, attached)
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
                           rows.last, final if done else None, end_s, end_how)
@@ -629,10 +629,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
 
 def _end_of(segment, tl: Timeline, attached: bool) -> tuple:
     """(seconds, how) the program's exit began (end_begun_s), (None, "") when not seen."""
-    finder = globals().get("end_begun_s")
-    if not attached or finder is None:
-        return None, ""
-    return finder(segment, tl)
+    return end_begun_s(segment, tl) if attached else (None, "")
 
 
 def end_begun_s(segment, tl: Timeline) -> tuple:
