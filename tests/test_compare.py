@@ -36,7 +36,9 @@ def test_retention_scenario_orders_allocators_as_the_field_notes_say():
     assert final(r["tcmalloc"]) > 0.8 * final(r["glibc"])
     # each row is the allocator it asked for, and the recommendation names a better one
     assert doc["recommendation"].split(":")[0] in ("jemalloc-eager", "mmap")
-    assert "RSS at exit" in p.stderr and "recommendation:" in p.stderr
+    # ranked by the moment glibc's run's verdict is about (retention: its end), said so
+    assert doc["rank_by"] == "end" and "end RSS*" in p.stderr and "ranked by* end RSS" in p.stderr
+    assert "recommendation:" in p.stderr
 
 
 def test_ignored_preload_is_an_error_row_not_a_number():

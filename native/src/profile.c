@@ -527,6 +527,9 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
     __atomic_fetch_add(&pr->unwinds, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pr->unwind_frames, (uint64_t)n, __ATOMIC_RELAXED);
   }
+  /* Not unwound (before the unwinder is set up: a runtime's start-up, such as libstdc++'s
+   * emergency exception pool; or a malloc of libgcc_s's own): the caller alone names it. */
+  if (n == 0 && caller) frames[n++] = (uint64_t)(uintptr_t)caller;
   /* The interpreter's frames (interp.c), where the stack runs through its loop: read
    * before the lock, stored and spliced in under it. */
   hs_iframe_t py[HS_INTERP_DEPTH];

@@ -389,7 +389,7 @@ SPREAD = fields(optional={k: maybe(number) for k in ("median", "min", "max")})
 def config(v, where: str) -> None:
     fields(required={"name": string, "ok": boolean},
            optional={"error": maybe(string), "about": string,
-                     "runs": list_of(each_value(maybe(number))),
+                     "runs": list_of(each_value(num_or_text)),
                      "stats": maybe(each_value(SPREAD))})(v, where)
     if v["ok"] and v.get("stats"):   # drawn as bars: every charted figure is indexed
         fields(required={k: fields(required={s: number for s in ("median", "min", "max")})
@@ -399,6 +399,7 @@ def config(v, where: str) -> None:
 COMPARE = fields(required={"configs": list_of(config)},
                  optional={"command": list_of(string), "repeat": number,
                            "recommendation": string, "interrupted": boolean,
+                           "rank_by": string, "rank_why": string,
                            "runs": list_of(fields(optional={"config": string, "summary": SUMMARY,
                                                             "timeline": maybe(timeline)}))})
 

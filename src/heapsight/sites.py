@@ -152,11 +152,33 @@ def own_frame(frames: list, stack: list, at: int, end: int) -> int | None:
 CALLED_VIA = " \u2190 "   # "worker(int) (cache.cc:16) ← std::basic_string::_M_construct"
 
 
+# Blocks a runtime allocates for itself as the program starts and keeps for its life, by
+# the frame that allocated them: named, so no one chases them as the program's. memcheck
+# frees libstdc++'s pool before it checks (its freeres); heapsight reports it as it is.
+RUNTIME_KEPT = (
+    # (Debian's libstdc++ has no name for it: the one unnamed frame of a block allocated
+    # before the unwinder was set up, called from libstdc++ alone)
+    (re.compile(r"pool::pool|_GLOBAL__sub_I_eh_alloc|^$"), re.compile(r"libstdc\+\+"),
+     "libstdc++'s emergency pool, kept for life"),
+    (re.compile(r"."), re.compile(r"(^|/)ld-linux[^/]*$"),
+     "the dynamic loader's own, kept for life"),
+)
+
+
+def runtime_kept(f: symbolize.Frame) -> str | None:
+    """What a runtime's own start-up block is, in words, or None for any other frame."""
+    return next((words for fn, obj, words in RUNTIME_KEPT
+                 if obj.search(f.object) and fn.search(f.function or "")), None)
+
+
 def site_name(frames: list, site: int | None, own: int | None) -> str:
     """A call site's name: its frame's, after the program's own frame when the site is
-    in the runtime (own_frame)."""
+    in the runtime (own_frame); a runtime's own start-up block says what it is."""
     if site is None:
         return NO_STACK
+    kept = runtime_kept(frames[site]) if own is None else None
+    if kept:
+        return f"{kept} ({short_function(frames[site]) if frames[site].function else frames[site].name()})"
     if own is None:
         return frames[site].name()
     return f"{frames[own].name()}{CALLED_VIA}{short_function(frames[site])}"
