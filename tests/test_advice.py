@@ -222,3 +222,16 @@ def test_no_scenario_is_told_first_of_a_setting_that_does_not_lower_its_memory(t
         assert lower_by(base, after) >= 0.10, (name, s["moment"], base, after, env)
     # (at least the retention scenario gets a setting first: the check ran)
     assert any(c[0] == "hs-retention" for c in checked), checked
+
+
+def test_a_cxx_programs_call_sites_name_its_own_code_first_on_80_columns(threads_cache, tmp_path):
+    s, err = run([threads_cache, "50"], tmp_path)
+    peak = next(m for m in s["sites"]["moments"] if m["name"] == "peak")
+    top = peak["sites"][0]["site"]
+    # THEN the largest site is the program's own worker(), then the library frame it called
+    assert top.startswith("worker(int) (threads_cache"), top
+    assert "\u2190 std::basic_string::_M_construct" in top
+    # AND each line of the call-site lists fits 80 columns, the program's frame on its own
+    block = err.split("call sites at peak live")[1].split("estimated from")[0]
+    assert all(len(x) <= 80 for x in block.splitlines()), block
+    assert any(x.strip().endswith(")") and "worker(int)" in x for x in block.splitlines())
