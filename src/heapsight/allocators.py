@@ -119,8 +119,9 @@ def runtime_of(path: str) -> str | None:
     """The runtime a program runs on, when a preset is made for it: 'cpython' for a CPython
     interpreter (or a script whose #! line names one), else None."""
     interp = elf.script_interpreter(path) or path
-    name = os.path.basename(os.path.realpath(interp))
-    return "cpython" if re.fullmatch(r"python3(\.\d+)?", name) else None
+    names = (os.path.basename(os.path.realpath(interp)),
+             os.path.basename(path))   # a wrapper by the name (pyenv's shims: bash scripts)
+    return "cpython" if any(re.fullmatch(r"python3(\.\d+)?", n) for n in names) else None
 
 
 def presets(names: str, option: str = "--configs") -> list:

@@ -1,10 +1,11 @@
 """The moments a run is read at, each with a name a user can mean (docs/numbers.md):
 
   peak  the sample with the most RSS;
-  held  the most RSS the process kept throughout a stretch of its run (at least
-        HOLD_MIN_S and HOLD_MIN_SHARE of it, the hold rule's length): what an idle service
-        sits at, what a program keeps between its waves; defined for any timeline, so a
-        run under another allocator, or a bare one, has it too;
+  held  the RSS the process sat at for the longest stretch of its run (a stretch where RSS
+        stayed within STEADY of one level, at least HOLD_MIN_S long): what an idle service
+        sits at, what a program keeps after its waves, never the climb to its peak (a
+        climb is not steady); defined for any timeline, so a run under another allocator,
+        or a bare one, has it too;
   end   the last sample before the program's exit began (main returned, exit() was called,
         or CPython began finalizing): what the program held when its work was done, before
         exit handlers and an interpreter's teardown freed things;
@@ -23,50 +24,48 @@ from heapsight.model import Breakdown, Moment
 
 NAMES = ("peak", "held", "end", "exit")
 TITLE = {"peak": "peak RSS", "held": "held", "end": "end", "exit": "exit"}
-# a stretch is held when it lasts at least this long and this share of the run (the hold
-# rule's lengths: analysis.HOLD_MIN_S, HOLD_MIN_SHARE)
+# a stretch is steady while its RSS stays within this share of its lowest (or 1 MiB, for
+# small programs' page-by-page noise). "The most RSS kept through a twentieth of the run"
+# read the climb to the peak: a Python service under jemalloc returning pages at once
+# idled at 73 MiB (its own reading) and "held" 140 MiB on its way up
+STEADY = 0.10
+STEADY_MIN_BYTES = 1 << 20
 HOLD_MIN_S = 0.2
-HOLD_MIN_SHARE = 0.05
 
 
-def window_s(duration_s: float) -> float:
-    """How long a stretch must last to count as held, for a run of duration_s."""
-    return max(HOLD_MIN_S, HOLD_MIN_SHARE * duration_s)
-
-
-def held(t, rss, duration_s: float) -> tuple | None:
-    """(level index, first index, last index): the most RSS kept throughout some stretch
-    of window_s(duration_s), the sample at that level, and the whole stretch around it
-    where RSS stayed at the level or above; None when the samples span less than a window.
-    The max over windows of the window's min, in one pass (a monotonic queue)."""
+def held(t, rss, duration_s: float = 0.0) -> tuple | None:
+    """(level index, first index, last index) of the longest steady stretch (its RSS within
+    STEADY of its lowest): the sample nearest the stretch's median RSS, and the stretch;
+    of stretches as long, the one at the most RSS; None when none lasts HOLD_MIN_S. One
+    pass (two pointers, monotonic queues for the window's min and max)."""
     t, rss = np.asarray(t, dtype=float), np.asarray(rss, dtype=float)
     ok = np.flatnonzero(~np.isnan(rss))
     t, rss = t[ok], rss[ok]
-    w = window_s(duration_s)
     n = len(t)
-    if n < 2 or t[-1] - t[0] < w:
+    best, lo_q, hi_q, left = None, deque(), deque(), 0
+    for right in range(n):
+        while lo_q and rss[lo_q[-1]] >= rss[right]:
+            lo_q.pop()
+        lo_q.append(right)
+        while hi_q and rss[hi_q[-1]] <= rss[right]:
+            hi_q.pop()
+        hi_q.append(right)
+        while rss[hi_q[0]] - rss[lo_q[0]] > max(STEADY * rss[lo_q[0]], STEADY_MIN_BYTES):
+            left += 1
+            if lo_q[0] < left:
+                lo_q.popleft()
+            if hi_q[0] < left:
+                hi_q.popleft()
+        span = t[right] - t[left]
+        key = (round(span, 6), rss[lo_q[0]])
+        if span >= HOLD_MIN_S and (best is None or key > best[0]):
+            best = (key, left, right)
+    if best is None:
         return None
-    best, best_i, mins, r = -1.0, None, deque(), 0
-    for left in range(n):
-        while r < n and (r == 0 or t[r - 1] - t[left] < w):
-            while mins and rss[mins[-1]] >= rss[r]:
-                mins.pop()
-            mins.append(r)
-            r += 1
-        if t[r - 1] - t[left] < w:
-            break   # no window from here on spans w
-        while mins[0] < left:
-            mins.popleft()
-        if rss[mins[0]] > best:
-            best, best_i = float(rss[mins[0]]), mins[0]
-    if best_i is None:
-        return None
-    lo = hi = best_i
-    while lo > 0 and rss[lo - 1] >= best:
-        lo -= 1
-    while hi + 1 < n and rss[hi + 1] >= best:
-        hi += 1
-    return int(ok[best_i]), int(ok[lo]), int(ok[hi])
+    _, lo, hi = best
+    med = float(np.median(rss[lo:hi + 1]))
+    i = lo + int(np.argmin(np.abs(rss[lo:hi + 1] - med)))
+    return int(ok[i]), int(ok[lo]), int(ok[hi])
 
 
 def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: int | None,
@@ -88,7 +87,7 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
         i, lo, hi = h
         out.append(Moment("held", float(t[i]), breakdown_at(i), start_s=float(t[lo]),
                           end_s=float(t[hi]),
-                          how=f"the most RSS kept {window_s(duration_s):.2f} s or longer"))
+                          how="the RSS it sat at longest, steady within a tenth"))
     if end_i is not None:
         how = (f"the last sample before {end_how}" if end_s is not None and end_how
                else "the last sample")

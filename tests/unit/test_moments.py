@@ -29,29 +29,46 @@ def at(rss):
 
 def test_a_spike_is_the_peak_and_the_plateau_is_held():
     t, rss = series((0.5, 10), (0.05, 300), (2.0, 145), (0.2, 20))
-    i, lo, hi = moments.held(t, rss, duration_s=t[-1])
+    i, lo, hi = moments.held(t, rss)
     assert rss[i] == 145 * MiB
-    # the stretch at 145 MiB or more: from the spike (itself above) to the drop
-    assert abs(t[lo] - 0.5) < 0.02 and abs(t[hi] - 2.54) < 0.02
+    assert abs(t[lo] - 0.55) < 0.02 and abs(t[hi] - 2.54) < 0.02
 
 
-def test_a_stretch_shorter_than_the_window_is_not_held():
-    # 150 ms at 200 MiB is shorter than the 0.2 s a stretch must last: held is the 50
-    t, rss = series((1.0, 50), (0.15, 200), (1.0, 50))
-    i, _, _ = moments.held(t, rss, duration_s=t[-1])
-    assert rss[i] == 50 * MiB
+def test_a_stretch_shorter_than_the_minimum_is_not_held():
+    # 150 ms at 200 MiB is shorter than the 0.2 s a stretch must last
+    t, rss = series((0.1, 50), (0.15, 200), (0.1, 30))
+    assert moments.held(t, rss) is None
 
 
-def test_the_window_grows_with_the_run():
-    # in a 100 s run a stretch must last 5 s: 3 s at 400 MiB does not count
-    t, rss = series((40, 100), (3, 400), (57, 100), hz=10)
-    i, _, _ = moments.held(t, rss, duration_s=100)
+def test_the_longest_steady_stretch_wins_and_the_higher_of_equals():
+    t, rss = series((3, 100), (1, 400), (3, 100), hz=10)
+    i, _, _ = moments.held(t, rss)
     assert rss[i] == 100 * MiB
+    t, rss = series((1, 100), (1, 400), hz=100)
+    i, _, _ = moments.held(t, rss)
+    assert rss[i] == 400 * MiB
 
 
-def test_a_run_shorter_than_the_window_has_no_held_moment():
-    t, rss = series((0.1, 10))
-    assert moments.held(t, rss, duration_s=0.1) is None
+def test_steady_allows_a_tenth_and_reads_the_median():
+    # an idle service wobbling between 140 and 150 MiB for 2 s after a 1 s climb
+    steps = [(0.01, 10 + 140 * k / 100) for k in range(100)]
+    steps += [(0.1, 140 + (k % 2) * 10) for k in range(20)]
+    t, rss = series(*steps)
+    i, lo, _ = moments.held(t, rss)
+    assert 140 * MiB <= rss[i] <= 150 * MiB and t[lo] >= 0.9
+
+
+def test_a_run_with_nothing_steady_has_no_held_moment():
+    t, rss = series(*[(0.01, 10 * 1.2 ** k) for k in range(40)])
+    assert moments.held(t, rss) is None
+
+
+def test_the_climb_to_the_peak_is_not_held():
+    # a service climbs for 1 s to 150 MiB, drops to 73 MiB and idles for 1 s
+    steps = [(0.01, 10 + 140 * k / 100) for k in range(100)] + [(1.0, 73)]
+    t, rss = series(*steps)
+    i, _, _ = moments.held(t, rss)
+    assert rss[i] == 73 * MiB
 
 
 def test_end_is_the_last_sample_before_the_exit_began_and_held_ends_there():

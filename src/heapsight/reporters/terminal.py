@@ -505,6 +505,7 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
     rows, repeat = doc["configs"], doc["repeat"]
     base = baseline(rows)
     rank = doc.get("rank_by") or "exit"    # a comparison saved before moments: at exit
+    dropped = []
     ranked = ranking.RANK_KEY[rank]
     # peak RSS, the moment ranked by, what stayed at exit and the cost; minor faults only
     # where there is room: the rest fits in 100 columns
@@ -516,9 +517,19 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
     _indent(c, f"ranked by* {ranking.RANK_WORDS[rank]}: "
                f"{doc.get('rank_why') or 'a comparison saved before moments had names'}", 0)
     # the changes go under the figures when the rows would not fit on one line
+    def width(t):
+        return Measurement.get(c, c.options.update(max_width=10_000), t).maximum
     t, errors = _compare_table(rows, base, metrics, repeat, spread, stacked=False)
-    if Measurement.get(c, c.options.update(max_width=10_000), t).maximum > c.width:
+    if width(t) > c.width:
         t, errors = _compare_table(rows, base, metrics, repeat, spread, stacked=True)
+    # still too wide (a long configuration name): what stayed at exit gives way first,
+    # never the names, the moment ranked by or the time
+    for drop in ("given_back", "retained", "cpu_s"):
+        if width(t) <= c.width:
+            break
+        metrics = [m for m in metrics if m[0] != drop]
+        t, errors = _compare_table(rows, base, metrics, repeat, spread, stacked=True)
+        dropped.append(drop)
     _print(c, t)
     for r in errors:
         _indent(c, f"{r['name']}: {r['error']}", 2, style="red")
@@ -527,8 +538,12 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
                                             (" (--spread shows min-max)" if repeat > 1 else ""))
     _indent(c, f"{what}; changes against glibc's defaults, green better, red worse "
                "(5% or more), ~ within the spread of the repeats (their min-max ranges "
-               "overlap: no difference shown); 'given back' is what the release at exit "
-               "returned", 0, style="dim")
+               "overlap: no difference shown)"
+               + ("; 'given back' is what the release at exit returned"
+                  if "given_back" not in dropped else "")
+               + (f"; left out for the width (--json and --csv have them): "
+                  f"{', '.join(dict(METRICS)[k] for k in dropped)}" if dropped else ""),
+            0, style="dim")
     c.print()
     text, _, how = doc["recommendation"].partition("; run it with: ")
     text, _, lowest = text.partition("; lowest memory: ")
