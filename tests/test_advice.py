@@ -235,3 +235,24 @@ def test_a_cxx_programs_call_sites_name_its_own_code_first_on_80_columns(threads
     block = err.split("call sites at peak live")[1].split("estimated from")[0]
     assert all(len(x) <= 80 for x in block.splitlines()), block
     assert any(x.strip().endswith(")") and "worker(int)" in x for x in block.splitlines())
+
+
+def test_compare_recommends_for_the_python_service_what_lowers_its_idle(tmp_path):
+    if not os.path.exists(JEMALLOC):
+        pytest.skip("libjemalloc2 is not installed (make setup installs it)")
+    argv = ["python3", str(DATA / "service.py"), "1.0"]
+    js = tmp_path / "c.json"
+    subprocess.run([*HS, "compare", "--no-save", "--repeat", "1", "--json", str(js),
+                    "--configs", "glibc,jemalloc-eager,python-malloc,python-malloc-jemalloc-eager",
+                    "--", *argv], capture_output=True, text=True, timeout=600)
+    d = json.loads(js.read_text())
+    # THEN it ranks by the held moment (the service's idle), and what it recommends lowers
+    # the bare service's own idle reading by 30% or more
+    assert d["rank_by"] == "held", d["rank_by"]
+    name = d["recommendation"].split(":", 1)[0]
+    row = next(x for x in d["configs"] if x["name"] == name)
+    env = dict(row["env"])
+    if row["library"]:
+        env["LD_PRELOAD"] = row["library"]
+    base, after = bare(argv, "idle"), bare(argv, "idle", env)
+    assert lower_by(base, after) >= 0.30, (name, base, after)
