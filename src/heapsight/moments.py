@@ -76,7 +76,12 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     t = np.asarray(t, dtype=float)
     out = []
     if peak_i is not None:
-        out.append(Moment("peak", float(t[peak_i]), breakdown_at(peak_i), how="the most RSS sampled"))
+        at_peak = breakdown_at(peak_i)
+        if final is not None and final.rss_bytes > at_peak.rss_bytes:
+            # a program shorter than a few samples: its most RSS was at the exit reading
+            out.append(Moment("peak", final.at_s, final, how="the most RSS read: at exit"))
+        else:
+            out.append(Moment("peak", float(t[peak_i]), at_peak, how="the most RSS sampled"))
     before = np.flatnonzero((t < end_s) & ~np.isnan(np.asarray(rss, dtype=float))) \
         if end_s is not None else None
     end_i = (int(before[-1]) if before is not None and len(before) else last_i)
@@ -91,7 +96,14 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     if end_i is not None:
         how = (f"the last sample before {end_how}" if end_s is not None and end_how
                else "the last sample")
-        out.append(Moment("end", float(t[end_i]), breakdown_at(end_i), how=how))
+        step = float(np.median(np.diff(t))) if len(t) > 1 else 0.01
+        if end_s is not None and final is not None and end_s - t[end_i] > max(3 * step, 0.05):
+            # no sample near the end (a program shorter than a few samples): the exit's
+            # reading is nearer to it than a sample of its start
+            out.append(Moment("end", final.at_s, final,
+                              how="the exit reading (no sample near the end of the work)"))
+        else:
+            out.append(Moment("end", float(t[end_i]), breakdown_at(end_i), how=how))
     if final is not None:
         out.append(Moment("exit", final.at_s, final, how="after exit handlers and teardown"))
     return tuple(out)

@@ -94,3 +94,14 @@ def test_the_verdict_is_about_its_first_findings_moment():
     assert moments.about([Finding("retention", 1, "", "")]) == "end"
     assert moments.about([Finding("leak", 1, "", "")]) == "exit"
     assert moments.about([]) == "peak"
+
+
+def test_a_program_shorter_than_its_samples_is_read_at_its_exit():
+    # one sample at the start (2 MiB), the exit probe's reading at 6 MiB 30 ms later
+    t, rss = np.array([0.0]), np.array([2.0 * MiB])
+    final = Breakdown(0.03, 6 * MiB, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    found = {m.name: m for m in moments.build(t, rss, at(rss), 0.03, 0, 0, final, 0.025,
+                                              "main returned")}
+    assert found["peak"].breakdown.rss_bytes == 6 * MiB     # the most RSS read
+    assert found["end"].breakdown is final                  # no sample near the end
+    assert "held" not in found
