@@ -97,7 +97,7 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
         how = (f"the last sample before {end_how}" if end_s is not None and end_how
                else "the last sample")
         step = float(np.median(np.diff(t))) if len(t) > 1 else 0.01
-        if end_s is not None and final is not None and end_s - t[end_i] > max(3 * step, 0.05):
+        if end_s is not None and final is not None and end_s - t[end_i] > 2 * step:
             # no sample near the end (a program shorter than a few samples): the exit's
             # reading is nearer to it than a sample of its start
             out.append(Moment("end", final.at_s, final,

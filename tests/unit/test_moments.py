@@ -100,7 +100,7 @@ def test_a_program_shorter_than_its_samples_is_read_at_its_exit():
     # one sample at the start (2 MiB), the exit probe's reading at 6 MiB 30 ms later
     t, rss = np.array([0.0]), np.array([2.0 * MiB])
     final = Breakdown(0.03, 6 * MiB, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-    found = {m.name: m for m in moments.build(t, rss, at(rss), 0.03, 0, 0, final, 0.025,
+    found = {m.name: m for m in moments.build(t, rss, at(rss), 0.03, 0, 0, final, 0.028,
                                               "main returned")}
     assert found["peak"].breakdown.rss_bytes == 6 * MiB     # the most RSS read
     assert found["end"].breakdown is final                  # no sample near the end
