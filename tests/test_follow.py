@@ -54,3 +54,16 @@ def test_follow_names_the_process_to_measure(tmp_path):
     s3, _ = run(tmp_path, "--follow", "nosuchprogram", "--", "sh", "-c", "true")
     assert s3["heap"] is None and s3["preload"] == "not-attached"
     assert "no process of nosuchprogram ran under the preload library" in s3["preload_note"]
+
+
+def test_a_follow_name_that_never_runs_is_said_and_a_mistyped_command_is_guessed():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "-q", "--follow",
+                        "pearl", "--", "sh", "-c", "true"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0
+    assert "--follow pearl: no process of that name ran" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "heapsight", "rn", "true"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "did you mean `heapsight run`?" in r.stderr, r.stderr

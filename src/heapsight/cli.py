@@ -176,6 +176,15 @@ def _main(argv: list | None) -> int:
         print(f"heapsight {__version__}")   # before the commands are imported
         return 0
     words = sys.argv[1:] if argv is None else argv
+    first = words[0] if words and not words[0].startswith("-") else None
+    if first is not None and first not in COMMAND_NAMES:
+        import difflib
+        close = difflib.get_close_matches(first, COMMAND_NAMES, n=1, cutoff=0.5)
+        print(f"heapsight: error: unknown command {first!r}"
+              + (f": did you mean `heapsight {close[0]}`?" if close else "")
+              + f" (commands: {', '.join(COMMAND_NAMES)}; heapsight --help says what each does)",
+              file=sys.stderr)
+        return 2
     parser = build_parser(full="--print-man" in words, command=_command_of(words))
     args = parser.parse_args(argv)
     if args.print_man:

@@ -337,6 +337,11 @@ def execute(args) -> int:
         terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:
             sys.stderr.write(f"heapsight: page written to {args.html}\n")
+    if args.follow and summary.pid == summary.started_pid and summary.preload != "active":
+        seen = ", ".join(sorted({c["name"] for c in summary.children})) or "none seen"
+        sys.stderr.write(f"heapsight: --follow {args.follow}: no process of that name ran (the "
+                         f"processes the command started: {seen}); the figures are "
+                         f"{os.path.basename(argv[0])}'s, from /proc alone\n")
     failed = gate_failures(args, summary)
     for what, value, limit in failed:
         sys.stderr.write(f"heapsight: gate failed: {what} {human(value)} is above the limit "
