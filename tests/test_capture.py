@@ -63,3 +63,23 @@ def test_a_record_without_a_capture_is_shown_as_saved(tmp_path):
     doc = record.load(str(path))
     del doc["capture"]
     assert capture.rederive(doc) is None
+
+
+def test_a_saved_run_is_shown_again_in_the_terminal(tmp_path):
+    rec, js = tmp_path / "r.hsrun.json.gz", tmp_path / "s.json"
+    r = subprocess.run([*HS, "run", "-q", "-o", str(rec), "--json", str(js), "--",
+                        scenario("hs-retention"), "--mb", "32"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    shown = subprocess.run([*HS, "report", "--terminal", str(rec)], capture_output=True,
+                           text=True, timeout=120, env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
+    assert shown.returncode == 0, shown.stderr
+    # THEN the summary is the run's own: its verdict and the table of its moments
+    verdict = json.loads(js.read_text())["verdict"]
+    assert "VERDICT  " + verdict.split(":")[0] in shown.stdout
+    assert "peak RSS" in shown.stdout and "exit" in shown.stdout
+    assert not (tmp_path / "heapsight-report.html").exists()
+    # AND a file that is no run record is refused before anything is shown
+    bad = subprocess.run([*HS, "report", "--terminal", str(js)], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "error" in bad.stderr and not bad.stdout

@@ -10,6 +10,7 @@ as a PNG image (needs Chromium: Debian package chromium).
 
 examples:
   heapsight report heapsight-app.1234.hsrun.json.gz -o app.html
+  heapsight report --terminal heapsight-app.1234.hsrun.json.gz   # as `run` showed it
   heapsight report run.hsrun.json.gz compare.json.gz lab.json.gz -o all.html
   heapsight report lab.json.gz -o lab.html --png charts/ --title "this box"
 """
@@ -39,6 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--png", metavar="DIR",
                    help="also write each chart as DIR/CHART_ID.png (drawn by headless Chromium)")
     p.add_argument("--title", metavar="T", help="the page's title")
+    p.add_argument("--terminal", action="store_true",
+                   help="show each run record's summary in the terminal, as `heapsight run` "
+                        "printed it (analysed again by this heapsight); no page unless -o")
     p.add_argument("--as-recorded", action="store_true",
                    help="show each run's summary as it was saved; by default a run recorded "
                         "with its capture (what the analysis read) is analysed again by this "
@@ -60,9 +64,31 @@ def reanalysed(path: str, doc: dict) -> dict:
     return doc if summary is None else {**doc, "summary": summary.to_dict()}
 
 
+def show_in_terminal(docs: list) -> None:
+    """Each run record's summary as `run` prints it, from its capture (records without one:
+    attach's, older ones, comparisons and labs are refused before anything is shown)."""
+    from heapsight import capture
+    from heapsight.reporters import terminal
+    bad = [p for p, d in docs if d.get("kind") != record.KIND or "capture" not in d]
+    if bad:
+        raise HeapsightError(f"--terminal shows run records saved by `heapsight run`; "
+                             f"{', '.join(bad)} is not one (or has no capture to analyse "
+                             "again): write a page instead (-o FILE.html)")
+    for path, doc in docs:
+        summary = capture.rederive(doc)
+        if summary is None:
+            raise HeapsightError(f"{path}: its capture is of another version: write a page "
+                                 "instead (-o FILE.html), which shows it as recorded")
+        terminal.render_run(summary, sys.stdout, saved_to=path)
+
+
 def execute(args) -> int:
     # Everything that can fail on the inputs fails before anything is written.
     docs = [(path, record.load(path)) for path in args.files]
+    if args.terminal:
+        show_in_terminal(docs)
+        if args.output is None and not args.pprof:
+            return 0
     if not args.as_recorded:
         docs = [(path, reanalysed(path, doc)) for path, doc in docs]
     if args.pprof:
