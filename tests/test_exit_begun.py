@@ -103,7 +103,9 @@ def assert_the_programs_end(r: dict) -> None:
     assert r["end_s"] is not None, r
     assert r["done_s"] - 0.001 <= r["end_s"] < r["done_s"] + 0.15, r
     assert r["exit_s"] - r["end_s"] >= TEARDOWN_S - 0.05, r
-    assert r["end_s"] >= 0.3, r   # after the program's own 0.3 s of work
+    # after the program's own 0.3 s of work (the run's clock starts at heapsight's first
+    # reading, which a loaded machine may take a few ms after the program started)
+    assert r["end_s"] >= 0.25, r
 
 
 def test_main_returned(program, tmp_path):

@@ -204,6 +204,16 @@ def facts_html(facts: list) -> str:
     return '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
 
 
+def first_try(s: dict) -> str:
+    """The first thing to try, under the verdict (the terminal's `try:` line), so it is in
+    the first screen however wide the breakdown is."""
+    first = next(iter((s.get("findings") or [{}])[0].get("suggestions") or ()), None)
+    if not first:
+        return ""
+    return (f'<div class="findings first-try"><ul><li>try: <code>{esc(first)}</code></li>'
+            "</ul></div>")
+
+
 def findings_html(s: dict) -> str:
     out = []
     for f in s.get("findings") or []:
@@ -240,8 +250,9 @@ def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
             f'<h2><span class="kind">run</span>{esc(prog)}{esc(" " + label) if label else ""}</h2>',
             f'<div class="from">{esc(source)}</div>',
             f'<div class="verdict v-{esc(kind)}">{esc(s.get("verdict", ""))}</div>',
-            # what a reader needs first, in the first screen: the verdict, the breakdown and
-            # what to try; then the charts, who holds the memory, and the facts
+            first_try(s),
+            # what a reader needs first, in the first screen: the verdict, what to try and
+            # the breakdown; then the charts, who holds the memory, and the facts
             f'<div class="run-top">{breakdown_table(s)}{findings_html(s)}</div>',
             figures(cs), who, facts_html(run_facts(s)), "</section>"]
     return "".join(body), cs + who_charts
