@@ -22,7 +22,40 @@ import numpy as np
 from heapsight import heapmap, profile as profile_mod, symbolize
 from heapsight.segment import AllocStats, HeapCounters
 
-VERSION = 1
+# The capture's version: raised whenever what summarize reads changes shape, with an
+# upgrader below from the version before, and a record of each version in tests/data that
+# today's code analyses again (tests/test_capture_versions.py).
+#   1  the first (records up to the named moments)
+#   2  + "settings": the allocator settings in the program's environment (remedies.py);
+#      the segment's reading may carry exit_begun_ns/how and the timeline py_finalizing_s
+VERSION = 2
+
+
+def _from_1(cap: dict) -> dict:
+    """A version 1 capture as version 2: no settings were recorded (none assumed); the
+    segment's exit_begun fields and the timeline's finalizing time are absent, which the
+    analysis reads as "not seen" (the end moment is then the last sample)."""
+    return {**cap, "version": 2, "settings": {}}
+
+
+UPGRADES = {1: _from_1}
+
+
+class NewerCapture(ValueError):
+    """A capture of a version this heapsight does not know (a newer heapsight wrote it)."""
+
+
+def upgrade(cap: dict) -> dict:
+    """A capture of any known version as today's, one upgrader at a time."""
+    v = cap.get("version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"capture version {v!r} is not one heapsight ever wrote")
+    if v > VERSION:
+        raise NewerCapture(f"capture version {v}, newer than this heapsight's {VERSION}: "
+                           "upgrade heapsight to analyse it again")
+    while cap["version"] < VERSION:
+        cap = UPGRADES[cap["version"]](cap)
+    return cap
 
 
 # ------------------------------------------------------------------ the segment's figures
@@ -244,9 +277,10 @@ def summarize_from(cap: dict, columns: dict):
 
 
 def rederive(doc: dict):
-    """A run record's summary derived again, or None when it carries no capture (a record
-    saved before captures were kept, or by attach)."""
+    """A run record's summary derived again from its capture (of any version up to today's:
+    upgrade), or None when it carries no capture (a record saved before captures were
+    kept, or by attach). NewerCapture for one a newer heapsight wrote."""
     cap = doc.get("capture")
-    if not isinstance(cap, dict) or cap.get("version") != VERSION:
+    if not isinstance(cap, dict):
         return None
-    return summarize_from(cap, doc.get("timeline") or {})
+    return summarize_from(upgrade(cap), doc.get("timeline") or {})

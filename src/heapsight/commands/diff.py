@@ -43,6 +43,10 @@ def add_arguments(p) -> None:
                    help="CI gate: exit 90 when FIGURE grew by more than SIZE from A to B; "
                         "figures: " + ", ".join(diffing.GATE_FIGURES) + " (e.g. retained=8M)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    p.add_argument("--as-recorded", action="store_true",
+                   help="compare the summaries as they were saved; by default each run is "
+                        "analysed again from its capture by this heapsight, as `report` "
+                        "shows it, so both sides get the same analysis")
 
 
 def gates(specs: list) -> list:
@@ -88,6 +92,9 @@ def load_run(path: str) -> dict:
 def execute(args) -> int:
     limits = gates(args.fail_if_grew)
     da, db = load_run(args.a), load_run(args.b)
+    if not args.as_recorded:   # today's analysis of both, as report shows them
+        from heapsight.commands.report import reanalysed
+        da, db = reanalysed(args.a, da), reanalysed(args.b, db)
     a, b = da["summary"], db["summary"]
     if diffing.program(a) != diffing.program(b) and not args.force:
         raise HeapsightError(f"{args.a} is a run of {diffing.program(a)} and {args.b} of "

@@ -74,11 +74,13 @@ def show_in_terminal(docs: list) -> None:
         raise HeapsightError(f"--terminal shows run records saved by `heapsight run`; "
                              f"{', '.join(bad)} is not one (or has no capture to analyse "
                              "again): write a page instead (-o FILE.html)")
+    summaries = []
     for path, doc in docs:
-        summary = capture.rederive(doc)
-        if summary is None:
-            raise HeapsightError(f"{path}: its capture is of another version: write a page "
-                                 "instead (-o FILE.html), which shows it as recorded")
+        try:
+            summaries.append((path, capture.rederive(doc)))
+        except capture.NewerCapture as e:
+            raise HeapsightError(f"{path}: {e}; a page (-o FILE.html) shows it as recorded")
+    for path, summary in summaries:
         terminal.render_run(summary, sys.stdout, saved_to=path)
 
 
