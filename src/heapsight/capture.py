@@ -284,3 +284,19 @@ def rederive(doc: dict):
     if not isinstance(cap, dict):
         return None
     return summarize_from(upgrade(cap), doc.get("timeline") or {})
+
+
+def reanalysed(path: str, doc: dict, command: str = "heapsight") -> dict:
+    """A run record with its summary derived again from its capture, or as saved when it
+    has none (older records, attach's) or the analysis fails on it (said on stderr): what
+    `report` shows and `diff` compares."""
+    if doc.get("kind") != "heapsight-run" or "capture" not in doc:
+        return doc
+    try:
+        summary = rederive(doc)
+    except Exception as e:   # a damaged capture never costs the page: the saved summary
+        import sys
+        print(f"{command}: {path}: shown as recorded (its capture could not be analysed "
+              f"again: {type(e).__name__}: {e})", file=sys.stderr)
+        return doc
+    return doc if summary is None else {**doc, "summary": summary.to_dict()}

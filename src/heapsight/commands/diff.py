@@ -93,8 +93,9 @@ def execute(args) -> int:
     limits = gates(args.fail_if_grew)
     da, db = load_run(args.a), load_run(args.b)
     if not args.as_recorded:   # today's analysis of both, as report shows them
-        from heapsight.commands.report import reanalysed
-        da, db = reanalysed(args.a, da), reanalysed(args.b, db)
+        from heapsight import capture
+        da = capture.reanalysed(args.a, da, "heapsight diff")
+        db = capture.reanalysed(args.b, db, "heapsight diff")
     a, b = da["summary"], db["summary"]
     if diffing.program(a) != diffing.program(b) and not args.force:
         raise HeapsightError(f"{args.a} is a run of {diffing.program(a)} and {args.b} of "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
-from heapsight import output, record, report
+from heapsight import capture, output, record, report
 from heapsight.errors import HeapsightError
 from heapsight.report import png
 
@@ -49,25 +49,9 @@ def add_arguments(p) -> None:
                         "heapsight, so a better analysis applies to old runs too")
 
 
-def reanalysed(path: str, doc: dict) -> dict:
-    """A run record with its summary derived again from its capture (capture.py), or as
-    saved when it has none (older records, attach's) or the analysis fails on it (said)."""
-    if doc.get("kind") != record.KIND or "capture" not in doc:
-        return doc
-    from heapsight import capture
-    try:
-        summary = capture.rederive(doc)
-    except Exception as e:   # a damaged capture never costs the page: the saved summary
-        print(f"heapsight report: {path}: shown as recorded (its capture could not be "
-              f"analysed again: {type(e).__name__}: {e})", file=sys.stderr)
-        return doc
-    return doc if summary is None else {**doc, "summary": summary.to_dict()}
-
-
 def show_in_terminal(docs: list) -> None:
     """Each run record's summary as `run` prints it, from its capture (records without one:
     attach's, older ones, comparisons and labs are refused before anything is shown)."""
-    from heapsight import capture
     from heapsight.reporters import terminal
     bad = [p for p, d in docs if d.get("kind") != record.KIND or "capture" not in d]
     if bad:
@@ -92,7 +76,7 @@ def execute(args) -> int:
         if args.output is None and not args.pprof:
             return 0
     if not args.as_recorded:
-        docs = [(path, reanalysed(path, doc)) for path, doc in docs]
+        docs = [(path, capture.reanalysed(path, doc, "heapsight report")) for path, doc in docs]
     if args.pprof:
         runs = [(p, d) for p, d in docs if d.get("kind") == record.KIND]
         if len(docs) != 1 or not runs:
