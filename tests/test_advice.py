@@ -69,6 +69,17 @@ def first_setting(s: dict) -> dict:
     return env
 
 
+def recommended(d: dict) -> tuple:
+    """(name, environment) of the configuration a comparison recommends, its allocator's
+    library preloaded: how to apply it to the bare program."""
+    name = d["recommendation"].split(":", 1)[0]
+    row = next(x for x in d["configs"] if x["name"] == name)
+    env = dict(row["env"])
+    if row["library"]:
+        env["LD_PRELOAD"] = row["library"]
+    return name, env
+
+
 def lower_by(base: int, after: int) -> float:
     return 1 - after / base
 
@@ -159,11 +170,7 @@ def test_compare_ranks_by_the_moment_and_recommends_what_lowers_it(threads_cache
     assert "broken:" in r.stderr and "missing" in r.stderr, r.stderr
     # AND the configuration it recommends lowers the bare program's RSS after its waves by
     # 30% or more
-    name = d["recommendation"].split(":", 1)[0]
-    row = next(x for x in d["configs"] if x["name"] == name)
-    env = dict(row["env"])
-    if row["library"]:
-        env["LD_PRELOAD"] = row["library"]
+    name, env = recommended(d)
     base, after = bare(argv, "after waves"), bare(argv, "after waves", env)
     assert lower_by(base, after) >= 0.30, (name, base, after)
     # AND no line is wider than 80 columns but the commands to copy
@@ -249,10 +256,6 @@ def test_compare_recommends_for_the_python_service_what_lowers_its_idle(tmp_path
     # THEN it ranks by the held moment (the service's idle), and what it recommends lowers
     # the bare service's own idle reading by 30% or more
     assert d["rank_by"] == "held", d["rank_by"]
-    name = d["recommendation"].split(":", 1)[0]
-    row = next(x for x in d["configs"] if x["name"] == name)
-    env = dict(row["env"])
-    if row["library"]:
-        env["LD_PRELOAD"] = row["library"]
+    name, env = recommended(d)
     base, after = bare(argv, "idle"), bare(argv, "idle", env)
     assert lower_by(base, after) >= 0.30, (name, base, after)
