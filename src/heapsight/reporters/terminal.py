@@ -120,6 +120,9 @@ def _verified_lines(c: Console, s: Summary) -> None:
                if not base.get("error") else f"; the run without a setting: {base['error']}):"))
     c.print()
     _indent(c, head, 2)
+    if not any(r.get("change", 0) <= -0.10 for r in s.verified[1:]):
+        _indent(c, "no setting lowered it by a tenth here: no allocator setting is the "
+                   "answer for this program; the other suggestions come first", 4, style="bold")
     for r in sorted(s.verified[1:], key=lambda r: r.get("change", math.inf)):
         c.print(Text("    " + printable(r["setting"])), soft_wrap=True)
         if r.get("error") or "change" not in r:
