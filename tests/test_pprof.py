@@ -100,16 +100,28 @@ def test_pprof_without_sampling_is_refused_before_the_run(tmp_path):
 
 
 def test_the_header_states_the_sampling_scheme_of_an_adaptive_run(tmp_path):
-    # an adaptive run (the default: finer at first) said "one per 524288 bytes on average"
+    # an adaptive run (the default: finer at first) said "one per 524288 bytes on average";
+    # the mean coarsens with the live sampled blocks, so a run may stop short of 524288
     from heapsight.reporters import pprof
-    summary = {"duration_s": 1.0, "sites": {
-        "sample_bytes": 524288, "sample_bytes_min": 16384, "frames": [], "stacks": [],
-        "moments": [{"name": "peak", "t_s": 0.5, "samples": 10, "sites": [], "live_bytes": 0,
-                     "blocks": []}]}}
-    try:
-        data = pprof.encode(summary, "peak")
-    except Exception as e:   # the test's summary is minimal: it must hold what encode reads
-        pytest.fail(f"encode failed on a minimal summary: {e!r}")
     import gzip as gz
-    raw = data if not data[:2] == b"\x1f\x8b" else gz.decompress(data)
-    assert b"one per 16384 bytes on average at first, coarsening to one per 524288" in raw
+    for low, high, want in (
+            (16384, None, b"adaptive: from one per 16384 to one per 524288 bytes on average, "
+                          b"coarsening with the live sampled blocks"),
+            (16384, 65536, b"adaptive: from one per 16384 to one per 65536 bytes on average, "
+                           b"coarsening with the live sampled blocks"),
+            (16384, 16384, b"adaptive: one per 16384 bytes on average (the mean coarsens with "
+                           b"the live sampled blocks, up to 524288: not in this run)"),
+            (524288, 524288, b"one per 524288 bytes on average")):
+        summary = {"duration_s": 1.0, "sites": {
+            "sample_bytes": 524288, "sample_bytes_min": low, "frames": [], "stacks": [],
+            "moments": [{"name": "peak", "t_s": 0.5, "samples": 10, "sites": [],
+                         "live_bytes": 0, "blocks": []}]}}
+        if high is not None:
+            summary["sites"]["sample_bytes_max"] = high
+        try:
+            data = pprof.encode(summary, "peak")
+        except Exception as e:   # the test's summary is minimal: it must hold what encode reads
+            pytest.fail(f"encode failed on a minimal summary: {e!r}")
+        raw = data if not data[:2] == b"\x1f\x8b" else gz.decompress(data)
+        assert want in raw, (low, high)
+        assert b"adaptive" not in raw or low < 524288

@@ -174,6 +174,41 @@ def test_adaptive_sampling_stays_unbiased_and_its_interval_holds():
     assert np.mean(err) < 0.9 * max(x["error_bytes"] for x in fixed["sites"])
 
 
+def test_a_samples_level_is_signed_a_mean_coarser_than_the_default_where_below_0():
+    # GIVEN samples drawn at level 5 (the mean 16 KiB of 512 KiB) and at level -1 (1 MiB:
+    # adaptive sampling goes past the mean where the profile's room runs low), bits 8-15
+    seg = S.Segment()
+    try:
+        A = S.EVENT_ALLOC
+        write_profile(seg, 524288, [(A | 5 << 8, 0x1000, 100, 10, 0),
+                                    (A | 0xff << 8, 0x2000, 100, 20, 0)],
+                      [[0x401000]], [(0x400000, 0x500000, 0x400000, 0, "/x")])
+        prof = P.read(seg)
+    finally:
+        seg.close()
+    # THEN their means are 16 KiB and 1 MiB
+    assert prof.allocs["level"].tolist() == [5, -1]
+    assert prof.means().tolist() == [16384.0, 1048576.0]
+
+
+def test_each_sites_floor_comes_from_the_means_its_own_samples_were_drawn_at():
+    # GIVEN two sites each known by one block far above any mean (sampled for certain: no
+    # variance of their own), one drawn at 16 KiB (level 5 of 512 KiB), one at 512 KiB
+    rng = np.random.default_rng(3)
+    sizes = np.full(2, 64 * MiB, dtype=np.uint64)
+    prof = synthetic(sizes, 524288, rng, np.array([0, 1]), np.array([5, 0], dtype=np.uint8))
+    st = sites.Stacks(prof, no_names)
+    m = sites.estimate(prof, st, sites.Moment("peak", None, 0.0, int(sizes.sum())))
+    # THEN each interval is what sampling could not see at its own mean: 3 x 16 KiB for the
+    # first (it read 3 x 512 KiB, the run's coarsest, for every site)
+    got = {x["frame"]: x["error_bytes"] for x in m["sites"]}
+    assert got[st.site_of[0]] == 3 * 16384 and got[st.site_of[1]] == 3 * 524288
+    # AND a site whose samples had several means: their harmonic mean weighted by the bytes
+    # each stands for (1 MiB seen at 16 KiB, 3 MiB at 512 KiB: 4 MiB / (64 + 6))
+    assert sites.site_mean(4 * MiB, MiB / 16384 + 3 * MiB / 524288, 524288) == 4 * MiB / 70
+    assert sites.site_mean(0.0, 0.0, 524288) == 524288
+
+
 def test_blocks_far_above_the_mean_are_counted_exactly():
     rng = np.random.default_rng(1)
     sizes = np.full(50, 64 * MiB // 50 * 40, dtype=np.uint64)   # 50 blocks of ~51 MiB

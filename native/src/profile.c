@@ -54,19 +54,46 @@ HS_HIDDEN unsigned char _hs_sample_map[HS_SAMPLE_MAP_SIZE];
 enum { P_UNSET, P_OFF, P_ON };
 static int g_state;              /* P_*: until attach, nothing is decided */
 static double g_mean;            /* M, bytes: the mean the sampling reaches */
-/* Adaptive sampling (the default, when HEAPSIGHT_SAMPLE_BYTES is not set): the mean starts
- * at M / 2^g_level (16 KiB for the default 512 KiB) and doubles every HS_SAMPLES_PER_LEVEL
- * samples, up to M: a small program's call sites come from many samples, a large one's
- * cost stays bounded. Each thread's countdown is drawn at the level current then
- * (t_level), and its sample carries that level (the event's kind, bits 8-15): its
- * inclusion probability is 1 - exp(-size / (M / 2^level)), known when it was taken, so
- * the estimates stay unbiased (docs/numbers.md). */
+/* Adaptive sampling (the default, when HEAPSIGHT_SAMPLE_BYTES is not set). The mean is
+ * M / 2^level: it starts at HS_SAMPLE_START (level 5 for the default M = 512 KiB) and only
+ * ever doubles (the level goes down by one), for either of two reasons:
+ * - what is live: the sampled blocks still live that were drawn at the current level
+ *   reach HS_LIVE_QUOTA. A level is left only once about HS_LIVE_QUOTA x its mean bytes
+ *   are live, so the peak, the largest live set, keeps about HS_LIVE_QUOTA / 2 samples or
+ *   more whatever was allocated and freed before it (the 95% error of an estimate of B bytes
+ *   in small blocks is about 1.96 sqrt(mean / B) of B: 6% at 1,024 samples, 4.3% at 2,048).
+ *   This stops at M. The count is kept under the lock, where a sample is recorded and where
+ *   a sampled block's free is matched: nothing on the hot path.
+ * - the room: churn costs samples (one per mean bytes allocated, freed or not) and room (two
+ *   events each: the profile is a log, it never takes an event back), so each level may
+ *   take at most half of the room left when it began (level_quota), the levels finer than
+ *   M less the quarter kept for M and what comes after: in the default room 49,152 samples
+ *   at 16 KiB (768 MiB allocated), 24,576 at 32 KiB (768 MiB)..., then about 9 GiB
+ *   allocated at M. Past that, and only for this, the mean goes beyond M (negative levels),
+ *   doubling every 9 GiB or so: the room never fills, where a fixed M drops every sample
+ *   after 64 GiB.
+ * The mean never refines: the peak is the largest live set, so a mean that coarsens with
+ * what is live is never too coarse for it (a later, smaller live set has fewer samples, as
+ * many as at M at the least while the room lasts); what makes it coarser than the live set
+ * asks is churn of more than 768 MiB at a level, and a finer mean after it would take room
+ * the program's further churn needs.
+ * Each thread's countdown is drawn at the level current then (t_level), and its sample
+ * carries that level (the event's kind, bits 8-15, signed): its inclusion probability is
+ * 1 - exp(-size / (M / 2^level)), known when it was taken, and a level depends only on the
+ * samples before it, so the estimates stay unbiased (docs/holders.md). */
 #define HS_SAMPLE_START 16384.0
-#define HS_SAMPLES_PER_LEVEL 256
+#define HS_LIVE_QUOTA 2048
+#define HS_LEVEL_QUOTA_MIN 256  /* a level finer than M: its room share at the least */
+#define HS_LEVEL_MIN (-24)      /* the coarsest: M x 2^24 */
+#define HS_LEVEL_MAX 24         /* the finest (_hs_profile_setup) */
+#define HS_NO_LEVEL 0x7fff
+static int g_adaptive;           /* the mean was not given: it adapts */
 static int g_level;              /* atomic */
-static int g_level_samples;      /* atomic: samples taken at g_level */
+static int64_t g_level_samples;  /* atomic: samples taken at g_level */
+static int64_t g_level_quota;    /* atomic: the samples g_level may take (its room share) */
+static uint32_t g_live_at[HS_LEVEL_MAX + 1]; /* under g_lock: recorded blocks live, by level */
 static int g_shared_level;       /* the level of g_shared_left's countdown */
-static HS_TLS int t_level = -1;  /* the level of this thread's countdown; -1: none yet */
+static HS_TLS int t_level = HS_NO_LEVEL; /* the level of this thread's countdown */
 static int64_t g_shared_left = 0; /* the countdown of threads without a slot (atomic) */
 static HS_TLS uint64_t t_rng;    /* xorshift64 state, 0 until seeded */
 static HS_TLS int t_sampling;    /* inside a sample: allocations here are not sampled */
@@ -216,10 +243,19 @@ static uint64_t next_random(void) {
   return x * 0x2545f4914f6cdd1dull;
 }
 
+/* The mean at a level: M / 2^level (a negative level: coarser than M). */
+static double mean_at(int level) {
+  return level >= 0 ? g_mean / (double)(1ull << level) : g_mean * (double)(1ull << -level);
+}
+
+/* A sample's level in its event's kind (bits 8-15, signed), and back. */
+static inline uint32_t level_bits(int level) { return (uint32_t)(uint8_t)(int8_t)level << 8; }
+static inline int kind_level(uint32_t kind) { return (int8_t)(uint8_t)(kind >> 8); }
+
 /* Bytes to the next sample: exponential of mean M / 2^level. */
 static int64_t draw_at(int level) {
   double u = (double)((next_random() >> 11) + 1) * 0x1.0p-53; /* (0, 1] */
-  double v = -hs_log(u) * (g_mean / (double)(1ull << level));
+  double v = -hs_log(u) * mean_at(level);
   return v < 9.0e18 ? (int64_t)v : INT64_MAX;
 }
 
@@ -228,12 +264,45 @@ static int64_t draw(void) {
   return draw_at(t_level);
 }
 
-/* A sample was taken at `level`: the level's count, and the mean doubled past its quota. */
+/* The samples a level beginning now may take: half of the room left (two events a sample:
+ * the ALLOC and the FREE; the FREEs of the blocks live now are kept room already), less,
+ * for a level finer than M, the quarter of the room kept for M and coarser. */
+static int64_t level_quota(int level) {
+  int64_t left = (int64_t)g_events_cap -
+                 (int64_t)__atomic_load_n(&_hs_seg->profile.events_used, __ATOMIC_RELAXED) -
+                 (int64_t)__atomic_load_n(&g_live.used, __ATOMIC_RELAXED);
+  if (level <= 0) return left / 4 > 1 ? left / 4 : 1;
+  left -= (int64_t)(g_events_cap / 4);
+  return left / 4 > HS_LEVEL_QUOTA_MIN ? left / 4 : HS_LEVEL_QUOTA_MIN;
+}
+
+/* The mean doubles: `level` ends, once (threads that find it over a quota race here). */
+static void coarsen(int level) {
+  int expect = level;
+  if (level <= HS_LEVEL_MIN ||
+      !__atomic_compare_exchange_n(&g_level, &expect, level - 1, 0, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED))
+    return;
+  __atomic_store_n(&g_level_samples, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_level_quota, level_quota(level - 1), __ATOMIC_RELAXED);
+}
+
+/* A sample was taken at `level` (recorded or not): the level's room share. */
 static void count_sample(int level) {
-  if (level <= 0 || level != __atomic_load_n(&g_level, __ATOMIC_RELAXED)) return;
-  if (__atomic_add_fetch(&g_level_samples, 1, __ATOMIC_RELAXED) == HS_SAMPLES_PER_LEVEL) {
-    __atomic_store_n(&g_level_samples, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&g_level, level - 1, __ATOMIC_RELAXED);
+  if (!g_adaptive || level != __atomic_load_n(&g_level, __ATOMIC_RELAXED)) return;
+  if (__atomic_add_fetch(&g_level_samples, 1, __ATOMIC_RELAXED) >=
+      __atomic_load_n(&g_level_quota, __ATOMIC_RELAXED))
+    coarsen(level);
+}
+
+/* Under the lock: a sampled block drawn at `level` was recorded (dir 1) or freed (-1); the
+ * live set at the current level past its quota doubles the mean (down to M). */
+static void count_live(int level, int dir) {
+  if (level <= 0 || level > HS_LEVEL_MAX) return;
+  if (dir < 0) {
+    if (g_live_at[level]) g_live_at[level]--;
+  } else if (++g_live_at[level] >= HS_LIVE_QUOTA && g_adaptive) {
+    coarsen(level); /* nothing unless it is the current level */
   }
 }
 
@@ -493,7 +562,7 @@ static inline uint64_t map_key(const void *p) { return (uint64_t)(uintptr_t)p | 
  * bytes); -1: its free. */
 static void hist_add(uint64_t usable, uint64_t req, int level, int dir) {
   hs_hist_t *h = &_hs_seg->hist;
-  double prob = -hs_expm1_neg(-(double)usable / (g_mean / (double)(1ull << level)));
+  double prob = -hs_expm1_neg(-(double)usable / mean_at(level));
   if (!(prob > 0)) return;
   double w = 1.0 / prob, d = (double)dir;
   unsigned c = hs_class_of(usable);
@@ -586,7 +655,8 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
     table_put(&g_live, map_key(p), used);
   } else {
     table_put(&g_live, (uint64_t)(uintptr_t)p, used);
-    hist_add(usable, req, kind >> 8 & 0xff, 1);
+    hist_add(usable, req, kind_level(kind), 1);
+    count_live(kind_level(kind), 1);
     uintptr_t i = ((uintptr_t)p >> 4) & (HS_SAMPLE_MAP_SIZE - 1);
     unsigned char *c = &_hs_sample_map[i];
     if (*c < 255) __atomic_store_n(c, (unsigned char)(*c + 1), __ATOMIC_RELAXED); /* 255 sticks */
@@ -620,12 +690,12 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, size_t req, const vo
     int64_t left = draw() + (s->sample_left - HS_SAMPLE_FRESH);
     if (left >= 0) { s->sample_left = left; errno = saved; return; }
   }
-  int level = t_level < 0 ? 0 : t_level; /* the countdown that ended: its level */
+  int level = t_level == HS_NO_LEVEL ? 0 : t_level; /* the countdown that ended: its level */
   count_sample(level);
   s->sample_left = draw(); /* memoryless: the next interval starts at this block's end */
   if (!t_sampling && !t_locked) { /* not inside a sample, or a lookup, of this thread */
     t_sampling = 1;
-    record(p, usable, req, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
+    record(p, usable, req, caller, HS_EVENT_ALLOC | level_bits(level));
     t_sampling = 0;
   }
   errno = saved;
@@ -646,7 +716,7 @@ void _hs_sample_shared(void *p, size_t usable, size_t req, const void *caller) {
     count_sample(level);
     if (!t_sampling && !t_locked) {
       t_sampling = 1;
-      record(p, usable, req, caller, HS_EVENT_ALLOC | ((uint32_t)level << 8));
+      record(p, usable, req, caller, HS_EVENT_ALLOC | level_bits(level));
       t_sampling = 0;
     }
   }
@@ -664,7 +734,8 @@ void _hs_sample_free(void *p) {
     if (*c < 255) __atomic_store_n(c, (unsigned char)(*c - 1), __ATOMIC_RELAXED);
     uint64_t i = pr->events_used; /* room was kept when its ALLOC was recorded */
     const hs_event_t *a = &g_events[found - 1];
-    hist_add(a->size, 0, a->kind >> 8 & 0xff, -1);
+    hist_add(a->size, 0, kind_level(a->kind), -1);
+    count_live(kind_level(a->kind), -1);
     __atomic_store_n(&pr->events_used, i + 1, __ATOMIC_RELEASE);
     put_event(i, found - 1, 0, 0, HS_EVENT_FREE);
   }
@@ -699,12 +770,15 @@ void _hs_profile_setup(void) {
   }
   if (on) {
     g_mean = (double)_hs_opt.sample_bytes;
-    /* adaptive unless the mean was given: from HS_SAMPLE_START (or M, if smaller) up to M */
+    /* adaptive unless the mean was given: from HS_SAMPLE_START (or M, if smaller) */
     int level = 0;
-    if (!getenv("HEAPSIGHT_SAMPLE_BYTES"))
-      while (level < 24 && g_mean / (double)(1ull << (level + 1)) >= HS_SAMPLE_START) level++;
+    g_adaptive = !getenv("HEAPSIGHT_SAMPLE_BYTES");
+    if (g_adaptive)
+      while (level < HS_LEVEL_MAX && g_mean / (double)(1ull << (level + 1)) >= HS_SAMPLE_START)
+        level++;
     __atomic_store_n(&g_level, level, __ATOMIC_RELAXED);
     __atomic_store_n(&g_shared_level, level, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_level_quota, level_quota(level), __ATOMIC_RELAXED);
     char exe[1024];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = 0;

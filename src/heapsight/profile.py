@@ -37,10 +37,12 @@ NEVER = np.iinfo(np.uint64).max
 # The ALLOC events, one row each: its index among all events, the block, its usable
 # size, when, its stack (word offset) and when it was freed (NEVER: not by the end).
 # level: the sample was drawn at the mean mean_bytes / 2^level (adaptive sampling starts
-# finer, profile.c): its inclusion probability is 1 - exp(-size / that mean)
+# finer and coarsens with what is live, profile.c; a negative level is coarser than
+# mean_bytes, where the profile's room ran low): its inclusion probability is
+# 1 - exp(-size / that mean)
 ALLOC_DTYPE = np.dtype([("index", "<u8"), ("addr", "<u8"), ("size", "<u8"),
                         ("time_ns", "<u8"), ("stack", "<u4"), ("free_ns", "<u8"),
-                        ("level", "<u1")])
+                        ("level", "<i1")])
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ class Module:
 
 @dataclass
 class Profile:
-    mean_bytes: int          # the sampling mean (HEAPSIGHT_SAMPLE_BYTES)
+    mean_bytes: int          # the sampling mean M (HEAPSIGHT_SAMPLE_BYTES); adaptive: where
+                             # the live set takes it at the most (means())
     allocs: np.ndarray       # ALLOC_DTYPE, in event order
     frees_matched: int       # FREE events that named a published ALLOC event
     stack_words: np.ndarray  # the stack region as written (uint64)
@@ -195,7 +198,8 @@ def _read(fd: int) -> Profile | None:
     ev = _region(fd, lay.events_offset, segment.EVENT_DTYPE, n)
     kind = ev["kind"] & np.uint32(0xff)   # bits 8-15: an ALLOC's level
     allocs, matched = _with_frees(ev, kind, segment.EVENT_ALLOC, n)
-    allocs["level"] = (ev["kind"][allocs["index"].astype(np.int64)] >> np.uint32(8)) & np.uint32(0xff)
+    bits = (ev["kind"][allocs["index"].astype(np.int64)] >> np.uint32(8)) & np.uint32(0xff)
+    allocs["level"] = bits.astype(np.uint8).view(np.int8)   # signed (profile.c: level_bits)
     maps, _ = _with_frees(ev, kind, segment.EVENT_MAP, n)
     words = _region(fd, lay.stacks_offset, "<u8", min(h["stack_words_used"], lay.stack_words))
     mods = _region(fd, lay.modules_offset, segment.MODULE_DTYPE, min(h["modules_used"], lay.modules))

@@ -56,7 +56,8 @@ Z95 = 1.96
 # What sampling cannot see: a site may hold up to about 3 M bytes in blocks much smaller
 # than the mean M with none of them sampled (a 5% chance: exp(-3)). The samples' own
 # variance says nothing of those bytes (a site known only by one large block shows 0), so
-# an interval is never narrower than this.
+# an interval is never narrower than this. M is the mean in force while that site
+# allocated (site_mean), not the run's coarsest.
 UNSEEN_MEANS = 3.0
 
 
@@ -65,6 +66,19 @@ def error_bytes(variance: float, mean: float) -> int:
     cannot see (UNSEEN_MEANS means; none where every block was recorded: mean 1)."""
     err = Z95 * float(np.sqrt(variance))
     return int(round(max(err, UNSEEN_MEANS * mean) if mean > 1 else err))
+
+
+def site_mean(bytes_: float, per_mean: float, fallback: float) -> float:
+    """The mean for a site's unseen floor, from its samples: Σ b / Σ (b / m) over them (b
+    the bytes a sample stands for, m the mean it was drawn at), the byte-weighted harmonic
+    mean of their means. Why that one: blocks much smaller than the mean go unseen, and
+    B bytes of them allocated while the means m_j were in force, a share f_j at each, are
+    all missed with probability exp(-B Σ f_j / m_j); that is 5% (exp(-3)) at B = 3 / Σ f_j
+    / m_j, UNSEEN_MEANS times this mean, when the unseen bytes were allocated over the same
+    stretches as the seen ones (the shares f_j estimated by the samples' bytes). A site
+    whose samples were all drawn at 16 KiB gets 48 KiB, not 3 x 512 KiB; one of a single
+    level gets that level's mean. fallback: without samples (no bytes)."""
+    return float(bytes_ / per_mean) if per_mean > 0 and bytes_ > 0 else float(fallback)
 NO_STACK = "(stack not unwound)"
 
 
@@ -337,14 +351,17 @@ def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     """One moment: the estimate per live stack and per call site, largest first."""
     allocs = prof.allocs
     live = live_mask(allocs, m.t_ns)
-    b, k, v = weights(allocs["size"][live], prof.means(allocs[live]))
+    means = prof.means(allocs[live])
+    b, k, v = weights(allocs["size"][live], means)
     which = stacks.of_alloc[live]
     ns = len(stacks.stacks)
-    by = [np.bincount(which, weights=w, minlength=ns) for w in (b, k, v)]
+    # (the fourth: Σ b / m, for each stack's and site's own mean: site_mean)
+    by = [np.bincount(which, weights=w, minlength=ns) for w in (b, k, v, b / means)]
     present = np.bincount(which, minlength=ns) > 0
     total = float(b.sum())
     out_stacks = [{"stack": int(s), "bytes": int(round(by[0][s])), "blocks": int(round(by[1][s])),
-                   "error_bytes": error_bytes(by[2][s], prof.mean_bytes)}
+                   "error_bytes": error_bytes(by[2][s], site_mean(by[0][s], by[3][s],
+                                                                  prof.mean_bytes))}
                   for s in np.flatnonzero(present)]
     out_stacks.sort(key=lambda x: -x["bytes"])
     # stacks of one call site together (the same name in the same object)
@@ -353,18 +370,19 @@ def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
         frame, own = stacks.site_of[s], stacks.own_of[s]
         key = (_site_key(None if frame is None else stacks.frames[frame]),
                _site_key(None if own is None else stacks.frames[own]))
-        acc = sites.setdefault(key, [frame, own, 0.0, 0.0, 0.0])
+        acc = sites.setdefault(key, [frame, own, 0.0, 0.0, 0.0, 0.0])
         acc[2] += by[0][s]
         acc[3] += by[1][s]
         acc[4] += by[2][s]
+        acc[5] += by[3][s]
     out_sites = []
-    for key, (frame, own, nb, nk, nv) in sites.items():
+    for key, (frame, own, nb, nk, nv, nbm) in sites.items():
         out_sites.append({"site": site_name(stacks.frames, frame, own), "frame": frame,
                           **({"own_frame": own} if own is not None else {}),
                           "bytes": int(round(nb)),
                           "share": round(float(nb / total), 4) if total else 0.0,
                           "blocks": int(round(nk)),
-                          "error_bytes": error_bytes(nv, prof.mean_bytes)})
+                          "error_bytes": error_bytes(nv, site_mean(nb, nbm, prof.mean_bytes))})
     out_sites.sort(key=lambda x: -x["bytes"])
     return {"name": m.name, "t_s": round(m.t_s, 3), "live_bytes": int(m.live_bytes),
             "estimated_bytes": int(round(total)), "samples": int(live.sum()),
@@ -388,9 +406,11 @@ def build(prof: profile.Profile, moments: list, unwinder: str = "",
                       unwind_mismatches=int(prof.unwind["mismatches"]))
     return {
         "sample_bytes": prof.mean_bytes, "samples": int(len(prof.allocs)),
-        # the finest mean drawn at (adaptive sampling starts finer and coarsens to
-        # sample_bytes); sample_bytes itself when the mean was fixed
+        # the finest and the coarsest mean drawn at (adaptive sampling starts finer and
+        # coarsens with the live sampled blocks, up to sample_bytes: past it only where the
+        # profile's room ran low); sample_bytes itself when the mean was fixed
         "sample_bytes_min": int(prof.means().min()) if len(prof.allocs) else prof.mean_bytes,
+        "sample_bytes_max": int(prof.means().max()) if len(prof.allocs) else prof.mean_bytes,
         "frees_matched": int(prof.frees_matched), "dropped": int(prof.dropped),
         "unwinder": unwinder,
         "unwind_us_per_sample": round(prof.unwind_ns / per / 1000, 2) if per else 0.0,
@@ -403,9 +423,10 @@ def build(prof: profile.Profile, moments: list, unwinder: str = "",
     }
 
 
-# The block rows heapmap.pinners takes: address, usable size, sampling probability, and the
-# index of its stack in the sites' "stacks".
-BLOCK_DTYPE = np.dtype([("addr", "<u8"), ("size", "<u8"), ("p", "<f8"), ("stack", "<i8")])
+# The block rows heapmap.pinners takes: address, usable size, sampling probability, the
+# index of its stack in the sites' "stacks", and the mean it was drawn at (by_site's floor).
+BLOCK_DTYPE = np.dtype([("addr", "<u8"), ("size", "<u8"), ("p", "<f8"), ("stack", "<i8"),
+                        ("mean", "<f8")])
 
 
 def live_blocks(prof: profile.Profile, t_ns: int | None) -> np.ndarray:
@@ -418,7 +439,8 @@ def live_blocks(prof: profile.Profile, t_ns: int | None) -> np.ndarray:
     offsets = np.unique(allocs["stack"], return_index=True)[0]
     out = np.zeros(int(live.sum()), BLOCK_DTYPE)
     out["addr"], out["size"] = allocs["addr"][live], allocs["size"][live]
-    out["p"] = -np.expm1(-allocs["size"][live].astype(float) / prof.means(allocs[live]))
+    out["mean"] = prof.means(allocs[live])
+    out["p"] = -np.expm1(-allocs["size"][live].astype(float) / out["mean"])
     out["stack"] = np.searchsorted(offsets, allocs["stack"][live])
     return out
 
@@ -475,19 +497,23 @@ def by_site(sites: dict, blocks: np.ndarray) -> dict:
     p = np.where(blocks["p"] > 0, blocks["p"], 1.0)
     s = blocks["size"].astype(float)
     b, k, v = s / p, 1.0 / p, s * s * (1.0 - p) / (p * p)
+    mean = float(sites.get("sample_bytes", 1))
+    means = (blocks["mean"] if "mean" in (blocks.dtype.names or ()) else np.full(len(b), mean))
+    bm = b / np.where(means > 0, means, 1.0)
     acc: dict = {}
     names: dict = {}
     for i, stack in enumerate(blocks["stack"].tolist()):
         name = names.get(stack) or names.setdefault(stack, site_of_stack(sites, stack))
-        a = acc.setdefault(name, [0.0, 0.0, 0.0])
+        a = acc.setdefault(name, [0.0, 0.0, 0.0, 0.0])
         a[0] += b[i]
         a[1] += k[i]
         a[2] += v[i]
+        a[3] += bm[i]
     total = float(b.sum())
     out = [{"site": name, "bytes": int(round(nb)), "blocks": int(round(nk)),
             "share": round(nb / total, 4) if total else 0.0,
-            "error_bytes": error_bytes(nv, sites.get("sample_bytes", 1))}
-           for name, (nb, nk, nv) in acc.items()]
+            "error_bytes": error_bytes(nv, site_mean(nb, nbm, mean))}
+           for name, (nb, nk, nv, nbm) in acc.items()]
     out.sort(key=lambda x: -x["bytes"])
     return {"samples": int(len(blocks)), "estimated_bytes": int(round(total)), "sites": out}
 

@@ -117,9 +117,18 @@ def encode(summary: dict, at: str = "peak") -> bytes:
     p.period = int(sites.get("sample_bytes") or 0)
     p.duration_nanos = int(float(summary.get("duration_s") or 0) * 1e9)
     low = int(sites.get("sample_bytes_min") or p.period)
-    scheme = (f"one per {low} bytes on average at first, coarsening to one per {p.period} as "
-              "the program allocates (each sampled block weighted by the mean it was taken at)"
-              if low < p.period else f"one per {p.period} bytes on average")
+    high = int(sites.get("sample_bytes_max") or p.period)
+    # adaptive sampling (native/src/profile.c): the mean starts fine and doubles as the
+    # sampled blocks live grow (or as the profile's room runs low); a fixed mean is one
+    weighted = " (each sampled block weighted by the mean it was drawn at)"
+    if low == high == p.period:
+        scheme = f"one per {p.period} bytes on average"
+    elif low < high:
+        scheme = (f"adaptive: from one per {low} to one per {high} bytes on average, coarsening "
+                  "with the live sampled blocks" + weighted)
+    else:
+        scheme = (f"adaptive: one per {low} bytes on average (the mean coarsens with the live "
+                  f"sampled blocks, up to {p.period}: not in this run)")
     p.comment.append(s(f"heapsight: inuse at {name} ({inuse['t_s']} s); estimated from "
                        f"{inuse['samples']:,} sampled blocks, {scheme}"))
 
