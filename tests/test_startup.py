@@ -19,12 +19,31 @@ print(json.dumps({"main": str(os.getpid()), "threads": out}))
 """
 
 
-def test_numpys_threads_start_with_every_signal_blocked():
-    # GIVEN heapsight imported first, and numpy after it (from any module)
+def threads_after_numpy(env: dict | None = None) -> tuple:
+    import os
     r = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True,
-                       check=True, timeout=60)
+                       check=True, timeout=60, env={**os.environ, **(env or {})})
     seen = json.loads(r.stdout)
-    others = {t: m for t, m in seen["threads"].items() if t != seen["main"]}
+    return seen, {t: m for t, m in seen["threads"].items() if t != seen["main"]}
+
+
+def test_numpy_starts_no_blas_thread_beside_the_program():
+    # GIVEN heapsight imported first, and numpy after it: one BLAS thread, the main one (a
+    # worker per core spun beside the program it measures)
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    r = subprocess.run([sys.executable, "-c", THREADS + "print(os.environ.get("
+                        "'OPENBLAS_NUM_THREADS'))"], capture_output=True, text=True,
+                       check=True, timeout=60, env=env)
+    seen = json.loads(r.stdout.splitlines()[0])
+    assert list(seen["threads"]) == [seen["main"]], seen
+    # and the setting is out of the environment the programs it starts inherit
+    assert r.stdout.splitlines()[1] == "None"
+
+
+def test_numpys_threads_start_with_every_signal_blocked():
+    # GIVEN heapsight imported first, and numpy after it, asked for BLAS threads
+    seen, others = threads_after_numpy({"OPENBLAS_NUM_THREADS": "2"})
     assert others, "numpy started no thread here: nothing to check"
     # THEN the main thread blocks nothing, and every thread numpy started blocks all but
     # the two signals that cannot be blocked (KILL, STOP) and glibc's internal ones

@@ -10,7 +10,7 @@ as a PNG image (needs Chromium: Debian package chromium).
 
 examples:
   heapsight report heapsight-app.1234.hsrun.json.gz -o app.html
-  heapsight report --terminal heapsight-app.1234.hsrun.json.gz   # as `run` showed it
+  heapsight report --terminal heapsight-app.1234.hsrun.json.gz
   heapsight report run.hsrun.json.gz compare.json.gz lab.json.gz -o all.html
   heapsight report lab.json.gz -o lab.html --png charts/ --title "this box"
 """
