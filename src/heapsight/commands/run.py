@@ -94,9 +94,12 @@ def add_arguments(p) -> None:
                         "the pinners are named from it)")
     p.add_argument("--sample-bytes", metavar="SIZE", type=size_arg, default=None,
                    help="call sites: sample allocations once per SIZE bytes allocated on "
-                        "average, with their stacks (default 512K; smaller is finer and costs "
-                        "more; 0: off; at least 64). The summary names the top call sites at the peak and of "
-                        "the bytes never freed, with their sampling error")
+                        "average, with their stacks (default: adaptive, from 16K, doubling as "
+                        "the sampled blocks still live pass 2,048, up to 512K, coarser only "
+                        "when the profile's room runs low; a SIZE fixes the mean at most; "
+                        "smaller is finer and costs more; 0: off; at least 64). The summary "
+                        "names the top call sites at the peak and of the bytes never freed, "
+                        "with their sampling error")
     snaps = p.add_argument_group("snapshots (the split at moments you choose; in the summary, "
                                  "JSON, page)",
                                  "With these, heapsight runs one thread of its own in the program "

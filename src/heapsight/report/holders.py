@@ -215,6 +215,7 @@ def sampling_note(sites: dict) -> str:
     n, mean = sites.get("samples"), sites.get("sample_bytes")
     if isinstance(n, int) and isinstance(mean, (int, float)) and mean > 0:
         low = sites.get("sample_bytes_min", mean)
+        mean = sites.get("sample_bytes_max", mean)   # the coarsest reached
         per = (f"{_iec(low)} at first, coarsening to {_iec(mean)}," if isinstance(low, (int, float))
                and 0 < low < mean else _iec(mean))
         parts.append(f"{n:,} sampled allocations, one per {per} allocated on average; "

@@ -342,9 +342,10 @@ def _sites(c: Console, sites: dict) -> None:
     """The top call sites at the peak and of the bytes never freed: estimated bytes with
     their 95% interval, the share of the moment's estimate, the site; and what the
     estimate rests on."""
-    mean = human(sites["sample_bytes"]).replace(".0 ", " ")
     low = sites.get("sample_bytes_min", sites["sample_bytes"])
-    if low < sites["sample_bytes"]:
+    high = sites.get("sample_bytes_max", sites["sample_bytes"])
+    mean = human(high).replace(".0 ", " ")
+    if low < high:   # adaptive: it coarsens with the sampled blocks still live
         mean = f"{human(low).replace('.0 ', ' ')} at first, coarsening to {mean},"
     for name, title in (("peak", "at peak live"), ("never freed", "of the bytes never freed")):
         m = next((x for x in sites["moments"] if x["name"] == name), None)
