@@ -96,7 +96,8 @@ def add_arguments(p) -> None:
                    help="call sites: sample allocations once per SIZE bytes allocated on "
                         "average, with their stacks (default: adaptive, from 16K, doubling as "
                         "the sampled blocks still live pass 2,048, up to 512K, coarser only "
-                        "when the profile's room runs low; a SIZE fixes the mean at most; "
+                        "when the profile's room runs low; SIZE sets that 512K (it starts "
+                        "32 times finer); "
                         "smaller is finer and costs more; 0: off; at least 64). The summary "
                         "names the top call sites at the peak and of the bytes never freed, "
                         "with their sampling error")
