@@ -125,3 +125,16 @@ def test_the_header_states_the_sampling_scheme_of_an_adaptive_run(tmp_path):
         raw = data if not data[:2] == b"\x1f\x8b" else gz.decompress(data)
         assert want in raw, (low, high)
         assert b"adaptive" not in raw or low < 524288
+
+
+def test_perls_main_is_not_merged_with_cs_main(tmp_path):
+    script, out = tmp_path / "m.pl", tmp_path / "m.pprof"
+    script.write_text('my @a; push @a, "x" x 100 for 1..200000; print scalar(@a), "\\n";\n')
+    r = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--pprof",
+                        str(out), "--", "perl", str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    top = pprof_top(out, "-sample_index=alloc_space")
+    # THEN the script's own main holds the bytes, under a name of its own; C's main none
+    assert top.get("main (m.pl)", 0) > 0.9 * sum(top.values()), top
+    assert top.get("main", 0) == 0, top

@@ -17,6 +17,8 @@ The message types are built from their descriptor at first use, with the protobu
 
 from __future__ import annotations
 
+import os
+
 import functools
 import gzip
 
@@ -144,8 +146,15 @@ def encode(summary: dict, at: str = "peak") -> bytes:
                           has_line_numbers=True, has_inline_frames=True)
         return mappings[obj]
 
+    # pprof groups by function name: an interpreter's function named like a native one
+    # (Perl's main beside C's main) is told apart by its file
+    native_names = {f.get("function") for f in frames
+                    if f.get("object") not in sites_mod.INTERP_OBJECTS}
+
     def function_id(fr: dict) -> int:
         fname = fr.get("function") or f"{sites_mod.short_object(fr.get('object') or '')}+{fr.get('address')}"
+        if fr.get("object") in sites_mod.INTERP_OBJECTS and fname in native_names:
+            fname = f"{fname} ({os.path.basename(fr.get('file') or '') or fr.get('object')})"
         key = (fname, fr.get("file") or "")
         if key not in functions:
             functions[key] = len(functions) + 1
