@@ -46,6 +46,12 @@ def test_shell_completion_knows_the_commands():
 def test_lab_help_and_readme_agree_on_the_quick_labs_time():
     helptext = out("lab", "--help")
     assert "about 1 minute" in helptext and "about 1 minute" in README
+    # and with the estimate the lab prints as it starts, within 20% (bench/lab-time holds
+    # that estimate against the time the lab really takes)
+    from heapsight import lab
+    quick = sum(lab.experiment(n).QUICK_SECONDS for n in lab.NAMES)
+    assert abs(quick - 60) <= 0.2 * 60, quick
+    assert f"about {quick} s in all" in README
 
 
 def test_every_help_and_list_fits_80_columns():

@@ -42,7 +42,7 @@ def glibc_small():
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory):
     """`heapsight lab waste --quick --configs glibc` in an empty folder: the experiment's own
-    quick collection (1 and 10 MiB, every size) for glibc only, from the command line."""
+    quick collection (1 MiB, every size) for glibc only, from the command line."""
     cwd = tmp_path_factory.mktemp("waste-cli")
     p = subprocess.run([sys.executable, "-m", "heapsight", "lab", "waste", "--quick",
                         "--no-save", "--configs", "glibc", "--json", "-"],
@@ -137,14 +137,14 @@ def test_jemalloc_gives_its_own_column():
     data = {"targets_kb": [1024], "fixed": [1, 8, 1024], "random_max": [],
             "configs": [{"name": "jemalloc", "allocator": "jemalloc", "errors": [],
                          "cases": [c for c in lines if c.get("kind") == "case"]}]}
-    table = waste.per_allocator_table(data)
-    col = table.columns.index("jemalloc waste %")
+    table, _ = waste.per_allocator_tables(data)
+    col = table.columns.index("jemalloc")
     assert [r[col] for r in table.rows] == [round(waste.figures(by_case[("fixed", s)])["waste_pct"], 2)
                                             for s in (1, 8, 1024)]
 
 
 def test_quick_claims_on_glibc(quick_glibc_data):
-    # GIVEN the quick collection (1 and 10 MiB) under glibc
+    # GIVEN the quick collection (1 MiB) under glibc
     one_byte, large, mallinfo, others = waste.claims(quick_glibc_data)
     # THEN the 1-byte and 1 KiB+ claims hold here,
     assert one_byte.verdict == common.HOLDS, one_byte.evidence
@@ -167,9 +167,10 @@ def test_a_missing_allocator_is_an_error_in_its_column(quick_glibc_data):
     data = dict(quick_glibc_data)
     data["configs"] = quick_glibc_data["configs"] + [
         {"name": "ghost", "allocator": "jemalloc", "errors": ["library missing"], "cases": []}]
-    table = waste.per_allocator_table(data)
-    col = table.columns.index("ghost waste %")
+    table, usable = waste.per_allocator_tables(data)
+    col = table.columns.index("ghost")
     assert {r[col] for r in table.rows} == {"n/a"} and "ghost: library missing" in table.note
+    assert {r[col] for r in usable.rows} == {"n/a"}
     assert all(c.evidence for c in waste.claims(data))
     assert waste.charts(data)
 
@@ -184,8 +185,9 @@ def test_bad_arguments_exit_2():
 def test_cli_quick_glibc_prints_the_table_and_the_claims(cli):
     # WHEN the experiment runs from the command line, quick, glibc only
     p, cwd = cli
-    # THEN it succeeds and prints the write-up's table and every claim with a verdict
+    # THEN it succeeds and prints the waste by block size and every claim with a verdict
+    # (the write-up's own table, glibc's, with --verbose and on the page)
     assert p.returncode == 0, p.stderr
-    assert "glibc: fixed block sizes" in p.stderr and "waste [%]" in p.stderr
+    assert "waste % by block size, per allocator" in p.stderr and "\n  1 B " in p.stderr
     assert p.stderr.count("[HOLDS") + p.stderr.count("[FAILS") + p.stderr.count("[DEPENDS") == 4
     assert list(cwd.iterdir()) == []  # --no-save wrote nothing

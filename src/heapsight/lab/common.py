@@ -29,7 +29,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -48,6 +47,8 @@ class Claim:
     verdict: str         # HOLDS, FAILS or DEPENDS
     evidence: str        # the figures behind the verdict, in one or two sentences
     depends_on: str = ""  # for DEPENDS: on what (order, allocator, size...)
+    figure: str = ""     # the figure that decides it, in a line or two: what the terminal
+    #                      shows without --verbose ('' : the evidence is short enough)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,6 +60,11 @@ class Table:
     columns: list                 # header strings
     rows: list                    # lists of cells (already formatted strings or numbers)
     note: str = ""
+    # What the terminal shows without --verbose (the page and --verbose show every row of
+    # every table): brief_rows, the indices of the rows it keeps (None: all); detail, the
+    # table only with --verbose.
+    brief_rows: list | None = None
+    detail: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,12 +75,17 @@ class Context:
     """How an experiment should run: passed to collect()."""
     quick: bool = False
     configs: list | None = None   # Config objects chosen by --configs (None: the experiment's own)
-    progress: object = None       # progress(message): one line to stderr
+    progress: object = None       # progress(message): the step now running, one line
     timeout_s: float = 900.0
+    warning: object = None        # warning(message): what the user must see (a configuration
+    #                               skipped, a run that failed); progress when not given
 
     def say(self, msg: str) -> None:
         if self.progress:
             self.progress(msg)
+
+    def warn(self, msg: str) -> None:
+        (self.warning or self.say)(msg)
 
     def configs_for(self, default_names) -> list:
         """The configurations to run: --configs if given, else the experiment's defaults."""
@@ -137,10 +148,6 @@ def lab_program(name: str) -> str:
     return str(native.program(name))
 
 
-def say_stderr(msg: str) -> None:
-    print(f"heapsight lab: {msg}", file=sys.stderr, flush=True)
-
-
 def cores() -> int:
     return os.cpu_count() or 1
 
@@ -194,17 +201,19 @@ def cannot_run(ctx: Context, cfg: Config, entry: dict) -> bool:
             entry["errors"].append(err)
         else:
             entry["error"] = err
-        ctx.say(f"{cfg.name}: skipped: {err}")
+        ctx.warn(f"{cfg.name}: skipped: {err}")
     return bool(err)
 
 
 # --- claims -----------------------------------------------------------------------------
 
 def claim_for(source: str):
-    """claim(text, verdict, evidence, depends_on="") -> Claim, bound to one write-up.
-    depends_on is kept only for a DEPENDS verdict."""
-    def claim(text: str, verdict: str, evidence: str, depends_on: str = "") -> Claim:
-        return Claim(text, source, verdict, evidence, depends_on if verdict == DEPENDS else "")
+    """claim(text, verdict, evidence, depends_on="", figure="") -> Claim, bound to one
+    write-up. depends_on is kept only for a DEPENDS verdict."""
+    def claim(text: str, verdict: str, evidence: str, depends_on: str = "",
+              figure: str = "") -> Claim:
+        return Claim(text, source, verdict, evidence, depends_on if verdict == DEPENDS else "",
+                     figure)
     return claim
 
 

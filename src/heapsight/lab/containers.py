@@ -9,14 +9,18 @@ from __future__ import annotations
 import statistics
 
 from heapsight import fmt
+from heapsight.allocators import PRESET
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
 from heapsight.lab.common import DEPENDS, FAILS, HOLDS, MIB, Claim, Table, in_mib, mib
 
 NAME = "containers"
 TITLE = "C++ containers of strings: what stays resident after destruction, std::allocator vs __pool_alloc"
-# seconds of its --quick run on a 2-core machine: its share of the lab's time (the ETA)
-QUICK_SECONDS = 8
+# seconds of its --quick run (between a quiet machine and one at a load of 4) and of its
+# full run (at a load of 3 to 4) on 2 cores, from bench/lab-time: the lab's estimate at the
+# start, and each experiment's share of the time left
+QUICK_SECONDS = 11
+FULL_SECONDS = 530
 SOURCE = "STL and malloc's Pool Effect"
 ABOUT = ("For each string length k in turn, in one process: a std::vector, std::list or "
          "std::deque is filled with N copies of a k-character string (one random character "
@@ -31,9 +35,11 @@ ABOUT = ("For each string length k in turn, in one process: a std::vector, std::
          "repeats std::allocator with 16 bytes malloc'd before the first fill, to see which "
          "figures depend only on where glibc's chunks fall. Full size: N = 1,000,000 and "
          "k = 8..800 in steps of 8, as in the write-up, all-zero strings for vector only; "
-         "quick: N = 200,000, 14 values of k either side of 128, all-zero strings for every "
-         "container. The whole matrix runs under the first configuration (glibc by default); "
-         "the others run std::allocator with random strings.")
+         "quick: N = 200,000, 14 values of k either side of 128. The whole matrix runs under "
+         "the first configuration (glibc by default); the others run std::allocator with "
+         "random strings (with --quick, the list only). jemalloc purges freed pages over its "
+         "decay time (10 s by default), so a run shorter than that cannot show whether it "
+         "gives a list's memory back.")
 CONFIGS = ("glibc", "jemalloc", "mimalloc")
 
 PROGRAM = "hs-lab-containers"
@@ -41,9 +47,14 @@ CONTAINERS = ("vector", "list", "deque")
 ALLOCS = ("std", "pool")
 STRINGS = ("random", "zero")
 SEED = 1
-SIZES = {  # quick -> (N, k values, containers also filled with all-zero strings)
-    True: (200_000, (8, 16, 24, 32, 64, 96, 112, 120, 128, 136, 160, 256, 512, 800), CONTAINERS),
-    False: (1_000_000, tuple(range(8, 801, 8)), ("vector",)),
+SIZES = {  # quick -> (N, k values, containers also filled with all-zero strings, containers
+    #                  run under the configurations after the first)
+    # quick: all-zero strings for vector alone, as in the full run (malloc sees the same sizes
+    # whatever the bytes, so every container answers alike), and the other configurations
+    # fill only the list, the one container a claim compares them on
+    True: (200_000, (8, 16, 24, 32, 64, 96, 112, 120, 128, 136, 160, 256, 512, 800),
+           ("vector",), ("list",)),
+    False: (1_000_000, tuple(range(8, 801, 8)), ("vector",), CONTAINERS),
 }
 # The layout probe: std::allocator again with one block of this size malloc'd before the
 # first fill, which moves every later heap chunk by 32 bytes. Figures that change with it
@@ -74,6 +85,10 @@ OVERLAP_MIN_SHARE = 0.9
 # with k at least 0.9 (a few dips allowed, not a curve that falls back).
 GROWTH_MIN_RATIO = 0.5
 GROWTH_MIN_RHO = 0.9
+# jemalloc 5's dirty_decay_ms default: freed pages are purged over this time, so a run
+# shorter than it cannot show whether jemalloc gives the memory back (the full run's list
+# under jemalloc takes minutes and does; the quick one well under a second).
+JEMALLOC_DECAY_S = 10.0
 # Claim 4: "more" memory: the mean out-of-scope RSS with all-zero strings exceeds the mean
 # with random strings by more than 10% and 1 MiB (run-to-run noise here is well below both).
 MORE_TOL = 0.10
@@ -86,26 +101,29 @@ AROUND_FACTOR = 2.0
 claim = common.claim_for(SOURCE)
 # Tables show every k up to this many; beyond, a selection (all are in the data).
 TABLE_MAX_ROWS = 24
+# ... and the terminal, without --verbose, these of them: both sides of 128 and a few more.
+BRIEF_KS = (8, 16, 32, 64, 112, 120, 128, 136, 256, 512, 800)
 
 
 # ---------------------------------------------------------------- collect
 
 def plan(main_cfg: str, other_cfgs: list, zero_containers=CONTAINERS,
-         containers=CONTAINERS) -> list:
+         containers=CONTAINERS, other_containers=None) -> list:
     """(config, container, alloc, strings, pad) for every run: under the first configuration
     both allocators with random strings, all-zero strings for zero_containers, and the
     layout probe (std::allocator with the heap shifted by PROBE_PAD_BYTES); under the others
-    std::allocator with random strings."""
+    std::allocator with random strings (the containers among other_containers, if given)."""
     runs = [(main_cfg, c, a, "random", 0) for c in containers for a in ALLOCS]
     runs += [(main_cfg, c, a, "zero", 0) for c in containers if c in zero_containers
              for a in ALLOCS]
     runs += [(main_cfg, c, "std", "random", PROBE_PAD_BYTES) for c in containers]
-    runs += [(n, c, "std", "random", 0) for n in other_cfgs for c in containers]
+    runs += [(n, c, "std", "random", 0) for n in other_cfgs for c in containers
+             if other_containers is None or c in other_containers]
     return runs
 
 
 def measure(ctx: common.Context, n: int, ks, zero_containers=CONTAINERS,
-            containers=CONTAINERS) -> dict:
+            containers=CONTAINERS, other_containers=None) -> dict:
     """Runs the plan at N = n over the k values ks: collect() at chosen sizes."""
     cfgs = ctx.configs_for(CONFIGS)
     if not cfgs:
@@ -116,7 +134,8 @@ def measure(ctx: common.Context, n: int, ks, zero_containers=CONTAINERS,
             "sizes": {}, "runs": []}
     program = common.lab_program(PROGRAM)
     by_name = {c.name: c for c in cfgs}
-    todo = plan(cfgs[0].name, [c.name for c in cfgs[1:]], zero_containers, containers)
+    todo = plan(cfgs[0].name, [c.name for c in cfgs[1:]], zero_containers, containers,
+                other_containers)
     missing = {}
     for i, (cname, container, alloc, kind, pad) in enumerate(todo, 1):
         cfg = by_name[cname]
@@ -167,8 +186,8 @@ def measure(ctx: common.Context, n: int, ks, zero_containers=CONTAINERS,
 
 
 def collect(ctx: common.Context) -> dict:
-    n, ks, zero = SIZES[bool(ctx.quick)]
-    return measure(ctx, n, ks, zero_containers=zero)
+    n, ks, zero, others = SIZES[bool(ctx.quick)]
+    return measure(ctx, n, ks, zero_containers=zero, other_containers=others)
 
 
 # ---------------------------------------------------------------- reading the data
@@ -298,7 +317,10 @@ def tables(data: dict) -> list:
                   "scope (MiB), random strings unless marked zero",
             columns=cols, rows=rows,
             note=("run failed: " + "; ".join(errs) + ". " if errs else "")
-                 + f"RSS before the first fill: {mib(_baseline(cells))}{more}"))
+                 + f"RSS before the first fill: {mib(_baseline(cells))}{more}",
+            # on the terminal only when a run failed: the pool table and the claims' figures
+            # say what they show (--verbose: all)
+            detail=not errs))
     out.append(_pool_table(data))
     probe = _probe_table(data)
     if probe:
@@ -369,15 +391,20 @@ def _probe_table(data: dict) -> Table | None:
         rows=rows,
         note=f"stable: within {OVERLAP_TOL:.0%} at {OVERLAP_MIN_SHARE:.0%} of k or more; an "
              "unstable container's out-of-scope RSS says more about the heap layout than about "
-             "the allocator")
+             "the allocator",
+        # on the terminal when a container moved: the overlap claim's figure says which
+        detail=all(r[-1] == "yes" for r in rows))
 
 
 def _mallocs_table(data: dict, shown: list, cfg_names: list) -> Table:
     cols, runs = ["k"], []
+    planned = {(r["container"], r["config"]) for r in data.get("runs", [])
+               if r["alloc"] == "std" and r["strings"] == "random" and not r.get("pad")}
     for c in CONTAINERS:
         for n in cfg_names:
-            cols.append(f"{c} {n}")
-            runs.append(find(data, c, "std", "random", n))
+            if (c, n) in planned:   # (--quick fills only the list under the others)
+                cols.append(f"{c} {n}")
+                runs.append(find(data, c, "std", "random", n))
     rows = []
     for k in shown:
         row = [k]
@@ -388,7 +415,8 @@ def _mallocs_table(data: dict, shown: list, cfg_names: list) -> Table:
     errs = sorted({f"{r['config']}: {r['error']}" for r in data.get("runs", [])
                    if not r.get("ok") and r["config"] in cfg_names[1:]})
     return Table(title="out-of-scope RSS (MiB) with std::allocator, by malloc", columns=cols,
-                 rows=rows, note="; ".join(errs))
+                 rows=rows, note="; ".join(errs),
+                 brief_rows=[i for i, k in enumerate(shown) if k in BRIEF_KS])
 
 
 # ---------------------------------------------------------------- claims
@@ -400,7 +428,7 @@ def claims(data: dict) -> list:
 
 def _claim_pool_keeps(data: dict) -> Claim:
     text = "the pool allocator keeps the memory of objects of at most 128 bytes after the container is destroyed"
-    results, parts, passthrough, unmeasured = {}, [], [], []
+    results, parts, passthrough, unmeasured, short = {}, [], [], [], []
     for c in CONTAINERS:
         std, pool = find(data, c, "std"), find(data, c, "pool")
         if not pool:
@@ -419,6 +447,8 @@ def _claim_pool_keeps(data: dict) -> Claim:
             continue
         kept = min(a - b for a, b in zip(hp, hs))
         results[c] = kept >= KEPT_MIN_FRACTION * pooled
+        short.append(f"{c}: pooled {mib(pooled)} per fill, malloc still held {mib(kept)} more "
+                     "than with std::allocator after every destruction")
         parts.append(f"{c}: the pool served {mib(pooled)} per fill in requests of at most "
                      f"{biggest} B, and after every destruction malloc still had at least "
                      f"{mib(kept)} more allocated than with std::allocator")
@@ -438,7 +468,10 @@ def _claim_pool_keeps(data: dict) -> Claim:
                      + tail, "a container whose nodes are pooled (list), which did not run")
     ev = "; ".join(parts) + "." + tail
     ev += f" String buffers never go through the pool. {_k_threshold_note(data)}"
-    return claim(text, common.verdict_of(results.values()), ev.strip(), "container")
+    figure = "; ".join(short) + (f"; nothing pooled for {', '.join(p.split(' (')[0] for p in passthrough)}"
+                                 if passthrough else "")
+    return claim(text, common.verdict_of(results.values()), ev.strip(), "container",
+                 figure=figure)
 
 
 def _k_threshold_note(data: dict) -> str:
@@ -484,12 +517,13 @@ def layout_shift(data: dict, container: str) -> dict | None:
 
 def _claim_overlap(data: dict) -> Claim:
     text = "std::allocator keeps about as much memory after destruction as the pool allocator (their out-of-scope lines overlap)"
-    results, parts = {}, []
+    results, parts, short = {}, [], []
     for c in CONTAINERS:
         std, pool = find(data, c, "std"), find(data, c, "pool")
         if not (std and pool):
             continue
         share = overlap_share(std, pool)
+        short.append(f"{c} {share:.0%}")
         shift = layout_shift(data, c)
         part = (f"{c}: within {OVERLAP_TOL:.0%} at {share:.0%} of k (mean out of scope std "
                 f"{mib(statistics.fmean(series(std, 'rss_out')))}, pool "
@@ -513,7 +547,11 @@ def _claim_overlap(data: dict) -> Claim:
     dep = "container: " + ", ".join(
         [f"{'holds' if v else 'fails'} for {c}" for c, v in decided.items()]
         + [f"heap layout for {c}" for c in layout])
-    return claim(text, verdict, "; ".join(parts) + ".", dep)
+    figure = (f"std and pool within {OVERLAP_TOL:.0%} at this share of k (the claim: "
+              f"{OVERLAP_MIN_SHARE:.0%}): " + ", ".join(short)
+              + (f"; the heap shifted by {data.get('probe_pad')} B moves "
+                 + ", ".join(layout) + " more than that" if layout else ""))
+    return claim(text, verdict, "; ".join(parts) + ".", dep, figure=figure)
 
 
 def _growth(run: dict, n: int) -> tuple:
@@ -525,17 +563,26 @@ def _growth(run: dict, n: int) -> tuple:
 def _claim_list_grows(data: dict) -> Claim:
     text = "with the default allocator a list's RSS keeps growing: memory is never given back"
     n = data.get("n", 0)
-    results, parts = {}, []
+    results, parts, short = {}, [], []
     for cfg in data.get("configs", []):
         run = find(data, "list", "std", "random", cfg["name"])
         if not run:
             continue
         ratio, rho = _growth(run, n)
-        results[cfg["name"]] = ratio >= GROWTH_MIN_RATIO and rho >= GROWTH_MIN_RHO
+        grows = ratio >= GROWTH_MIN_RATIO and rho >= GROWTH_MIN_RHO
         outs = series(run, "rss_out")
+        short.append(f"{cfg['name']} {ratio:.2f} x N, rho {rho:.2f}")
         parts.append(f"{cfg['name']}: out of scope {mib(outs[0])} at k={run['points'][0]['k']} "
                      f"to {mib(outs[-1])} at k={run['points'][-1]['k']}, slope "
                      f"{ratio:.2f} x N bytes per unit of k, rho {rho:.2f}")
+        decay = purges_later(cfg["name"], run)
+        if grows and decay:
+            # it kept everything, but gives back only once its decay time has passed
+            grows = None
+            parts[-1] += (f", in {run.get('seconds', 0):.1f} s: shorter than jemalloc's "
+                          f"{decay:g} s decay, after which it purges what was freed")
+            short[-1] += f" in {run.get('seconds', 0):.1f} s"
+        results[cfg["name"]] = grows
     contrast = []
     pool = find(data, "list", "pool")
     if pool:
@@ -553,10 +600,27 @@ def _claim_list_grows(data: dict) -> Claim:
         return claim(text, DEPENDS, "No list ran with std::allocator.",
                      "runs missing from this data")
     dep = "malloc: " + ", ".join(
-        f"{'grows' if v else 'does not grow'} under {c}" for c, v in results.items())
-    return claim(text, common.verdict_of(results.values()),
+        f"{'grows' if v else 'does not grow' if v is not None else 'undecided in a short run'}"
+        f" under {c}" for c, v in results.items())
+    decided = [v for v in results.values() if v is not None]
+    verdict = DEPENDS if None in results.values() else common.verdict_of(decided)
+    return claim(text, verdict,
                  "; ".join(parts) + f". Growing means a slope of at least {GROWTH_MIN_RATIO} x N "
-                 f"and Spearman's rho >= {GROWTH_MIN_RHO} over k.", dep)
+                 f"and Spearman's rho >= {GROWTH_MIN_RHO} over k.", dep,
+                 figure=f"list out of scope, slope over k (the claim: at least "
+                        f"{GROWTH_MIN_RATIO} x N, rho {GROWTH_MIN_RHO}): " + "; ".join(short))
+
+
+def purges_later(config: str, run: dict) -> float:
+    """jemalloc's decay time in seconds when a run under config was shorter than it (jemalloc
+    then had no time to purge what was freed), else 0. The decay is jemalloc's default,
+    JEMALLOC_DECAY_S, unless the configuration (a preset) sets its own."""
+    if run.get("allocator") != "jemalloc" or "seconds" not in run:
+        return 0.0
+    preset = PRESET.get(config)
+    if preset and "decay_ms" in preset.env.get("MALLOC_CONF", ""):
+        return 0.0
+    return JEMALLOC_DECAY_S if run["seconds"] < JEMALLOC_DECAY_S else 0.0
 
 
 def _claim_zero(data: dict) -> Claim:
@@ -574,10 +638,15 @@ def _claim_zero(data: dict) -> Claim:
         return claim(text, DEPENDS, "No all-zero run is in this data.",
                      "runs missing from this data")
     dep = "container and allocator: more for " + ", ".join(c for c, v in results.items() if v)
+    more = [c for c, v in results.items() if v]
+    figure = (f"all-zero strings held more (over {MORE_TOL:.0%}) in {len(more)} of "
+              f"{len(results)} runs" + (": " + ", ".join(more) if more else "")
+              + "; mean out of scope " + "; ".join(parts[:2]) + (", ..." if len(parts) > 2 else ""))
     return claim(text, common.verdict_of(results.values()),
                  "Mean out-of-scope RSS over k, all-zero vs random: " + "; ".join(parts)
                  + f". More means over {MORE_TOL:.0%} and {mib(MORE_MIN_BYTES)} above; malloc "
-                 "never looks at the bytes stored, only at the sizes asked for.", dep)
+                 "never looks at the bytes stored, only at the sizes asked for.", dep,
+                 figure=figure)
 
 
 def _claim_deque(data: dict) -> Claim:
@@ -593,7 +662,9 @@ def _claim_deque(data: dict) -> Claim:
     ok = expect / AROUND_FACTOR <= d_in <= expect * AROUND_FACTOR
     sizes = data.get("sizes", {})
     return claim(text, HOLDS if ok else FAILS,
-                 f"In scope, deque - vector = {mib(d_in)} (median over k) against the "
+                 figure=f"in scope, deque - vector = {mib(d_in)}, median over k (the claim: "
+                        f"{mib(expect)} at N = {n:,}, within a factor of {AROUND_FACTOR:g})",
+                 evidence=f"In scope, deque - vector = {mib(d_in)} (median over k) against the "
                  f"write-up's 30 MB at N = 1,000,000 ({mib(expect)}"
                  + (f" scaled to N = {n:,}" if n != 1_000_000 else "")
                  + f"; accepted within a factor of {AROUND_FACTOR:g}): the vector's array of "

@@ -12,8 +12,11 @@ from heapsight.lab.common import DEPENDS, FAILS, HOLDS, Table, config, errors_no
 
 NAME = "release"
 TITLE = "size sweep 2 KB .. 2 GB: which freed blocks go back to the OS, in which order"
-# seconds of its --quick run on a 2-core machine: its share of the lab's time (the ETA)
-QUICK_SECONDS = 3
+# seconds of its --quick run (between a quiet machine and one at a load of 4) and of its
+# full run (at a load of 3 to 4) on 2 cores, from bench/lab-time: the lab's estimate at the
+# start, and each experiment's share of the time left
+QUICK_SECONDS = 4
+FULL_SECONDS = 40
 SOURCE = ("malloc/free and returning memory to the OS: sbrk vs mmap (CentOS 7, glibc tunables, "
           "an mmap allocator, jemalloc)")
 ABOUT = ("Allocates one block at a time (2 KB, 20 KB, 200 KB, 2 MB, 20 MB, 200 MB, 2 GB), "
@@ -172,18 +175,21 @@ def fmt_pairs(pairs: list) -> str:
 def tables(data: dict) -> list:
     names = [c["name"] for c in common.configs(data)]
     out = []
-    for order in data.get("orders", ORDERS):
-        sizes = order_of(data, order)
-        if not sizes:
-            continue
-        rows = [[size_label(s)] + [cell(data, n, order, s) for n in names] for s in sizes]
+    ran = [o for o in data.get("orders", ORDERS) if order_of(data, o)]
+    for order in ran:
+        rows = [[size_label(s)] + [cell(data, n, order, s) for n in names]
+                for s in order_of(data, order)]
         note = "rows in allocation order"
-        if not out:
+        # the terminal shows the ascending and descending orders, which tell glibc's dynamic
+        # threshold apart, and the shuffled one only when it ran alone (--verbose: all)
+        detail = order == "shuffled" and len(ran) > 1
+        if not out or (not detail and all(t.detail for t in out)):
             note = ("kept = the block's pages still resident after free (its size in pages minus "
                     "what free gave back, RSS during - after); " + note)
         if order == "shuffled":
             note += f" (seed {data.get('seed', SEED)})"
-        out.append(Table(f"RSS kept after free, {order} order", ["block"] + names, rows, note))
+        out.append(Table(f"RSS kept after free, {order} order", ["block"] + names, rows, note,
+                         detail=detail))
     vm_names = [n for n in ("glibc", "jemalloc") if config(data, n)]
     sizes = all_sizes(data)
     if vm_names and sizes:
@@ -193,10 +199,11 @@ def tables(data: dict) -> list:
                 for s in sizes]
         out.append(Table("virtual memory (VmSize) kept after free", ["block"] + cols, rows,
                          "kept = the block's pages still mapped after free (VmSize during - after); "
-                         "shuf/asce/desc: the order; rows by size"))
+                         "shuf/asce/desc: the order; rows by size", detail=True))
     note = errors_note(data)
-    if note and out:
-        out[-1].note = (out[-1].note + "\n  " if out[-1].note else "") + note
+    if note and out:   # on the first table the terminal shows
+        first = next((t for t in out if not t.detail), out[0])
+        first.note = (first.note + "\n  " if first.note else "") + note
     return out
 
 
@@ -222,6 +229,7 @@ def claim_glibc_cutoff(data: dict):
         return None
     text = "blocks above about 200 KB go back to the OS on free, smaller ones stay (glibc)"
     per_order, bad_small, bad_large, explained = {}, [], [], True
+    short = []   # the figure: which blocks were not as claimed, briefly
     for order, run in runs.items():
         page = run["page"]
         ok = True
@@ -231,6 +239,7 @@ def claim_glibc_cutoff(data: dict):
             if b["size"] <= SMALL_MAX and res != "stays":
                 ok = False
                 bad_small.append(f"{order}: {share_text(b, page)}")
+                short.append(f"{order} {size_label(b['size'])} given back")
             if b["size"] >= LARGE_MIN and res != "returned":
                 ok = False
                 why = ""
@@ -239,6 +248,7 @@ def claim_glibc_cutoff(data: dict):
                 else:
                     explained = False
                 bad_large.append(f"{order}: {share_text(b, page)}{why}")
+                short.append(f"{order} {size_label(b['size'])} kept")
             if b["mmapped_during"] >= b["size"] and b["size"] <= GLIBC_MMAP_THRESHOLD_MAX:
                 biggest_unmapped = max(biggest_unmapped, b["size"])
         per_order[order] = ok
@@ -251,15 +261,20 @@ def claim_glibc_cutoff(data: dict):
     evidence = (f"2 KB and 20 KB blocks that did not stay: {fmt_pairs(bad_small)}; blocks of "
                 f"2 MB and up that were not returned: {fmt_pairs(bad_large)}. The 200 KB block: "
                 f"{', '.join(mid) if mid else 'not run'}.")
+    figure = ("not as claimed: " + ", ".join(short) + (
+        " (after a larger mmapped block was freed)" if bad_large and explained else "")
+        if short else "2 and 20 KiB blocks stayed, 2 MiB and up went back, in every order")
     if len(held) == len(per_order):
-        return claim(text, HOLDS, f"in every order ({', '.join(per_order)}). " + evidence)
+        return claim(text, HOLDS, f"in every order ({', '.join(per_order)}). " + evidence,
+                     figure=figure)
     if not held:
-        return claim(text, FAILS, "in no order. " + evidence)
+        return claim(text, FAILS, "in no order. " + evidence, figure=figure)
     depends = ("allocation order (glibc's dynamic mmap threshold)" if explained and not bad_small
                else "allocation order")
     return claim(text, DEPENDS,
                  f"holds in {', '.join(held)} order; not in "
-                 f"{', '.join(o for o in per_order if o not in held)}. " + evidence, depends)
+                 f"{', '.join(o for o in per_order if o not in held)}. " + evidence, depends,
+                 figure=f"holds in {', '.join(held)} order; " + figure)
 
 
 def claim_tunables(data: dict):
@@ -291,11 +306,14 @@ def claim_tunables(data: dict):
         return None
     if changed:
         n = sum(len(v) for v in changed.values())
+        figure = (f"{n} of {compared} blocks of 128 KiB and up changed outcome, e.g. "
+                  f"{next(iter(changed))}: {changed[next(iter(changed))][0]}")
         return claim(text, FAILS,
                      f"{n} of {compared} blocks of 128 KiB and up changed outcome (RSS kept after "
                      "free, default -> tuned): "
                      + "; ".join(f"{k}: {', '.join(v)}" for k, v in changed.items())
-                     + ". Setting either tunable switches glibc's dynamic mmap threshold off.")
+                     + ". Setting either tunable switches glibc's dynamic mmap threshold off.",
+                     figure=figure)
     return claim(text, HOLDS,
                  f"none of {compared} blocks of 128 KiB and up changed outcome under "
                  f"{', '.join(n for n, _ in tuned)}.")
@@ -321,10 +339,14 @@ def claim_jemalloc_virtual(data: dict):
     detail = "; ".join(f"{size_label(s)}: RSS kept {span([f[0] for f in figures[s]])}, VM kept "
                        f"{span([f[1] for f in figures[s]])}" for s in sizes)
     detail += f" (after free, over {len(runs)} order(s))"
+    figure = "KiB kept after free, RSS / VM: " + "; ".join(
+        f"{size_label(s)} {span([f[0] for f in figures[s]], '')} / "
+        f"{span([f[1] for f in figures[s]], '')}" for s in sizes)
     if not no:
-        return claim(text, HOLDS, "for every block of 2 MB and up: " + detail + ".")
+        return claim(text, HOLDS, "for every block of 2 MB and up: " + detail + ".",
+                     figure=figure)
     if not yes:
-        return claim(text, FAILS, "for no block of 2 MB and up: " + detail + ".")
+        return claim(text, FAILS, "for no block of 2 MB and up: " + detail + ".", figure=figure)
     fit_sizes = sorted(yes - no)
     why = ""
     if fit_sizes and all((s > JEMALLOC_OVERSIZE) == (s in fit_sizes) for s in sizes):
@@ -332,12 +354,13 @@ def claim_jemalloc_virtual(data: dict):
                "dedicated arena that purges at once; smaller ones wait for decay.")
     on = (f"block size (from {size_label(fit_sizes[0])} up)" if fit_sizes and
           all(s in fit_sizes for s in sizes if s >= fit_sizes[0]) else "block size and order")
-    return claim(text, DEPENDS, detail + "." + why, on)
+    return claim(text, DEPENDS, detail + "." + why, on, figure=figure)
 
 
-def span(values: list) -> str:
+def span(values: list, unit: str = " KiB") -> str:
     lo, hi = min(values), max(values)
-    return fmt.kib(lo) if lo == hi else f"{fmt.kib(lo)}-{fmt.kib(hi)}"
+    lo, hi = f"{lo / 1024:,.0f}", f"{hi / 1024:,.0f}"
+    return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
 
 
 def claim_jemalloc_200k(data: dict):

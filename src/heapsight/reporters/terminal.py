@@ -560,38 +560,220 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
         _command(c, low_how.removesuffix(")"), 2)
 
 
-def table(t: dict) -> Table:
-    """A lab table (lab.common.Table as a dict) as a rich Table."""
-    # the title is printed above it, whole (rich would wrap it to a narrow table's width)
-    out = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False, show_edge=False)
-    first = max([len(str(t["columns"][0]))] + [len(fmt.cell(r[0])) for r in t["rows"] if r])
-    for i, col in enumerate(t["columns"]):
-        # figures never break across lines; the first column (labels) folds when short of room
-        out.add_column(str(col), justify="left" if i == 0 else "right",
-                       overflow="fold" if i == 0 else "ellipsis", no_wrap=i > 0,
-                       min_width=min(first, 16) if i == 0 else None)
-    for row in t["rows"]:
-        out.add_row(*[fmt.cell(v) for v in row])
-    if t.get("note"):
-        out.caption, out.caption_justify, out.caption_style = t["note"], "left", "dim"
+# A lab table on the terminal: a grid of columns LAB_GAP apart, LAB_INDENT from the left;
+# headers and the first column's labels wrap at spaces, figures never break.
+LAB_INDENT, LAB_GAP = 2, 2
+# Units a column's cells may share, moved into its header (into the title when every figure
+# column has the same one): "0" under "glibc (KiB)", not "0 KiB" in every cell.
+LAB_UNITS = ("KiB", "MiB", "GiB", "MB", "B", "s", "%")
+_FIGURE = re.compile(r"[-+]?[0-9][0-9,]*(\.[0-9]+)?")
+_NO_VALUE = {"", "-", "n/a", "error"}
+# A table of at most this many rows may be transposed: its row labels become the headers.
+LAB_TRANSPOSE_ROWS = 12
+
+
+def _lab_unit(cells: list) -> str | None:
+    """The unit every figure of a column ends with ("1,024 KiB", "12.5%"), or None."""
+    unit = None
+    for v in cells:
+        if v in _NO_VALUE:
+            continue
+        for u in LAB_UNITS:
+            num = v[:-len(u)].rstrip() if v.endswith(u) else None
+            if num is not None and _FIGURE.fullmatch(num) and (u != "%" or num == v[:-1]):
+                break
+        else:
+            return None
+        if unit not in (None, u):
+            return None
+        unit = u
+    return unit
+
+
+def _lab_strip_units(title: str, cols: list, rows: list) -> tuple | None:
+    """The table with each column's shared unit moved out of its cells: into the title when
+    every figure column has the same one ("(KiB)"), else into the column's header."""
+    units = {j: _lab_unit([r[j] for r in rows if j < len(r)]) for j in range(1, len(cols))}
+    units = {j: u for j, u in units.items() if u}
+    if not units:
+        return None
+
+    def bare(v: str, u: str) -> str:
+        return v if v in _NO_VALUE else v[:-len(u)].rstrip()
+    rows = [[bare(v, units[j]) if j in units else v for j, v in enumerate(r)] for r in rows]
+    if len(set(units.values())) == 1 and len(units) == len(cols) - 1:
+        return f"{title} ({next(iter(units.values()))})", cols, rows
+    cols = [f"{h} ({units[j]})" if j in units else h for j, h in enumerate(cols)]
+    return title, cols, rows
+
+
+def _lab_transpose(cols: list, rows: list) -> tuple:
+    """Columns as rows: the first column's labels become the headers."""
+    return ([cols[0]] + [r[0] for r in rows],
+            [[cols[j]] + [r[j] if j < len(r) else "" for r in rows] for j in range(1, len(cols))])
+
+
+def _lab_wrap_cell(s: str, k: int) -> list:
+    """A header, a label or a text cell wrapped to k: at spaces and after hyphens, never
+    inside a word."""
+    return textwrap.wrap(s, max(1, k), break_long_words=False) or [""]
+
+
+def _lab_text(col: list) -> bool:
+    """Whether a column holds words, which may wrap: a cell of two words or more that starts
+    with a letter ("array of 32-byte strings", an error), not figures ("47.6 (gave back)")."""
+    return any(v[:1].isalpha() and len(v.split()) > 1 for v in col if v not in _NO_VALUE)
+
+
+def _lab_grid(cols: list, rows: list, width: int) -> list | None:
+    """A table as plain lines (header lines, a rule, the rows) no wider than width, or None
+    when it cannot be: headers, the first column's labels and prose columns wrap at spaces;
+    figures never break."""
+    n = len(cols)
+    cells = [[str(v) for v in r] + [""] * (n - len(r)) for r in rows]
+    text = [j == 0 or _lab_text([r[j] for r in cells]) for j in range(n)]
+
+    def least_of(s: str) -> int:   # the widest piece s can be wrapped into
+        return max(len(x) for x in _lab_wrap_cell(s, 1))
+    natural, least = [], []
+    for j in range(n):
+        col = [r[j] for r in cells]
+        natural.append(max([len(cols[j])] + [len(v) for v in col]))
+        body = [least_of(v) for v in col] if text[j] else [len(v) for v in col]
+        least.append(max([least_of(cols[j])] + body))
+    room = width - LAB_INDENT - LAB_GAP * (n - 1)
+    if sum(least) > room:
+        return None
+    wrapped = {}
+
+    def lines_of(j: int, k: int) -> list:   # column j at width k: its header's lines, then
+        if (j, k) not in wrapped:            # each cell's (1 for a figure)
+            wrapped[j, k] = [len(_lab_wrap_cell(cols[j], k))] + [
+                len(_lab_wrap_cell(r[j], k)) if text[j] else 1 for r in cells]
+        return wrapped[j, k]
+
+    def height(widths: list) -> int:   # the table's lines: its header's and its rows'
+        per = [lines_of(j, k) for j, k in enumerate(widths)]
+        return sum(max(col[i] for col in per) for i in range(len(cells) + 1))
+    w = list(natural)
+    if sum(w) > room:
+        # for each height of the header: the figure columns as narrow as their headers then
+        # allow, the room left to the columns of words, a character at a time where it
+        # saves the most lines; the layout with the fewest lines in all
+        best = None
+        for h in range(1, max(len(_lab_wrap_cell(c, 1)) for c in cols) + 1):
+            ws = [next((k for k in range(least[j], natural[j] + 1) if lines_of(j, k)[0] <= h),
+                       natural[j]) if not text[j] else least[j] for j in range(n)]
+            if sum(ws) > room:
+                continue
+            while sum(ws) < room:
+                grow = [j for j in range(n) if text[j] and ws[j] < natural[j]]
+                if not grow:
+                    break
+                j = min(grow, key=lambda i: (height(ws[:i] + [ws[i] + 1] + ws[i + 1:]), i == 0))
+                ws[j] += 1
+            if best is None or height(ws) < height(best):
+                best = ws
+        w = best or least
+    pad, gap = " " * LAB_INDENT, " " * LAB_GAP
+
+    def lines(parts: list, bottom: bool) -> list:
+        """One row's cells, each a list of lines, side by side; bottom: short cells sit on
+        the last line (headers over their figures), else on the first."""
+        height = max(len(p) for p in parts)
+        out = []
+        for i in range(height):
+            line = []
+            for j, p in enumerate(parts):
+                k = i - (height - len(p)) if bottom else i
+                s = p[k] if 0 <= k < len(p) else ""
+                line.append(s.ljust(w[j]) if text[j] else s.rjust(w[j]))
+            out.append((pad + gap.join(line)).rstrip())
+        return out
+    out = lines([_lab_wrap_cell(h, w[j]) for j, h in enumerate(cols)], bottom=True)
+    out.append(pad + "-" * (sum(w) + LAB_GAP * (n - 1)))   # ASCII: one byte a column
+    for r in cells:
+        out += lines([_lab_wrap_cell(v, w[j]) if text[j] else [v] for j, v in enumerate(r)],
+                     bottom=False)
     return out
 
 
-def lab_table(c: Console, t: dict) -> None:
-    """A lab table as wide as the terminal allows; one that would not fit is stacked, each
-    row a block of "column: value" lines, never cropped; its note is wrapped prose."""
-    tbl = table(t)
-    tbl.caption = None
-    if Measurement.get(c, c.options.update(max_width=10_000), tbl).maximum <= c.width:
-        _print(c, tbl)
-    else:
+def _lab_split(cols: list, rows: list, width: int) -> list | None:
+    """A table too wide as a whole as several grids one under the other, each the label
+    column and some of the others (a row with no figure in a grid left out of it): as few
+    grids as fit, their columns shared out evenly; None when one column alone does not fit."""
+    def grid(j: int, k: int) -> list | None:   # the label column and columns j..k-1
+        part = [[r[0]] + r[j:k] for r in rows]
+        part = [r for r in part if any(v not in _NO_VALUE for v in r[1:])] or part
+        return _lab_grid([cols[0]] + cols[j:k], part, width)
+    bounds, j = [], 1
+    while j < len(cols):   # as many columns in each as fit, in turn
+        k = j + 1
+        if grid(j, k) is None:
+            return None
+        while k < len(cols) and grid(j, k + 1) is not None:
+            k += 1
+        bounds.append((j, k))
+        j = k
+    m, p = len(cols) - 1, len(bounds)   # then the same number of grids, evened out
+    even = [(1 + i * m // p, 1 + (i + 1) * m // p) for i in range(p)]
+    grids = [grid(j, k) for j, k in even]
+    if None in grids:
+        grids = [grid(j, k) for j, k in bounds]
+    return grids
+
+
+def lab_table_lines(t: dict, width: int) -> tuple:
+    """A lab table fitted to width: (title, [grid, ...], how). A unit every figure of a
+    column shares moves out of its cells (into the title when the whole table shares it);
+    then the first that fits: the table as it is; transposed, configurations as rows (a
+    table of at most LAB_TRANSPOSE_ROWS rows); split into narrower grids that each repeat
+    the label column. how names it. Only when not even one figure column fits beside the
+    labels is it stacked (how "stacked", no grid)."""
+    title = str(t["title"])
+    cols = [str(x) for x in t["columns"]]
+    rows = [[fmt.cell(v) for v in r] for r in t["rows"]]
+    how = "as is"
+    stripped = _lab_strip_units(title, cols, rows)
+    if stripped:
+        (title, cols, rows), how = stripped, "units"
+    grid = _lab_grid(cols, rows, width)
+    if grid is not None:
+        return title, [grid], how
+    few = len(rows) <= LAB_TRANSPOSE_ROWS
+    tcols, trows = _lab_transpose(cols, rows)
+    grid = _lab_grid(tcols, trows, width) if few else None
+    if grid is not None:
+        return title, [grid], "transposed"
+    splits = [s for s in (_lab_split(cols, rows, width),
+                          _lab_split(tcols, trows, width) if few else None) if s]
+    if splits:
+        return title, min(splits, key=lambda s: sum(len(g) for g in s)), "split"
+    return title, [], "stacked"
+
+
+def lab_table(c: Console, t: dict, rows_note: str = "") -> None:
+    """A lab table under its title, fitted to the terminal's width (lab_table_lines); its
+    note is wrapped prose."""
+    title, grids, how = lab_table_lines(t, c.width)
+    for line in textwrap.wrap(title, c.width, break_on_hyphens=False):
+        c.print(Text(line, style="bold"), no_wrap=True, overflow="ignore")
+    for i, grid in enumerate(grids):
+        if i:
+            c.print()
+        rule = next(k for k, line in enumerate(grid) if set(line.strip()) == {"-"})
+        for k, line in enumerate(grid):   # the header lines bold
+            c.print(Text(line, style="bold" if k < rule else ""), no_wrap=True, overflow="ignore")
+    if how == "stacked":   # not one figure beside its label fits: "column: value" lines
         cols = [str(x) for x in t["columns"]]
         for row in t["rows"]:
-            c.print(Text("  " + fmt.cell(row[0]) if row else "", style="bold"), soft_wrap=True)
+            _indent(c, fmt.cell(row[0]) if row else "", 2, style="bold")
             for name, v in zip(cols[1:], row[1:]):
                 _indent(c, f"{name}: {fmt.cell(v)}", 4)
-    if t.get("note"):
-        _indent(c, t["note"], 2, style="dim")
+    note = " ".join(x for x in (t.get("note") or "", rows_note) if x)
+    for part in note.split("\n"):
+        if part.strip():
+            _indent(c, part.strip(), 2, style="dim")
 
 
 def render_table(t: dict, width: int = 100) -> str:
@@ -599,7 +781,6 @@ def render_table(t: dict, width: int = 100) -> str:
     import io
     buf = io.StringIO()
     c = Console(file=buf, width=width, no_color=True, highlight=False)
-    c.print(Text(t["title"]), soft_wrap=True)
     lab_table(c, t)
     return buf.getvalue().rstrip("\n")
 
@@ -607,27 +788,59 @@ def render_table(t: dict, width: int = 100) -> str:
 VERDICT_WORD = {"holds": "green", "fails": "red", "depends": "yellow"}
 
 
-def render_lab(result: dict, out) -> None:
-    """One experiment's tables and claims, as lab prints them after it ran."""
+def _lab_brief(t: dict) -> tuple:
+    """What the terminal shows of a table without --verbose: (the table with the rows it
+    keeps, a note saying how many were left out), or (None, "") for a detail table."""
+    if t.get("detail"):
+        return None, ""
+    keep = t.get("brief_rows")
+    if keep is None or len(keep) >= len(t["rows"]):
+        return t, ""
+    shown = dict(t, rows=[t["rows"][i] for i in keep if i < len(t["rows"])])
+    return shown, f"({len(shown['rows'])} of {len(t['rows'])} rows)"
+
+
+def _lab_wrap(c: Console, text: str, first: int, rest: int, style: str = "") -> None:
+    """Prose wrapped to the width, the first line indented by first, the others by rest."""
+    lines = textwrap.wrap(text, max(20, c.width), initial_indent=" " * first,
+                          subsequent_indent=" " * rest, break_on_hyphens=False)
+    for line in lines:
+        c.print(Text(line, style=style), no_wrap=True, overflow="ignore")
+
+
+def render_lab(result: dict, out, verbose: bool = False) -> None:
+    """One experiment's tables and claims, as lab prints them after it ran: each claim with
+    its verdict and the figure that decides it; with verbose every table whole and each
+    claim's whole evidence (the page always has both)."""
     c = console(out)
     c.print()
-    c.print(Text(f"== {result['name']}: {result['title']} ==", style="bold"))
-    c.print(f"   after \"{result['source']}\" ({result['duration_s']:.1f} s)", style="dim")
+    _lab_wrap(c, f"== {result['name']}: {result['title']} ==", 0, 3, style="bold")
+    _lab_wrap(c, f"after \"{result['source']}\" ({result['duration_s']:.1f} s)", 3, 4,
+              style="dim")
     for t in result["tables"]:
-        c.print()
-        c.print(Text(t["title"], style="bold"), soft_wrap=True)
-        lab_table(c, t)
+        shown, rows_note = (t, "") if verbose else _lab_brief(t)
+        if shown is not None:
+            c.print()
+            lab_table(c, shown, rows_note)
     c.print()
     c.print("claims:")
     for cl in result["claims"]:
         verdict = cl["verdict"].upper()
         if cl["verdict"] == "depends" and cl.get("depends_on"):
             verdict += f" on {cl['depends_on']}"
-        line = Text("  ")
-        line.append(f"[{verdict}]", style=VERDICT_WORD.get(cl["verdict"], ""))
-        line.append(f" \"{cl['text']}\"")
-        c.print(line, soft_wrap=True)   # a claim is one line to grep for; its evidence wraps
-        _indent(c, cl["evidence"], 6, style="dim")
+        head = textwrap.wrap(f"[{verdict}] \"{cl['text']}\"", max(20, c.width - 2),
+                             subsequent_indent="  ", break_on_hyphens=False)
+        for i, line in enumerate(head):
+            text = Text("  ")
+            if i == 0:   # the verdict in its colour, the rest plain
+                end = line.index("]") + 1 if "]" in line else len(line)
+                text.append(line[:end], style=VERDICT_WORD.get(cl["verdict"], ""))
+                text.append(line[end:])
+            else:
+                text.append(line)
+            c.print(text, no_wrap=True, overflow="ignore")
+        brief = cl.get("figure") if not verbose else ""
+        _lab_wrap(c, brief or cl["evidence"], 6, 6, style="dim")
 
 
 def render_attach(a, out) -> None:
