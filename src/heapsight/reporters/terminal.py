@@ -367,7 +367,7 @@ def _sites(c: Console, sites: dict) -> None:
         t.add_column("error", justify="right", no_wrap=True, style="dim", min_width=widths[1])
         t.add_column("share", justify="right", no_wrap=True, min_width=widths[2])
         t.add_column("site", overflow="ellipsis", no_wrap=True,
-                     max_width=max(20, c.width - 4 - sum(widths) - 6))
+                     max_width=max(20, c.width - 4 - sum(widths) - 10))
         for x in top:
             t.add_row(human(x["bytes"]), f"\u00b1{human(x['error_bytes'])}", fmt.share(x["share"]),
                       site_text(x["site"]))
