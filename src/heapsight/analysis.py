@@ -501,11 +501,11 @@ def findings(command: list, final: Breakdown | None, release: Release,
 
 def known_first(sugg: tuple, cmd: str) -> tuple:
     """The suggestions with a setting first only where its effect is known: the lab's rule
-    for the pattern ("(heapsight lab remedies)" in its words) or a measurement on the
-    program (run --verify). Otherwise the first suggestion that is no setting goes first,
+    for the pattern ("(heapsight lab remedies)" in its words; run --verify reorders by what
+    it measured afterwards). Otherwise the first suggestion that is no setting goes first,
     or, with none, the command that measures them (hs-churn's retention of 2.6 MiB: a
     fixed trim threshold changed nothing, 3.95 -> 3.96 MiB at its end)."""
-    if not sugg or not remedies.env_of(sugg[0]) or remedies.LAB in sugg[0] or "measured" in sugg[0]:
+    if not sugg or not remedies.env_of(sugg[0]) or remedies.LAB in sugg[0]:
         return sugg
     other = next((x for x in sugg if not remedies.env_of(x)), None)
     if other is None:

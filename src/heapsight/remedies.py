@@ -141,19 +141,18 @@ def dynamic_threshold_off(settings: dict) -> bool:
 
 
 def applied(suggestion: str, settings: dict) -> bool:
-    """Whether a suggested setting is already in the program's environment."""
-    head = suggestion.split(" heapsight ", 1)[0]
-    for word in head.split():
-        k, _, v = word.partition("=")
-        if k == "GLIBC_TUNABLES":
-            if all(t.partition("=")[0].removeprefix("glibc.malloc.") in settings
-                   for t in v.split(":") if t):
-                return True
-        elif k in ("MALLOC_ARENA_MAX",) and "arena_max" in settings:
-            return True
-        elif k == "PYTHONMALLOC" and settings.get("PYTHONMALLOC") == v and " " not in head.strip():
-            return True
-    return False
+    """Whether a suggested setting is already in the program's environment (settings:
+    settings_in's): each setting it makes is there, a glibc tunable at any value, an
+    allocator's library preloaded, PYTHONMALLOC and MALLOC_CONF alike."""
+    wanted = settings_in(env_of(suggestion) or {})
+
+    def has(k: str, v: str) -> bool:
+        if k not in settings:
+            return False
+        if k == "LD_PRELOAD":
+            return all(lib in settings[k] for lib in v.split(":") if lib)
+        return settings[k] == v if k in ("PYTHONMALLOC", "MALLOC_CONF") else True
+    return bool(wanted) and all(has(k, v) for k, v in wanted.items())
 
 
 # ---------------------------------------------------------------- measured: run --verify
@@ -161,8 +160,8 @@ def applied(suggestion: str, settings: dict) -> bool:
 def env_of(suggestion: str) -> dict | None:
     """The environment a suggested `... heapsight run -- CMD` sets, {} for none; None when
     the suggestion is not a setting (a code change, another command)."""
-    head, sep, _ = suggestion.partition(" heapsight run ")
-    if not sep or "--verify" in suggestion:
+    head, sep, rest = suggestion.partition(" heapsight run ")
+    if not sep or "--verify" in (" " + rest).split(" -- ", 1)[0].split():   # run's options
         return None
     try:
         words = shlex.split(head)

@@ -596,7 +596,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
                    key=lambda f: -f.bytes)
     found = analysis.fit_to_run(found, settings or {}, follow, argv)
-    end_s, end_how = _end_of(segment, tl, attached)
+    end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
                           rows.last, final if done else None, end_s, end_how)
     return Summary(
@@ -625,11 +625,6 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         sites=sampled_sites,
         mapped_sites=mapped_by_stack,
         heapmaps=hmaps, moments=named, moment=moments.about(found))
-
-
-def _end_of(segment, tl: Timeline, attached: bool) -> tuple:
-    """(seconds, how) the program's exit began (end_begun_s), (None, "") when not seen."""
-    return end_begun_s(segment, tl) if attached else (None, "")
 
 
 def end_begun_s(segment, tl: Timeline) -> tuple:

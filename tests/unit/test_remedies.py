@@ -52,6 +52,22 @@ def test_the_environment_of_a_suggestion_is_read_back():
     assert env["MALLOC_CONF"] == "dirty_decay_ms:0,muzzy_decay_ms:0"
     assert remedies.env_of("malloc_trim(0);   # in the program") is None
     assert remedies.env_of("heapsight run --verify -- ./p") is None
+    # a setting whose comment names --verify is still a setting
+    assert remedies.env_of("MALLOC_ARENA_MAX=2 heapsight run -- ./p   # --verify measures it") \
+        == {"MALLOC_ARENA_MAX": "2"}
     assert remedies.language(["/usr/bin/python3.11", "x.py"]) == "python"
     assert remedies.language(["perl", "x.pl"]) == "perl"
     assert remedies.language(["./server"]) == "c"
+
+
+def test_applied_needs_every_setting_of_the_suggestion_in_the_environment():
+    lib = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    pym = remedies.suggestions("pymalloc", "python3 x.py")[0]   # PYTHONMALLOC + jemalloc
+    only_malloc = remedies.settings_in({"PYTHONMALLOC": "malloc"})
+    assert not remedies.applied(pym, only_malloc)
+    both = remedies.settings_in({"PYTHONMALLOC": "malloc", "LD_PRELOAD": lib,
+                                 "MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"})
+    assert remedies.applied(pym, both)
+    arena = remedies.settings_in({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"})
+    assert remedies.applied("MALLOC_ARENA_MAX=2 heapsight run -- ./p", arena)
+    assert not remedies.applied("malloc_trim(0);   # in the program", both)

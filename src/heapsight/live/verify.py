@@ -10,6 +10,7 @@ LOWERS_BY down, so a run-to-run wobble does not promote a setting."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 
 from heapsight import moments, remedies
@@ -56,7 +57,7 @@ def measure_all(argv: list, s: Summary, opts: Options, progress=lambda msg: None
     for i, env in enumerate([{}] + envs):
         what = "without a setting" if not env else " ".join(f"{k}={v}" for k, v in env.items())
         progress(f"[{i + 1}/{len(envs) + 1}] {what}")
-        missing = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not _exists(p)]
+        missing = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not os.path.exists(p)]
         if missing:
             out.append({"env": env, "error": f"{missing[0]} is not installed"})
             continue
@@ -74,11 +75,6 @@ def measure_all(argv: list, s: Summary, opts: Options, progress=lambda msg: None
             r["change"] = r["rss_bytes"] / base["rss_bytes"] - 1
             r["time_change"] = r["wall_s"] / base["wall_s"] - 1 if base["wall_s"] else 0.0
     return out
-
-
-def _exists(path: str) -> bool:
-    import os
-    return os.path.exists(path)
 
 
 def words(r: dict, moment: str) -> str:
