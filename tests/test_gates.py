@@ -41,3 +41,30 @@ def test_a_bad_size_is_refused_before_the_program_runs(tmp_path):
     p = hs("--fail-if-rss", "lots", "--", "touch", str(marker), cwd=tmp_path)
     assert p.returncode == 2 and "'lots' is not a size" in p.stderr
     assert not marker.exists()
+
+
+def test_the_lost_gate_tells_a_leak_from_data_kept_until_exit(tmp_path):
+    # a program that drops 5 MiB fails --fail-if-lost 1M; one that keeps 50 MiB reachable in
+    # a global list until exit passes it (where --fail-if-never-freed trips on both)
+    leak = hs("--fail-if-lost", "1M", "--", scenario("hs-leak"), "--mb", "5", cwd=tmp_path)
+    assert leak.returncode == 90, leak.stderr
+    assert "gate failed: lost at exit 5.0 MiB" in leak.stderr
+    kept = [scenario("hs-reach"), "--kept", "51200", "--lost", "0", "--list", "0"]
+    p = hs("--fail-if-lost", "1M", "--", *kept, cwd=tmp_path)
+    assert p.returncode == 0 and "gate" not in p.stderr, p.stderr
+    p = hs("--fail-if-never-freed", "1M", "--", *kept, cwd=tmp_path)
+    assert p.returncode == 90 and "never freed at exit 50" in p.stderr, p.stderr
+
+
+def test_a_lost_gate_that_cannot_be_judged_fails_with_the_reason(tmp_path):
+    # without the exit's heap map nothing says which blocks are lost: exit 2, never 0
+    p = hs("--no-heap-map", "--fail-if-lost", "1M", "--", scenario("hs-leak"), "--mb", "5",
+           cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "gate not judged: --fail-if-lost" in p.stderr and "no heap map at exit" in p.stderr
+    # under another allocator, the reason given is the run's own
+    from test_allocators import allocator_lib
+    p = subprocess.run([*HS, "--fail-if-lost", "1M", "--", scenario("hs-leak"), "--mb", "5"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env={**__import__("os").environ, "LD_PRELOAD": allocator_lib("jemalloc")})
+    assert p.returncode == 2 and "gate not judged" in p.stderr, p.stderr

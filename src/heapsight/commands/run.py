@@ -10,11 +10,13 @@ program's; if it died from signal N, heapsight ends by the same signal once the 
 saved (its parent sees what it sees bare; a shell shows 128+N).
 
 A gate turns a figure into a CI check: when the program succeeded but a figure is above
-its limit, heapsight says which and exits with 90 (EXIT_GATE).
+its limit, heapsight says which and exits with 90 (EXIT_GATE); a gate it cannot judge
+(--fail-if-lost on a run without reachability) exits 2, never passes silently.
 
 examples:
   heapsight run ./server --port 8080
   heapsight run --fail-if-retained 64M --fail-if-rss 1G -- ./batch_job   # in CI
+  heapsight run --fail-if-lost 1M -- ./tests/unit_tests        # leaks only, in CI
   heapsight run --json summary.json -- python3 job.py
   heapsight run --json - -- ./tool > summary.json    # its stdout goes to stderr
   MALLOC_ARENA_MAX=2 heapsight run -- ./threaded_app  # try a knob
@@ -31,7 +33,7 @@ import signal
 import sys
 
 from heapsight import interrupts, moments, output, record
-from heapsight.errors import EXIT_GATE, HeapsightError
+from heapsight.errors import EXIT_GATE, EXIT_UNJUDGED, HeapsightError
 from heapsight.fmt import human, parse_size
 from heapsight.live.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
 
@@ -86,7 +88,7 @@ def add_arguments(p) -> None:
                         "this option to follow it")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary (with --no-save and no other output "
                    "only the --fail-if gates read the run: the program is then neither sampled "
-                   "nor copied at exit, nor trimmed)")
+                   "nor copied at exit, nor trimmed; --fail-if-lost still copies it at exit)")
     p.add_argument("--no-heap-map", action="store_true",
                    help="do not map the heap page by page at exit and at snapshots (a copy "
                         "of the program walks it, measures what a release gives back and "
@@ -131,7 +133,12 @@ def add_arguments(p) -> None:
                        help="held RSS: the most the program kept through a stretch of its run "
                             "(what a service idles at)")
     gates.add_argument("--fail-if-never-freed", metavar="SIZE", type=size_arg,
-                       help="bytes still allocated at exit (never freed)")
+                       help="bytes still allocated at exit (never freed): leaks and data kept "
+                            "until exit alike")
+    gates.add_argument("--fail-if-lost", metavar="SIZE", type=size_arg,
+                       help="bytes definitely and indirectly lost at exit (no pointer reaches "
+                            "them, as memcheck counts): leaks only. A run whose reachability "
+                            "was not checked (another allocator, --no-heap-map) exits 2")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
                    help="the program and its arguments: everything from the program's name on "
                         "belongs to it ('--' before it is optional)")
@@ -214,8 +221,29 @@ def gate_failures(args, summary) -> list:
                ("held RSS", args.fail_if_held, moments.rss_of(summary.moments, "held") or 0),
                ("never freed at exit", args.fail_if_never_freed,
                 summary.final.live_bytes if summary.final else 0))
-    return [(what, value, limit) for what, limit, value in figures
-            if limit is not None and value > limit]
+    failed = [(what, value, limit) for what, limit, value in figures
+              if limit is not None and value > limit]
+    if args.fail_if_lost is not None:
+        lost = lost_at_exit(summary)
+        if lost is not None and lost > args.fail_if_lost:
+            failed.append(("lost at exit", lost, args.fail_if_lost))
+    return failed
+
+
+def lost_at_exit(summary) -> int | None:
+    """Definitely and indirectly lost bytes at exit; None when reachability was not marked."""
+    from heapsight import diffing
+    return diffing.figure({"heapmaps": list(summary.heapmaps)}, "lost")
+
+
+def unjudged_lost_gate(summary) -> str | None:
+    """Why --fail-if-lost cannot be judged on this run, or None when it can."""
+    if lost_at_exit(summary) is not None:
+        return None
+    exit_map = next((m for m in summary.heapmaps if m.get("moment") == "exit"), None)
+    why = ((exit_map or {}).get("reach") or {}).get("why") or (
+        "no heap map at exit" if exit_map is None else "reachability not marked")
+    return why
 
 
 def save_somewhere(path: str, summary, timeline) -> str | None:
@@ -295,7 +323,8 @@ def execute(args) -> int:
     # nothing shows or saves call sites, heap maps or a release (-q --no-save, no output, no
     # exporter: only the gates read the run): the program is not sampled, copied or trimmed,
     # so it pays nothing for them
-    bare = not keep and args.openmetrics_port is None
+    # (--fail-if-lost needs the exit's heap map: the program is then copied at exit)
+    bare = not keep and args.openmetrics_port is None and args.fail_if_lost is None
     sample_bytes = 0 if args.sample_bytes is None and bare else args.sample_bytes
     opts = Options(hz=args.hz, smaps_hz=args.smaps_hz, stats_hz=args.stats_hz,
                    release=not (args.no_release or bare),
@@ -347,11 +376,19 @@ def execute(args) -> int:
                          f"processes the command started: {seen}); the figures are "
                          f"{os.path.basename(argv[0])}'s, from /proc alone\n")
     failed = gate_failures(args, summary)
+    unjudged = unjudged_lost_gate(summary) if args.fail_if_lost is not None else None
+    if unjudged and summary.exit_code == 0:
+        sys.stderr.write(f"heapsight: gate not judged: --fail-if-lost needs which blocks are "
+                         f"reachable at exit, and this run has none ({unjudged}); run under "
+                         "glibc with the heap map on (the default), or gate on "
+                         "--fail-if-never-freed\n")
     for what, value, limit in failed:
         sys.stderr.write(f"heapsight: gate failed: {what} {human(value)} is above the limit "
                          f"{human(limit)}\n")
     if failed and summary.exit_code == 0:
         return EXIT_GATE
+    if unjudged and summary.exit_code == 0:
+        return EXIT_UNJUDGED
     if summary.exit_signal:   # the program died of a signal: so does heapsight, once done
         interrupts.program_signal = summary.exit_signal
     return summary.exit_code
