@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import pytest
+from heapsight.fmt import human
 
 from heapsight.model import resident
 
@@ -199,6 +200,12 @@ def test_run_timeline_splits_samples_as_the_summary_does(page, inputs):
     assert np.all(np.sum(list(series.values()), axis=0) >= rss - 4)
     # and the release at exit is marked
     assert any("release at exit" in m["label"] for m in mem["markers"])
+    # the peak markers say which peak: the live bytes' (the peak column) and RSS's, with the
+    # summary's figures
+    summary = json.loads(gzip.open(inputs["run"], "rt").read())["summary"]
+    labels = [m["label"] for m in mem["markers"]]
+    assert f"peak live {human(peak['live_bytes'])}" in labels, labels
+    assert f"peak RSS {human(summary['peak_rss_bytes'])}" in labels, labels
 
 
 def test_hover_shows_values_and_drag_zooms(page, tmp_path):

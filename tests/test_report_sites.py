@@ -633,3 +633,16 @@ def test_a_damaged_map_is_said_not_drawn():
     c = holders.heapmap_chart({"heapmaps": maps}, "x")
     assert c["maps"][0]["status"].startswith("not drawn: the map in this record is damaged")
     assert "arenas" not in c["maps"][0] and c["maps"][1]["status"].startswith("not mapped")
+
+
+def test_the_exit_maps_release_reads_as_the_summarys():
+    # the copy's own RSS differs from the program's (heapsight's pages, what the copy never
+    # touched): the panel gives the program's RSS before and after, as the terminal and the
+    # facts table do; a snapshot's map keeps its copy's figures
+    maps = small_heapmaps()
+    rel = {"measured": True, "where": "copy", "call": "malloc_trim(0)",
+           "rss_before_bytes": 82 * MB, "rss_after_bytes": 70 * MB}
+    c = holders.heapmap_chart({"heapmaps": maps, "release": rel}, "x")
+    exit_map, snap = c["maps"]
+    assert (exit_map["rss_before"], exit_map["rss_after"]) == (82 * MB, 70 * MB)
+    assert (snap["rss_before"], snap["rss_after"]) == (90 * MB, 85 * MB)

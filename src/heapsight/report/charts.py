@@ -125,9 +125,14 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
         series.append({"name": "RSS", "x": x, "y": _nums(parts["rss_bytes"]), "stack": False,
                        "color": PART_COLORS["rss"]})
         markers = []
+        # the peak column is the live bytes' peak (a sample), not peak RSS: each is named
         peak = s.get("peak")
         if peak:
-            markers.append({"x": peak["at_s"], "label": f"peak {human(peak['rss_bytes'])}"})
+            markers.append({"x": peak["at_s"], "label": f"peak live {human(peak['live_bytes'])}"})
+        peak_rss = next((m for m in s.get("moments") or () if m.get("name") == "peak"), None)
+        if peak_rss and s.get("peak_rss_bytes"):
+            markers.append({"x": peak_rss["at_s"],
+                            "label": f"peak RSS {human(s['peak_rss_bytes'])}"})
         for snap in s.get("snapshots") or []:
             markers.append({"x": snap["at_s"], "label": f"snapshot {snap['label']}"})
         rel = s.get("release") or {}

@@ -335,6 +335,14 @@ def heapmap_chart(summary: dict, cid: str) -> dict | None:
     maps = [m for m in summary.get("heapmaps") or [] if isinstance(m, dict)]
     if not maps:
         return None
+    entries = [heapmap_entry(m) for m in maps]
+    # the exit map's release is the summary's (the terminal's and the facts table's): the
+    # program's RSS at exit less what the copy gave back, not the copy's own RSS
+    rel = summary.get("release") or {}
+    if rel.get("measured") and rel.get("where") == "copy":
+        for e in entries:
+            if e.get("moment") == "exit":
+                e["rss_before"], e["rss_after"] = rel.get("rss_before_bytes"), rel.get("rss_after_bytes")
     return {"id": cid, "kind": "heapmap", "title": "The heap, page by page",
-            "maps": [heapmap_entry(m) for m in maps],
+            "maps": entries,
             "states": [{"state": k, "label": label, "color": c} for k, label, c in STATES]}
