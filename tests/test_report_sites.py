@@ -646,3 +646,42 @@ def test_the_exit_maps_release_reads_as_the_summarys():
     exit_map, snap = c["maps"]
     assert (exit_map["rss_before"], exit_map["rss_after"]) == (82 * MB, 70 * MB)
     assert (snap["rss_before"], snap["rss_after"]) == (90 * MB, 85 * MB)
+
+
+CXX_SITE = ("std::vector<std::__cxx11::basic_string<char, std::char_traits<char>, "
+            "std::allocator<char> >, std::allocator<std::__cxx11::basic_string<char> > "
+            ">::_M_realloc_insert (stl_vector.h:1287)")
+
+
+@needs_chromium
+def test_a_cxx_name_wraps_between_its_parts_in_the_narrow_table(probe_page):
+    # GIVEN the call-site table beside the flame graph, a C++ name far wider than its cell
+    sites = small_sites()
+    sites["moments"][0]["sites"][0]["site"] = CXX_SITE
+    page = report_html.build([("synthetic run", run_doc(sites, small_heapmaps()))]).html
+    a = probe_page(page, """
+      var td = document.getElementById('side-s1-flame').querySelector('td.site');
+      var r = document.createRange(), tops = [], chars = [];
+      var walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+      for (var n = walker.nextNode(); n; n = walker.nextNode())
+        for (var i = 0; i < n.length; i++) {
+          r.setStart(n, i); r.setEnd(n, i + 1);
+          var b = r.getClientRects();
+          // (a space where the line wraps has no box: it ends the line before)
+          tops.push(b.length ? Math.round(b[0].top) : (tops.length ? tops[tops.length - 1] : 0));
+          chars.push(n.data[i]);
+        }
+      var breaks = [];
+      for (var k = 1; k < tops.length; k++)
+        if (tops[k] > tops[k - 1]) breaks.push(chars.slice(0, k).join('').slice(-2) + '|' + chars[k]);
+      document.body.dataset.breaks = JSON.stringify(breaks);
+      document.body.dataset.text = td.textContent;
+      document.body.dataset.width = String(td.getBoundingClientRect().width);
+    """, size=(1100, 900))
+    assert a["errors"] == "0"
+    # THEN it wraps (the cell is narrower than the name), only after a separator or a
+    # space, and reads (and copies) as the name itself
+    breaks = json.loads(a["breaks"])
+    assert a["text"] == CXX_SITE
+    assert len(breaks) >= 2, (breaks, a["width"])
+    assert all(b[:2] == "::" or b[1] in "<,(/ " for b in breaks), json.dumps(breaks)

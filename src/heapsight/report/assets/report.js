@@ -29,6 +29,18 @@
     if (parent) parent.appendChild(e);
     return e;
   }
+  // A call site's name in a narrow cell: it may wrap only after '::', '<', ',', '(', '/'
+  // or a space (a <wbr> after each), so a C++ name breaks between its parts, not mid-word.
+  var SITE_BREAKS = /(::|[<,(\/ ])/;
+  function siteCell(tr, name) {
+    var td = html('td', 'site', null, tr);
+    String(name).split(SITE_BREAKS).forEach(function (part, i) {
+      if (!part) return;
+      td.appendChild(document.createTextNode(part));
+      if (i % 2 === 1) td.appendChild(document.createElement('wbr'));
+    });
+    return td;
+  }
   function text(parent, x, y, s, attrs) {
     var t = svg('text', Object.assign({x: x, y: y}, attrs || {}), parent);
     t.textContent = s;
@@ -911,7 +923,7 @@
     var body = html('tbody', null, null, tb);
     (M.sites || []).slice(0, SHOW).forEach(function (r) {
       var tr = html('tr', null, null, body);
-      html('td', 'site', r.site, tr);
+      siteCell(tr, r.site);
       html('td', null, fmtBytes(r.bytes || 0, 1) + (r.error_bytes > 0 ? ' \u00b1 ' + fmtBytes(r.error_bytes, 1) : ''), tr);
       html('td', null, fin(r.share) ? fmt(100 * r.share, '%') : '\u2013', tr);
       html('td', null, count(r.blocks), tr);
@@ -1125,7 +1137,7 @@
     var body = html('tbody', null, null, tb);
     pins.slice(0, 20).forEach(function (p) {
       var tr = html('tr', null, null, body);
-      html('td', 'site', pinnerSite(p), tr);
+      siteCell(tr, pinnerSite(p));
       html('td', null, count(p.blocks), tr);
       html('td', null, fmtBytes(p.block_bytes || 0, 1), tr);
       html('td', null, fmtBytes(p.pinned_bytes || 0, 1) + (p.error_bytes > 0 ? ' \u00b1 ' + fmtBytes(p.error_bytes, 1) : ''), tr);
