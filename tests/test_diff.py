@@ -168,3 +168,20 @@ def test_a_lower_exact_peak_is_never_read_as_growth(tmp_path):
         assert exact["change"] < 0, exact
         assert r.returncode == 0, (r.stdout, r.stderr)
         assert "peak live (exact)" in r.stdout and "(samples: A at" in r.stdout
+
+
+def test_the_diff_fits_80_columns_with_long_call_site_names(tmp_path):
+    # GIVEN glibc against jemalloc on the retention scenario (a C++ runtime's site in B,
+    # 70 columns of name), at 80 columns
+    from test_allocators import allocator_lib
+    a = record(tmp_path, "glibc", scenario("hs-retention"))
+    b = record(tmp_path, "jemalloc", scenario("hs-retention"),
+               env={"LD_PRELOAD": allocator_lib("jemalloc"), "MALLOC_CONF": "dirty_decay_ms:0"})
+    r = subprocess.run([*HS, "diff", a, b], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    # THEN no line is wider, and each site's name is there whole or cut with an ellipsis
+    assert [x for x in lines if len(x) > 80] == []
+    assert any("worker (retention.c:19)" in x for x in lines)
+    assert "(samples: A at" in r.stdout

@@ -68,8 +68,10 @@ def test_colour_only_on_a_terminal_and_never_under_no_color(tmp_path):
 
 def test_a_perl_one_liner_at_80_columns_leads_with_the_verdict_and_fits(tmp_path):
     # GIVEN perl freeing a 300k-entry hash (glibc keeps what it freed), at 80 columns
+    # (a one-liner longer than the width: the header shows it cut, as typed)
     p = hs(["run", "--no-save", "--", "perl", "-e",
-            'my %h; $h{$_} = "x" x 200 for 1..300000; undef %h; sleep 1'],
+            'my %h; $h{$_} = "x" x 200 for 1..300000; undef %h; select(undef, undef, undef, '
+            '1.0); print STDERR "done\\n";'],
            env={"COLUMNS": "80"}, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stderr.splitlines()
@@ -80,3 +82,6 @@ def test_a_perl_one_liner_at_80_columns_leads_with_the_verdict_and_fits(tmp_path
     # AND no line is wider than the terminal, commands included (a note goes below them)
     wide = [line for line in lines if len(line) > 80]
     assert wide == [], wide
+    header = next(line for line in lines if line.startswith("heapsight: perl"))
+    assert header.startswith("heapsight: perl -e 'my %h; $h{$_} = \"x\" x 200") and \
+        header.endswith("\u2026") and len(header) == 80, header

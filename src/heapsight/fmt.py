@@ -41,6 +41,17 @@ def shell_join(words) -> str:
     return " ".join(shell_quote(w) for w in words)
 
 
+def clip(text: str, width: int) -> str:
+    """text on one line of width columns: cut with an ellipsis when longer."""
+    return text if len(text) <= width else text[:max(1, width - 1)] + "\u2026"
+
+
+def clip_left(text: str, width: int) -> str:
+    """A path on one line of width columns: its start cut when longer (the file's name is
+    what tells two apart)."""
+    return text if len(text) <= width else "\u2026" + text[len(text) - max(1, width - 1):]
+
+
 def human_short(n: float) -> str:
     """Bytes in IEC units with three significant digits, for narrow table cells: 264MiB,
     59.7MiB, 6.1KiB."""

@@ -16,13 +16,20 @@ class Progress:
         self.shown = False
 
     def __call__(self, msg: str) -> None:
+        """msg as the line, within the terminal's width (COLUMNS first): cut on a terminal
+        (a line that wrapped could not be rewritten in place), wrapped elsewhere."""
+        import shutil
+        import textwrap
+        from heapsight.fmt import clip
         line = f"{self.prefix}: {msg}"
+        width = shutil.get_terminal_size((80, 24)).columns
         if self.tty:
-            self.stream.write("\r\x1b[K" + line)
+            self.stream.write("\r\x1b[K" + clip(line, width - 1))
             self.stream.flush()
             self.shown = True
         elif self.elsewhere:
-            print(line, file=self.stream)
+            print(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False,
+                                break_on_hyphens=False), file=self.stream)
 
     def done(self) -> None:
         if self.shown:

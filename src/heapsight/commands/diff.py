@@ -25,7 +25,7 @@ import textwrap
 
 from heapsight import diffing, output, record
 from heapsight.errors import EXIT_GATE, HeapsightError
-from heapsight.fmt import human, parse_size, printable
+from heapsight.fmt import clip, clip_left, human, parse_size, printable
 
 USAGE = "heapsight diff [options] A B"
 
@@ -130,15 +130,31 @@ def execute(args) -> int:
     return EXIT_GATE if failed else 0
 
 
+def _site_row(how: str, r: dict, width: int) -> str:
+    """One call site's move: its figures, then its name on the same line when it fits,
+    else on the next (cut to the width: --json has it whole)."""
+    figures = f"    {how:<7}{human(r['a']):>11} -> {human(r['b']):<11} {diffing.change_text(r)}"
+    name = printable(r["site"])
+    if len(figures) + 2 + len(name) <= width:
+        return f"{figures}  {name}\n"
+    return f"{figures}\n{' ' * 11}{clip(name, width - 11)}\n"
+
+
 def render(d: dict, path_a: str, path_b: str, out) -> None:
     """The diff for a terminal, its prose wrapped to the terminal's width."""
     w = out.write
     width = shutil.get_terminal_size((80, 24)).columns
-    w(f"heapsight diff\n  A: {printable(path_a)} (pid {d['a']['pid']})\n"
-      f"  B: {printable(path_b)} (pid {d['b']['pid']})\n\n")
+    w("heapsight diff\n")
+    for name, path in (("a", path_a), ("b", path_b)):
+        pid = f" (pid {d[name]['pid']})"
+        w(f"  {name.upper()}: {clip_left(printable(path), width - 5 - len(pid))}{pid}\n")
+    w("\n")
     for at, title in (("peak", "at peak live"), ("exit", "at exit")):
         read = diffing.read_at_text(d, at)
-        w(f"  {title:<24}{'A':>12}{'B':>12}  change{'  ' + read if read else ''}\n")
+        head = f"  {title:<24}{'A':>12}{'B':>12}  change"
+        # when each column was read: beside the heading when it fits, under it when not
+        w(f"{head}  {read}\n" if read and len(head) + 2 + len(read) <= width
+          else f"{head}\n" + (f"  {clip(read, width - 2)}\n" if read else ""))
         for r in d["split"][at]:
             w(f"    {r['row']:<22}{human(r['a']):>12}{human(r['b']):>12}  {diffing.change_text(r)}\n")
         w("\n")
@@ -155,20 +171,21 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
                 "sampled blocks; a change inside the two runs' sampling error is no change):")
         w("\n" + textwrap.fill(head, width, initial_indent="  ", subsequent_indent="  ") + "\n")
         for r in moved[:12]:
-            w(f"    {r['how']:<7}{human(r['a']):>11} -> {human(r['b']):<11} "
-              f"{diffing.change_text(r)}  {printable(r['site'])}\n")
+            w(_site_row(r["how"], r, width))
         if len(moved) > 12:
             w(f"    and {len(moved) - 12} more changed (--json lists them all)\n")
         # the largest moves inside the noise too, marked so: a real change smaller than the
         # two runs' sampling error is one a user may still want to see
         noise = [r for r in got["rows"] if r["how"] == "no change" and r["change"]][:3]
         for r in noise:
-            w(f"    {'~':<7}{human(r['a']):>11} -> {human(r['b']):<11} "
-              f"{diffing.change_text(r)}  {printable(r['site'])}  (within the sampling error)\n")
+            w(_site_row("~", r, width))
         others = same - len(noise)
-        w(f"    {'no call site changed beyond its sampling error' if not moved else ''}"
-          f"{'; ' if not moved and others else ''}"
-          f"{f'{others} other site(s): no change' if others else ''}\n")
+        tail = "; ".join(x for x in (
+            "" if moved else "no call site changed beyond its sampling error",
+            "~: moved within it" if noise else "",
+            f"{others} other site(s): no change" if others else "") if x)
+        w(textwrap.fill(tail, width, initial_indent="    ", subsequent_indent="    ") + "\n"
+          if tail else "")
     w("\n")
     for name in ("a", "b"):
         w(textwrap.fill(f"verdict {name.upper()}: {printable(d[name]['verdict'] or '')}", width,

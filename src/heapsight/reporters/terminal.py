@@ -91,7 +91,9 @@ def _run_header(c: Console, s: Summary) -> None:
         probe += (f"; CPU: the program {s.program_cpu_s:.2f} s, heapsight's library in it "
                   f"{s.library_cpu_s * 1000:.0f} ms more{share}")
     c.print()
-    c.print(Text(f"heapsight: {printable(' '.join(s.command))}", style="bold"), soft_wrap=True)
+    # the command as it would be typed, on one line (the whole of it is in --json and the record)
+    c.print(Text(fmt.clip(f"heapsight: {fmt.shell_join(s.command)}", c.width), style="bold"),
+            soft_wrap=True)
     _indent(c, f"pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} "
                f"samples at {s.sample_hz:g} Hz", 2)
     if (s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid
