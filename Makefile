@@ -22,7 +22,7 @@ setup: .stamp-install
 .stamp-venv: .stamp-deps Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "rich>=12" "prometheus_client>=0.14" "shtab>=1.5" "protobuf>=4.21" "pytest>=7" "pytest-xdist>=3" "pyflakes>=3"
+	$(PY) -m pip install -q "scikit-build-core>=0.8" "numpy>=1.22" "rich>=12" "prometheus_client>=0.14" "shtab>=1.7.1" "protobuf>=4.21" "pytest>=7" "pytest-xdist>=3" "pyflakes>=3"
 	@touch $@
 
 .stamp-install: .stamp-venv $(NATIVE)

@@ -69,3 +69,41 @@ def test_every_help_and_list_fits_80_columns():
             from heapsight.allocators import PRESETS
             firsts = [line.split()[0] for line in p.stdout.splitlines() if line[:1] != " "]
             assert firsts == [c.name for c in PRESETS], p.stdout
+
+
+def test_completion_offers_configurations_and_experiments_in_bash_and_fish(tmp_path):
+    # GIVEN the bash script, asked as bash asks it while typing
+    script = tmp_path / "c.bash"
+    script.write_text(out("--print-completion", "bash"))
+
+    def bash_complete(line: str) -> list:
+        words = line.split(" ")
+        probe = (f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+                 f"COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; "
+                 f"_shtab_heapsight heapsight {words[-1]} {words[-2]}; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        p = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        return sorted(p.stdout.split())
+    # THEN the configurations' names and the lab's experiments complete
+    assert bash_complete("heapsight compare --configs jem") == ["jemalloc", "jemalloc-bg",
+                                                                "jemalloc-eager"]
+    assert bash_complete("heapsight lab --configs python-") == ["python-malloc",
+                                                               "python-malloc-jemalloc-eager"]
+    assert bash_complete("heapsight lab re") == ["release", "remedies"]
+    # AND fish gets a script with the same names (fish itself is not installed here: its
+    # syntax is shtab's)
+    fish = out("--print-completion", "fish")
+    assert "complete -c heapsight" in fish and "python-malloc-jemalloc-eager" in fish
+
+
+def test_the_man_page_names_the_environment():
+    page = out("--print-man")
+    env = page.split(".SH ENVIRONMENT", 1)[1].split(".SH EXIT STATUS", 1)[0]
+    for name in ("HEAPSIGHT_SAMPLE_BYTES", "HEAPSIGHT_SYMBOLIZER", "HEAPSIGHT_CHROMIUM",
+                 "NO_COLOR", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "MALLOC_CONF", "PYTHONMALLOC"):
+        assert name in env, name
+    # every allocator variable a configuration sets is explained there
+    from heapsight.allocators import PRESETS
+    for c in PRESETS:
+        for var in c.env:
+            assert var in env, (c.name, var)

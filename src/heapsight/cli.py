@@ -71,12 +71,26 @@ class _Completion(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         import shtab
         full = build_parser(full=True)
+        _complete_values(full, shtab)
         try:
             sys.stdout.write(shtab.complete(full, shell=values) + "\n")
             sys.stdout.flush()
         except BrokenPipeError:   # a reader that stopped early (| head) is not an error
             pass
         parser.exit(0)
+
+
+def _complete_values(parser: argparse.ArgumentParser, shtab) -> None:
+    """Values the shells complete beyond choices: the configurations (compare and lab's
+    --configs, one name at a time), the lab's experiments, a moment to rank by."""
+    from heapsight import allocators, lab
+    words = {"--configs": [p.name for p in allocators.PRESETS], "experiments": list(lab.NAMES)}
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for sp in sub.choices.values():
+        for a in sp._actions:
+            key = a.option_strings[0] if a.option_strings else a.dest
+            if key in words:
+                a.complete = shtab.cmd("printf '%s\\n' " + " ".join(words[key]))
 
 
 def build_parser(full: bool = False, command: str | None = None) -> argparse.ArgumentParser:
@@ -88,9 +102,9 @@ def build_parser(full: bool = False, command: str | None = None) -> argparse.Arg
     p.add_argument("-V", "--version", action="version", version=f"heapsight {__version__}")
     p.add_argument("--print-man", action="store_true",
                    help="print the man page (roff) and exit: heapsight --print-man > heapsight.1")
-    p.add_argument("--print-completion", choices=("bash", "zsh", "tcsh"), action=_Completion,
-                   metavar="SHELL",
-                   help="print a completion script for SHELL (bash, zsh or tcsh) and exit")
+    p.add_argument("--print-completion", choices=("bash", "zsh", "tcsh", "fish"),
+                   action=_Completion, metavar="SHELL",
+                   help="print a completion script for SHELL (bash, zsh, tcsh or fish) and exit")
     sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name in COMMAND_NAMES:
         if not full and name != command:

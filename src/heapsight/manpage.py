@@ -63,6 +63,42 @@ def _options(p: argparse.ArgumentParser) -> list:
     return out
 
 
+# What heapsight reads from the environment, then the allocators' own variables its advice
+# and compare's configurations set (set them in front: VAR=... heapsight run -- ./app).
+ENVIRONMENT = (
+    ("HEAPSIGHT_SAMPLE_BYTES", "the call sites' sampling mean in bytes, as run --sample-bytes "
+     "(default 512K; 0: no call sites); read by the library, so heapsight env's programs "
+     "take it too"),
+    ("HEAPSIGHT_SYMBOLIZER", "the llvm-symbolizer to name frames with (a path; empty: none, "
+     "frames stay object+offset); default: llvm-symbolizer on PATH"),
+    ("HEAPSIGHT_CHROMIUM", "the Chromium that report --png and the page's tests drive; "
+     "default: chromium on PATH"),
+    ("HEAPSIGHT_INTERP_FRAMES", "0: do not read Python's and Perl's own frames at the "
+     "sampled allocations (the call sites are then the interpreter's C functions)"),
+    ("HEAPSIGHT_REACH", "0: do not mark which blocks the program can still reach at exit "
+     "(no leak classes; --fail-if-lost then cannot be judged)"),
+    ("HEAPSIGHT_UNWIND_CHECK", "1: walk every sampled stack both with heapsight's cached "
+     "rules and with libgcc's, and count where they differ (a check, slower)"),
+    ("NO_COLOR", "set: no colour, even on a terminal"),
+    ("COLUMNS", "the width to fit the output to (default: the terminal's, else 100 for a pipe)"),
+    ("LD_PRELOAD", "heapsight puts its library first and keeps yours after it: "
+     "LD_PRELOAD=libjemalloc.so.2 heapsight run -- ./app measures the program on jemalloc"),
+    ("MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_, MALLOC_TOP_PAD_, "
+     "GLIBC_TUNABLES", "glibc's malloc settings (glibc.malloc.arena_max, trim_threshold, "
+     "mmap_threshold, ...: mallopt(3), tunables(7)); the findings suggest them and "
+     "compare's glibc-* configurations set them"),
+    ("MALLOC_CONF", "jemalloc's settings (dirty_decay_ms, muzzy_decay_ms, "
+     "background_thread: the jemalloc-* configurations)"),
+    ("TCMALLOC_AGGRESSIVE_DECOMMIT", "true: tcmalloc (gperftools) returns free pages at "
+     "once (the tcmalloc-aggressive configuration)"),
+    ("MIMALLOC_DECOMMIT_DELAY", "0: mimalloc 2.0 returns free pages at once (the "
+     "mimalloc-eager configuration)"),
+    ("PYTHONMALLOC", "malloc: CPython's objects from the C allocator instead of its pymalloc "
+     "arenas (the python-malloc configurations; with jemalloc returning pages at once, the "
+     "remedy heapsight measures first for pymalloc's arenas)"),
+)
+
+
 def render(parser: argparse.ArgumentParser, version: str) -> str:
     today = datetime.date.today().isoformat()
     out = [f'.TH HEAPSIGHT 1 "{today}" "heapsight {version}" "User Commands"', ".SH NAME",
@@ -74,6 +110,9 @@ def render(parser: argparse.ArgumentParser, version: str) -> str:
     for name, sp in sub.choices.items():
         out += [f".SS heapsight {name}", ".nf", _roff(sp.format_usage().strip()), ".fi", ".PP",
                 *_text(sp.description), *_options(sp)]
+    out += [".SH ENVIRONMENT"]
+    for name, text in ENVIRONMENT:
+        out += [".TP", f"\\fB{_roff(name)}\\fR", _roff(text)]
     out += [".SH EXIT STATUS", "run: the program's own (128+N when it died from signal N); 90 when "
             "a \\-\\-fail\\-if gate tripped; 2 bad input; 127 program not found. compare: 1 when "
             "a configuration failed. attach: 3 when it cannot attach. 130 after Ctrl\\-C.",

@@ -16,7 +16,7 @@ its limit, heapsight says which and exits with 90 (EXIT_GATE); a gate it cannot 
 examples:
   heapsight run ./server --port 8080
   heapsight run --fail-if-retained 64M --fail-if-rss 1G -- ./batch_job   # in CI
-  heapsight run --fail-if-lost 1M -- ./tests/unit_tests        # leaks only, in CI
+  heapsight run --fail-if-lost 1M -- ./unit_tests    # leaks only, in CI
   heapsight run --json summary.json -- python3 job.py
   heapsight run --json - -- ./tool > summary.json    # its stdout goes to stderr
   MALLOC_ARENA_MAX=2 heapsight run -- ./threaded_app  # try a knob
