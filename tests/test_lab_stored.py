@@ -606,7 +606,7 @@ def test_size_helpers():
 
 # ---------------------------------------------------------------- the terminal, 80 columns
 
-LAB_LINES = 400      # all of `heapsight lab --quick` at 80 columns (issue 38)
+LAB_LINES = 250      # all of `heapsight lab --quick` at 80 columns (issue 38)
 COMMAND_LINES = 12   # what the command adds to the experiments' own: a line as each starts,
 #                      the claims' tally, and where the tables whole and the evidence are
 
@@ -678,16 +678,34 @@ def test_a_wide_table_is_transposed_or_split_never_cropped():
     assert all(f"{r * 10**6 + i:,}" in cells for r in range(40) for i in range(9))
 
 
-def test_the_terminal_shows_key_rows_and_says_how_many_it_left_out(monkeypatch):
-    # GIVEN waste's table of 47 block sizes, of which the terminal keeps 19
+def test_the_terminal_keeps_each_experiment_to_a_screen_and_names_what_it_left_out(monkeypatch):
+    from heapsight.reporters import terminal
+    # GIVEN each experiment as the lab prints it at 80 columns, without --verbose
     text = " ".join(rendered(monkeypatch, 80).split())
-    assert "(19 of 47 rows)" in text
+    for name in lab.NAMES:
+        one = one_experiment(monkeypatch, name)
+        # THEN it takes a screen at most, unless its claims alone take more
+        claims = one[one.index("claims:"):]
+        assert len(one) <= max(terminal.LAB_SCREEN_LINES, len(claims) + 4), (name, len(one))
+    # waste's table of 47 block sizes does not fit beside its claims: it is named
+    assert "tables (--verbose, the page): waste % by block size" in text
     # and with --verbose, every row of every table and each claim's whole evidence
     full = " ".join(rendered(monkeypatch, 80, verbose=True).split())
-    assert "(19 of 47 rows)" not in full and "1..48 B" in full and "1..48 B" not in text
+    assert "1..48 B" in full and "1..48 B" not in text
     tunables = release.claims(stored("release"))[1]
     assert tunables.figure in text and tunables.evidence not in text
     assert " ".join(tunables.evidence.split()) in full
+
+
+def one_experiment(monkeypatch, name: str) -> list:
+    """One stored experiment as the lab prints it at 80 columns, as lines."""
+    import io
+
+    from heapsight.reporters import terminal
+    monkeypatch.setenv("COLUMNS", "80")
+    buf = io.StringIO()
+    terminal.render_lab(experiment(name), buf)
+    return buf.getvalue().strip("\n").splitlines()
 
 
 def test_the_progress_line_gives_up_its_middle_to_fit():

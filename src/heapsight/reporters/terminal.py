@@ -754,9 +754,18 @@ def lab_table_lines(t: dict, width: int) -> tuple:
     return title, [], "stacked"
 
 
-def lab_table(c: Console, t: dict, rows_note: str = "") -> None:
+def _first_sentence(text: str) -> str:
+    """text's first sentence (up to its first '. ' or ': ' that ends a clause), whole when
+    it has one only."""
+    text = " ".join(text.split())
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]
+
+
+def lab_table(c: Console, t: dict, rows_note: str = "", brief: bool = False) -> None:
     """A lab table under its title, fitted to the terminal's width (lab_table_lines); its
-    note is wrapped prose."""
+    note is wrapped prose (brief: its first sentence only, the rest is in --verbose and
+    the page)."""
     title, grids, how = lab_table_lines(t, c.width)
     for line in textwrap.wrap(title, c.width, break_on_hyphens=False):
         c.print(Text(line, style="bold"), no_wrap=True, overflow="ignore")
@@ -772,7 +781,8 @@ def lab_table(c: Console, t: dict, rows_note: str = "") -> None:
             _indent(c, fmt.cell(row[0]) if row else "", 2, style="bold")
             for name, v in zip(cols[1:], row[1:]):
                 _indent(c, f"{name}: {fmt.cell(v)}", 4)
-    note = " ".join(x for x in (t.get("note") or "", rows_note) if x)
+    note = t.get("note") or ""
+    note = " ".join(x for x in (_first_sentence(note) if brief else note, rows_note) if x)
     for part in note.split("\n"):
         if part.strip():
             _indent(c, part.strip(), 2, style="dim")
@@ -810,21 +820,21 @@ def _lab_wrap(c: Console, text: str, first: int, rest: int, style: str = "") -> 
         c.print(Text(line, style=style), no_wrap=True, overflow="ignore")
 
 
-def render_lab(result: dict, out, verbose: bool = False) -> None:
-    """One experiment's tables and claims, as lab prints them after it ran: each claim with
-    its verdict and the figure that decides it; with verbose every table whole and each
-    claim's whole evidence (the page always has both)."""
-    c = console(out)
-    c.print()
-    _lab_wrap(c, f"== {result['name']}: {result['title']} ==", 0, 3, style="bold")
-    _lab_wrap(c, f"after \"{result['source']}\" ({result['duration_s']:.1f} s)", 3, 4,
-              style="dim")
-    for t in result["tables"]:
-        shown, rows_note = (t, "") if verbose else _lab_brief(t)
-        if shown is not None:
-            c.print()
-            lab_table(c, shown, rows_note)
-    c.print()
+# Without --verbose an experiment takes at most a screen: its claims, each with its verdict
+# and the figure that decides it, and its key table when it fits beside them.
+LAB_SCREEN_LINES = 39
+
+
+def _lines_of(c: Console, draw) -> list:
+    """What draw(console) prints at c's width, as plain lines (to measure it first)."""
+    import io
+    buf = io.StringIO()
+    draw(Console(file=buf, width=c.width, no_color=True, highlight=False, soft_wrap=False,
+                 emoji=False))
+    return buf.getvalue().splitlines()
+
+
+def _lab_claims(c: Console, result: dict, verbose: bool) -> None:
     c.print("claims:")
     for cl in result["claims"]:
         verdict = cl["verdict"].upper()
@@ -843,6 +853,37 @@ def render_lab(result: dict, out, verbose: bool = False) -> None:
             c.print(text, no_wrap=True, overflow="ignore")
         brief = cl.get("figure") if not verbose else ""
         _lab_wrap(c, brief or cl["evidence"], 6, 6, style="dim")
+
+
+def render_lab(result: dict, out, verbose: bool = False) -> None:
+    """One experiment's tables and claims, as lab prints them after it ran: each claim with
+    its verdict and the figure that decides it, and, within a screen (LAB_SCREEN_LINES),
+    its key table (the first that is not a detail: its key rows, its note's first
+    sentence); with verbose every table whole and each claim's whole evidence (the page
+    always has both)."""
+    c = console(out)
+    c.print()
+    _lab_wrap(c, f"== {result['name']}: {result['title']} ==", 0, 3, style="bold")
+    _lab_wrap(c, f"after \"{result['source']}\" ({result['duration_s']:.1f} s)", 3, 4,
+              style="dim")
+    briefs = [(t, *((t, "") if verbose else _lab_brief(t))) for t in result["tables"]]
+    shown = [(t, table, note) for t, table, note in briefs if table is not None]
+    if not verbose:
+        room = LAB_SCREEN_LINES - 4 - len(_lines_of(c, lambda k: _lab_claims(k, result, False)))
+        key = shown[:1]
+        if key and len(_lines_of(c, lambda k: lab_table(k, key[0][1], key[0][2], True))) > room - 3:
+            key = []   # it would not fit in the screen beside the claims: named below
+        named = [t for t, _, _ in shown if not any(t is k for k, _, _ in key)]
+        shown = key
+    for _, table, note in shown:
+        c.print()
+        lab_table(c, table, note, brief=not verbose)
+    if not verbose and named:
+        c.print()
+        _lab_wrap(c, "tables (--verbose, the page): " + "; ".join(str(t["title"]) for t in named),
+                  2, 4, style="dim")
+    c.print()
+    _lab_claims(c, result, verbose)
 
 
 def render_attach(a, out) -> None:
