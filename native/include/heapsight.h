@@ -1,7 +1,8 @@
 /* heapsight.h: the stats segment, the one contract between libheapsight.so (writer) and
  * the CLI (reader, src/heapsight/segment.py mirrors this layout field by field).
- * Every field is a 64-bit little-endian integer; byte arrays are NUL padded. Bump
- * HS_SEGMENT_VERSION whenever a field moves. */
+ * Fields are little-endian 64-bit integers unless declared otherwise (an event's stack and
+ * kind are 32-bit, the kind packing the sampling level; a stack word packs HS_IFRAME_*);
+ * byte arrays are NUL padded. Bump HS_SEGMENT_VERSION whenever a field moves. */
 #ifndef HEAPSIGHT_H
 #define HEAPSIGHT_H
 
@@ -192,7 +193,8 @@ typedef struct hs_event_s {
   uint64_t size;             /* ALLOC: usable bytes; MAP: bytes mapped; FREE: 0 */
   uint64_t time_ns;          /* CLOCK_MONOTONIC */
   uint32_t stack;            /* ALLOC, MAP: word offset of its stack; FREE: 0 */
-  uint32_t kind;             /* HS_EVENT_*, stored last */
+  uint32_t kind;             /* HS_EVENT_* in bits 0-7; an ALLOC's sampling level in bits
+                                8-15 (signed: drawn at mean M / 2^level); stored last */
 } hs_event_t;
 
 typedef struct hs_module_s {

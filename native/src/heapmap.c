@@ -44,7 +44,7 @@
  * that heap "not walked" (its live bytes and bits 4, 8, 16 are then empty), never a crash.
  *
  * The file (little-endian; "<segment path>.map.N", ".map.exit"; 0600, O_EXCL):
- *   header, 384 bytes: u64 magic "HSHMAP01", version (1), header_bytes, file_bytes (the
+ *   header, 384 bytes: u64 magic "HSHMAP01", version (HS_MAP_VERSION), header_bytes, file_bytes (the
  *     whole file: a shorter file is a child that was stopped), status (0 mapped, 1 not
  *     mapped), allocator (HS_ALLOC_*), page_bytes, time_ns (CLOCK_MONOTONIC just before the
  *     copy: the moment mapped), rss_before, rss_after, anon_before, anon_after (the child's
@@ -54,8 +54,8 @@
  *     child_ns (the child's whole run), n_heaps, tcache_key_found, released_pages
  *     (pagemap: resident before the release, not after, in the heaps), child_minflt (pages
  *     the child faulted: its copies, its buffers), child_cpu_ns (its CPU time, as it saw
- *     it before writing), reserved[7]; char why[160] (the reason when not mapped, else a
- *     note or empty).
+ *     it before writing), reach_bytes (the reach section's size after the heaps, 0: none),
+ *     reserved[6]; char why[160] (the reason when not mapped, else a note or empty).
  *   per heap (its pages: [heap] as mapped before the release; a thread heap's read-write
  *     part, mprotect_size): u64 start, pages, arena (0 main, 1.. thread arenas in malloc_info's order),
  *     kind (0 main heap, 1 thread heap), walked, top_bytes, live_bytes, inuse_chunks,

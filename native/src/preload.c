@@ -1,5 +1,7 @@
 /* preload.c: the interposer. Each hook finds the real function (RTLD_NEXT), forwards, and
- * hands the result to the counters in hs_internal.h. Nothing here allocates or locks. */
+ * hands the result to the counters in hs_internal.h. Nothing here allocates or takes a
+ * lock; the one wait is at start-up, for another thread resolving the real functions (a
+ * second at most, then the pool: ready_slow). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * never by the program). At 1 kHz a Python tick costs ~60 us (numpy sums over the slots,
  * the parsing, the interpreter), 6% of a core; this loop reads /proc/PID/statm and the
  * segment's counters in a few microseconds and sleeps between ticks, and hands control back
- * to Python (heapsight/sampler.py) only for the work that is rare: smaps, the program's
+ * to Python (heapsight/live/sampler.py) only for the work that is rare: smaps, the program's
  * children, allocator statistics, snapshots, signals, the program's exit.
  *
  * One row per tick, ROW_COLUMNS doubles: seconds since start_ns, RSS, anonymous RSS, live
