@@ -61,14 +61,25 @@ def test_an_allocator_that_returns_memory_lowers_retained_and_moves_no_call_site
 def test_two_runs_of_the_same_program_name_no_call_site(tmp_path):
     # (one thread: with several, which blocks are live at "the peak" moves with the
     # threads' timing, beyond what sampling explains)
-    a = record(tmp_path, "a", scenario("hs-sites"))
-    b = record(tmp_path, "b", scenario("hs-sites"))
-    r, d = diff(tmp_path, a, b)
-    assert r.returncode == 0, r.stderr
-    for moment in ("peak", "never freed"):
-        assert d["sites"][moment]["rows"], moment
-        assert all(x["how"] == "no change" for x in d["sites"][moment]["rows"]), d["sites"][moment]
-    assert r.stdout.count("no call site changed") == 2
+    # A site is named at 99.9%: by chance in about 1 diff of 200 here (five sites); a
+    # second pair is diffed when the first names one, and both must not: a real bias
+    # names its site again, a chance one rarely does (bench/diff-noise measures the
+    # intervals: the z-scores of 100 pairs have a spread of 1.0, as they should)
+    found = []
+    for pair in range(2):
+        a = record(tmp_path, f"a{pair}", scenario("hs-sites"))
+        b = record(tmp_path, f"b{pair}", scenario("hs-sites"))
+        r, d = diff(tmp_path, a, b)
+        assert r.returncode == 0, r.stderr
+        moved = []
+        for moment in ("peak", "never freed"):
+            assert d["sites"][moment]["rows"], moment
+            moved += [(moment, x) for x in d["sites"][moment]["rows"] if x["how"] != "no change"]
+        if not moved:
+            assert r.stdout.count("no call site changed") == 2
+            return
+        found.append(moved)
+    raise AssertionError(f"both pairs named a site: {found}")
 
 
 def test_the_function_that_allocates_twice_as_much_is_named_and_no_other(tmp_path):
