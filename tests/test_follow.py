@@ -12,11 +12,11 @@ HS = [sys.executable, "-m", "heapsight"]
 MiB = 1 << 20
 
 
-def run(tmp_path, *args):
+def run(tmp_path, *args, rc=0):
     js = tmp_path / "s.json"
     r = subprocess.run([*HS, "run", "--no-save", "--json", str(js), *args], capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == rc, r.stderr
     return json.loads(js.read_text()), r
 
 
@@ -51,7 +51,7 @@ def test_follow_names_the_process_to_measure(tmp_path):
     assert s["pid"] == s["started_pid"]
     assert s["heap"]["live_requested_bytes"] < MiB
     # and a name no process has: no figures from the library, said plainly
-    s3, _ = run(tmp_path, "--follow", "nosuchprogram", "--", "sh", "-c", "true")
+    s3, _ = run(tmp_path, "--follow", "nosuchprogram", "--", "sh", "-c", "true", rc=2)
     assert s3["heap"] is None and s3["preload"] == "not-attached"
     assert "no process of nosuchprogram ran under the preload library" in s3["preload_note"]
 
@@ -62,8 +62,18 @@ def test_a_follow_name_that_never_runs_is_said_and_a_mistyped_command_is_guessed
     r = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "-q", "--follow",
                         "pearl", "--", "sh", "-c", "true"], capture_output=True, text=True,
                        timeout=60)
-    assert r.returncode == 0
-    assert "--follow pearl: no process of that name ran" in r.stderr, r.stderr
+    # (the program succeeded, but what was asked was not measured: exit 2, not 0)
+    assert r.returncode == 2
+    assert "error: --follow pearl: no process of that name ran" in r.stderr, r.stderr
+    assert "the processes the command started: sh" in r.stderr or "none seen" in r.stderr
     r = subprocess.run([sys.executable, "-m", "heapsight", "rn", "true"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "did you mean `heapsight run`?" in r.stderr, r.stderr
+    # and an option a command does not have: the one meant, before anything runs
+    r = subprocess.run([sys.executable, "-m", "heapsight", "run", "--fail-if-retaned", "1M", "--",
+                        "touch", "ran"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "unknown option '--fail-if-retaned': did you mean --fail-if-retained?" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "heapsight", "compare", "--rankby", "peak", "--",
+                        "true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "did you mean --rank-by?" in r.stderr, r.stderr

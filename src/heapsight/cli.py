@@ -185,6 +185,27 @@ def main(argv: list | None = None) -> int:
             sys.stderr = given
 
 
+def _unknown_options(parser: argparse.ArgumentParser, args, extra: list) -> None:
+    """An option the command does not have: say which, the one meant when one is close,
+    and exit 2."""
+    options = [o for a in parser._actions for o in a.option_strings]
+    command = getattr(args, "subcommand", None)
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if command and sub is not None and command in sub.choices:
+        options = [o for a in sub.choices[command]._actions for o in a.option_strings]
+    for word in extra:
+        if not word.startswith("-") or word == "--":
+            continue
+        import difflib
+        name = word.split("=", 1)[0]
+        close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+        where = f"heapsight {command}" if command else "heapsight"
+        print(f"{where}: error: unknown option {name!r}"
+              + (f": did you mean {close[0]}?" if close else "")
+              + f" ({where} --help lists them)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _main(argv: list | None) -> int:
     if (sys.argv[1:] if argv is None else argv) in (["-V"], ["--version"]):
         print(f"heapsight {__version__}")   # before the commands are imported
@@ -200,7 +221,10 @@ def _main(argv: list | None) -> int:
               file=sys.stderr)
         return 2
     parser = build_parser(full="--print-man" in words, command=_command_of(words))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unknown_options(parser, args, extra)
+        args = parser.parse_args(argv)   # anything else: argparse's own message
     if args.print_man:
         from heapsight import manpage
         sys.stdout.write(manpage.render(parser, __version__))

@@ -370,10 +370,14 @@ def execute(args) -> int:
         terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:
             sys.stderr.write(f"heapsight: page written to {args.html}\n")
-    if args.follow and summary.pid == summary.started_pid and summary.preload != "active":
+    # a --follow whose program never ran: what was asked was not measured (exit 2 where the
+    # program succeeded, as a gate that cannot be judged)
+    missed = bool(args.follow and summary.pid == summary.started_pid
+                  and summary.preload != "active")
+    if missed:
         seen = ", ".join(sorted({c["name"] for c in summary.children})) or "none seen"
-        sys.stderr.write(f"heapsight: --follow {args.follow}: no process of that name ran (the "
-                         f"processes the command started: {seen}); the figures are "
+        sys.stderr.write(f"heapsight: error: --follow {args.follow}: no process of that name ran "
+                         f"(the processes the command started: {seen}); the figures are "
                          f"{os.path.basename(argv[0])}'s, from /proc alone\n")
     failed = gate_failures(args, summary)
     unjudged = unjudged_lost_gate(summary) if args.fail_if_lost is not None else None
@@ -387,7 +391,7 @@ def execute(args) -> int:
                          f"{human(limit)}\n")
     if failed and summary.exit_code == 0:
         return EXIT_GATE
-    if unjudged and summary.exit_code == 0:
+    if (unjudged or missed) and summary.exit_code == 0:
         return EXIT_UNJUDGED
     if summary.exit_signal:   # the program died of a signal: so does heapsight, once done
         interrupts.program_signal = summary.exit_signal
