@@ -85,3 +85,41 @@ def test_a_perl_one_liner_at_80_columns_leads_with_the_verdict_and_fits(tmp_path
     header = next(line for line in lines if line.startswith("heapsight: perl"))
     assert header.startswith("heapsight: perl -e 'my %h; $h{$_} = \"x\" x 200") and \
         header.endswith("\u2026") and len(header) == 80, header
+
+
+def test_attach_and_its_watch_fit_80_and_100_columns(tmp_path):
+    # GIVEN a Python process holding 30 MB, half of it freed
+    target = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time; x = [bytearray(1000) for i in range(30000)]; "
+                               "del x[::2]; print('ready', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        for width in (80, 100):
+            env = {"COLUMNS": str(width)}
+            once = hs(["attach", str(target.pid)], env=env, cwd=tmp_path)
+            watch = hs(["attach", "--watch", "1", "-o", str(tmp_path / f"w{width}.hsrun.json.gz"),
+                        str(target.pid)], env=env, cwd=tmp_path)
+            # THEN both end well, and no line is wider than the terminal
+            for p in (once, watch):
+                assert p.returncode == 0, p.stderr
+                text = p.stdout + p.stderr
+                # (a path to copy is whole, on a line of its own)
+                assert [x for x in text.splitlines()
+                        if len(x) > width and not x.startswith(f"  {tmp_path}")] == [], (width, text)
+            assert "VERDICT" in once.stdout + once.stderr
+            assert "samples over" in watch.stderr
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_compare_fits_80_columns_with_a_long_configuration_name(tmp_path):
+    p = hs(["compare", "--no-save", "--repeat", "1", "--configs",
+            "glibc,python-malloc-jemalloc-eager", "--", sys.executable, "-c",
+            "d = [{'k': i} for i in range(50000)]; del d[::2]"], env={"COLUMNS": "80"},
+           cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [x for x in p.stderr.splitlines() if len(x) > 80] == []
+    # the long name whole, on its row
+    assert any(x.startswith("python-malloc-jemalloc-eager ") for x in p.stderr.splitlines())

@@ -24,6 +24,7 @@ examples:
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 from heapsight import allocators, interrupts, output, report
@@ -130,9 +131,13 @@ def watch(args, first: attach.Attached) -> int:
         output.save_doc(out, doc)
         if args.html:
             report.write_html(args.html, [(out, doc)])
-    print(f"heapsight attach: {len(w.timeline)} samples over {w.timeline.duration_s:.1f} s "
-          f"saved to {out}" + (" (stopped by Ctrl-C)" if w.interrupted else "")
-          + (" (the process ended)" if w.ended else ""), file=sys.stderr)
+    said = (f"heapsight attach: {len(w.timeline)} samples over {w.timeline.duration_s:.1f} s"
+            + (" (stopped by Ctrl-C)" if w.interrupted else "")
+            + (" (the process ended)" if w.ended else "") + ", saved to")
+    # the path whole (to copy), on a line of its own when the two do not fit on one
+    width = shutil.get_terminal_size((80, 24)).columns
+    print(f"{said} {out}" if len(said) + 1 + len(out) <= width else f"{said}\n  {out}",
+          file=sys.stderr)
     if exporter:
         exporter.close()
     return 130 if w.interrupted else 0

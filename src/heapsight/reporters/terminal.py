@@ -891,7 +891,8 @@ def render_attach(a, out) -> None:
     release estimate and, with --trim, the measured release."""
     c = console(out)
     c.print()
-    c.print(Text(f"heapsight attach: pid {a.pid}: {printable(a.command)}", style="bold"), soft_wrap=True)
+    c.print(Text(fmt.clip(f"heapsight attach: pid {a.pid}: {printable(a.command)}", c.width),
+                 style="bold"), soft_wrap=True)
     _indent(c, f"allocator: {a.allocator}; RSS {human(a.rss_bytes)}", 2)
     for note in a.notes:
         _indent(c, f"note: {note}", 2, style="dim")
