@@ -250,6 +250,14 @@ def _mapping_lines(c: Console, s: Summary) -> None:
                     ("file", "file-backed"), ("shared", "shared"), ("anon", "other anonymous"))
                 if k.get(kind)), 2)
     big = [o for o in s.mapped_by if o["peak_bytes"] >= MiB]
+    # an allocator that maps its heaps with mmap (jemalloc, tcmalloc, mimalloc): those are
+    # where the live and retained bytes above are, not memory beside malloc's
+    own = f"{s.heap.allocator}'s own heaps" if s.heap else None
+    heaps = [o for o in big if o["owner"] == own]
+    big = [o for o in big if o["owner"] != own]
+    for o in heaps:
+        _indent(c, f"{s.heap.allocator}'s heaps (its own mappings, which hold the live, waste "
+                   f"and retained bytes above): " + analysis.owner_words(o).split(": ", 1)[1], 2)
     if big:
         _indent(c, "mapped outside malloc: " + "; ".join(analysis.owner_words(o)
                                                          for o in big[:3]), 2)
