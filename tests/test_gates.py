@@ -62,9 +62,15 @@ def test_a_lost_gate_that_cannot_be_judged_fails_with_the_reason(tmp_path):
            cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     assert "gate not judged: --fail-if-lost" in p.stderr and "no heap map at exit" in p.stderr
-    # under another allocator, the reason given is the run's own
+    # nor with the record of the blocks turned off, under another allocator
     from test_allocators import allocator_lib
     p = subprocess.run([*HS, "--fail-if-lost", "1M", "--", scenario("hs-leak"), "--mb", "5"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                       env={**__import__("os").environ, "LD_PRELOAD": allocator_lib("jemalloc")})
+                       env={**__import__("os").environ, "LD_PRELOAD": allocator_lib("jemalloc"),
+                            "HEAPSIGHT_REACH": "0"})
     assert p.returncode == 2 and "gate not judged" in p.stderr, p.stderr
+    # while under jemalloc with the record on, the leak is judged: 90
+    p = subprocess.run([*HS, "--fail-if-lost", "1M", "--", scenario("hs-leak"), "--mb", "5"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env={**__import__("os").environ, "LD_PRELOAD": allocator_lib("jemalloc")})
+    assert p.returncode == 90 and "gate failed: lost at exit" in p.stderr, p.stderr

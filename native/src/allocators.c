@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "hs_internal.h"
+#include "hs_options.h"
 
 int _hs_usable_by_header;
 
@@ -343,7 +344,7 @@ static const hs_allocator_t g_unknown = {HS_ALLOC_UNKNOWN, "unknown", "", none_i
 static const hs_allocator_t *g_alloc = &g_unknown;
 
 void _hs_allocator_detect(void) {
-  Dl_info info;
+  Dl_info info = {0};
   const char *file = "";
   if (dladdr((void *)_hs_real.malloc, &info) && info.dli_fname) file = info.dli_fname;
   for (size_t i = 0; i < sizeof g_allocators / sizeof *g_allocators; i++) {
@@ -354,6 +355,11 @@ void _hs_allocator_detect(void) {
   }
   if (g_alloc->id != HS_ALLOC_GLIBC) drop_foreign_entry_points();
   g_alloc->init();
+  /* under another allocator than glibc the hooks note where each block starts, and its
+   * mappings are kept apart: the copy marks reachability from them (blockmap.c) */
+  int other = g_alloc->id != HS_ALLOC_GLIBC && g_alloc->id != HS_ALLOC_UNKNOWN &&
+              _hs_options_read_reach();
+  _hs_blockmap_allocator(other ? (uint64_t)(uintptr_t)info.dli_fbase : 0, other);
 }
 
 void _hs_allocator_describe(hs_segment_t *seg) {

@@ -361,6 +361,8 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
     u = _hs_real.malloc_usable_size(p);
   }
   hs_slot_t *s = slot_slow();
+  /* the block's start, for the copy's marking (not heapsight's own blocks) */
+  if (_hs_blockmap_on && s != &g_own_slot) _hs_blockmap_set(p);
   if (s == NULL) { _hs_count_shared(1, u, req, hdr, p, caller); return; }
   if (hs_add_alloc(s, u + HS_BLOCK_EXTRA, req)) _hs_counted_due(s, p, u + HS_BLOCK_EXTRA, req, caller);
   if (hdr & 2) {
@@ -372,6 +374,7 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
 void _hs_count_free_slow(void *p) {
   size_t hdr = _hs_usable_by_header ? hs_glibc_header(p) : 0;
   size_t u = _hs_usable_by_header ? hs_glibc_usable(hdr) : _hs_real.malloc_usable_size(p);
+  if (_hs_blockmap_on) _hs_blockmap_clear(p);
   hs_slot_t *s = slot_slow();
   if (s == NULL) { _hs_count_shared(0, u, 0, hdr, p, NULL); return; }
   if (hdr & 2) s->mmapped_free_bytes += hdr & ~(size_t)7;
@@ -387,6 +390,19 @@ uint64_t _hs_mmapped_chunk_bytes(void) {
   for (uint64_t i = 0; i < used; i++) {
     in += __atomic_load_n(&seg->slots[i].mmapped_alloc_bytes, __ATOMIC_RELAXED);
     out += __atomic_load_n(&seg->slots[i].mmapped_free_bytes, __ATOMIC_RELAXED);
+  }
+  return in > out ? in - out : 0;
+}
+
+/* Blocks live now, as the slots count them (read racily: in the heap map's copy, a
+ * snapshot). */
+uint64_t _hs_live_blocks(void) {
+  hs_segment_t *seg = _hs_seg;
+  if (seg == NULL) return 0;
+  uint64_t used = seg->slots_used < HS_MAX_SLOTS ? seg->slots_used + 1 : HS_MAX_SLOTS, in = 0, out = 0;
+  for (uint64_t i = 0; i < used; i++) {
+    in += __atomic_load_n(&seg->slots[i].n_alloc, __ATOMIC_RELAXED);
+    out += __atomic_load_n(&seg->slots[i].n_free, __ATOMIC_RELAXED);
   }
   return in > out ? in - out : 0;
 }

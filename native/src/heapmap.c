@@ -961,21 +961,34 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
     reach_why(rec, "no room in the copy for the list of blocks");
     return;
   }
-  size_t n_excl = c->n_heaps + g_n_own + 16;
-  for (size_t i = 0; i < c->n_maps; i++) n_excl += c->maps[i].anon && c->maps[i].w ? 64 : 0;
+  int glibc = !_hs_blockmap_on; /* else the blocks came from the hooks' record (blockmap.c) */
+  size_t n_excl = c->n_heaps + g_n_own + 16 + (glibc ? 0 : HS_ALLOC_RANGES_MAX + 64);
+  for (size_t i = 0; glibc && i < c->n_maps; i++) n_excl += c->maps[i].anon && c->maps[i].w ? 64 : 0;
   excl_t ex = {raw_map(n_excl * sizeof(hs_chunk_t), 0), 0, n_excl};
   if (!ex.r) {
     reach_why(rec, "no room in the copy for its lists");
     return;
   }
-  uint64_t mmapped = 0, counted = _hs_mmapped_chunk_bytes();
-  size_t first_mmapped = c->n_chunks; /* the heaps' blocks come before */
-  for (size_t i = 0; i < c->n_maps; i++) {
-    const map_t *m = &c->maps[i];
-    if (m->r && m->w && m->anon && !in_heaps(c, m->lo, m->hi)) mmapped += mmapped_chunks(c, m, &ex);
+  if (glibc) {
+    uint64_t mmapped = 0, counted = _hs_mmapped_chunk_bytes();
+    size_t first_mmapped = c->n_chunks; /* the heaps' blocks come before */
+    for (size_t i = 0; i < c->n_maps; i++) {
+      const map_t *m = &c->maps[i];
+      if (m->r && m->w && m->anon && !in_heaps(c, m->lo, m->hi)) mmapped += mmapped_chunks(c, m, &ex);
+    }
+    if (mmapped < counted) mmapped += mmapped_chunks_inside(c, &ex, first_mmapped, counted - mmapped);
+    rec->mmapped_missing_bytes = counted > mmapped ? counted - mmapped : 0;
+  } else {
+    /* the allocator's own mappings (its heaps, its bookkeeping, which points at the
+     * blocks) are no root; nor is the hooks' record of the blocks */
+    long k = _hs_blockmap_ranges(ex.r, HS_ALLOC_RANGES_MAX);
+    if (k < 0) {
+      reach_why(rec, "the allocator made more mappings than heapsight keeps a list of");
+      return;
+    }
+    ex.n = (size_t)k;
+    ex.n += _hs_blockmap_own(ex.r + ex.n, 64);
   }
-  if (mmapped < counted) mmapped += mmapped_chunks_inside(c, &ex, first_mmapped, counted - mmapped);
-  rec->mmapped_missing_bytes = counted > mmapped ? counted - mmapped : 0;
   size_t n = c->n_chunks;
   _hs_reach_sort(c->chunks, n);
   for (size_t i = 1; i < n; i++) {
@@ -1079,6 +1092,30 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
   rec->n_listed = k;
   rec->n_unlisted = unreached - k;
   rec->reach_ns = _hs_now_ns() - r0;
+}
+
+/* Under another allocator than glibc: the live blocks from the hooks' record of where
+ * each starts (blockmap.c), their sizes the allocator's own; none when the record is not
+ * whole (rec says why). Room for the blocks counted live, and some. */
+static void other_blocks(child_t *c, hs_map_reach_t *rec) {
+  if (_hs_blockmap_incomplete()) {
+    reach_why(rec, "the record of the blocks is not whole (a bitmap could not be made)");
+    return;
+  }
+  uint64_t live = _hs_live_blocks(), cap = 1024 + live + live / 8;
+  c->chunks = raw_map(cap * sizeof(hs_chunk_t), 0);
+  if (!c->chunks) {
+    reach_why(rec, "no room in the copy for the list of blocks");
+    return;
+  }
+  size_t n = _hs_blockmap_blocks(c->chunks, cap);
+  if (n > cap) {
+    c->chunks = NULL;
+    reach_why(rec, "more blocks were recorded than counted live");
+    return;
+  }
+  c->n_chunks = n;
+  c->cap_chunks = cap;
 }
 
 static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, int detached) {
@@ -1189,6 +1226,13 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   } else {
     h.status = 1;
     set_why(&h, not_mapped_why(h.allocator));
+    if (_hs_opt.reach && _hs_blockmap_on) {
+      /* the blocks from the hooks' record of their starts; the marking as glibc's */
+      if (!list_maps(&c)) _exit(5);
+      other_blocks(&c, &rec);
+      if (c.chunks) reach(&c, detached, &rec, &blocks);
+      h.reach_bytes = sizeof rec + rec.n_listed * sizeof(hs_map_block_t);
+    }
   }
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) == 0) {

@@ -92,7 +92,7 @@ extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request b
 int _hs_heapmap_write(const char *path, int detached); /* detached: not waited for */
 int _hs_heapmap_write_refusal(const char *path, const char *why);
 int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
-uint64_t _hs_heapmap_cpu_ns(void);
+uint64_t _hs_heapmap_cpu_ns(void); /* the map children's CPU time, in all */
 int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem); /* no lock, no walk */
 extern HS_HIDDEN uint64_t _hs_exit_sp; /* probe.c: the exiting thread's stack pointer, while
                                           the exit map's copy is made (0 otherwise) */
@@ -118,13 +118,61 @@ void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
 void _hs_reach_own(hs_reach_t *r, uint64_t addr);
 void _hs_reach_finish(hs_reach_t *r);
 size_t _hs_profile_own(hs_chunk_t *out, size_t max); /* profile.c: its tables' mappings */
+/* Where each live block starts and which mappings are the allocator's, for the marking
+ * under an allocator other than glibc, whose heaps the copy cannot walk (blockmap.c) */
+extern HS_HIDDEN int _hs_blockmap_on;
+#define HS_BM_REGION_SHIFT 32                                     /* 4 GiB of addresses */
+#define HS_BM_REGIONS (1u << 15)                                  /* 47-bit addresses */
+#define HS_BM_REGION_BYTES (((1ull << HS_BM_REGION_SHIFT) >> 3) / 8) /* a bit per 8 bytes */
+#define HS_BM_HEADER_BYTES 4096ull
+extern HS_HIDDEN uint64_t *_hs_bm_regions[HS_BM_REGIONS];
+void _hs_blockmap_set_slow(void *p, int word_was_empty);
+/* A block's bit: its word in the bitmap (NULL: no region there yet) and the bit in it. */
+static inline uint64_t *_hs_blockmap_word(void *p, uint64_t *bit) {
+  uint64_t a = (uint64_t)(uintptr_t)p, i = a >> HS_BM_REGION_SHIFT;
+  uint64_t *bits = i < HS_BM_REGIONS ? __atomic_load_n(&_hs_bm_regions[i], __ATOMIC_ACQUIRE) : 0;
+  uint32_t g = (uint32_t)a >> 3;
+  *bit = 1ull << (g & 63);
+  return bits ? bits + HS_BM_HEADER_BYTES / 8 + (g >> 6) : 0;
+}
+/* A block's start, set as its allocation is counted, cleared as its free is: a load and
+ * one locked or/and on the common path (an empty word may be the first on its bitmap
+ * page: the slow path counts the page as heapsight's memory). */
+static inline void _hs_blockmap_set(void *p) {
+  uint64_t bit, *w = _hs_blockmap_word(p, &bit);
+  if (HS_UNLIKELY(w == NULL)) { _hs_blockmap_set_slow(p, 0); return; }
+  if (HS_UNLIKELY(__atomic_load_n(w, __ATOMIC_RELAXED) == 0)) {
+    /* the region's header: a bit per bitmap page written (64 granules a word, 512 words
+     * a page) */
+    uint64_t page = ((uint32_t)(uintptr_t)p >> 3) >> 15;
+    const uint64_t *hdr = __atomic_load_n(&_hs_bm_regions[(uint64_t)(uintptr_t)p >> HS_BM_REGION_SHIFT],
+                          __ATOMIC_RELAXED);
+    if (HS_UNLIKELY(!((__atomic_load_n(&hdr[page >> 6], __ATOMIC_RELAXED) >> (page & 63)) & 1)))
+      _hs_blockmap_set_slow(p, 1);
+  }
+  __atomic_fetch_or(w, bit, __ATOMIC_RELAXED);
+}
+static inline void _hs_blockmap_clear(void *p) {
+  uint64_t bit, *w = _hs_blockmap_word(p, &bit);
+  if (w) __atomic_fetch_and(w, ~bit, __ATOMIC_RELAXED);
+}
+int _hs_blockmap_incomplete(void);
+size_t _hs_blockmap_blocks(hs_chunk_t *out, size_t max);
+size_t _hs_blockmap_own(hs_chunk_t *out, size_t max);
+void _hs_blockmap_allocator(uint64_t base, int on);
+int _hs_blockmap_noting(void);
+void _hs_blockmap_mapped(uint64_t lo, uint64_t hi, uint64_t base);
+void _hs_blockmap_unmapped(uint64_t lo, uint64_t hi);
+long _hs_blockmap_ranges(hs_chunk_t *out, size_t max);
+#define HS_ALLOC_RANGES_MAX 8192 /* the allocator's mappings kept (blockmap.c) */
 /* The stack from unwind rules cached per return address (unwind.c) */
 void _hs_unwind_start(void *libgcc);
 void _hs_unwind_forget(void);     /* after a dlclose: a new table (off after four) */
 int _hs_unwind_ready(void);
 int _hs_unwind_fast(uint64_t *out, int max, uintptr_t skip_lo, uintptr_t skip_hi); /* -1: libgcc's */
 size_t _hs_unwind_own(hs_chunk_t *out, size_t max);
-uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */      /* the map children's CPU time, in all */
+uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */
+uint64_t _hs_live_blocks(void);          /* blocks live now, as the slots count them */
 const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */
 int _hs_profile_unmap(void *p);  /* 1: it was recorded */
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */

@@ -20,4 +20,5 @@ typedef struct hs_options_s {
 extern hs_options_t _hs_opt;
 void _hs_options_read(void);
 void _hs_options_read_sampling(void); /* at attach, before the other options are read */
+int _hs_options_read_reach(void);     /* when the allocator is known: HEAPSIGHT_REACH */
 #endif

@@ -88,9 +88,19 @@ static void account(const void *caller, int64_t bytes, int calls) {
 
 static int counted(int flags) { return (flags & MAP_ANONYMOUS) && !(flags & MAP_SHARED); }
 
+/* A mapping noted with the object that made it, for the copy's marking (blockmap.c: the
+ * allocator's own mappings are never roots). */
+static void note(uint64_t lo, uint64_t hi, const void *caller) {
+  uint64_t base;
+  const char *name;
+  if (caller && _hs_blockmap_noting() && object_of(caller, &base, &name))
+    _hs_blockmap_mapped(lo, hi, base);
+}
+
 /* A mapping counted for its caller's object, and recorded with its stack (profile.c). */
 static void mapped(void *p, size_t len, const void *caller) {
   account(caller, (int64_t)len, 1);
+  note((uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)p + len, caller);
   if (caller) _hs_profile_map(p, len, caller);
 }
 
@@ -112,6 +122,7 @@ HS_EXPORT int munmap(void *addr, size_t len) {
   hs_munmap_fn f = (hs_munmap_fn)real((void **)&g_munmap, "munmap");
   int rc = f(addr, len);
   if (rc == 0) {
+    _hs_blockmap_unmapped((uint64_t)(uintptr_t)addr, (uint64_t)(uintptr_t)addr + len);
     account(__builtin_return_address(0), -(int64_t)len, 0);
     _hs_profile_unmap(addr);
   }
@@ -131,6 +142,8 @@ HS_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
     p = f(old, old_len, new_len, flags);
   }
   if (p != MAP_FAILED) {
+    _hs_blockmap_unmapped((uint64_t)(uintptr_t)old, (uint64_t)(uintptr_t)old + old_len);
+    note((uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)p + new_len, __builtin_return_address(0));
     account(__builtin_return_address(0), (int64_t)new_len - (int64_t)old_len, 0);
     if (_hs_profile_unmap(old)) /* recorded again, at its new size and place */
       _hs_profile_map(p, new_len, __builtin_return_address(0));
@@ -146,8 +159,12 @@ static hs_sbrk_fn g_sbrk;
 HS_EXPORT void *sbrk(intptr_t increment) {
   hs_sbrk_fn f = (hs_sbrk_fn)real((void **)&g_sbrk, "sbrk");
   void *p = f(increment);
-  if (p != (void *)-1 && increment) account(__builtin_return_address(0), (int64_t)increment,
-                                            increment > 0);
+  if (p != (void *)-1 && increment) {
+    uint64_t at = (uint64_t)(uintptr_t)p;
+    if (increment > 0) note(at, at + (uint64_t)increment, __builtin_return_address(0));
+    else _hs_blockmap_unmapped(at - (uint64_t)-increment, at);
+    account(__builtin_return_address(0), (int64_t)increment, increment > 0);
+  }
   return p;
 }
 

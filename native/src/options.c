@@ -54,6 +54,13 @@ void _hs_options_read_sampling(void) {
   read_bytes("HEAPSIGHT_SAMPLE_BYTES", &_hs_opt.sample_bytes, 64, 1ull << 40);
 }
 
+/* Read when the allocator is known (allocators.c): whether the hooks keep the record of
+ * block starts the marking needs under another allocator than glibc. */
+int _hs_options_read_reach(void) {
+  read_bool("HEAPSIGHT_REACH", &_hs_opt.reach);
+  return _hs_opt.reach;
+}
+
 void _hs_options_read(void) {
   read_double("HEAPSIGHT_STATS_HZ", &_hs_opt.stats_hz, 0, 1000);
   read_bool("HEAPSIGHT_REACH", &_hs_opt.reach);

@@ -272,9 +272,9 @@ def to_json(hm: HeapMap, moment: str = EXIT, start_ns: int | None = None) -> dic
             "released_pages": hm.released_pages, "note": hm.note,
             "fork_ms": round(hm.fork_ns / 1e6, 2), "map_ms": round(hm.child_ns / 1e6, 1),
             "reach": hm.reach.to_json() if hm.reach is not None else
-            {"marked": False, "why": "which blocks the program can still reach is marked in "
-                                     "glibc's heaps only (this run's allocator: "
-                                     f"{hm.allocator})"} if hm.allocator != "glibc" else None,
+            {"marked": False, "why": "the copy had no record of the blocks to mark (this "
+                                     f"run's allocator: {hm.allocator}; HEAPSIGHT_REACH=0 "
+                                     "turns the record off)"} if hm.allocator != "glibc" else None,
             "arenas": [arenas[k] for k in sorted(arenas)]}
 
 

@@ -138,7 +138,7 @@ def add_arguments(p) -> None:
     gates.add_argument("--fail-if-lost", metavar="SIZE", type=size_arg,
                        help="bytes definitely and indirectly lost at exit (no pointer reaches "
                             "them, as memcheck counts): leaks only. A run whose reachability "
-                            "was not checked (another allocator, --no-heap-map) exits 2")
+                            "was not checked (--no-heap-map, HEAPSIGHT_REACH=0) exits 2")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
                    help="the program and its arguments: everything from the program's name on "
                         "belongs to it ('--' before it is optional)")
@@ -383,9 +383,8 @@ def execute(args) -> int:
     unjudged = unjudged_lost_gate(summary) if args.fail_if_lost is not None else None
     if unjudged and summary.exit_code == 0:
         sys.stderr.write(f"heapsight: gate not judged: --fail-if-lost needs which blocks are "
-                         f"reachable at exit, and this run has none ({unjudged}); run under "
-                         "glibc with the heap map on (the default), or gate on "
-                         "--fail-if-never-freed\n")
+                         f"reachable at exit, and this run has none ({unjudged}); run with "
+                         "the heap map on (the default), or gate on --fail-if-never-freed\n")
     for what, value, limit in failed:
         sys.stderr.write(f"heapsight: gate failed: {what} {human(value)} is above the limit "
                          f"{human(limit)}\n")

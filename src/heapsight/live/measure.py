@@ -64,6 +64,10 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
         if opts.heap_maps and (opts.snapshot_signal or opts.snapshot_at or opts.snapshot_every_s):
             # maps while the program runs are taken by a thread of heapsight's in it
             env["HEAPSIGHT_MAPS_WHILE_RUNNING"] = "1"
+        if not opts.heap_maps:
+            # no copy will mark reachability: under another allocator than glibc the hooks
+            # then keep no record of where each block starts (it costs each call)
+            env["HEAPSIGHT_REACH"] = "0"
         if opts.follow:
             env["HEAPSIGHT_FOLLOW"] = opts.follow
         env["HEAPSIGHT_RELEASE_AT_EXIT"] = ("1" if release_in_program(opts) else
