@@ -182,3 +182,20 @@ def test_entry_points_the_allocator_lacks_do_not_reach_glibc(hs, allocator):
     assert r.rc == 0, r.stderr
     assert "ok" in r.stdout
     assert r.summary["heap"]["allocator"] == allocator
+
+
+def test_the_record_of_block_starts_is_heapsights_memory_not_the_programs(hs, tmp_path):
+    # GIVEN 512 MiB in 64-byte blocks under jemalloc: the record of where each block starts
+    # (a bit per 8 bytes: 8 MiB of bitmap) against a run without it (--no-heap-map)
+    env = {"LD_PRELOAD": allocator_lib("jemalloc")}
+    argv = [scenario("hs-retention"), "--mb", "512", "--block", "64"]
+    with_record = hs(*argv, env=env)
+    without = hs(*argv, env=env, opts=["--no-heap-map"])
+    for r in (with_record, without):
+        assert r.rc == 0, r.stderr
+    a, b = with_record.summary, without.summary
+    # THEN the bitmap is counted as heapsight's own memory, and left out of the program's:
+    # its non-heap memory at the peak is the same with and without it
+    assert a["heapsight_rss_bytes"] - b["heapsight_rss_bytes"] >= 7 * MiB, \
+        (a["heapsight_rss_bytes"], b["heapsight_rss_bytes"])
+    assert abs(a["peak"]["non_heap_bytes"] - b["peak"]["non_heap_bytes"]) < 2 * MiB
