@@ -85,6 +85,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
@@ -1530,11 +1531,39 @@ static pid_t clone_copy(void) {
   return pid;
 }
 
+/* The copy closes its copies of the program's fds first thing; until it has run that far,
+ * a pipe the program closed stays open for its reader, a lock it released stays held (a
+ * copy not yet scheduled, on a busy machine: 0.2 s). So the parent waits for it: a pipe
+ * whose only write ends are its own and the copy's reads EOF once the copy closed every fd.
+ * Bounded (the copy may be slow to run, or a fork of the program's may hold the write end
+ * until it execs); the pipe's two fds live only that long. */
+#define HS_COPY_FDS_WAIT_MS 1000
+
+static void wait_fds_closed(int fds[2], pid_t pid) {
+  if (fds[1] >= 0) close(fds[1]);
+  if (pid > 0 && fds[0] >= 0) {
+    struct pollfd p = {fds[0], POLLIN, 0};
+    uint64_t until = _hs_now_ns() + HS_COPY_FDS_WAIT_MS * 1000000ull;
+    for (;;) {
+      uint64_t now = _hs_now_ns();
+      if (now >= until) break;
+      int n = poll(&p, 1, (int)((until - now) / 1000000ull) + 1);
+      if (n >= 0 || errno != EINTR) break;
+    }
+  }
+  if (fds[0] >= 0) close(fds[0]);
+}
+
 static pid_t make_copy(const char *path, uint64_t t0, int detached, const char **why) {
   int glibc = _hs_seg->allocator_id == HS_ALLOC_GLIBC;
   uint64_t head = 0, deadline = t0 + HS_LOCK_WAIT_NS;
   g_n_locked = 0;
-  if (glibc && (*why = lock_arenas(&head, deadline)) != NULL) return -1;
+  int fds[2] = {-1, -1};
+  if (pipe2(fds, O_CLOEXEC) != 0) fds[0] = fds[1] = -1;
+  if (glibc && (*why = lock_arenas(&head, deadline)) != NULL) {
+    wait_fds_closed(fds, -1);
+    return -1;
+  }
   pid_t pid = -1;
   for (int tries = 0; tries < 4; tries++) {
     pid = clone_copy();
@@ -1550,10 +1579,11 @@ static pid_t make_copy(const char *path, uint64_t t0, int detached, const char *
     while (!g_parented && waitpid(pid, NULL, __WALL) < 0 && errno == EINTR) {}
     pid = -1;
     *why = lock_ring(now, head, deadline);
-    if (*why) { unlock_arenas(); return -1; }
+    if (*why) { unlock_arenas(); wait_fds_closed(fds, -1); return -1; }
     head = now;
   }
   unlock_arenas();
+  wait_fds_closed(fds, pid);
   if (pid < 0 && !*why)
     *why = glibc && g_main_arena ? "clone failed, or new arenas kept being made during the copy"
                                  : "clone failed (no memory for a copy?)";

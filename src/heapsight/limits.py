@@ -29,3 +29,23 @@ def room_for_files() -> None:
     global START_NOFILE
     START_NOFILE = (soft, hard)
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+class given_to_children:
+    """Around a spawn: heapsight's soft open-files limit is the one it was started with,
+    so that the child inherits it; heapsight's own is raised again after. (Its open files
+    stay open: a limit only bounds new ones.) Nothing when heapsight raised none."""
+
+    def __enter__(self):
+        if START_NOFILE is not None:
+            import resource
+            self.mine = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, START_NOFILE)
+        return self
+
+    def __exit__(self, *exc):
+        if START_NOFILE is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, self.mine)
+        return False
+

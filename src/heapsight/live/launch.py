@@ -72,13 +72,11 @@ def start(path: str, argv: list, env: dict, stdout=None, stderr=None) -> Program
     # Every signal heapsight was not started ignoring starts at its default; the ignored
     # ones stay ignored (exec keeps SIG_IGN, and heapsight never handles them).
     to_default = interrupts.ALL - interrupts.START_IGNORED - {signal.SIGKILL, signal.SIGSTOP}
-    pid = os.posix_spawn(path, argv, env,
-                         file_actions=_redirect(1, stdout) + _redirect(2, stderr),
-                         setsigmask=interrupts.START_MASK, setsigdef=to_default)
-    if limits.START_NOFILE is not None:   # heapsight raised its own: the program's back
-        import resource
-        try:
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits.START_NOFILE)
-        except OSError:
-            pass
+    # heapsight raised its own open-files limit: the program starts with the one it was
+    # given, inherited through the spawn (set on it after the spawn, a program that asked
+    # at once could see heapsight's: `sh -c 'ulimit -n'` read 64 once beside busy loops)
+    with limits.given_to_children():
+        pid = os.posix_spawn(path, argv, env,
+                             file_actions=_redirect(1, stdout) + _redirect(2, stderr),
+                             setsigmask=interrupts.START_MASK, setsigdef=to_default)
     return Program(pid, argv)
