@@ -31,6 +31,9 @@ class Allocator:
     trim_gdb: str | None = None  # the same call as gdb evaluates it in a running process
     header_bytes: int = 0      # bytes in front of every block (0: sizes live in slab metadata)
     own_heaps: str | None = None  # a regex for its library: mmaps it makes are its own heaps
+    keeps: str = ""            # why it keeps freed memory resident, in words (glibc's: analysis)
+    returns_preset: str | None = None  # the configuration (PRESETS) that returns it sooner
+    release_code: str = ""     # the release call in the program's own code, with its header
 
 
 ALLOCATORS = {a.name: a for a in (
@@ -38,12 +41,29 @@ ALLOCATORS = {a.name: a for a in (
     Allocator("glibc", 1, None, None, "malloc_trim(0)", "(int)malloc_trim(0)", header_bytes=8),
     Allocator("jemalloc", 2, f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
               'mallctl("arena.4096.purge")', '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
-              own_heaps=r"(^|/)libjemalloc"),
+              own_heaps=r"(^|/)libjemalloc",
+              keeps="jemalloc keeps freed pages dirty and returns them over dirty_decay_ms (10 s "
+                    "by default), and only as the program goes on calling it: with no background "
+                    "thread (off by default) a program that frees and then idles keeps them",
+              returns_preset="jemalloc-eager",
+              release_code='mallctl("arena.4096.purge", NULL, NULL, NULL, 0);   # in the '
+                           "program, after the work that freed it (#include <jemalloc/jemalloc.h>)"),
     Allocator("tcmalloc", 3, f"{LIBDIR}/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4",
               "MallocExtension_ReleaseFreeMemory()", "(void)MallocExtension_ReleaseFreeMemory()",
-              own_heaps=r"(^|/)libtcmalloc"),
+              own_heaps=r"(^|/)libtcmalloc",
+              keeps="tcmalloc keeps freed pages in its page heap and returns them a little at a "
+                    "time as more is freed (TCMALLOC_RELEASE_RATE), and small freed blocks in its "
+                    "per-thread and central caches",
+              returns_preset="tcmalloc-aggressive",
+              release_code="MallocExtension_ReleaseFreeMemory();   # in the program, after the "
+                           "work that freed it (#include <gperftools/malloc_extension_c.h>)"),
     Allocator("mimalloc", 4, f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)",
-              "(void)mi_collect(1)", own_heaps=r"(^|/)libmimalloc"),
+              "(void)mi_collect(1)", own_heaps=r"(^|/)libmimalloc",
+              keeps="mimalloc returns a page's memory only once every block on it is free, after "
+                    "its decommit delay, on the calls of the thread that owns it",
+              returns_preset="mimalloc-eager",
+              release_code="mi_collect(true);   # in the program, on each thread that freed, "
+                           "after the work (#include <mimalloc.h>)"),
     # libheapsight_mmap: one mapping per block; its header holds the mapping length and offset
     Allocator("mmap", 5, native.lib_path("libheapsight_mmap.so"), None,
               "none needed (every free unmaps)", header_bytes=16),

@@ -324,7 +324,8 @@ def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True,
     (those measured before those not); tops: with the threads' heap tops among them;
     settings: the allocator settings in the program's environment (remedies.settings_in)."""
     if heap.allocator != "glibc":
-        return []
+        a = allocators.ALLOCATORS.get(heap.allocator)
+        return [a.keeps] if a and a.keeps else []
     arenas, threads, n_large = heap.arenas, heap.threads_seen, heap.n_large_heap
     reasons = []
     if mapped.get("pinned"):
@@ -362,7 +363,7 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str,
     """What to try against retention, for this allocator and this kind of program, and
     this much retained (the lab's rule holds where it outweighs jemalloc's own start)."""
     if heap.allocator != "glibc":
-        return ()
+        return remedies.allocator_suggestions(heap.allocator, cmd, remedies.language(command))
     if heap.arenas > 1 and retained >= remedies.PATTERN_MIN_BYTES:
         # the lab's pattern: MALLOC_ARENA_MAX and the thresholds do little
         return remedies.suggestions("thread-arenas", cmd, remedies.language(command))

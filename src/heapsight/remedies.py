@@ -69,6 +69,22 @@ def setting(preset: str) -> str:
     return " ".join(x for x in ((f"LD_PRELOAD={lib}" if lib else ""), env) if x)
 
 
+def allocator_suggestions(allocator: str, cmd: str, lang: str = "c") -> tuple:
+    """Against retention under another allocator than glibc: its setting that returns freed
+    pages sooner (the allocator's documented setting, not a lab claim), the release call in
+    the program's code (C: an interpreted program cannot call it as written), and the
+    measurement of the setting on this program."""
+    a = ALLOCATORS.get(allocator)
+    if a is None or not a.returns_preset:
+        return ()
+    cfg = PRESET[a.returns_preset]
+    return (f"{setting(a.returns_preset)} heapsight run -- {cmd}   # {cfg.about}"
+            f"{missing(a.returns_preset)}",
+            *((a.release_code,) if lang == "c" else ()),
+            f"heapsight run --verify -- {cmd}   # measures the setting on this program at the "
+            "moment that matters")
+
+
 def missing(preset: str) -> str:
     """'; apt-get install P' when the preset's library is not installed here, else ''."""
     cfg = PRESET[preset]
