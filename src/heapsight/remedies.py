@@ -132,7 +132,8 @@ def suggestions(pattern: str, cmd: str, lang: str = "c") -> tuple:
 def settings_in(env: dict) -> dict:
     """The allocator settings already in the program's environment: {name: value} for
     glibc's tunables (glibc.malloc.X, and the MALLOC_*_ environment variables), PYTHONMALLOC,
-    MALLOC_CONF and the allocator preloaded (LD_PRELOAD's allocator library)."""
+    MALLOC_CONF, TCMALLOC_* and MIMALLOC_*, and the allocator preloaded (LD_PRELOAD's
+    allocator library)."""
     out = {}
     for item in (env.get("GLIBC_TUNABLES") or "").split(":"):
         k, _, v = item.partition("=")
@@ -145,6 +146,10 @@ def settings_in(env: dict) -> dict:
     for var in ("PYTHONMALLOC", "MALLOC_CONF"):
         if env.get(var):
             out[var] = env[var]
+    # the other allocators' own variables (tcmalloc's, mimalloc's): compared by value
+    for var, value in env.items():
+        if var.startswith(("TCMALLOC_", "MIMALLOC_")) and value:
+            out[var] = value
     if re.search(r"lib(jemalloc|tcmalloc|mimalloc)", env.get("LD_PRELOAD") or ""):
         out["LD_PRELOAD"] = env["LD_PRELOAD"]
     return out
@@ -167,7 +172,8 @@ def applied(suggestion: str, settings: dict) -> bool:
             return False
         if k == "LD_PRELOAD":
             return all(lib in settings[k] for lib in v.split(":") if lib)
-        return settings[k] == v if k in ("PYTHONMALLOC", "MALLOC_CONF") else True
+        return settings[k] == v if k in ("PYTHONMALLOC", "MALLOC_CONF") or \
+            k.startswith(("TCMALLOC_", "MIMALLOC_")) else True
     return bool(wanted) and all(has(k, v) for k, v in wanted.items())
 
 
