@@ -146,6 +146,37 @@ def test_other_allocators_answer_the_leak_question_as_glibc(tmp_path, allocator)
     assert "drop_lost" in leak["detail"] or "drop_list" in leak["detail"], leak["detail"]
 
 
+LOCALE = r"""
+#include <locale.h>
+#include <stdio.h>
+int main(void) {
+  setlocale(LC_ALL, "");   /* glibc keeps each category's name in an 8-byte block */
+  printf("%s\n", setlocale(LC_CTYPE, NULL));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "tcmalloc", "mimalloc"])
+def test_small_blocks_pointed_to_by_their_start_are_reachable_under_other_allocators(
+        tmp_path, allocator):
+    # GIVEN glibc's locale names (8-byte blocks: under jemalloc every other one ends 8 past
+    # a multiple of 16, as a glibc chunk's usable bytes do, and a pointer to its start was
+    # taken for glibc's pointer to the next chunk: 9 names definitely lost)
+    from test_allocators import allocator_lib
+    exe = build(tmp_path, "locale", LOCALE)
+    env = {**os.environ, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    js = tmp_path / "s.json"
+    r = subprocess.run([*HS, "run", "-q", "--no-save", "--json", str(js), "--", exe],
+                       capture_output=True, text=True, timeout=120,
+                       env={**env, "LD_PRELOAD": allocator_lib(allocator)})
+    assert r.returncode == 0, r.stderr
+    reach = exit_reach(json.loads(js.read_text()))
+    # THEN nothing is lost, as under glibc
+    assert reach["definitely_lost_blocks"] == reach["indirectly_lost_blocks"] == 0, reach
+    assert reach["still_reachable_blocks"] > 20, reach
+
+
 MERGED = r"""
 #include <stdio.h>
 #include <stdlib.h>

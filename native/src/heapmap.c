@@ -1038,6 +1038,7 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
 
   hs_reach_t r;
   _hs_reach_init(&r, c->chunks, n, state, stack);
+  r.glibc_chunks = glibc;
   r.deadline_ns = r0 + HS_REACH_LIMIT_NS;
   /* heapsight's own blocks (what its start-up's dlopen of the unwinder left in the heap:
    * the loader's records, reachable from the loader's data) first: out of every class,

@@ -111,6 +111,8 @@ typedef struct hs_reach_s {
   uint64_t bytes[4], blocks[4]; /* by state, after _hs_reach_finish */
   uint64_t deadline_ns, words, checked; /* past the deadline (CLOCK_MONOTONIC): late */
   int late;
+  int glibc_chunks;    /* the blocks are glibc's chunks (a word at a block's end is the
+                          next chunk's header: reach.c's find) */
 } hs_reach_t;
 void _hs_reach_sort(hs_chunk_t *chunks, size_t n);
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack);

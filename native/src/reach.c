@@ -35,11 +35,13 @@ static int64_t find(const hs_reach_t *r, uint64_t w) {
     if (r->chunks[mid].lo <= w) a = mid;
     else b = mid;
   }
-  /* a heap chunk's usable bytes end in the next chunk's first word (hi is 8 past a
+  /* glibc: a heap chunk's usable bytes end in the next chunk's first word (hi is 8 past a
    * multiple of 16): a word equal to the next chunk's address is glibc's own pointer to
-   * that chunk (a bin's, the top's), not one to this block */
+   * that chunk (a bin's, the top's), not one to this block. Not so under the others: an
+   * 8-byte block of jemalloc's at a multiple of 16 ends there too, and a pointer to its
+   * first byte is one (the rule took glibc's locale names for lost under jemalloc). */
   uint64_t hi = r->chunks[a].hi;
-  if ((hi & 15) == 8 && w >= hi - 8) return -1;
+  if (r->glibc_chunks && (hi & 15) == 8 && w >= hi - 8) return -1;
   return w >= r->chunks[a].lo && w < hi ? (int64_t)a : -1;
 }
 
