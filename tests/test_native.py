@@ -23,6 +23,7 @@ def test_layout_matches_the_compiler():
     assert layout["classes"] == S.CLASSES
     assert (layout["block_extra"], layout["flush_total_bytes"]) == (S.BLOCK_EXTRA,
                                                                    S.FLUSH_TOTAL_BYTES)
+    assert (layout["map_limit_s"], layout["probe_limit_s"]) == (S.MAP_LIMIT_S, S.PROBE_LIMIT_S)
     for name, (offset, size) in layout["segment"].items():
         if name == "slots":
             assert offset == S.SLOTS_OFFSET

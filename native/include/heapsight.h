@@ -22,6 +22,11 @@
 #define HS_FLUSH_BYTES (64 * 1024)
 #define HS_FLUSH_MIN_BYTES (4 * 1024)
 #define HS_FLUSH_TOTAL_BYTES (1024 * 1024)
+/* How long a heap map's copy may take before it ends itself (heapmap.c), and how long the
+ * allocator's calls at exit may take (probe.c): the CLI waits a little longer than these
+ * (src/heapsight/segment.py mirrors them). */
+#define HS_MAP_LIMIT_S 30
+#define HS_PROBE_LIMIT_S 30
 
 /* Allocator identities (hs_segment_t.allocator_id). */
 enum { HS_ALLOC_UNKNOWN = 0, HS_ALLOC_GLIBC = 1, HS_ALLOC_JEMALLOC = 2,

@@ -105,7 +105,7 @@
 #define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
 #define HS_MAP_END 0x4e4550414d485348ull     /* "HSHMAPEN" */
 #define HS_MAP_VERSION 2
-#define HS_MAP_LIMIT_NS 30000000000ull
+#define HS_MAP_LIMIT_NS (HS_MAP_LIMIT_S * 1000000000ull)
 #define HS_MAP_HEAP_MAX (64ull << 20)
 
 /* glibc 2.36, x86-64 (see the top comment) */

@@ -83,7 +83,7 @@ static void publish_stats(const hs_alloc_stats_t *st) {
  * after HS_PROBE_LIMIT_NS in all (a walk of a huge heap runs, it does not sleep), and
  * records why in exit_probe_status. Nothing is added to the hot path. */
 #define HS_PROBE_BLOCKED_NS 300000000ull
-#define HS_PROBE_LIMIT_NS 30000000000ull
+#define HS_PROBE_LIMIT_NS (HS_PROBE_LIMIT_S * 1000000000ull)
 
 enum { HS_JOB_NONE, HS_JOB_STATS_BEFORE, HS_JOB_RELEASE, HS_JOB_STATS_AFTER, HS_JOB_MAP_EXIT };
 

@@ -23,6 +23,7 @@ int main(void) {
   printf("{\"segment_bytes\": %zu, \"slot_bytes\": %zu, \"stats_bytes\": %zu, \"classes\": %d, ",
          sizeof(hs_segment_t), sizeof(hs_slot_t), sizeof(hs_alloc_stats_t), HS_CLASSES);
   printf("\"block_extra\": %d, \"flush_total_bytes\": %d, ", HS_BLOCK_EXTRA, HS_FLUSH_TOTAL_BYTES);
+  printf("\"map_limit_s\": %d, \"probe_limit_s\": %d, ", HS_MAP_LIMIT_S, HS_PROBE_LIMIT_S);
   printf("\"segment\": {");
   SEG(magic); SEG(version); SEG(size_bytes); SEG(slot_bytes); SEG(max_slots); SEG(n_classes);
   SEG(owner_pid); SEG(state); SEG(execs); SEG(forks); SEG(foreign_attaches); SEG(slots_used);

@@ -22,6 +22,7 @@ import numpy as np
 
 from heapsight import allocators
 from heapsight.fmt import human
+from heapsight.segment import MAP_LIMIT_S
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
 END = 0x4e4550414d485348     # "HSHMAPEN"
@@ -359,7 +360,11 @@ def request(segment, n: int) -> None:
     segment.header["heapmap_seq"] = n
 
 
-def wait_ack(segment, n: int, timeout_s: float = 40.0, alive=None) -> bool:
+# What the CLI waits for a map: the library bounds its copy to MAP_LIMIT_S, and more.
+MAP_TIMEOUT_S = MAP_LIMIT_S + 10
+
+
+def wait_ack(segment, n: int, timeout_s: float = MAP_TIMEOUT_S, alive=None) -> bool:
     """Whether map n was answered within timeout_s: the library answers once its copy of
     the program is taken (forked), so the map is of that moment and the program may go on;
     the file is complete when the program has ended, or when wait_written says so. alive(),
@@ -374,9 +379,9 @@ def wait_ack(segment, n: int, timeout_s: float = 40.0, alive=None) -> bool:
     return False
 
 
-def wait_written(segment_path: str, name, timeout_s: float = 40.0) -> bool:
+def wait_written(segment_path: str, name, timeout_s: float = MAP_TIMEOUT_S) -> bool:
     """Whether map name's file was written whole within timeout_s (the library bounds a
-    map to 30 s)."""
+    map to MAP_LIMIT_S)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

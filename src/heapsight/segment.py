@@ -23,6 +23,10 @@ VERSION = 21
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
+# How long a heap map's copy may take before it ends itself, and the allocator's calls at
+# exit (HS_MAP_LIMIT_S, HS_PROBE_LIMIT_S): the CLI waits for each a little longer.
+MAP_LIMIT_S = 30
+PROBE_LIMIT_S = 30
 # exit_probe_status (HS_PROBE_*): only PROBE_DONE means the exit figures were measured
 PROBE_NOT_RUN, PROBE_DONE, PROBE_ALLOCATOR_LOCKED, PROBE_TIMED_OUT, PROBE_NO_HELPER = 0, 1, 2, 3, 4
 PROBE_SECCOMP = 5
@@ -30,7 +34,7 @@ PROBE_WHY_NOT = {
     PROBE_ALLOCATOR_LOCKED: "the allocator's lock was held when the program called exit() "
                             "(from a signal handler that interrupted malloc, or a thread "
                             "stuck inside the allocator): the exit figures are the last sample's",
-    PROBE_TIMED_OUT: "the allocator's own calls at exit ran past 30 s: the exit figures are "
+    PROBE_TIMED_OUT: f"the allocator's own calls at exit ran past {PROBE_LIMIT_S} s: the exit figures are "
                      "the last sample's",
     PROBE_NO_HELPER: "heapsight's thread in the program could not start: no exit figures",
     PROBE_SECCOMP: "the program installed a seccomp filter, which may forbid any system call: "

@@ -21,7 +21,7 @@ from heapsight.fmt import printable
 from heapsight.errors import HeapsightError
 from heapsight.live.sampler import Sampler
 from heapsight.timeline import IDX
-from heapsight.segment import Segment, segment_dir
+from heapsight.segment import MAP_LIMIT_S, Segment, segment_dir
 from heapsight.summary import _num, summarize
 
 EXIT_NOT_FOUND = 127
@@ -296,14 +296,14 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
 # page tables, and the walk in the copy), 5 ms on a small heap, more on a large one.
 HEAP_MAP_EVERY_S = 0.1
 
-# How long a snapshot waits for its heap map (the library bounds one to 30 s; a map of a
+# How long a snapshot waits for its heap map (the library bounds one to MAP_LIMIT_S; a map of a
 # few hundred MiB takes tens of milliseconds): past it the map is still collected at the
 # end if written, but may be of a later moment.
 MAP_WAIT_S = 2.0
 
 
-# The exit map's copy bounds itself to 30 s (heapmap.c): a little more here.
-EXIT_MAP_WAIT_S = 35.0
+# The exit map's copy bounds itself to MAP_LIMIT_S (heapmap.c): a little more here.
+EXIT_MAP_WAIT_S = MAP_LIMIT_S + 5.0
 
 
 def wait_exit_map(segment) -> None:
