@@ -20,7 +20,8 @@ def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool,
     """(summary, timeline, metrics or None, error or None, interrupted) for one run;
     follow: the program among those the command starts whose process is measured."""
     opts = Options(extra_env=cfg.env, extra_preload=(lib,) if lib else (), warn=False,
-                   stdout=None if show_output else subprocess.DEVNULL, follow=follow)
+                   stdout=None if show_output else subprocess.DEVNULL, follow=follow,
+                   reach=False)
     summary, timeline = measure(argv, opts)
     heap = summary.heap
     if heap is None:

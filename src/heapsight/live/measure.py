@@ -64,7 +64,7 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
         if opts.heap_maps and (opts.snapshot_signal or opts.snapshot_at or opts.snapshot_every_s):
             # maps while the program runs are taken by a thread of heapsight's in it
             env["HEAPSIGHT_MAPS_WHILE_RUNNING"] = "1"
-        if not opts.heap_maps:
+        if not (opts.heap_maps and opts.reach):
             # no copy will mark reachability: under another allocator than glibc the hooks
             # then keep no record of where each block starts (it costs each call)
             env["HEAPSIGHT_REACH"] = "0"
@@ -99,6 +99,9 @@ class Options:
     sample_bytes: int | None = None      # call sites: the sampling mean (0: off; None: the
                                          # library's default, or HEAPSIGHT_SAMPLE_BYTES as set)
     heap_maps: bool = True               # map the heap at exit and at each snapshot
+    reach: bool = True                   # mark which blocks are reachable in those maps
+                                         # (compare: off, so that no configuration pays
+                                         # for a record of block starts it does not use)
     follow: str = ""                     # the program whose process is measured (its image
                                          # name), "" for the first one started
     keep: bool = True                    # something shows or saves the summary: names for
