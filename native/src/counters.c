@@ -2,6 +2,7 @@
  * first allocation and gives it back when it exits; the global live figure and its peak. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stddef.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -381,30 +382,29 @@ void _hs_count_free_slow(void *p) {
   if (hs_add_free(s, u + HS_BLOCK_EXTRA)) _hs_flush(s);
 }
 
-/* glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted by the
- * hooks): the slots' sums, read racily (each a count some moment had). */
-uint64_t _hs_mmapped_chunk_bytes(void) {
+/* One counter of every slot in use less another, summed (read racily: each a count some
+ * moment had; in the heap map's copy, a snapshot). */
+static uint64_t slots_net(size_t in_field, size_t out_field) {
   hs_segment_t *seg = _hs_seg;
   if (seg == NULL) return 0;
   uint64_t used = seg->slots_used < HS_MAX_SLOTS ? seg->slots_used + 1 : HS_MAX_SLOTS, in = 0, out = 0;
   for (uint64_t i = 0; i < used; i++) {
-    in += __atomic_load_n(&seg->slots[i].mmapped_alloc_bytes, __ATOMIC_RELAXED);
-    out += __atomic_load_n(&seg->slots[i].mmapped_free_bytes, __ATOMIC_RELAXED);
+    const char *slot = (const char *)&seg->slots[i];
+    in += __atomic_load_n((const uint64_t *)(const void *)(slot + in_field), __ATOMIC_RELAXED);
+    out += __atomic_load_n((const uint64_t *)(const void *)(slot + out_field), __ATOMIC_RELAXED);
   }
   return in > out ? in - out : 0;
 }
 
-/* Blocks live now, as the slots count them (read racily: in the heap map's copy, a
- * snapshot). */
+/* glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted by the
+ * hooks). */
+uint64_t _hs_mmapped_chunk_bytes(void) {
+  return slots_net(offsetof(hs_slot_t, mmapped_alloc_bytes), offsetof(hs_slot_t, mmapped_free_bytes));
+}
+
+/* Blocks live now, as the slots count them. */
 uint64_t _hs_live_blocks(void) {
-  hs_segment_t *seg = _hs_seg;
-  if (seg == NULL) return 0;
-  uint64_t used = seg->slots_used < HS_MAX_SLOTS ? seg->slots_used + 1 : HS_MAX_SLOTS, in = 0, out = 0;
-  for (uint64_t i = 0; i < used; i++) {
-    in += __atomic_load_n(&seg->slots[i].n_alloc, __ATOMIC_RELAXED);
-    out += __atomic_load_n(&seg->slots[i].n_free, __ATOMIC_RELAXED);
-  }
-  return in > out ? in - out : 0;
+  return slots_net(offsetof(hs_slot_t, n_alloc), offsetof(hs_slot_t, n_free));
 }
 
 /* The ways out of preload.c's counted(), each returning the block (a jump there). */
