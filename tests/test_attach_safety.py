@@ -158,7 +158,9 @@ def test_a_call_gdb_cannot_undo_is_never_made():
     # realtime clock" when a call into it leaves its interrupted sleep corrupted, as gdb 13
     # does on a kernel whose extended CPU state it cannot write back)
     from heapsight.live import gdbcall
-    sleeper = subprocess.Popen(["sleep", "2"], stderr=subprocess.PIPE, text=True)
+    # (8 s: attach must reach its release while the program still sleeps; 2 s ran out
+    # once beside a full test run and busy loops, and attach said the process had ended)
+    sleeper = subprocess.Popen(["sleep", "8"], stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.3)
         # WHEN heapsight attaches to give its memory back (a call of malloc_trim)
