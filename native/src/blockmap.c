@@ -55,24 +55,22 @@ static uint64_t *region_new(uint64_t i) {
   return (uint64_t *)p;
 }
 
-/* The inline set's slow way: a block past 47 bits or a region to make (word_was_empty 0),
- * or a word with no bit set (1): its bitmap page may be written for the first time, and is
- * then heapsight's own memory. The caller sets the bit. */
+/* The inline set's slow way: a region to make, or a block past 47 bits (word_was_empty 0:
+ * the bit is set here), or a word with no bit set on a bitmap page not yet marked written
+ * (1: the caller sets the bit): the page is then heapsight's own memory. */
 void _hs_blockmap_set_slow(void *p, int word_was_empty) {
-  uint64_t a = (uint64_t)(uintptr_t)p, i = a >> HS_BM_REGION_SHIFT;
+  uint64_t i = (uint64_t)(uintptr_t)p >> HS_BM_REGION_SHIFT, g = _hs_blockmap_granule(p);
   if (i >= HS_BM_REGIONS) { g_incomplete = 1; return; }
-  uint64_t *bits = __atomic_load_n(&_hs_bm_regions[i], __ATOMIC_ACQUIRE);
-  if (bits == NULL) {
-    if ((bits = region_new(i)) == NULL) { g_incomplete = 1; return; }
-    uint64_t bit, *w = _hs_blockmap_word(p, &bit);
-    __atomic_fetch_or(w, bit, __ATOMIC_RELAXED);
+  uint64_t *region = __atomic_load_n(&_hs_bm_regions[i], __ATOMIC_ACQUIRE);
+  if (region == NULL) {
+    if ((region = region_new(i)) == NULL) { g_incomplete = 1; return; }
+    __atomic_fetch_or(region + HS_BM_HEADER_BYTES / 8 + (g >> 6), 1ull << (g & 63),
+                      __ATOMIC_RELAXED);
     word_was_empty = 1;
   }
   if (!word_was_empty) return;
-  region_t *r = (region_t *)bits;
-  uint64_t page = ((uint32_t)a >> 3) >> 15; /* 64 granules a word, 512 words a page */
-  uint64_t bit = 1ull << (page % 64), *w = &r->written[page / 64];
-  if (__atomic_load_n(w, __ATOMIC_RELAXED) & bit) return;
+  region_t *r = (region_t *)region;
+  uint64_t page = g >> 15, bit = 1ull << (page % 64), *w = &r->written[page / 64];
   if (!(__atomic_fetch_or(w, bit, __ATOMIC_RELAXED) & bit)) _hs_own_memory((int64_t)BM_PAGE);
 }
 

@@ -129,34 +129,29 @@ extern HS_HIDDEN int _hs_blockmap_on;
 #define HS_BM_HEADER_BYTES 4096ull
 extern HS_HIDDEN uint64_t *_hs_bm_regions[HS_BM_REGIONS];
 void _hs_blockmap_set_slow(void *p, int word_was_empty);
-/* A block's bit: its word in the bitmap (NULL: no region there yet) and the bit in it. */
-static inline uint64_t *_hs_blockmap_word(void *p, uint64_t *bit) {
-  uint64_t a = (uint64_t)(uintptr_t)p, i = a >> HS_BM_REGION_SHIFT;
-  uint64_t *bits = i < HS_BM_REGIONS ? __atomic_load_n(&_hs_bm_regions[i], __ATOMIC_ACQUIRE) : 0;
-  uint32_t g = (uint32_t)a >> 3;
-  *bit = 1ull << (g & 63);
-  return bits ? bits + HS_BM_HEADER_BYTES / 8 + (g >> 6) : 0;
+/* The bitmap region of p's 4 GiB of addresses (NULL: none yet, or p past 47 bits): a page
+ * of header (a bit per bitmap page written), then a bit per 8-byte granule. */
+static inline uint64_t *_hs_blockmap_region(const void *p) {
+  uint64_t i = (uint64_t)(uintptr_t)p >> HS_BM_REGION_SHIFT;
+  return i < HS_BM_REGIONS ? __atomic_load_n(&_hs_bm_regions[i], __ATOMIC_ACQUIRE) : 0;
 }
+static inline uint64_t _hs_blockmap_granule(const void *p) { return (uint32_t)(uintptr_t)p >> 3; }
 /* A block's start, set as its allocation is counted, cleared as its free is: a load and
- * one locked or/and on the common path (an empty word may be the first on its bitmap
- * page: the slow path counts the page as heapsight's memory). */
+ * one locked or/and on the common path (a word with no bit set yet may be the first on
+ * its bitmap page: the slow path counts the page as heapsight's memory). */
 static inline void _hs_blockmap_set(void *p) {
-  uint64_t bit, *w = _hs_blockmap_word(p, &bit);
-  if (HS_UNLIKELY(w == NULL)) { _hs_blockmap_set_slow(p, 0); return; }
-  if (HS_UNLIKELY(__atomic_load_n(w, __ATOMIC_RELAXED) == 0)) {
-    /* the region's header: a bit per bitmap page written (64 granules a word, 512 words
-     * a page) */
-    uint64_t page = ((uint32_t)(uintptr_t)p >> 3) >> 15;
-    const uint64_t *hdr = __atomic_load_n(&_hs_bm_regions[(uint64_t)(uintptr_t)p >> HS_BM_REGION_SHIFT],
-                          __ATOMIC_RELAXED);
-    if (HS_UNLIKELY(!((__atomic_load_n(&hdr[page >> 6], __ATOMIC_RELAXED) >> (page & 63)) & 1)))
-      _hs_blockmap_set_slow(p, 1);
-  }
-  __atomic_fetch_or(w, bit, __ATOMIC_RELAXED);
+  uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);
+  if (HS_UNLIKELY(region == NULL)) { _hs_blockmap_set_slow(p, 0); return; }
+  uint64_t *w = region + HS_BM_HEADER_BYTES / 8 + (g >> 6), page = g >> 15; /* 512 words a page */
+  if (HS_UNLIKELY(__atomic_load_n(w, __ATOMIC_RELAXED) == 0) &&
+      !((__atomic_load_n(&region[page >> 6], __ATOMIC_RELAXED) >> (page & 63)) & 1))
+    _hs_blockmap_set_slow(p, 1);
+  __atomic_fetch_or(w, 1ull << (g & 63), __ATOMIC_RELAXED);
 }
 static inline void _hs_blockmap_clear(void *p) {
-  uint64_t bit, *w = _hs_blockmap_word(p, &bit);
-  if (w) __atomic_fetch_and(w, ~bit, __ATOMIC_RELAXED);
+  uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);
+  if (region) __atomic_fetch_and(region + HS_BM_HEADER_BYTES / 8 + (g >> 6), ~(1ull << (g & 63)),
+                                 __ATOMIC_RELAXED);
 }
 int _hs_blockmap_incomplete(void);
 size_t _hs_blockmap_blocks(hs_chunk_t *out, size_t max);
