@@ -709,7 +709,8 @@ def one_experiment(monkeypatch, name: str) -> list:
 
 
 def test_the_progress_line_gives_up_its_middle_to_fit():
-    from heapsight.commands.lab import estimate, middle_cut
+    from heapsight.commands.lab import estimate
+    from heapsight.fmt import middle_cut
     line = ("containers [13/21]: glibc, vector<string> with std::allocator, random strings, heap "
             "shifted by 16 B, N=200,000, 14 values of k")
     cut = middle_cut(line, 64)

@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,9 +40,17 @@ HS_HIDDEN uint64_t *_hs_bm_regions[HS_BM_REGIONS];
 static int g_incomplete;       /* a region could not be made, or a block lies past 47 bits */
 
 /* The system call itself, not mappings.c's hook (which would note heapsight's bitmap as a
- * mapping of the program's); none once a seccomp filter is in (it may forbid it). */
+ * mapping of the program's); none once a seccomp filter is in (it may forbid it), and none
+ * under an address-space limit (ulimit -v), which 64 MiB reserved would take from the
+ * program (the segment's profile is made small for it likewise: segment.py). */
 static uint64_t *region_new(uint64_t i) {
   if (__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED)) return NULL;
+  static int limited = -1;
+  if (limited < 0) {
+    struct rlimit rl;
+    limited = getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur != RLIM_INFINITY;
+  }
+  if (limited) return NULL;
   long p = syscall(SYS_mmap, NULL, HS_BM_HEADER_BYTES + HS_BM_REGION_BYTES, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p < 0 && p > -4096) return NULL;

@@ -944,6 +944,7 @@ static uint64_t mmapped_chunks_inside(child_t *c, excl_t *ex, size_t from, uint6
  * stack and TLS, the copy's buffers) and, at exit, the exiting thread's stack below its
  * stack pointer (dead frames). Fills rec, and *list with the blocks not reachable. */
 static void reach_why(hs_map_reach_t *rec, const char *why) {
+  rec->status = 1; /* not marked */
   size_t n = strnlen(why, sizeof rec->why - 1);
   memcpy(rec->why, why, n);
   rec->why[n] = 0;
@@ -1101,7 +1102,8 @@ static void reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_t *
  * whole (rec says why). Room for the blocks counted live, and some. */
 static void other_blocks(child_t *c, hs_map_reach_t *rec) {
   if (_hs_blockmap_incomplete()) {
-    reach_why(rec, "the record of the blocks is not whole (a bitmap could not be made)");
+    reach_why(rec, "the record of the blocks is not whole (a bitmap could not be made: an "
+                   "address-space limit, ulimit -v, leaves none to reserve)");
     return;
   }
   uint64_t live = _hs_live_blocks(), cap = 1024 + live + live / 8;

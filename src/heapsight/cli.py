@@ -82,7 +82,7 @@ class _Completion(argparse.Action):
 
 def _complete_values(parser: argparse.ArgumentParser, shtab) -> None:
     """Values the shells complete beyond choices: the configurations (compare and lab's
-    --configs, one name at a time), the lab's experiments, a moment to rank by."""
+    --configs, one name at a time) and the lab's experiments."""
     from heapsight import allocators, lab
     words = {"--configs": [p.name for p in allocators.PRESETS], "experiments": list(lab.NAMES)}
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -46,6 +46,15 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(1, width - 1)] + "\u2026"
 
 
+def middle_cut(line: str, width: int) -> str:
+    """line within width, its middle given up for "..." when it is longer (both ends say
+    the most: what runs, and under what)."""
+    if len(line) <= width:
+        return line
+    keep = max(0, width - 3)
+    return line[:keep - keep // 3] + "..." + line[len(line) - keep // 3:]
+
+
 def clip_left(text: str, width: int) -> str:
     """A path on one line of width columns: its start cut when longer (the file's name is
     what tells two apart)."""

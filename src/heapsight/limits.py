@@ -3,6 +3,8 @@ whatever heapsight raises for itself (live/launch.py gives them back)."""
 
 from __future__ import annotations
 
+import contextlib
+
 
 # The open-files limit heapsight was started with, when it had to raise it for itself
 # (room_for_files); the program is given this one back (live/launch.py).
@@ -31,21 +33,18 @@ def room_for_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-class given_to_children:
+@contextlib.contextmanager
+def given_to_children():
     """Around a spawn: heapsight's soft open-files limit is the one it was started with,
     so that the child inherits it; heapsight's own is raised again after. (Its open files
     stay open: a limit only bounds new ones.) Nothing when heapsight raised none."""
-
-    def __enter__(self):
-        if START_NOFILE is not None:
-            import resource
-            self.mine = resource.getrlimit(resource.RLIMIT_NOFILE)
-            resource.setrlimit(resource.RLIMIT_NOFILE, START_NOFILE)
-        return self
-
-    def __exit__(self, *exc):
-        if START_NOFILE is not None:
-            import resource
-            resource.setrlimit(resource.RLIMIT_NOFILE, self.mine)
-        return False
-
+    if START_NOFILE is None:
+        yield
+        return
+    import resource
+    mine = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, START_NOFILE)
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, mine)

@@ -36,6 +36,7 @@ import time
 from heapsight import lab, output, report
 from heapsight.allocators import presets
 from heapsight.errors import HeapsightError
+from heapsight.fmt import middle_cut
 from heapsight.lab.common import Context
 from heapsight.model import SCHEMA_VERSION
 from heapsight.progress import Progress
@@ -80,15 +81,6 @@ def select(args) -> tuple:
         if not configs:
             raise HeapsightError("--configs is empty: give configuration names, e.g. glibc,jemalloc")
     return list(dict.fromkeys(names)), configs
-
-
-def middle_cut(line: str, width: int) -> str:
-    """line within width, its middle given up for "..." when it is longer (both ends say
-    the most: what runs, and under what)."""
-    if len(line) <= width:
-        return line
-    keep = max(0, width - 3)
-    return line[:keep - keep // 3] + "..." + line[len(line) - keep // 3:]
 
 
 def estimate(names: list, quick: bool) -> str:

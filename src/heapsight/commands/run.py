@@ -241,9 +241,8 @@ def unjudged_lost_gate(summary) -> str | None:
     if lost_at_exit(summary) is not None:
         return None
     exit_map = next((m for m in summary.heapmaps if m.get("moment") == "exit"), None)
-    why = ((exit_map or {}).get("reach") or {}).get("why") or (
+    return ((exit_map or {}).get("reach") or {}).get("why") or (
         "no heap map at exit" if exit_map is None else "reachability not marked")
-    return why
 
 
 def save_somewhere(path: str, summary, timeline) -> str | None:

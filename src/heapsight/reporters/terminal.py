@@ -874,19 +874,21 @@ def render_lab(result: dict, out, verbose: bool = False) -> None:
     _lab_wrap(c, f"== {result['name']}: {result['title']} ==", 0, 3, style="bold")
     _lab_wrap(c, f"after \"{result['source']}\" ({result['duration_s']:.1f} s)", 3, 4,
               style="dim")
-    briefs = [(t, *((t, "") if verbose else _lab_brief(t))) for t in result["tables"]]
-    shown = [(t, table, note) for t, table, note in briefs if table is not None]
-    if not verbose:
+    tables = [(t, *((t, "") if verbose else _lab_brief(t))) for t in result["tables"]]
+    tables = [(t, shown, note) for t, shown, note in tables if shown is not None]
+    named = []
+    if not verbose and tables:
+        # the screen: the heading (3 lines, with the blank before it), the claims and the
+        # blank before them; the key table with its blank and the line naming the others
         room = LAB_SCREEN_LINES - 4 - len(_lines_of(c, lambda k: _lab_claims(k, result, False)))
-        key = shown[:1]
-        if key and len(_lines_of(c, lambda k: lab_table(k, key[0][1], key[0][2], True))) > room - 3:
-            key = []   # it would not fit in the screen beside the claims: named below
-        named = [t for t, _, _ in shown if not any(t is k for k, _, _ in key)]
-        shown = key
-    for _, table, note in shown:
+        _, shown, note = tables[0]
+        fits = len(_lines_of(c, lambda k: lab_table(k, shown, note, True))) <= room - 3
+        named = [t for t, _, _ in tables[1 if fits else 0:]]
+        tables = tables[:1] if fits else []
+    for _, shown, note in tables:
         c.print()
-        lab_table(c, table, note, brief=not verbose)
-    if not verbose and named:
+        lab_table(c, shown, note, brief=not verbose)
+    if named:
         c.print()
         _lab_wrap(c, "tables (--verbose, the page): " + "; ".join(str(t["title"]) for t in named),
                   2, 4, style="dim")
