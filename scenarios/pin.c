@@ -10,8 +10,9 @@
  * first + i * every, in the first bytes of its page (glibc; "contiguous=1" says so). --threads N runs N threads doing the
  * same each in its own arena (glibc's thread arenas), --mib each.
  *
- * Then: --hold 1 prints "pin: ready" and waits until its standard input closes (a map can
- * be taken meanwhile); then it exits. Prints "pin: keepers=N keep=B every=E mib=M
+ * Then: --hold 1 prints "pin: ready" and waits until its standard input closes, with a
+ * malloc and a free for each read (a map asked for meanwhile is taken at such a call, on
+ * the program's own thread); then it exits. Prints "pin: keepers=N keep=B every=E mib=M
  * threads=T first=0x... contiguous=0|1 freed_keepers=0|1"; --addrs FILE writes every
  * keeper's address, one hexadecimal per line, for the tests to check the map against. */
 #include <malloc.h>
@@ -174,7 +175,9 @@ int main(int argc, char **argv)
         printf("pin: ready\n");
         fflush(stdout);
         char buf[256];
-        while (read(0, buf, sizeof buf) > 0) {
+        while (read(0, buf, sizeof buf) > 0) { /* an allocator call for each read: where a */
+            void *volatile one = malloc(16);   /* map asked for meanwhile is taken */
+            free(one);
         }
     }
     return 0;

@@ -17,6 +17,7 @@ from conftest import scenario
 from heapsight import heapmap as H
 from heapsight import segment as S
 from heapsight.live.measure import wait_exit_map
+from heapsight.live import readloop
 from heapsight.native import LIB
 
 PAGE = os.sysconf("SC_PAGESIZE")
@@ -228,16 +229,22 @@ def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):
         for line in p.stdout:
             if line.startswith("pin: ready"):
                 break
-        # WHEN the CLI asks for map 1, then map 2
+        # WHEN the CLI asks for map 1, then map 2, and pokes: the program's next allocator
+        # call (one per line it reads) takes each
         t0 = time.monotonic_ns()
         for n in (1, 2):
             H.request(seg, n)
+            readloop.poke(seg)
+            time.sleep(0.2)
+            assert int(seg.header["heapmap_ack"]) == n - 1, "answered with no allocator call"
+            p.stdin.write("go\n")
+            p.stdin.flush()
             assert H.wait_ack(seg, n, timeout_s=30, alive=lambda: p.poll() is None)
             assert H.wait_written(seg.path, n, timeout_s=30)
         # THEN each is written and answered; no child of the map is left behind
         names = sorted(os.path.basename(x) for x in Path(seg.path).parent.glob(Path(seg.path).name + ".map.*"))
         assert names == [Path(seg.path).name + ".map.1", Path(seg.path).name + ".map.2"]
-        # (the helper thread forked it: each thread's children are listed apart)
+        # (a thread of the program's made it: each thread's children are listed apart)
         def children():
             return [c for t in Path(f"/proc/{p.pid}/task").iterdir()
                     for c in (t / "children").read_text().split()]
@@ -287,8 +294,10 @@ def test_the_program_output_and_exit_status_are_unchanged():
 ])
 def test_a_map_is_taken_where_a_child_process_could_disturb_the_program(code):
     # a program's SIGCHLD handler, or its wait for any child, never meets the map's copy:
-    # it is made with no exit signal, invisible to wait() without __WALL
-    code += ("; import os, sys; print('ready', flush=True); sys.stdin.read(); "
+    # it is made with no exit signal, invisible to wait() without __WALL; each line the
+    # program reads makes an allocator call, where a map asked for is taken
+    code += ("; import os, sys; print('ready', flush=True); "
+             "[bytearray(4096) for line in sys.stdin]; "
              "c = globals().get('child'); r = os.waitpid(-1, os.WNOHANG) if c else (0, 0); "
              "c and (c.kill(), c.wait()); "
              "print('heard', len(globals().get('heard', [])), 'waited', r[0], flush=True)")
@@ -298,6 +307,9 @@ def test_a_map_is_taken_where_a_child_process_could_disturb_the_program(code):
         assert p.stdout.readline() == "ready\n"
         for n in (1, 2, 3):
             H.request(seg, n)
+            readloop.poke(seg)
+            p.stdin.write("go\n")
+            p.stdin.flush()
             assert H.wait_ack(seg, n, timeout_s=30)
             assert H.wait_written(seg.path, n, timeout_s=30)
         maps = maps_after_exit(seg)

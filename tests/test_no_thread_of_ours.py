@@ -161,6 +161,132 @@ def test_the_program_has_the_threads_it_has_bare(build):
     assert bare.stdout == under.stdout == "Threads:\t1\n"
 
 
+# allocates and frees between three looks at its thread count, 0.15 s apart: snapshots
+# (--every) copy it meanwhile
+THREADS_WHILE_COPIED = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+int main(void) {
+  static void *keep[20000];
+  char line[256];
+  for (int r = 0; r < 3; r++) {
+    for (int i = 0; i < 20000; i++) keep[i] = malloc(64 + i % 400);
+    struct timespec ts = {0, 150000000};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < 20000; i++) free(keep[i]);
+    FILE *f = fopen("/proc/self/status", "r");
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "Threads:", 8)) fputs(line, stdout);
+    fclose(f);
+  }
+  return 0;
+}
+"""
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+ALLOCATOR_LIBS = {"glibc": None, "jemalloc": f"{LIBDIR}/libjemalloc.so.2",
+                  "tcmalloc": f"{LIBDIR}/libtcmalloc_minimal.so.4",
+                  "mimalloc": f"{LIBDIR}/libmimalloc.so.2"}
+
+
+@pytest.mark.parametrize("allocator", sorted(ALLOCATOR_LIBS))
+def test_snapshots_run_no_thread_in_the_program_under_any_allocator(build, allocator):
+    # before, a thread of heapsight's took the snapshots' maps (and, under jemalloc,
+    # tcmalloc and mimalloc, sampled their statistics): "Threads: 2"
+    lib = ALLOCATOR_LIBS[allocator]
+    if lib and not os.path.exists(lib):
+        pytest.fail(f"{lib} is missing: `make test` installs the allocators (scripts/install-deps)")
+    exe = build("threads-copied", THREADS_WHILE_COPIED)
+    env = dict(os.environ, **({"LD_PRELOAD": lib} if lib else {}))
+    bare, under = both([exe], env=env, timeout=120)
+    under = subprocess.run([*HS, "--every", "0.1", "--", exe], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert under.returncode == 0, under.stderr
+    assert bare.stdout == under.stdout == "Threads:\t1\n" * 3
+    # the copies were made all the same, by the program's own thread
+    assert under.stderr.count("reachable at snapshot") >= 2, under.stderr
+    assert f"; {allocator}" in under.stderr or allocator == "glibc"
+
+
+IDLE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(void) {
+  static void *keep[1000];
+  for (int i = 0; i < 1000; i++) keep[i] = malloc(1000);
+  struct timespec ts = {1, 0};
+  nanosleep(&ts, NULL);   /* no allocator call: a snapshot now is copied at the frees */
+  for (int i = 0; i < 1000; i++) free(keep[i]);
+  return 0;
+}
+"""
+
+
+def test_a_snapshot_of_a_program_making_no_allocator_call_is_its_heap_then(build, tmp_path):
+    # GIVEN a program asleep, with 1,000 blocks live, at the snapshot: it makes its copy at
+    # its first allocator call after it (the first free, 0.7 s later)
+    exe = build("idle", IDLE)
+    js = tmp_path / "s.json"
+    r = subprocess.run([*HS, "--at", "0.3", "--json", str(js), "--", exe], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(js.read_text())
+    (m,) = [m for m in s["heapmaps"] if m["moment"] == "snapshot: --at 0.3"]
+    # THEN the map holds the heap of the snapshot (before any free), copied later, and says so
+    assert m["t_s"] > 0.9, m["t_s"]
+    assert m["reach"]["still_reachable_blocks"] == 1000, m["reach"]
+    said = " ".join(r.stderr.split())   # as wrapped to the terminal's width
+    assert "(copied at 1.0" in said and "first allocator call after the snapshot" in said, said
+
+
+CHURN_THREADS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static void *work(void *arg) {
+  static __thread void *keep[5000];
+  for (int r = 0; r < 40; r++) {
+    for (int i = 0; i < 5000; i++) keep[i] = malloc(100);
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < 5000; i++) free(keep[i]);
+  }
+  return arg;
+}
+int main(void) {
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, work, NULL);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  return 0;
+}
+"""
+
+
+def test_the_pokes_leave_every_count_exact(build, tmp_path):
+    # the CLI pokes every thread's countdowns at each snapshot (2^60 taken off, read modulo
+    # 2^60): the counts, the live bytes and the peak are the same as with no snapshot
+    exe = build("churn-threads", CHURN_THREADS)
+    got = {}
+    for name, extra in (("plain", []), ("poked", ["--every", "0.02"])):
+        js = tmp_path / f"{name}.json"
+        r = subprocess.run([*HS, *extra, "--json", str(js), "--", exe], capture_output=True,
+                           text=True, timeout=240)
+        assert r.returncode == 0, r.stderr
+        got[name] = json.loads(js.read_text())["heap"]
+    plain, poked = got["plain"], got["poked"]
+    for h in (plain, poked):
+        assert h["n_alloc"] - h["n_free"] == h["live_blocks"] <= 8, h   # the loader's, stdio's
+        assert h["live_usable_bytes"] < 64 << 10, h
+    # 4 threads x 5,000 x 100 bytes at most live at once (each thread's share counted
+    # within its flush limit)
+    assert 4 * 5000 * 100 * 0.2 < poked["peak_live_requested_bytes"] <= 4 * 5000 * 100 + (64 << 10)
+    assert plain["n_alloc"] == poked["n_alloc"] and plain["n_free"] == poked["n_free"]
+
+
 def test_a_main_that_ends_in_pthread_exit_ends(build):
     # before, heapsight's thread kept the process alive (a zombie leader, state Zl): the
     # run never ended

@@ -116,17 +116,31 @@ typedef struct hs_slot_s {
  * or process reads the fields again while the owner is folding a countdown in (seq odd,
  * or moved); it never waits on the owner: past `tries` reads it returns 0 with what it
  * read last (a thread stopped in the middle of a fold: the caller may have better). */
+/* The poke: to have every thread of the program enter the slow path at its next
+ * allocation and free (where it takes a heap map the CLI asked for, probe.c's
+ * _hs_map_poll), the CLI takes HS_POKE off each slot's two countdowns with an atomic
+ * compare-and-swap (hs_poke_slots), once until the owner takes it off; an owner's store may
+ * overwrite it, and the CLI then pokes again. A countdown's real span is far below
+ * HS_POKE / 2, so the bytes counted since its base are the difference taken modulo HS_POKE
+ * (hs_counted); the owner's refill, which adds (base - what it read), takes the pokes it
+ * read off again. */
+#define HS_POKE (1ll << 60)
+static inline int64_t hs_counted(int64_t base, int64_t left) {
+  uint64_t d = (uint64_t)base - (uint64_t)left, half = (uint64_t)HS_POKE / 2;
+  return (int64_t)((d + half) & ((uint64_t)HS_POKE - 1)) - (int64_t)half;
+}
+
 static inline int hs_slot_usable(const hs_slot_t *s, int tries, uint64_t *alloc,
                                  uint64_t *freed) {
   for (int i = 0;; i++) {
     uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
     uint64_t a = __atomic_load_n(&s->alloc_chunk_bytes, __ATOMIC_RELAXED) +
-                 (uint64_t)(__atomic_load_n(&s->left_base, __ATOMIC_RELAXED) -
-                            __atomic_load_n(&s->left, __ATOMIC_RELAXED)) -
+                 (uint64_t)hs_counted(__atomic_load_n(&s->left_base, __ATOMIC_RELAXED),
+                                      __atomic_load_n(&s->left, __ATOMIC_RELAXED)) -
                  HS_BLOCK_EXTRA * __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED);
     uint64_t f = __atomic_load_n(&s->free_chunk_bytes, __ATOMIC_RELAXED) +
-                 (uint64_t)(__atomic_load_n(&s->free_base, __ATOMIC_RELAXED) -
-                            __atomic_load_n(&s->free_left, __ATOMIC_RELAXED)) -
+                 (uint64_t)hs_counted(__atomic_load_n(&s->free_base, __ATOMIC_RELAXED),
+                                      __atomic_load_n(&s->free_left, __ATOMIC_RELAXED)) -
                  HS_BLOCK_EXTRA * __atomic_load_n(&s->n_free, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     int ok = q % 2 == 0 && __atomic_load_n(&s->seq, __ATOMIC_RELAXED) == q;

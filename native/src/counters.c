@@ -275,7 +275,7 @@ void _hs_count_shared(int is_alloc, size_t usable, size_t req, size_t hdr, void 
 static void take_allocated(hs_slot_t *s) {
   int64_t left = __atomic_load_n(&s->left, __ATOMIC_RELAXED);
   uint64_t n = __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED);
-  int64_t counted = s->left_base - left;
+  int64_t counted = hs_counted(s->left_base, left);
   s->alloc_chunk_bytes += (uint64_t)counted;
   s->sample_left -= counted - HS_BLOCK_EXTRA * (int64_t)(n - s->n_alloc_base);
   s->left_base = left;
@@ -315,7 +315,7 @@ static void flush(hs_slot_t *s) {
   __atomic_fetch_add(&s->left, to - s->left_base, __ATOMIC_RELAXED);
   s->left_base = to;
   int64_t fl = __atomic_load_n(&s->free_left, __ATOMIC_RELAXED);
-  s->free_chunk_bytes += (uint64_t)(s->free_base - fl);
+  s->free_chunk_bytes += (uint64_t)hs_counted(s->free_base, fl);
   __atomic_fetch_add(&s->free_left, limit - fl, __ATOMIC_RELAXED);
   s->free_base = limit;
   slot_write_end(s);
@@ -337,6 +337,7 @@ void _hs_flush(hs_slot_t *s) {
   fold_enter();
   flush(s);
   fold_leave();
+  if (!t_own) _hs_map_poll();
 }
 
 /* The main thread holds slot 1 from the first allocation on; at exit its pending bytes
@@ -364,7 +365,11 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   hs_slot_t *s = slot_slow();
   /* the block's start, for the copy's marking (not heapsight's own blocks) */
   if (_hs_blockmap_on && s != &g_own_slot) _hs_blockmap_set(p);
-  if (s == NULL) { _hs_count_shared(1, u, req, hdr, p, caller); return; }
+  if (s == NULL) { /* past the slots: every call comes here */
+    _hs_count_shared(1, u, req, hdr, p, caller);
+    _hs_map_poll();
+    return;
+  }
   if (hs_add_alloc(s, u + HS_BLOCK_EXTRA, req)) _hs_counted_due(s, p, u + HS_BLOCK_EXTRA, req, caller);
   if (hdr & 2) {
     s->n_mmapped++;
@@ -444,5 +449,6 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req, const voi
   if (s->sample_left < 0) _hs_sample_alloc(s, p, u, req, caller);
   flush(s);
   fold_leave();
+  if (!t_own) _hs_map_poll();
   return p;
 }

@@ -1,8 +1,10 @@
 /* heapmap.c: the heap map, and a measured "what would a release give back right now".
  *
- * _hs_heapmap_write(path) runs on the library's helper thread (probe.c), never on one of
- * the program's. It makes a copy of the process with a raw clone() whose exit signal is 0
- * (make_copy): the program's wait() never sees it and its end sends no SIGCHLD. For glibc,
+ * _hs_heapmap_write(path) runs on a thread of the program's that is inside the library
+ * and holds no lock of the allocator's (probe.c: at exit, or at its next allocator call
+ * after the CLI asked), or on the library's exit-time helper. It makes a copy of the
+ * process with a raw clone() whose exit signal is 0 (make_copy): the program's wait()
+ * never sees it and its end sends no SIGCHLD. For glibc,
  * every arena lock is held around the copy, taken as glibc's own fork() takes them, so the
  * copy sees a consistent heap; the copy frees its copies of those locks and detaches from
  * the shared segment first. The child, single-threaded and on its own copy:
@@ -18,9 +20,8 @@
  *      their second word, read from the entries of a thread's tcache_perthread_struct, found
  *      by a first walk: the child allocates nothing from the heap, which it would disturb);
  *   5. writes the file and _exit(0)s.
- * The parent waits, bounded: the child is killed after HS_MAP_LIMIT_NS. Its CPU time (wait4
- * rusage) is the library's, not the program's (_hs_heapmap_cpu_ns, added to
- * library_cpu_ns by probe.c). The child is named "hs-heapmap" (the CLI leaves it out of
+ * The thread that made the copy waits for it to be made (and to close its fds), never for
+ * the walk: the child bounds itself (copy_bound). It is named "hs-heapmap" (the CLI leaves it out of
  * the program's descendants), runs none of the program's signal handlers, and is the first
  * the OOM killer takes. No map is taken (a "not mapped" file says why) when glibc's
  * main_arena cannot be found and checked, or when a thread keeps an arena's lock 0.2 s.
@@ -93,6 +94,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -157,10 +159,8 @@ _Static_assert(sizeof(hs_map_heap_t) == 96, "a heap's record is 96 bytes");
 
 /* ---- the parent's side: state probe.c reads ---- */
 static volatile int g_forking;   /* 1 while the copy may wait for the allocator's locks */
-static uint64_t g_cpu_ns;        /* the children's CPU time, in all */
 
 int _hs_heapmap_forking(void) { return __atomic_load_n(&g_forking, __ATOMIC_ACQUIRE); }
-uint64_t _hs_heapmap_cpu_ns(void) { return __atomic_load_n(&g_cpu_ns, __ATOMIC_RELAXED); }
 
 /* ---- small helpers usable in the child (no malloc, no stdio, no locks) ---- */
 /* The copy's own mappings: never roots of the reach (heapsight's memory, not the program's) */
@@ -1122,25 +1122,65 @@ static void other_blocks(child_t *c, hs_map_reach_t *rec) {
   c->cap_chunks = cap;
 }
 
-static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, int detached) {
+/* The copy bounds itself: no one waits for it (the program went on once it was made, and
+ * may have ended). A timer ticks every HS_TICK_MS: past HS_MAP_LIMIT_NS in all, or once the
+ * allocator's release has slept HS_RELEASE_ASLEEP_TICKS ticks in a row (under an allocator
+ * other than glibc, a lock a thread of the program held when the copy was made stays taken
+ * in the copy, and the release waits for it for ever; glibc's locks are taken around the
+ * copy and freed in it), it writes why no map and ends. The handler makes only system
+ * calls. */
+#define HS_TICK_MS 250
+#define HS_RELEASE_ASLEEP_TICKS 8 /* 2 s */
+static const char *g_copy_path;
+static uint64_t g_copy_t0, g_tick_cpu_ns;
+static volatile int g_releasing, g_asleep_ticks;
+
+static uint64_t process_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void copy_tick(int sig) {
+  (void)sig;
+  uint64_t cpu = process_cpu_ns();
+  int asleep = cpu - g_tick_cpu_ns < 1000000ull; /* under 1 ms of CPU in a tick */
+  g_tick_cpu_ns = cpu;
+  g_asleep_ticks = g_releasing && asleep ? g_asleep_ticks + 1 : 0;
+  const char *why = NULL;
+  if (g_asleep_ticks >= HS_RELEASE_ASLEEP_TICKS)
+    why = "the copy waited 2 s for a lock of the allocator's that a thread of the program "
+          "held when it was made";
+  else if (_hs_now_ns() - g_copy_t0 > HS_MAP_LIMIT_NS)
+    why = "the map took longer than 30 s and was stopped";
+  if (!why) return;
+  _hs_heapmap_write_refusal(g_copy_path, why);
+  _exit(7);
+}
+
+static void copy_bound(const char *path, uint64_t t0) {
+  g_copy_path = path;
+  g_copy_t0 = t0;
+  g_tick_cpu_ns = process_cpu_ns();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = copy_tick;
+  sa.sa_flags = SA_RESTART;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, NULL);
+  sigset_t alrm;
+  sigemptyset(&alrm);
+  sigaddset(&alrm, SIGALRM);
+  sigprocmask(SIG_UNBLOCK, &alrm, NULL); /* the thread that made it may block it */
+  struct itimerval every = {{0, HS_TICK_MS * 1000}, {0, HS_TICK_MS * 1000}};
+  setitimer(ITIMER_REAL, &every, NULL);
+}
+
+static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, int at_exit) {
   uint64_t started = _hs_now_ns();
   g_in_copy = 1;
   prctl(PR_SET_NAME, "hs-heapmap", 0, 0, 0);
-  if (detached) {
-    /* the program does not wait for this copy (the exit's): it outlives the program, and
-     * bounds itself, SIGALRM at its default (the program's handler is not ours to run) */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGALRM, &dfl, NULL);
-    sigset_t alrm;
-    sigemptyset(&alrm);
-    sigaddset(&alrm, SIGALRM);
-    sigprocmask(SIG_UNBLOCK, &alrm, NULL);
-    alarm((unsigned)(HS_MAP_LIMIT_NS / 1000000000ull));
-  } else {
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  }
+  copy_bound(path, t0);
   int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) { (void)!write(fd, "1000", 4); close(fd); }
 
@@ -1181,7 +1221,9 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   _hs_read_status(&h.rss_before, &h.anon_before);
   uint64_t before = read_presence(&c, F_BEFORE);
   uint64_t r0 = _hs_now_ns();
+  g_releasing = 1;
   _hs_allocator_release();
+  g_releasing = 0;
   h.release_ns = _hs_now_ns() - r0;
   _hs_read_status(&h.rss_after, &h.anon_after);
   uint64_t after = read_presence(&c, F_AFTER);
@@ -1215,7 +1257,7 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
     walk_heaps(&c, main_arena);
     h.walk_ns = _hs_now_ns() - w0;
     if (_hs_opt.reach) {
-      reach(&c, detached, &rec, &blocks);
+      reach(&c, at_exit, &rec, &blocks);
       h.reach_bytes = sizeof rec + rec.n_listed * sizeof(hs_map_block_t);
     }
     if (c.n_heaps == 0) {
@@ -1234,7 +1276,7 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
       /* the blocks from the hooks' record of their starts; the marking as glibc's */
       if (!list_maps(&c)) _exit(5);
       other_blocks(&c, &rec);
-      if (c.chunks) reach(&c, detached, &rec, &blocks);
+      if (c.chunks) reach(&c, at_exit, &rec, &blocks);
       h.reach_bytes = sizeof rec + rec.n_listed * sizeof(hs_map_block_t);
     }
   }
@@ -1277,7 +1319,6 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
 #define G_NBINS_WORDS 254u
 #define HS_ARENAS_MAX 4096
 #define HS_LOCK_WAIT_NS 200000000ull   /* under probe.c's HS_PROBE_BLOCKED_NS */
-#define HS_COPY_ASLEEP_NS 2000000000ull
 
 static uint64_t g_main_arena;          /* found once, checked again at every map */
 static uint64_t g_locked[HS_ARENAS_MAX];
@@ -1557,7 +1598,7 @@ static void wait_fds_closed(int fds[2], pid_t pid) {
   if (fds[0] >= 0) close(fds[0]);
 }
 
-static pid_t make_copy(const char *path, uint64_t t0, int detached, const char **why) {
+static pid_t make_copy(const char *path, uint64_t t0, int at_exit, const char **why) {
   int glibc = _hs_seg->allocator_id == HS_ALLOC_GLIBC;
   uint64_t head = 0, deadline = t0 + HS_LOCK_WAIT_NS;
   g_n_locked = 0;
@@ -1572,7 +1613,7 @@ static pid_t make_copy(const char *path, uint64_t t0, int detached, const char *
     pid = clone_copy();
     if (pid == 0) {
       copy_starts();
-      child_main(path, t0, detached);
+      child_main(path, t0, at_exit);
     }
     if (pid < 0 || !glibc) break;
     uint64_t main_arena = g_locked[0], now = load(main_arena + G_MSTATE_NEXT);
@@ -1593,49 +1634,13 @@ static pid_t make_copy(const char *path, uint64_t t0, int detached, const char *
   return pid;
 }
 
-/* A copy's /proc/PID/stat into buf (no stdio: this runs in the program), from its third
- * field on ("S ppid ..."), or NULL when it cannot be read (the copy is gone). */
-static const char *copy_stat(pid_t pid, char *buf, size_t size) {
-  char path[64];
-  memcpy(path, "/proc/", 6);
-  size_t at = 6;
-  char digits[16];
-  int nd = 0;
-  for (unsigned v = (unsigned)pid; v || !nd; v /= 10) digits[nd++] = (char)('0' + v % 10);
-  while (nd) path[at++] = digits[--nd];
-  memcpy(path + at, "/stat", 6);
-  int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return NULL;
-  ssize_t n = read(fd, buf, size - 1);
-  close(fd);
-  if (n <= 0) return NULL;
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')');
-  return p && p[1] == ' ' ? p + 2 : NULL;
-}
-
-/* The copy's state: 'S' while it sleeps (waits for a lock), 'Z' once it ended; 0: gone. */
-static char copy_state(pid_t pid) {
-  char buf[512];
-  const char *p = copy_stat(pid, buf, sizeof buf);
-  return p ? *p : 0;
-}
-
-/* A copy's CPU time, user and system (fields 14 and 15, in clock ticks), read while it is
- * a zombie (its parent, the CLI, reaps it). */
-static uint64_t copy_cpu_ns(pid_t pid) {
-  char buf[1024];
-  const char *p = copy_stat(pid, buf, sizeof buf);
-  uint64_t field[2] = {0, 0};
-  for (int f = 3; p && *p && f <= 15; p++) { /* p is at field 3 */
-    if (*p == ' ') { f++; continue; }
-    if (f >= 14 && *p >= '0' && *p <= '9') field[f - 14] = field[f - 14] * 10 + (uint64_t)(*p - '0');
-  }
-  long hz = sysconf(_SC_CLK_TCK);
-  return hz > 0 ? (field[0] + field[1]) * (1000000000ull / (uint64_t)hz) : 0;
-}
-
-int _hs_heapmap_write(const char *path, int detached) {
+/* Writes map `path` from a copy of the process taken now, on the calling thread (a thread
+ * of the program's: at its exit, or at its next allocator call after the CLI asked, see
+ * probe.c). The caller waits for the copy to be made, never for it to be walked: the copy
+ * bounds itself (child_main) and the CLI waits for its file. at_exit: the exit's map (its
+ * copy is the one the CLI waits for, heapmap_exit_pid; it scans the exiting thread's
+ * stack from exit()'s caller). */
+int _hs_heapmap_write(const char *path, int at_exit) {
   hs_segment_t *seg = _hs_seg;
   if (!seg || !path) return 0;
   if (seg->allocator_id == HS_ALLOC_UNKNOWN)
@@ -1644,74 +1649,9 @@ int _hs_heapmap_write(const char *path, int detached) {
   uint64_t t0 = _hs_now_ns();
   const char *why = NULL;
   __atomic_store_n(&g_forking, 1, __ATOMIC_RELEASE);
-  pid_t pid = make_copy(path, t0, detached, &why);
+  pid_t pid = make_copy(path, t0, at_exit, &why);
   __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
   if (pid < 0) return _hs_heapmap_write_refusal(path, why);
-  if (detached) { /* the CLI waits for its file, or for it to end (heapmap_exit_pid) */
-    __atomic_store_n(&seg->heapmap_exit_pid, (uint64_t)pid, __ATOMIC_RELEASE);
-    return 1;
-  }
-  /* the copy is this moment's: a program waiting in heapsight_snapshot() for the CLI (which
-   * waits for this answer) may go on while the copy is walked */
-  uint64_t ack = __atomic_load_n(&_hs_heapmap_ack_at_fork, __ATOMIC_ACQUIRE);
-  if (ack) __atomic_store_n(&_hs_seg->heapmap_ack, ack, __ATOMIC_RELEASE);
-  int status = 0, killed = 0, reaped = 0, stuck = 0;
-  struct rusage ru;
-  memset(&ru, 0, sizeof ru);
-  uint64_t nap = 1000000, asleep_since = 0;
-  int parented = g_parented, ended = 0;
-  uint64_t parented_cpu = 0;
-  for (;;) {
-    if (parented) { /* the CLI's child: watched through /proc, reaped by the CLI */
-      char st = copy_state(pid);
-      if (st == 'Z' || st == 'X' || st == 0) {
-        if (st == 'Z') parented_cpu = copy_cpu_ns(pid);
-        ended = 1;
-        break;
-      }
-    } else {
-      pid_t r = wait4(pid, &status, WNOHANG | __WALL, &ru);
-      if (r == pid) { reaped = 1; break; }
-      if (r < 0 && errno != EINTR) break; /* ECHILD: a waitpid(-1, __WALL) of the program's */
-    }
-    uint64_t now = _hs_now_ns();
-    if (!killed && copy_state(pid) == 'S') {
-      if (!asleep_since) asleep_since = now;
-      stuck = now - asleep_since >= HS_COPY_ASLEEP_NS;
-    } else {
-      asleep_since = 0;
-    }
-    if (stuck || now - t0 > HS_MAP_LIMIT_NS) {
-      if (!killed) kill(pid, SIGKILL);
-      killed = 1;
-      /* a killed child dies at once, but for one stuck in the kernel: given 5 s more */
-      if (now - t0 > HS_MAP_LIMIT_NS + 5000000000ull) break;
-    }
-    struct timespec ts = {0, (long)nap};
-    nanosleep(&ts, NULL);
-    if (nap < 10000000) nap *= 2;
-  }
-  if (reaped) __atomic_fetch_add(&g_cpu_ns, cpu_of(&ru), __ATOMIC_RELAXED);
-  if (ended) __atomic_fetch_add(&g_cpu_ns, parented_cpu, __ATOMIC_RELAXED);
-  if (stuck)
-    return _hs_heapmap_write_refusal(path, "the copy waited 2 s for a lock of the allocator's "
-                                           "that a thread of the program held when it was made");
-  if (killed) return _hs_heapmap_write_refusal(path, "the map took longer than 30 s and was stopped");
-  if (!reaped) return 1; /* the CLI's child, or ECHILD: its file tells how it ended */
-  if (reaped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-    char why[80] = "the map's process failed: ";
-    size_t at = strlen(why);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? WTERMSIG(status) : -1;
-    memcpy(why + at, WIFEXITED(status) ? "exit status " : "signal ", WIFEXITED(status) ? 12 : 7);
-    at += WIFEXITED(status) ? 12 : 7;
-    if (code < 0) why[at++] = '?';
-    else {
-      if (code >= 100) why[at++] = (char)('0' + code / 100);
-      if (code >= 10) why[at++] = (char)('0' + code / 10 % 10);
-      why[at++] = (char)('0' + code % 10);
-    }
-    why[at] = 0;
-    return _hs_heapmap_write_refusal(path, why);
-  }
+  if (at_exit) __atomic_store_n(&seg->heapmap_exit_pid, (uint64_t)pid, __ATOMIC_RELEASE);
   return 1;
 }

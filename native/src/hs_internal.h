@@ -65,11 +65,12 @@ extern HS_TLS int _hs_t_helper;
 int _hs_allocator_stats(hs_alloc_stats_t *out);
 int _hs_allocator_release(void);
 int _hs_allocator_release_on_caller(void);
-void _hs_stats_thread_start(void);
+void _hs_probe_start(void); /* probe.c: at start, before main */
 size_t _hs_own_blocks(uint64_t *out, size_t max); /* counters.c: heapsight's blocks live now */
 int _hs_glibc_publish_arena(void); /* heapmap.c */
 int _hs_glibc_locks_free(void);
 int _hs_answer_map_request(void); /* probe.c: a map the CLI asked for, taken on this thread */
+void _hs_map_poll(void);          /* probe.c: the same, if one was asked for (counters.c) */
 int _hs_helper_running(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
@@ -88,11 +89,10 @@ void _hs_sample_shared(void *p, size_t usable, size_t req, const void *caller);
 void _hs_sample_free(void *p);
 void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's mmap */
 extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request being taken */
-/* The heap map (heapmap.c), taken on the helper thread (probe.c) */
-int _hs_heapmap_write(const char *path, int detached); /* detached: not waited for */
+/* The heap map (heapmap.c), taken on a thread of the program's or the exit helper (probe.c) */
+int _hs_heapmap_write(const char *path, int at_exit); /* waits for the copy, not its walk */
 int _hs_heapmap_write_refusal(const char *path, const char *why);
 int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
-uint64_t _hs_heapmap_cpu_ns(void); /* the map children's CPU time, in all */
 int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem); /* no lock, no walk */
 extern HS_HIDDEN uint64_t _hs_exit_sp; /* probe.c: the exiting thread's stack pointer, while
                                           the exit map's copy is made (0 otherwise) */

@@ -4,7 +4,6 @@
 #include <stdint.h>
 #define HS_RELEASE_IN_COPY 2
 typedef struct hs_options_s {
-  double stats_hz;      /* HEAPSIGHT_STATS_HZ: allocator statistics per second (0: off) */
   int release_at_exit;  /* HEAPSIGHT_RELEASE_AT_EXIT: 1: the program calls the allocator's
                            release at exit; "copy" (HS_RELEASE_IN_COPY): the exit map's copy
                            does, but for a release that acts on the calling thread's own heap
@@ -12,8 +11,8 @@ typedef struct hs_options_s {
   int reach;            /* HEAPSIGHT_REACH: the heap map's copy marks what the program can
                            still reach (reach.c; default 1) */
   int maps_while_running; /* HEAPSIGHT_MAPS_WHILE_RUNNING: the CLI will ask for heap maps
-                            while the program runs (snapshots): the library runs its thread
-                            in the program to take them (default 0: no thread of ours) */
+                            while the program runs (snapshots): the program's threads look
+                            for a request in the counters' slow path (probe.c; default 0) */
   uint64_t sample_bytes; /* HEAPSIGHT_SAMPLE_BYTES: mean usable bytes between sampled
                             allocations (0: off) */
 } hs_options_t;

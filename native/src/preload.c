@@ -621,7 +621,7 @@ __attribute__((constructor)) static void hs_start(void) {
   exit_hooks_setup();
   if (_hs_seg && _hs_is_owner()) _hs_seg->py_finalizing_addr = _hs_py_finalizing_addr();
   _hs_profile_start();
-  _hs_stats_thread_start();
+  _hs_probe_start();
   _hs_own_end();
 }
 

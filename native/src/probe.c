@@ -1,7 +1,7 @@
 /* probe.c: the library's own measurements: RSS from /proc/self/status (open/read into a
- * stack buffer: fopen would allocate), the helper thread that samples the allocator's
- * figures and takes the heap maps the CLI asks for (heapmap.c), and the release probe at
- * exit, which never waits without bound. */
+ * stack buffer: fopen would allocate), the heap maps the CLI asks for while the program runs
+ * (taken on the program's own threads, heapmap.c), and the release probe at exit, which
+ * never waits without bound. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -55,33 +55,29 @@ int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
   return 1;
 }
 
-static void publish_stats(const hs_alloc_stats_t *st) {
-  hs_segment_t *seg = _hs_seg;
-  __atomic_fetch_add(&seg->stats_seq, 1, __ATOMIC_ACQ_REL); /* odd: writing */
-  seg->stats = *st;
-  __atomic_fetch_add(&seg->stats_seq, 1, __ATOMIC_ACQ_REL); /* even: consistent */
-}
-
-/* The library's own thread in the program (owner only, started with every signal blocked
- * so the program's handlers never run on it), only where it is needed: a thread the
- * program did not make changes it (a user namespace needs a single-threaded caller; a
- * main() that ends in pthread_exit lives while any thread does; Python 3.12 warns at
- * fork). Under glibc there is none: glibc's figures are read without a lock (the CLI
- * reads them from outside, through /proc/PID/mem, at the addresses the segment gives),
- * the exit probe runs on the exiting thread, and a heap map the program asks for with
- * heapsight_snapshot() is taken on the asking thread. It runs only when the CLI asks for
- * heap maps while the program runs (snapshots: HEAPSIGHT_MAPS_WHILE_RUNNING), or for an
- * allocator whose statistics and release calls take locks (jemalloc, tcmalloc,
- * mimalloc): it samples those at stats_hz, and at exit it is where their calls run.
+/* No thread of the library's runs in the program while it runs: a thread the program did
+ * not make changes it (a user namespace needs a single-threaded caller; a main() that ends
+ * in pthread_exit lives while any thread does; Python 3.12 warns at fork). glibc's figures
+ * are read without a lock, by the CLI from outside (through /proc/PID/mem, at the addresses
+ * the segment gives); the others' (jemalloc, tcmalloc, mimalloc: their statistics calls
+ * take their locks) only at exit, where the sampler reads their mappings' size meanwhile
+ * (mappings.c). A heap map the CLI asks for while the program runs (a snapshot) is taken
+ * by the first thread of the program's that enters the library's slow path after the
+ * request (_hs_map_poll: a flush of its counters, at most HS_FLUSH_BYTES allocated or
+ * freed after it, or a call of an allocator other than glibc), where it holds no lock of
+ * the allocator's; one the program asks for (heapsight_snapshot()) on the asking thread.
  *
- * Why there: the exit probe runs in exit(), on whichever thread called it, and a program
- * may call exit() from a signal handler that interrupted malloc (not async-signal-safe,
- * and common). That thread then holds the arena lock, and mallinfo2, malloc_info or
- * malloc_trim on it would wait forever. So the exiting thread hands each call to this
- * thread and waits, bounded: it gives up once the helper has slept (state S in
- * /proc/self/task/TID/stat, i.e. it waits for a lock) for HS_PROBE_BLOCKED_NS in a row, or
- * after HS_PROBE_LIMIT_NS in all (a walk of a huge heap runs, it does not sleep), and
- * records why in exit_probe_status. Nothing is added to the hot path. */
+ * At exit, the probe runs in exit(), on whichever thread called it, and a program may call
+ * exit() from a signal handler that interrupted malloc (not async-signal-safe, and
+ * common). That thread then holds the allocator's lock, and a statistics, release or trim
+ * call on it would wait forever. glibc's calls run on the exiting thread (they take no
+ * lock but the copy's, which it takes with a deadline, and the release only when every
+ * lock is free); for the other allocators a helper thread is started at exit (unless exit()
+ * runs inside a signal handler), the exiting thread hands each call to it and waits,
+ * bounded: it gives up once the helper has slept (state S in /proc/self/task/TID/stat,
+ * i.e. it waits for a lock) for HS_PROBE_BLOCKED_NS in a row, or after HS_PROBE_LIMIT_NS in
+ * all (a walk of a huge heap runs, it does not sleep), and records why in
+ * exit_probe_status. Nothing is added to the hot path. */
 #define HS_PROBE_BLOCKED_NS 300000000ull
 #define HS_PROBE_LIMIT_NS (HS_PROBE_LIMIT_S * 1000000000ull)
 
@@ -97,6 +93,8 @@ HS_HIDDEN uint64_t _hs_exit_sp;
 HS_HIDDEN uint64_t _hs_helper_self;
 static int g_in_map;                  /* the helper is taking a heap map */
 static uint64_t g_map_seen;           /* the last heapmap_seq answered */
+static int g_poll_maps;               /* the CLI may ask for maps while the program runs */
+static int g_figures;                 /* the allocator gives figures (_hs_allocator_stats) */
 uint64_t _hs_heapmap_ack_at_fork;     /* heapmap.c answers this request once it has forked */
 
 /* "<segment path>.map.<suffix>", or 0 when the segment has no path of ours. */
@@ -107,12 +105,12 @@ static int map_path(char *buf, size_t len, const char *suffix) {
   return n > 0 && (size_t)n < len;
 }
 
-/* A heap map, on the helper (heapmap.c forks from here, never from a program thread). */
-static void take_map(const char *suffix, int detached) {
+/* A heap map (heapmap.c copies the process from the calling thread). */
+static void take_map(const char *suffix, int at_exit) {
   char path[4200];
   if (!map_path(path, sizeof path, suffix)) return;
   __atomic_store_n(&g_in_map, 1, __ATOMIC_RELEASE);
-  _hs_heapmap_write(path, detached);
+  _hs_heapmap_write(path, at_exit);
   __atomic_store_n(&g_in_map, 0, __ATOMIC_RELEASE);
 }
 
@@ -120,8 +118,8 @@ static void take_map(const char *suffix, int detached) {
  * that came meanwhile are answered by the one map. */
 static int answer_map_request(void) {
   uint64_t want = __atomic_load_n(&_hs_seg->heapmap_seq, __ATOMIC_ACQUIRE);
-  if (want == g_map_seen) return 0;
-  g_map_seen = want;
+  if (want == __atomic_load_n(&g_map_seen, __ATOMIC_RELAXED)) return 0;
+  __atomic_store_n(&g_map_seen, want, __ATOMIC_RELAXED);
   char num[24];
   int n = snprintf(num, sizeof num, "%llu", (unsigned long long)want);
   __atomic_store_n(&_hs_heapmap_ack_at_fork, want, __ATOMIC_RELEASE);
@@ -148,13 +146,10 @@ static void run_job(int job) {
   } else if (job == HS_JOB_STATS_AFTER) {
     _hs_allocator_stats(&seg->exit_stats_after);
   } else if (job == HS_JOB_MAP_EXIT) {
-    take_map("exit", 1); /* the program waits for the copy to be made, not walked */
+    take_map("exit", 1);
   }
 }
 
-/* mallinfo2 and malloc_info walk the free lists under the arena locks: on a heap with
- * millions of free chunks a call can take milliseconds, so the period stretches to keep
- * the thread under 1% of the time. */
 /* CPU time of the calling thread: the library's own work is counted apart from the
  * program's (hs_segment_t.library_cpu_ns). */
 static uint64_t thread_cpu_ns(void) {
@@ -164,15 +159,15 @@ static uint64_t thread_cpu_ns(void) {
 }
 
 static uint64_t g_probe_cpu_ns; /* the exiting thread's share, during the exit probe */
-static uint64_t g_helper_cpu_ns; /* the helper's own CPU, as it last read it */
-static uint64_t g_inline_cpu_ns; /* program threads' time in heap maps they were asked for */
+static uint64_t g_helper_cpu_ns; /* the exit helper's own CPU, as it last read it */
+static uint64_t g_inline_cpu_ns; /* program threads' time making the copies for heap maps */
 
-/* The helper's CPU, the exit probe's, maps taken on program threads, and the heap maps'
- * child processes' (wait4). */
+/* The library's own CPU time in the program: the exit probe's, the exit helper's, and the
+ * program threads' while they made the heap maps' copies (the copies themselves are the
+ * CLI's children, not in the program's CPU time). */
 static void publish_cpu(void) {
   __atomic_store_n(&_hs_seg->library_cpu_ns,
-                   g_helper_cpu_ns + g_probe_cpu_ns + __atomic_load_n(&g_inline_cpu_ns, __ATOMIC_RELAXED) +
-                       _hs_heapmap_cpu_ns(),
+                   g_helper_cpu_ns + g_probe_cpu_ns + __atomic_load_n(&g_inline_cpu_ns, __ATOMIC_RELAXED),
                    __ATOMIC_RELAXED);
 }
 
@@ -181,69 +176,25 @@ static void helper_publish_cpu(void) {
   publish_cpu();
 }
 
-#define HS_STATS_STALL_NS (5 * 1000000ull)
-/* The longest the helper sleeps: how soon it sees a heap-map request. */
-#define HS_POLL_NS (20 * 1000000ull)
-
 static void *helper_main(void *arg) {
   (void)arg;
   _hs_t_helper = 1;
   _hs_helper_self = (uint64_t)pthread_self(); /* its stack and TLS: never a root (reach.c) */
   __atomic_store_n(&g_helper_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
-  /* glibc's figures are the CLI's to read (from outside): none sampled here */
-  int sampling = _hs_opt.stats_hz > 0 && _hs_seg->allocator_id != HS_ALLOC_GLIBC;
-  uint64_t period = sampling ? (uint64_t)(1e9 / _hs_opt.stats_hz) : 0, next = _hs_now_ns();
-  g_map_seen = __atomic_load_n(&_hs_seg->heapmap_ack, __ATOMIC_ACQUIRE); /* after an execve */
   pthread_mutex_lock(&g_mu);
-  /* a seccomp filter (preload.c) may forbid what this thread does: it stops */
-  while (!g_stop && !__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED)) {
-    if (g_job != HS_JOB_NONE) {
-      int job = g_job;
-      pthread_mutex_unlock(&g_mu);
-      run_job(job);
-      helper_publish_cpu();
-      pthread_mutex_lock(&g_mu);
-      g_job = HS_JOB_NONE;
-      g_job_done = job;
-      pthread_cond_broadcast(&g_cv);
+  while (!g_stop) {
+    if (g_job == HS_JOB_NONE) {
+      pthread_cond_wait(&g_cv, &g_mu);
       continue;
     }
-    if (__atomic_load_n(&_hs_seg->heapmap_seq, __ATOMIC_ACQUIRE) != g_map_seen) {
-      pthread_mutex_unlock(&g_mu);
-      answer_map_request();
-      helper_publish_cpu();
-      pthread_mutex_lock(&g_mu);
-      continue;
-    }
-    if (sampling && _hs_now_ns() >= next) {
-      pthread_mutex_unlock(&g_mu);
-      hs_alloc_stats_t st;
-      memset(&st, 0, sizeof st);
-      /* the reading's cost in this thread's CPU time: a thread descheduled on a busy
-       * machine holds no lock of the allocator's meanwhile, one walking a free list does */
-      uint64_t t0 = thread_cpu_ns();
-      if (_hs_allocator_stats(&st)) publish_stats(&st);
-      helper_publish_cpu();
-      uint64_t spent = thread_cpu_ns() - t0, wait = period;
-      if (spent * 100 > wait) wait = spent * 100;
-      /* A reading that worked for longer than HS_STATS_STALL_NS (an allocator whose
-       * statistics walk under its lock; glibc's take none now) stalled the program's threads
-       * on it: take no more while it runs (the CLI bounds each sample by the readings
-       * around it, the exit reading last). */
-      if (spent > HS_STATS_STALL_NS) sampling = 0;
-      __atomic_store_n(&_hs_seg->stats_hz_milli, (uint64_t)(1e12 / (double)wait),
-                       __ATOMIC_RELAXED);
-      next = _hs_now_ns() + wait;
-      pthread_mutex_lock(&g_mu);
-      continue;
-    }
-    uint64_t now = _hs_now_ns(), wait = HS_POLL_NS;
-    if (sampling) {
-      uint64_t left = next > now ? next - now : 0;
-      if (left < wait) wait = left;
-    }
-    struct timespec until = mono_in(wait);
-    pthread_cond_timedwait(&g_cv, &g_mu, &until);
+    int job = g_job;
+    pthread_mutex_unlock(&g_mu);
+    run_job(job);
+    helper_publish_cpu();
+    pthread_mutex_lock(&g_mu);
+    g_job = HS_JOB_NONE;
+    g_job_done = job;
+    pthread_cond_broadcast(&g_cv);
   }
   pthread_mutex_unlock(&g_mu);
   return NULL;
@@ -393,8 +344,10 @@ static uint64_t exit_caller_sp(uint64_t here) {
 
 int _hs_helper_running(void) { return g_helper_started; }
 
-/* A map the CLI asked for, taken on the calling thread of the program (one that waits in
- * heapsight_snapshot()) when no helper runs; 1 when one was taken. */
+/* A map the CLI asked for, taken on the calling thread of the program (one in the
+ * library's slow path, or one that waits in heapsight_snapshot()); 1 when one was taken.
+ * Not on the exit helper's watch, nor twice at once (a signal handler's allocation on a
+ * thread making a copy). */
 int _hs_answer_map_request(void) {
   static int busy;
   if (g_helper_started || __atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) return 0;
@@ -408,20 +361,34 @@ int _hs_answer_map_request(void) {
   return took;
 }
 
-void _hs_stats_thread_start(void) {
+/* From the slow path of the counters (counters.c), outside their fold: a map the CLI asked
+ * for since the last one is taken here, on this thread. One load when none is asked. */
+void _hs_map_poll(void) {
+  if (!__atomic_load_n(&g_poll_maps, __ATOMIC_RELAXED)) return;
+  if (__atomic_load_n(&_hs_seg->heapmap_seq, __ATOMIC_ACQUIRE) ==
+      __atomic_load_n(&g_map_seen, __ATOMIC_RELAXED))
+    return;
+  if (_hs_t_helper || __atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED) || !_hs_is_owner()) return;
+  _hs_answer_map_request();
+}
+
+void _hs_probe_start(void) {
   _hs_options_read();
   if (!_hs_is_owner()) return;
   exit_unwinder_setup();
   hs_alloc_stats_t st;
   memset(&st, 0, sizeof st);
-  if (!_hs_allocator_stats(&st)) return; /* no figures: nothing to sample or to measure */
-  g_map_seen = __atomic_load_n(&_hs_seg->heapmap_ack, __ATOMIC_ACQUIRE); /* after an execve */
-  if (_hs_seg->allocator_id == HS_ALLOC_GLIBC) {
+  g_figures = _hs_allocator_stats(&st);
+  __atomic_store_n(&g_map_seen, __atomic_load_n(&_hs_seg->heapmap_ack, __ATOMIC_ACQUIRE),
+                   __ATOMIC_RELAXED); /* after an execve */
+  if (g_figures && _hs_seg->allocator_id == HS_ALLOC_GLIBC)
     _hs_glibc_publish_arena(); /* the CLI reads glibc's figures from outside */
-    if (!_hs_opt.maps_while_running) return; /* and no thread of ours in the program */
-  } else if (_hs_opt.stats_hz > 0) {
-    publish_stats(&st);
-  }
+  __atomic_store_n(&g_poll_maps, _hs_opt.maps_while_running, __ATOMIC_RELEASE);
+}
+
+/* The exit helper (see above), started with every signal blocked so that the program's
+ * handlers never run on it. */
+static void start_helper(void) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -432,7 +399,7 @@ void _hs_stats_thread_start(void) {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  /* the heap map's copy starts on this stack (heapmap.c): room for it */
+  /* the exit map's copy starts on this stack (heapmap.c): room for it */
   pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED); /* never joined: see above */
   pthread_t t;
@@ -440,6 +407,20 @@ void _hs_stats_thread_start(void) {
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (g_helper_started) __atomic_store_n(&_hs_seg->library_threads, 1, __ATOMIC_RELAXED);
+}
+
+/* Why the exit map's copy was not made, as its file says. */
+static const char *exit_map_why(int able, int in_handler, int glibc) {
+  if (in_handler && glibc)
+    return "exit() was called from a signal handler in a single-threaded program, where glibc "
+           "takes no lock: the handler may have interrupted malloc mid-change, so no copy was made";
+  if (in_handler)
+    return "exit() was called from a signal handler, which may have interrupted the allocator "
+           "holding its lock: no copy was made";
+  if (!able && _hs_seg->allocator_id != HS_ALLOC_UNKNOWN && !glibc && g_figures)
+    return "the library's thread for the allocator's calls at exit could not start";
+  if (!able) return "the allocator gives no figures heapsight can read (an allocator it does not know)";
+  return "the allocator's lock stayed taken at exit";
 }
 
 /* At exit, in the owner only: RSS and allocator figures, the exit map's copy (which also
@@ -467,15 +448,20 @@ void _hs_exit_probe(void) {
   __atomic_store_n(&seg->state, HS_STATE_EXITING, __ATOMIC_RELEASE);
   seg->exit_ns = _hs_now_ns();
   _hs_read_status(&seg->exit_rss_before, &seg->exit_anon_before);
-  /* without a helper, glibc's calls run here: its figures take no lock, its heap map's
-   * locks are taken with a deadline, and its release only once every lock was free */
-  int helper = g_helper_started;
-  int able = helper || (seg->allocator_id == HS_ALLOC_GLIBC &&
-                        __atomic_load_n(&seg->glibc_main_arena, __ATOMIC_ACQUIRE));
-  int status, in_handler = able && !helper && __libc_single_threaded && exit_in_signal_handler();
-  if (able) status = exit_job(HS_JOB_STATS_BEFORE); /* glibc's: no lock, read racily */
+  /* glibc's calls run here: its figures take no lock, its heap map's locks are taken with
+   * a deadline, and its release only once every lock was free. A single-threaded glibc
+   * takes no lock at all (SINGLE_THREAD_P): exit() from a handler that interrupted malloc
+   * leaves the heap mid-change. The others' calls run on the exit helper, bounded; not
+   * when exit() runs in a handler (the helper's own start may allocate, and the handler
+   * may have interrupted the allocator holding its lock on this thread). */
+  int glibc = seg->allocator_id == HS_ALLOC_GLIBC;
+  int able = glibc ? __atomic_load_n(&seg->glibc_main_arena, __ATOMIC_ACQUIRE) != 0 : g_figures;
+  int in_handler = able && (!glibc || __libc_single_threaded) && exit_in_signal_handler();
+  if (able && !glibc && !in_handler) start_helper();
+  int helper = g_helper_started, status;
+  if (!glibc && !helper && !in_handler) able = 0;
+  if (able) status = in_handler ? HS_PROBE_ALLOCATOR_LOCKED : exit_job(HS_JOB_STATS_BEFORE);
   else status = seg->allocator_id == HS_ALLOC_UNKNOWN ? HS_PROBE_DONE : HS_PROBE_NO_HELPER;
-  if (in_handler) status = HS_PROBE_ALLOCATOR_LOCKED;
   /* The heap map asked for at exit: before the release. Its copy gives up on an arena
    * lock a thread of the program keeps (heapmap.c), and says so in the map. */
   if (__atomic_load_n(&seg->heapmap_at_exit, __ATOMIC_ACQUIRE) == 1) {
@@ -488,13 +474,7 @@ void _hs_exit_probe(void) {
     __atomic_store_n(&_hs_exit_sp, 0, __ATOMIC_RELEASE);
     char path[4200];
     if ((!mapped || status != HS_PROBE_DONE) && map_path(path, sizeof path, "exit"))
-      _hs_heapmap_write_refusal(path, !able ? "the allocator gives no figures heapsight can "
-                                              "read (an allocator it does not know)"
-                                  : in_handler ? "exit() was called from a signal handler in a "
-                                                 "single-threaded program, where glibc takes no "
-                                                 "lock: the handler may have interrupted malloc "
-                                                 "mid-change, so no copy was made"
-                                               : "the allocator's lock stayed taken at exit");
+      _hs_heapmap_write_refusal(path, exit_map_why(able, in_handler, glibc));
   }
   int on_caller = _hs_allocator_release_on_caller();
   int release = _hs_opt.release_at_exit == 1 ||
@@ -514,11 +494,6 @@ void _hs_exit_probe(void) {
   }
   _hs_read_status(&seg->exit_rss_after, &seg->exit_anon_after);
   if (able && status == HS_PROBE_DONE) status = exit_job(HS_JOB_STATS_AFTER);
-  if (status != HS_PROBE_DONE && !seg->exit_stats_before.time_ns) {
-    /* not measured at exit: the last sampled figures, with their own time, if any */
-    uint64_t seq = __atomic_load_n(&seg->stats_seq, __ATOMIC_ACQUIRE);
-    if (seq && !(seq & 1)) seg->exit_stats_before = seg->stats;
-  }
   seg->exit_probe_status = (uint64_t)status;
   g_probe_cpu_ns = thread_cpu_ns() - cpu0;
   if (helper) __atomic_fetch_add(&seg->library_cpu_ns, g_probe_cpu_ns, __ATOMIC_RELAXED);

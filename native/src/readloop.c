@@ -286,3 +286,24 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     }
   }
 }
+
+/* A countdown poked once (heapsight.h), unless it is poked already: pokes never pile up
+ * (sixteen would wrap the 64 bits round to none). A compare-and-swap: an owner's count is
+ * never lost, at worst the poke is (the CLI pokes again while no answer came). */
+static void poke(int64_t *countdown) {
+  int64_t v = __atomic_load_n(countdown, __ATOMIC_RELAXED);
+  while (v > -HS_POKE / 2 &&
+         !__atomic_compare_exchange_n(countdown, &v, v - HS_POKE, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+/* The poke: every slot in use takes its next allocation and free to the slow path, where
+ * a heap map the CLI asked for is taken. */
+void hs_poke_slots(hs_segment_t *seg) {
+  uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_ACQUIRE); /* past the last */
+  if (used > HS_MAX_SLOTS) used = HS_MAX_SLOTS;
+  for (uint64_t i = 1; i < used; i++) {
+    poke(&seg->slots[i].left);
+    poke(&seg->slots[i].free_left);
+  }
+}

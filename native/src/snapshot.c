@@ -1,9 +1,9 @@
 /* snapshot.c: heapsight_snapshot(label), the program's way to ask for a snapshot (the
  * header is include/heapsight_snapshot.h). It writes the label into the segment, bumps
  * snapshot_seq and waits, bounded, until the CLI's sampler has taken the sample
- * (snapshot_ack), so the snapshot is of this moment. Only the owner process asks. Where
- * heapsight runs no thread in the program, the heap map the CLI asks for meanwhile is
- * taken here, on the asking thread (it returns once the copy is walked). */
+ * (snapshot_ack), so the snapshot is of this moment. Only the owner process asks. The heap
+ * map the CLI asks for meanwhile (before it answers) is taken here, on the asking thread
+ * (it returns once the copy is made). */
 #define _GNU_SOURCE
 #include <string.h>
 #include <time.h>
@@ -23,8 +23,11 @@ HS_EXPORT int heapsight_snapshot(const char *label) {
   uint64_t seq = __atomic_add_fetch(&seg->snapshot_seq, 1, __ATOMIC_RELEASE);
   struct timespec ms = {0, 1000000};
   for (int i = 0; i < 200; i++) {   /* the sampler ticks every 10 ms by default */
-    if (__atomic_load_n(&seg->snapshot_ack, __ATOMIC_ACQUIRE) >= seq) return 1;
-    if (_hs_answer_map_request()) continue; /* no helper: this thread takes the map asked for */
+    if (__atomic_load_n(&seg->snapshot_ack, __ATOMIC_ACQUIRE) >= seq) {
+      _hs_answer_map_request(); /* the snapshot's map, asked for before the answer */
+      return 1;
+    }
+    if (_hs_answer_map_request()) continue; /* this thread takes the map asked for */
     nanosleep(&ms, NULL);
   }
   return 0;

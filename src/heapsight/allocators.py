@@ -73,6 +73,12 @@ ALLOCATORS = {a.name: a for a in (
 BY_SEGMENT_ID = {0: "unknown", **{a.segment_id: a.name for a in ALLOCATORS.values()}}
 
 
+
+def own_heaps_of(name: str) -> str | None:
+    """The pattern of the objects whose mmaps are allocator name's own heaps, or None."""
+    a = ALLOCATORS.get(name)
+    return a.own_heaps if a is not None else None
+
 def trim_gdb(allocator: str) -> str | None:
     """The release-now call as gdb evaluates it in a running process (None: none known)."""
     a = ALLOCATORS.get(allocator)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heapsight import allocators
-from heapsight.fmt import human
+from heapsight.fmt import human, printable
 from heapsight.segment import MAP_LIMIT_S
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
@@ -355,8 +355,9 @@ def at_exit(segment, on: bool = True) -> None:
 
 
 def request(segment, n: int) -> None:
-    """Asks the library for map n (n above every earlier request): the helper thread sees
-    it within 20 ms, forks, and answers heapmap_ack = n once the file is written."""
+    """Asks the library for map n (n above every earlier request): the first thread of the
+    program's in the library's slow path after it (the poke sends each there at its next
+    allocator call) makes the copy and answers heapmap_ack = n once it is made."""
     segment.header["heapmap_seq"] = n
 
 
@@ -364,17 +365,26 @@ def request(segment, n: int) -> None:
 MAP_TIMEOUT_S = MAP_LIMIT_S + 10
 
 
-def wait_ack(segment, n: int, timeout_s: float = MAP_TIMEOUT_S, alive=None) -> bool:
+# How often a request not yet answered is repeated (again(): the poke)
+AGAIN_S = 0.05
+
+
+def wait_ack(segment, n: int, timeout_s: float = MAP_TIMEOUT_S, alive=None, again=None) -> bool:
     """Whether map n was answered within timeout_s: the library answers once its copy of
     the program is taken (forked), so the map is of that moment and the program may go on;
     the file is complete when the program has ended, or when wait_written says so. alive(),
-    when given, is asked between polls (the program may end meanwhile)."""
-    deadline = time.monotonic() + timeout_s
+    when given, is asked between polls (the program may end meanwhile); again(), every
+    AGAIN_S while no answer came."""
+    start = time.monotonic()
+    deadline, next_again = start + timeout_s, start + AGAIN_S
     while time.monotonic() < deadline:
         if int(segment.header["heapmap_ack"]) >= n:
             return True
         if alive is not None and not alive():
             return int(segment.header["heapmap_ack"]) >= n
+        if again is not None and time.monotonic() >= next_again:
+            again()
+            next_again += AGAIN_S
         time.sleep(0.005)
     return False
 
@@ -413,6 +423,24 @@ def collect(segment_path: str) -> dict:
         except OSError:
             pass
     return out
+
+
+# A snapshot's map copied this much after the snapshot says when it was copied
+LATE_S = 0.05
+
+
+def moment_words(m: dict, snapshots) -> str:
+    """Where a heap map's moment is named: "at exit", or "at snapshot: LABEL", with when the
+    copy was made when that was later than the snapshot (a program that made no allocator
+    call between: its heap was as it was at the snapshot). snapshots: (label, at_s) pairs."""
+    if m.get("moment") == EXIT:
+        return "at exit"
+    words = f"at {printable(str(m.get('moment')))}"
+    at = next((t for label, t in snapshots if m.get("moment") == f"snapshot: {label}"), None)
+    if at is not None and m.get("t_s") is not None and m["t_s"] - at > LATE_S:
+        words += (f" (copied at {m['t_s']:.2f} s, at the program's first allocator call after "
+                  "the snapshot: its heap as it was then)")
+    return words
 
 
 def reach_line(r: dict | None) -> str:

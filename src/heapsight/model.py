@@ -180,8 +180,8 @@ class Summary:
     peak_rss_at_s: float = 0.0  # when RSS was highest (the peak column is at peak live bytes)
     stats_hz: float = 0.0       # the rates asked for: the allocator's statistics (the library
     smaps_hz: float = 0.0       # slows them down when a reading gets expensive) and smaps_rollup
-    library_cpu_s: float = 0.0  # CPU of heapsight's library in the program (its helper thread,
-                                # the exit probe): in cpu_user_s + cpu_sys_s, not the program's
+    library_cpu_s: float = 0.0  # CPU of heapsight's library in the program (the exit probe,
+                                # the copies' making): in cpu_user_s + cpu_sys_s, not the program's
     program_cpu_s: float = 0.0  # cpu_user_s + cpu_sys_s less library_cpu_s
     exit_probe_s: float = 0.0   # wall time after the program's end: heapsight's exit probe
                                 # (statistics, the release) and the process teardown

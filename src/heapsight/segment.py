@@ -80,11 +80,23 @@ def slot_usable(slots) -> tuple:
     wrapping as the library's arithmetic does."""
     with np.errstate(over="ignore"):
         u = np.uint64
-        alloc = (slots["alloc_chunk_bytes"] + (slots["left_base"] - slots["left"]).astype(u)
+        alloc = (slots["alloc_chunk_bytes"] + counted(slots["left_base"], slots["left"])
                  - u(BLOCK_EXTRA) * slots["n_alloc"])
-        freed = (slots["free_chunk_bytes"] + (slots["free_base"] - slots["free_left"]).astype(u)
+        freed = (slots["free_chunk_bytes"] + counted(slots["free_base"], slots["free_left"])
                  - u(BLOCK_EXTRA) * slots["n_free"])
     return alloc, freed
+
+
+POKE = 1 << 60   # heapsight.h's HS_POKE
+
+
+def counted(base, left) -> np.ndarray:
+    """hs_counted: the bytes a countdown counted since its base, modulo the pokes the CLI
+    took off it (uint64, wrapping as the library's arithmetic does)."""
+    with np.errstate(over="ignore"):
+        u = np.uint64
+        d = (base.astype(u) - left.astype(u)) + u(POKE // 2)
+        return (d & u(POKE - 1)) - u(POKE // 2)
 
 
 def settled(slots, tries: int = 100) -> np.ndarray:

@@ -52,10 +52,10 @@ def add_arguments(p) -> None:
     p.add_argument("--smaps-hz", type=float, default=4.0,
                    help="smaps_rollup samples per second (default 4)")
     p.add_argument("--stats-hz", type=float, default=10.0,
-                   help="allocator statistics (what it holds from the OS, arena count) per "
-                        "second, taken in the target by the library's thread without the "
-                        "allocator's locks (glibc: each arena's system_mem and the mmapped "
-                        "chunks; default 10)")
+                   help="readings per second of what the allocator holds from the OS, taken "
+                        "from outside the program, with no call into it (glibc: each arena's "
+                        "system_mem and the mmapped chunks; jemalloc, tcmalloc, mimalloc: the "
+                        "mappings they made; their own statistics are read at exit; default 10)")
     p.add_argument("--no-release", action="store_true",
                    help="measure no release at exit (what the allocator's malloc_trim or "
                         "purge would give back)")
@@ -105,10 +105,10 @@ def add_arguments(p) -> None:
                         "with their sampling error")
     snaps = p.add_argument_group("snapshots (the split at moments you choose; in the summary, "
                                  "JSON, page)",
-                                 "With these, heapsight runs one thread of its own in the program "
-                                 "(it copies the program for each snapshot's heap map); without "
-                                 "them, or with --no-heap-map, it runs none under glibc. The "
-                                 "program's own heapsight_snapshot() calls need no thread.")
+                                 "Each snapshot's heap map is a copy of the program, made by the "
+                                 "program's own thread at its next allocator call (a program "
+                                 "that makes none until later still had that heap then); "
+                                 "heapsight runs no thread in the program.")
     snaps.add_argument("--snapshot-on", metavar="SIGNAL", type=signal_arg,
                        help="take one each time heapsight gets SIGNAL (e.g. USR1: kill -USR1 "
                             "<heapsight's pid>); the program never sees it")

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from heapsight import analysis, capture, elf, heapmap, interrupts, native, profile, remedies
-from heapsight.live import launch
+from heapsight.live import launch, readloop
 from heapsight.fmt import printable
 from heapsight.errors import HeapsightError
 from heapsight.live.sampler import Sampler
@@ -58,11 +58,10 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
             libs.append(env["LD_PRELOAD"])
         env["LD_PRELOAD"] = ":".join(libs)
         env["HEAPSIGHT_SEGMENT"] = segment.path
-        env["HEAPSIGHT_STATS_HZ"] = str(opts.stats_hz)
         if interrupts.START_INTERNAL_DEFAULT:   # glibc's signals 32 and 33: see preload.c
             env["HEAPSIGHT_INTERNAL_SIGNALS"] = ",".join(map(str, interrupts.START_INTERNAL_DEFAULT))
         if opts.heap_maps and (opts.snapshot_signal or opts.snapshot_at or opts.snapshot_every_s):
-            # maps while the program runs are taken by a thread of heapsight's in it
+            # maps while the program runs: its threads look for a request (probe.c)
             env["HEAPSIGHT_MAPS_WHILE_RUNNING"] = "1"
         if not (opts.heap_maps and opts.reach):
             # no copy will mark reachability: under another allocator than glibc the hooks
@@ -188,7 +187,10 @@ class _Callbacks:
             n = len(self.maps_asked) + 1
             self.maps_asked[n] = f"snapshot: {label}"
             heapmap.request(segment, n)
-            heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None)
+            readloop.poke(segment)   # each thread's next allocator call looks for it
+            if opts.release_at_snapshot:
+                heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None,
+                                 again=lambda: readloop.poke(segment))
             reap_copies()   # the earlier snapshots' copies, ended by now
         if opts.release_at_snapshot and segment is not None and segment.attached():
             try:
@@ -299,9 +301,13 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
 # page tables, and the walk in the copy), 5 ms on a small heap, more on a large one.
 HEAP_MAP_EVERY_S = 0.1
 
-# How long a snapshot waits for its heap map (the library bounds one to MAP_LIMIT_S; a map of a
-# few hundred MiB takes tens of milliseconds): past it the map is still collected at the
-# end if written, but may be of a later moment.
+# A snapshot's heap map is not waited for: a thread of the program's makes its copy at its
+# next allocator call after the request (the poke), within milliseconds in a program that
+# allocates; one that makes no call meanwhile (asleep, or computing) makes it later, at its
+# next call or at its exit, and its heap is then as it was at the snapshot (a poke lost to
+# an owner's store in the same instant delays it by one flush: HS_FLUSH_BYTES allocated or
+# freed by that thread). The map is collected at the end. Only a release at the snapshot
+# (which changes the heap) waits for the copy, up to MAP_WAIT_S.
 MAP_WAIT_S = 2.0
 
 

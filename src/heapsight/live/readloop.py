@@ -29,6 +29,8 @@ def _load():
                       ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_double), u64,
                       ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int, u64]
         f.restype = ctypes.c_int
+        lib.hs_poke_slots.argtypes = [ctypes.c_void_p]
+        lib.hs_poke_slots.restype = None
         _lib = lib
     return _lib
 
@@ -80,3 +82,11 @@ class FastReader:
                                   os.fsencode(exe) if exe else None,
                                   *(finalizing if finalizing is not None else (-1, 0)))
         return self.buf[:n].copy(), self.why.value, self.next_ns.value, self.stats_seq.value
+
+
+def poke(segment) -> None:
+    """Sends every thread of the program that has counters to the library's slow path at
+    its next allocation and free, where it takes a heap map asked for (heapsight.h: the
+    poke). Costs the program one slow call per thread."""
+    buf = np.frombuffer(segment._map, dtype=np.uint8)
+    _load().hs_poke_slots(buf.ctypes.data)

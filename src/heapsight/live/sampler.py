@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import time
 
 import numpy as np
 
-from heapsight import interrupts, mappings
+from heapsight import allocators, interrupts, mappings
 from heapsight.live import procfs, readloop
 from heapsight.segment import STATE_EXITING, Segment, open_pagemap
 from heapsight.timeline import COLUMNS, IDX, Timeline
@@ -457,7 +458,7 @@ class Sampler:
                 row[IDX["alloc_mapped"]], row[IDX["arenas"]] = stats.mapped_bytes, stats.arenas
         if now >= c.stats:
             c.stats = now + self.stats_period
-            self._read_glibc(row)
+            self._read_allocator(row)
         word = self._finalizing_word()
         if word is not None and word.read():
             tl.py_finalizing_s = row[IDX["t"]]
@@ -489,14 +490,27 @@ class Sampler:
             self._finalizing.close()
             self._finalizing = None
 
-    def _read_glibc(self, row: list) -> None:
-        """glibc's figures, read from outside the program where the library says where
-        (glibc_main_arena): the arenas and what they hold from the OS, and its mmapped
-        chunks (counted by the hooks). In use and free would need a walk: NaN."""
+    def _read_allocator(self, row: list) -> None:
+        """What the allocator holds from the OS, read from outside the program (no call
+        into it, no lock of its taken): glibc's arenas, or the mappings another allocator
+        made itself (the hooks count every mmap by the object that made it). Its own
+        statistics come at exit only: in use and free would need its locks or a walk
+        (NaN)."""
         seg = self.segment
-        main = seg.get("glibc_main_arena")
-        if not main:
+        if seg.get("glibc_main_arena"):
+            self._read_glibc(row, seg.get("glibc_main_arena"))
             return
+        own = allocators.own_heaps_of(seg.allocator_name())
+        if own is None:
+            return
+        mapped = sum(o["mapped_bytes"] for o in seg.owners() if re.search(own, o["object"]))
+        if mapped:
+            row[IDX["alloc_mapped"]] = mapped
+
+    def _read_glibc(self, row: list, main: int) -> None:
+        """glibc's figures, where the library says they are (glibc_main_arena): the arenas
+        and what they hold from the OS, and its mmapped chunks (counted by the hooks)."""
+        seg = self.segment
         # an execve gives the process a new memory: /proc/PID/mem is opened again for it
         key = (self.pid, main, seg.get("execs"))
         if self._arenas is None or self._arenas.key != key:

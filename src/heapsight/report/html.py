@@ -186,11 +186,11 @@ def run_facts(s: dict) -> list:
                if rel.get("where") == "copy" else "") + ")")))
     else:
         facts.append(("release at exit", esc(f"not measured: {rel.get('why_not', '')}")))
+    snaps = [(x.get("label"), x.get("at_s")) for x in s.get("snapshots") or ()]
     for m in s.get("heapmaps") or ():
         line = heapmap.reach_line(m.get("reach"))
         if line:
-            where = "at exit" if m.get("moment") == "exit" else f"at {m.get('moment')}"
-            facts.append((f"reachable {where}", esc(line)))
+            facts.append((f"reachable {heapmap.moment_words(m, snaps)}", esc(line)))
     if heap:
         facts.append(("heap", esc(
             f"{heap.get('n_alloc', 0):,} allocations, {heap.get('n_free', 0):,} frees, "

@@ -298,11 +298,11 @@ def _release_lines(c: Console, s: Summary) -> None:
                        f"{human(r.rss_after_bytes)})", 2)
     else:
         _indent(c, f"release at exit: not measured: {r.why_not}", 2)
+    snaps = [(x.label, x.at_s) for x in s.snapshots]
     for m in s.heapmaps:
         line = heapmap.reach_line(m.get("reach"))
         if line:
-            where = "at exit" if m["moment"] == "exit" else f"at {printable(str(m['moment']))}"
-            _indent(c, f"reachable {where}: {line}", 2)
+            _indent(c, f"reachable {heapmap.moment_words(m, snaps)}: {line}", 2)
 
 
 def _heap_lines(c: Console, s: Summary) -> None:
