@@ -617,7 +617,7 @@ static void internal_signals_as_started(void) {
 __attribute__((constructor)) static void hs_start(void) {
   _hs_resolve();
   internal_signals_as_started();
-  _hs_own_begin(); /* what the unwinder's dlopen and the helper thread allocate is ours */
+  _hs_own_begin(); /* what the unwinder's dlopen allocates is ours */
   exit_hooks_setup();
   if (_hs_seg && _hs_is_owner()) _hs_seg->py_finalizing_addr = _hs_py_finalizing_addr();
   _hs_profile_start();

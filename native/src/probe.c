@@ -403,7 +403,9 @@ static void start_helper(void) {
   pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED); /* never joined: see above */
   pthread_t t;
+  _hs_own_begin(); /* what pthread_create allocates (the thread's TLS) is heapsight's */
   g_helper_started = pthread_create(&t, &attr, helper_main, NULL) == 0;
+  _hs_own_end();
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (g_helper_started) __atomic_store_n(&_hs_seg->library_threads, 1, __ATOMIC_RELAXED);
