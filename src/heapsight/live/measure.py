@@ -153,6 +153,7 @@ class _Callbacks:
         self.releases = {}     # (label, t) -> the release measured at that snapshot
         self.maps_asked = {}   # heap map number -> its snapshot's moment name
         self.maps_last, self.maps_said = -math.inf, False   # at most every HEAP_MAP_EVERY_S
+        self.walking_said = False   # a snapshot came while a copy was being walked
 
     def on_signal(self, info) -> None:
         """A signal for the program came to heapsight while it ran (see interrupts.py)."""
@@ -182,6 +183,14 @@ class _Callbacks:
                       f"most every {HEAP_MAP_EVERY_S:g} s (each copies the program); the "
                       "snapshots between have none", file=sys.stderr)
             self.maps_said = True
+        elif wanted and copy_walking():
+            # one copy at a time: copies walked side by side would take the machine from
+            # the program (each walks and marks its whole heap)
+            if opts.warn and not self.walking_said:
+                print(f"heapsight: snapshot {printable(label)} at {t:.2f} s has no heap map: the "
+                      "last one's copy was still being walked (one at a time; the snapshots "
+                      "meanwhile have none)", file=sys.stderr)
+            self.walking_said = True
         elif wanted:
             self.maps_last = t if every else self.maps_last
             n = len(self.maps_asked) + 1
@@ -191,7 +200,6 @@ class _Callbacks:
             if opts.release_at_snapshot:
                 heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None,
                                  again=lambda: readloop.poke(segment))
-            reap_copies()   # the earlier snapshots' copies, ended by now
         if opts.release_at_snapshot and segment is not None and segment.attached():
             try:
                 from heapsight.live import attach   # gdb's caller: only for a release
@@ -336,16 +344,15 @@ def wait_exit_map(segment) -> None:
 WALL = 0x40000000   # __WALL: a child whose exit signal is not SIGCHLD (the copies')
 
 
-def reap_copies() -> int:
-    """Reaps the program's copies that heapsight's library made children of this process
-    (CLONE_PARENT: so that no wait of the program's meets them) once they have ended:
-    zombies named hs-heapmap among this process's children. How many."""
-    reaped = 0
+def _copies() -> list:
+    """(pid, state) of the program's copies that heapsight's library made children of this
+    process (CLONE_PARENT: so that no wait of the program's meets them), named hs-heapmap;
+    state b"Z" once one has ended."""
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
-        return 0
-    pids = set()
+        return []
+    pids, out = set(), []
     for t in tasks:
         try:
             with open(f"/proc/self/task/{t}/children") as f:
@@ -359,7 +366,23 @@ def reap_copies() -> int:
         except OSError:
             continue
         name, _, rest = stat.rpartition(b")")
-        if not name.endswith(b"(hs-heapmap") or rest.split()[:1] != [b"Z"]:
+        if name.endswith(b"(hs-heapmap"):
+            out.append((pid, rest.split()[:1][0] if rest.split() else b"?"))
+    return out
+
+
+def copy_walking() -> bool:
+    """Whether a copy of the program is still being walked (its map not yet written); the
+    copies that ended are reaped."""
+    reap_copies()
+    return any(state != b"Z" for _, state in _copies())
+
+
+def reap_copies() -> int:
+    """Reaps the copies that have ended. How many."""
+    reaped = 0
+    for pid, state in _copies():
+        if state != b"Z":
             continue
         try:
             if os.waitpid(pid, os.WNOHANG | WALL)[0] == pid:
