@@ -50,15 +50,14 @@ def run_retention(hs, tmp_path, allocator, *args, env=None):
 def check_common(r, s, timeline, allocator):
     h, truth = s["heap"], r.truth("retention")
     assert h["allocator"] == allocator
-    # the library's statistics thread never allocated while calling the allocator's API
+    # the library's exit thread never allocated while calling the allocator's API
     assert h["helper_mallocs"] == 0
     # live bytes at exit are the kept blocks (plus the runtime's few: libstdc++'s 71 KiB
     # emergency pool comes with tcmalloc, which links libstdc++)
     live = h["live_requested_bytes"]
     assert int(truth["live_bytes"]) <= live <= int(truth["live_bytes"]) * 1.01 + 64 * KiB
-    # the allocator's own figures arrived in the timeline (sparsely, maybe: the statistics
-    # thread slows down when a call gets slow, and allocator locks are busy here; the exit
-    # figures below are the ones to count on)
+    # what the allocator mapped arrived in the timeline, read from outside (the mappings it
+    # made); its own statistics at exit
     assert any(x for x in timeline["alloc_mapped"] if x), "no allocator statistics"
     # the release at exit ran and is named for the allocator
     assert s["release"]["measured"]
@@ -111,9 +110,9 @@ def test_tcmalloc_release_free_memory_returns_the_page_heap(hs, tmp_path):
 def test_mimalloc_pages_pinned_by_one_live_block_stay(hs, tmp_path):
     r, s, tl = run_retention(hs, tmp_path, "mimalloc")
     f, rel = s["final"], s["release"]
-    # mimalloc has no cheap in-use figure: the adapter leaves it 0 (its committed memory,
-    # from mi_process_info, is the mapped figure that bounds the retained bytes below)
-    assert last(tl["alloc_in_use"]) == 0
+    # no call into mimalloc while the program ran (its statistics take its locks): no
+    # in-use reading in the timeline; what it mapped was read from outside
+    assert all(x is None for x in tl["alloc_in_use"]) and any(tl["alloc_mapped"])
     # 1 KiB blocks live in 64 KiB pages and every 64th block was kept: each page still
     # holds one, so mi_collect(true) has no empty page to give back: fragmentation
     assert f["retained_bytes"] >= 200 * MiB
@@ -147,10 +146,10 @@ def test_mmap_baseline_retains_nothing_and_costs_a_page_per_block(hs, tmp_path):
     # the kept blocks' pages show up as rounding waste, the 16-byte headers as metadata
     assert f["waste_bytes"] == pytest.approx(kept * (4096 - MMAP_HEADER_BYTES - 1024), rel=0.02, abs=64 * KiB)
     assert f["metadata_bytes"] == MMAP_HEADER_BYTES * h["live_blocks"]
-    # the adapter's figure is the live mappings, in use and mapped alike (hs-test-mmap-alloc
-    # checks the counters themselves)
-    pairs = [(u, m) for u, m in zip(tl["alloc_in_use"], tl["alloc_mapped"]) if m]
-    assert pairs and all(u == m for u, m in pairs)
+    # what it mapped, read from outside while it ran (the mappings it made: a page or more
+    # for each block at the peak); hs-test-mmap-alloc checks its own counters
+    mapped = [m for m in tl["alloc_mapped"] if m]
+    assert mapped and 0.9 * blocks * 4096 <= max(mapped) <= 1.2 * blocks * 4096 + 4 * MiB
 
 
 def test_mmap_allocator_correctness(hs):

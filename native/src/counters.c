@@ -382,7 +382,11 @@ void _hs_count_free_slow(void *p) {
   size_t u = _hs_usable_by_header ? hs_glibc_usable(hdr) : _hs_real.malloc_usable_size(p);
   if (_hs_blockmap_on) _hs_blockmap_clear(p);
   hs_slot_t *s = slot_slow();
-  if (s == NULL) { _hs_count_shared(0, u, 0, hdr, p, NULL); return; }
+  if (s == NULL) { /* past the slots: every call comes here */
+    _hs_count_shared(0, u, 0, hdr, p, NULL);
+    _hs_map_poll();
+    return;
+  }
   if (hdr & 2) s->mmapped_free_bytes += hdr & ~(size_t)7;
   if (hs_add_free(s, u + HS_BLOCK_EXTRA)) _hs_flush(s);
 }

@@ -11,6 +11,7 @@
 #include "hs_internal.h"
 
 #define HS_EXPORT __attribute__((visibility("default")))
+#define HS_SNAPSHOT_WAIT_MS 2500
 
 HS_EXPORT int heapsight_snapshot(const char *label) {
   hs_segment_t *seg = _hs_seg;
@@ -22,7 +23,9 @@ HS_EXPORT int heapsight_snapshot(const char *label) {
   seg->snapshot_label[n] = 0;
   uint64_t seq = __atomic_add_fetch(&seg->snapshot_seq, 1, __ATOMIC_RELEASE);
   struct timespec ms = {0, 1000000};
-  for (int i = 0; i < 200; i++) {   /* the sampler ticks every 10 ms by default */
+  /* the sampler ticks every 10 ms by default, and it answers once the last heap map's copy
+   * has been walked (one at a time: live/measure.py waits for it up to MAP_WAIT_S, 2 s) */
+  for (int i = 0; i < HS_SNAPSHOT_WAIT_MS; i++) {
     if (__atomic_load_n(&seg->snapshot_ack, __ATOMIC_ACQUIRE) >= seq) {
       _hs_answer_map_request(); /* the snapshot's map, asked for before the answer */
       return 1;

@@ -66,7 +66,8 @@ ALLOCATORS = {a.name: a for a in (
                            "after the work (#include <mimalloc.h>)"),
     # libheapsight_mmap: one mapping per block; its header holds the mapping length and offset
     Allocator("mmap", 5, native.lib_path("libheapsight_mmap.so"), None,
-              "none needed (every free unmaps)", header_bytes=16),
+              "none needed (every free unmaps)", header_bytes=16,
+              own_heaps=r"(^|/)libheapsight_mmap\.so"),
 )}
 
 # the allocator's name by the identity the library writes in the segment

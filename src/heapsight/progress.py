@@ -36,3 +36,12 @@ class Progress:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
             self.shown = False
+
+
+def say(msg: str, stream) -> None:
+    """A one-off notice ("heapsight: ..."), wrapped to the terminal's width (COLUMNS first)."""
+    import shutil
+    import textwrap
+    width = shutil.get_terminal_size((80, 24)).columns
+    print(textwrap.fill(f"heapsight: {msg}", width, subsequent_indent="  ",
+                        break_long_words=False, break_on_hyphens=False), file=stream)

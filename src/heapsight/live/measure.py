@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from heapsight import analysis, capture, elf, heapmap, interrupts, native, profile, remedies
 from heapsight.live import launch, readloop
 from heapsight.fmt import printable
+from heapsight.progress import say
 from heapsight.errors import HeapsightError
 from heapsight.live.sampler import Sampler
 from heapsight.timeline import IDX
@@ -179,19 +180,22 @@ class _Callbacks:
         # (less a tenth: the snapshots of --every 0.1 land a tick early or late)
         if wanted and every and t - self.maps_last < 0.9 * HEAP_MAP_EVERY_S:
             if opts.warn and not self.maps_said:
-                print(f"heapsight: --every {opts.snapshot_every_s:g}: heap maps are taken at "
-                      f"most every {HEAP_MAP_EVERY_S:g} s (each copies the program); the "
-                      "snapshots between have none", file=sys.stderr)
+                say(f"--every {opts.snapshot_every_s:g}: heap maps are taken at most every "
+                    f"{HEAP_MAP_EVERY_S:g} s (each copies the program); the snapshots between "
+                    "have none", sys.stderr)
             self.maps_said = True
-        elif wanted and copy_walking():
+        elif wanted and every and copy_walking():
             # one copy at a time: copies walked side by side would take the machine from
             # the program (each walks and marks its whole heap)
             if opts.warn and not self.walking_said:
-                print(f"heapsight: snapshot {printable(label)} at {t:.2f} s has no heap map: the "
-                      "last one's copy was still being walked (one at a time; the snapshots "
-                      "meanwhile have none)", file=sys.stderr)
+                say(f"snapshot {printable(label)} at {t:.2f} s has no heap map: the last one's "
+                    "copy was still being walked (one at a time; the snapshots of --every "
+                    "meanwhile have none)", sys.stderr)
             self.walking_said = True
         elif wanted:
+            # one asked for by itself waits for the copy being walked, if any (the program
+            # that asked waits in heapsight_snapshot() meanwhile)
+            wait_copies(MAP_WAIT_S)
             self.maps_last = t if every else self.maps_last
             n = len(self.maps_asked) + 1
             self.maps_asked[n] = f"snapshot: {label}"
@@ -278,6 +282,7 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     prof = profile.read(segment) if attached else None
     if attached:
         wait_exit_map(segment)
+        wait_copies(EXIT_MAP_WAIT_S)   # a snapshot's, made at the program's last calls
     maps = [(cb.maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
             for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
                                    key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
@@ -376,6 +381,13 @@ def copy_walking() -> bool:
     copies that ended are reaped."""
     reap_copies()
     return any(state != b"Z" for _, state in _copies())
+
+
+def wait_copies(timeout_s: float) -> None:
+    """Until no copy is being walked, or timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while copy_walking() and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def reap_copies() -> int:
