@@ -21,9 +21,9 @@
  *      by a first walk: the child allocates nothing from the heap, which it would disturb);
  *   5. writes the file and _exit(0)s.
  * The thread that made the copy waits for it to be made (and to close its fds), never for
- * the walk: the child bounds itself (copy_bound). It is named "hs-heapmap" (the CLI leaves it out of
- * the program's descendants), runs none of the program's signal handlers, and is the first
- * the OOM killer takes. No map is taken (a "not mapped" file says why) when glibc's
+ * the walk: the child bounds itself (copy_bound). It is named "hs-heapmap" (the CLI leaves
+ * it out of the program's descendants, and makes one at a time), runs none of the
+ * program's signal handlers, and is the first the OOM killer takes. No map is taken (a "not mapped" file says why) when glibc's
  * main_arena cannot be found and checked, or when a thread keeps an arena's lock 0.2 s.
  *
  * The glibc layouts read (2.36, x86-64; malloc/malloc.c and malloc/arena.c):
