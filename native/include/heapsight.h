@@ -112,10 +112,6 @@ typedef struct hs_slot_s {
   uint64_t pad[4];
 } hs_slot_t;
 
-/* A slot's usable bytes allocated and freed, as of one moment. A reader in another thread
- * or process reads the fields again while the owner is folding a countdown in (seq odd,
- * or moved); it never waits on the owner: past `tries` reads it returns 0 with what it
- * read last (a thread stopped in the middle of a fold: the caller may have better). */
 /* The poke: to have every thread of the program enter the slow path at its next
  * allocation and free (where it takes a heap map the CLI asked for, probe.c's
  * _hs_map_poll), the CLI takes HS_POKE off each slot's two countdowns with an atomic
@@ -130,20 +126,31 @@ static inline int64_t hs_counted(int64_t base, int64_t left) {
   return (int64_t)((d + half) & ((uint64_t)HS_POKE - 1)) - (int64_t)half;
 }
 
+/* A slot's usable bytes allocated and freed, as of one moment. A reader in another thread
+ * or process reads the fields again while the owner is folding a countdown in (seq odd,
+ * or moved), and while the hot path moved a count between its reads of the count and of
+ * its countdown (they are written apart, with no seq: a reader preempted between them
+ * read the countdown some thousand blocks behind the count, 8 bytes off each, 12 KiB in
+ * all); it never waits on the owner: past `tries` reads it returns 0 with what it read
+ * last (a thread stopped in the middle of a fold: the caller may have better). */
 static inline int hs_slot_usable(const hs_slot_t *s, int tries, uint64_t *alloc,
                                  uint64_t *freed) {
   for (int i = 0;; i++) {
     uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+    uint64_t na = __atomic_load_n(&s->n_alloc, __ATOMIC_ACQUIRE);
     uint64_t a = __atomic_load_n(&s->alloc_chunk_bytes, __ATOMIC_RELAXED) +
                  (uint64_t)hs_counted(__atomic_load_n(&s->left_base, __ATOMIC_RELAXED),
                                       __atomic_load_n(&s->left, __ATOMIC_RELAXED)) -
-                 HS_BLOCK_EXTRA * __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED);
+                 HS_BLOCK_EXTRA * na;
+    uint64_t nf = __atomic_load_n(&s->n_free, __ATOMIC_ACQUIRE);
     uint64_t f = __atomic_load_n(&s->free_chunk_bytes, __ATOMIC_RELAXED) +
                  (uint64_t)hs_counted(__atomic_load_n(&s->free_base, __ATOMIC_RELAXED),
                                       __atomic_load_n(&s->free_left, __ATOMIC_RELAXED)) -
-                 HS_BLOCK_EXTRA * __atomic_load_n(&s->n_free, __ATOMIC_RELAXED);
+                 HS_BLOCK_EXTRA * nf;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    int ok = q % 2 == 0 && __atomic_load_n(&s->seq, __ATOMIC_RELAXED) == q;
+    int ok = q % 2 == 0 && __atomic_load_n(&s->seq, __ATOMIC_RELAXED) == q &&
+             __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED) == na &&
+             __atomic_load_n(&s->n_free, __ATOMIC_RELAXED) == nf;
     if (ok || i >= tries) {
       *alloc = a;
       *freed = f;
