@@ -5,6 +5,8 @@ the segment says whether the exit figures were measured or why not."""
 import os
 import subprocess
 
+import pytest
+
 from conftest import scenario
 from heapsight import segment as S
 from heapsight.native import LIB
@@ -59,11 +61,14 @@ def test_a_plain_exit_is_measured_on_the_exiting_thread_with_no_thread_of_ours()
         seg.close()
 
 
-def test_no_statistics_still_measures_the_exit():
-    # HEAPSIGHT_STATS_HZ=0: no sampling, yet the exit is measured
+@pytest.mark.parametrize("allocator", [None, "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"])
+def test_no_statistics_while_it_runs_yet_the_exit_is_measured(allocator):
+    # the library calls no allocator's statistics while the program runs (jemalloc's take
+    # its locks: before, a thread of heapsight's read them 10 times a second), and reads
+    # them at exit
     seg = S.Segment()
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env.update(LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT=seg.path, HEAPSIGHT_STATS_HZ="0")
+    env.update(LD_PRELOAD=":".join(x for x in (LIB, allocator) if x), HEAPSIGHT_SEGMENT=seg.path)
     try:
         p = subprocess.run([scenario("hs-leak"), "--mb", "5"], env=env, capture_output=True,
                            text=True, timeout=20)
