@@ -242,6 +242,19 @@ def test_a_snapshot_of_a_program_making_no_allocator_call_is_its_heap_then(build
     assert "(copied at 1.0" in said and "first allocator call after the snapshot" in said, said
 
 
+def test_a_snapshot_answered_by_the_next_ones_map_is_said(tmp_path):
+    # `sleep` makes no allocator call after its start: the first snapshot's request is
+    # still open when the second comes, whose map (made at exit) shows the same heap
+    js = tmp_path / "s.json"
+    r = subprocess.run([*HS, "--at", "0.1,0.3", "--json", str(js), "--", "sleep", "0.6"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    moments = [m["moment"] for m in json.loads(js.read_text())["heapmaps"]]
+    assert moments == ["snapshot: --at 0.3", "exit"], moments
+    said = " ".join(r.stderr.split())
+    assert "1 snapshot got no heap map: the program made no allocator call between it and the next one" in said, said
+
+
 CHURN_THREADS = r"""
 #include <pthread.h>
 #include <stdio.h>

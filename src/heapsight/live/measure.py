@@ -283,10 +283,19 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     if attached:
         wait_exit_map(segment)
         wait_copies(EXIT_MAP_WAIT_S)   # a snapshot's, made at the program's last calls
+    collected = collect_maps(segment)
     maps = [(cb.maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
-            for name, hm in sorted(collect_maps(segment).items(),   # snapshots, then exit
+            for name, hm in sorted(collected.items(),   # snapshots, then exit
                                    key=lambda kv: (kv[0] == heapmap.EXIT, str(kv[0]).zfill(9)))]
     named_maps = [(name, hm) for name, hm in maps if name]
+    unanswered = [n for n in cb.maps_asked if n not in collected]
+    if unanswered and opts.warn:
+        # a request is answered at the program's next allocator call: one that came before
+        # it is answered by the next request's map; none comes for a program killed first
+        say(f"{len(unanswered)} snapshot{'s' * (len(unanswered) > 1)} got no heap map: the "
+            "program made no allocator call between "
+            f"{'them and the next one' if len(unanswered) > 1 else 'it and the next one'} "
+            "(whose map then shows that heap), or ended without one", sys.stderr)
     # summarize reads the segment's figures as a saved run's are read again (capture.py),
     # and the record keeps them with the rest of what it reads, taken before summarize,
     # which cuts the timeline
