@@ -41,7 +41,7 @@ def test_ticks_read_what_python_reads_at_the_rate_asked(idle_program):
     fast = readloop.FastReader(seg, time.monotonic_ns(), 0.001, set())
     # WHEN the C loop ticks at 1 kHz for 0.2 s
     now = time.monotonic_ns()
-    rows, why, nxt, _ = fast.loop(statm.fd, now, now + 200_000_000, 0, 0)
+    rows, why, nxt = fast.loop(statm.fd, now, now + 200_000_000, 0)
     # THEN it returned at the deadline with ~200 rows (the machine may be slow: at least half)
     assert why == readloop.UNTIL
     assert 100 <= len(rows) <= 201
@@ -70,7 +70,7 @@ def test_a_pending_signal_returns_at_once_and_stays_pending(idle_program):
         signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
         now = time.monotonic_ns()
         t0 = time.monotonic()
-        rows, why, _, _ = fast.loop(statm.fd, now, now + 2_000_000_000, 0, 0)
+        rows, why, _ = fast.loop(statm.fd, now, now + 2_000_000_000, 0)
         assert why == readloop.SIGNAL
         assert time.monotonic() - t0 < 0.5
         # the Python side still takes it, with its siginfo
@@ -87,13 +87,13 @@ def test_the_programs_exit_and_snapshot_requests_return(idle_program):
     asked = int(seg.header["snapshot_seq"])
     seg.header["snapshot_seq"] = asked + 1   # as the program's call would
     now = time.monotonic_ns()
-    rows, why, _, _ = fast.loop(statm.fd, now, now + 2_000_000_000, asked, 0)
+    rows, why, _ = fast.loop(statm.fd, now, now + 2_000_000_000, asked)
     assert why == readloop.ASKED and len(rows) == 1
     seg.header["snapshot_seq"] = asked
     # the program's exit: statm of a zombie reads 0, the loop says it is gone
     p.send_signal(signal.SIGKILL)
     now = time.monotonic_ns()
     t0 = time.monotonic()
-    rows, why, _, _ = fast.loop(statm.fd, now, now + 5_000_000_000, asked, 0)
+    rows, why, _ = fast.loop(statm.fd, now, now + 5_000_000_000, asked)
     assert why == readloop.GONE
     assert time.monotonic() - t0 < 1.0

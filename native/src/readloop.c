@@ -153,26 +153,6 @@ static int signal_fd(uint64_t mask) {
  * a snapshot (snapshot_seq past asked_seq), or after max_rows rows. Returns the rows
  * written into out and sets *why; *next_ns is left at the next tick due. seg may be NULL
  * (no counters: NaN). */
-/* The allocator's figures (seqlock over seg->stats) when a reading newer than *seen is
- * there: 1 and *seen updated, else 0. */
-static int read_stats(const hs_segment_t *seg, uint64_t *seen, double *row) {
-  for (int tries = 0; tries < 100; tries++) {
-    uint64_t seq = __atomic_load_n(&seg->stats_seq, __ATOMIC_ACQUIRE);
-    if (seq == *seen || seq == 0) return 0;
-    if (seq & 1) continue;
-    hs_alloc_stats_t st = seg->stats;
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&seg->stats_seq, __ATOMIC_RELAXED) != seq) continue;
-    *seen = seq;
-    row[7] = st.in_use_bytes == HS_STATS_UNKNOWN ? NAN : (double)st.in_use_bytes;
-    row[8] = st.free_bytes == HS_STATS_UNKNOWN ? NAN : (double)st.free_bytes;
-    row[9] = (double)st.mapped_bytes;
-    row[10] = (double)st.arenas;
-    return 1;
-  }
-  return 0;
-}
-
 /* The segment's pages resident in the program (its owner): present in its page tables,
  * from /proc/PID/pagemap (bit 63) over the range the library mapped it at. -1 if unknown. */
 static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_bytes) {
@@ -200,7 +180,7 @@ static double own_resident(int pagemap_fd, const hs_segment_t *seg, double page_
  * tick; the loop returns after the first tick that reads it non-zero. */
 int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
                  uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
-                 uint64_t *stats_seq, double page_bytes, double *out, int max_rows, int *why,
+                 double page_bytes, double *out, int max_rows, int *why,
                  int pagemap_fd, double *own, uint64_t pid, int watch_exit,
                  double rss_above, const char *exe, int mem_fd, uint64_t fin_addr) {
   int rows = 0, sfd = signal_fd(wake_mask);
@@ -257,7 +237,6 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
       row[1] = row[1] > own[0] + priv ? row[1] - own[0] - priv : 0; /* shared pages: never in row[2] */
       row[2] = row[2] > priv ? row[2] - priv : 0;
       read_counters(seg, row);
-      read_stats(seg, stats_seq, row);
       /* attached meanwhile (the check above): its counters are not statm_fd's process's */
       owner = __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE);
       if (owner && pid && owner != pid) { *why = HS_READ_OWNER; return rows; }

@@ -29,8 +29,8 @@ int main(void) {
   SEG(owner_pid); SEG(state); SEG(execs); SEG(forks); SEG(foreign_attaches); SEG(slots_used);
   SEG(slot_overflows); SEG(start_ns); SEG(start_rss_bytes); SEG(start_anon_bytes);
   SEG(live_usable_bytes); SEG(peak_usable_bytes); SEG(peak_ns); SEG(allocator_id);
-  SEG(allocator_name); SEG(usable_by_header); SEG(helper_mallocs); SEG(stats_hz_milli);
-  SEG(stats_seq); SEG(stats); SEG(exit_ns); SEG(release_ns); SEG(exit_rss_before);
+  SEG(allocator_name); SEG(usable_by_header); SEG(helper_mallocs);
+  SEG(exit_ns); SEG(release_ns); SEG(exit_rss_before);
   SEG(exit_rss_after); SEG(exit_anon_before); SEG(exit_anon_after); SEG(exit_release_kind);
   SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(creator_pid); SEG(image);
   SEG(exit_probe_status); SEG(library_threads); SEG(library_cpu_ns); SEG(snapshot_seq); SEG(snapshot_ack); SEG(snapshot_label);

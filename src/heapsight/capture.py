@@ -72,7 +72,7 @@ class Reading:
         scalars = {name: int(h[name]) for name in h.dtype.names
                    if h.dtype[name].shape == () and h.dtype[name].kind in "iu"}
         attached = segment.attached()
-        stats = {f: _stats_json(segment.alloc_stats(f)) for f in ("stats", "exit_stats_before")}
+        stats = {"exit_stats_before": _stats_json(segment.alloc_stats("exit_stats_before"))}
         return Reading({
             "header": scalars, "attached": attached, "image": segment.image(),
             "allocator_name": segment.allocator_name(), "owners": segment.owners(),
@@ -108,7 +108,7 @@ class Reading:
     def size_classes(self) -> list:
         return [tuple(c) for c in self.d["size_classes"]]
 
-    def alloc_stats(self, field: str = "stats") -> AllocStats | None:
+    def alloc_stats(self, field: str) -> AllocStats | None:
         s = self.d["alloc_stats"].get(field)
         return None if s is None else AllocStats(**{**s, "raw": tuple(s["raw"])})
 

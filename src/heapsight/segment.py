@@ -19,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 21
+VERSION = 22
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -133,8 +133,8 @@ _HEADER_FIELDS = [
     ("foreign_attaches", U8), ("slots_used", U8), ("slot_overflows", U8), ("start_ns", U8),
     ("start_rss_bytes", U8), ("start_anon_bytes", U8), ("live_usable_bytes", I8),
     ("peak_usable_bytes", U8), ("peak_ns", U8), ("allocator_id", U8), ("allocator_name", "S32"),
-    ("usable_by_header", U8), ("helper_mallocs", U8), ("stats_hz_milli", U8), ("stats_seq", U8),
-    ("stats", STATS_DTYPE), ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
+    ("usable_by_header", U8), ("helper_mallocs", U8),
+    ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
     ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),
     ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
     ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
@@ -660,21 +660,13 @@ class Segment:
                         round(float(waste_w[c] / alloc_w[c]), 2), int(round(max(0.0, var[c]) ** 0.5))))
         return out
 
-    def alloc_stats(self, field: str = "stats") -> AllocStats | None:
-        """A consistent copy of the allocator figures (seqlock), or None if never sampled."""
-        for _ in range(100):
-            seq = int(self.header["stats_seq"])
-            if seq & 1:
-                continue
-            rec = self.header[field].copy()
-            if int(self.header["stats_seq"]) == seq:
-                break
-        else:
+    def alloc_stats(self, field: str) -> AllocStats | None:
+        """The allocator's figures the exit probe took (field: exit_stats_before or
+        exit_stats_after; written once, before the state is DONE), or None when it did not
+        take them (exit_probe_why_not says why)."""
+        rec = self.header[field].copy()
+        if int(rec["time_ns"]) == 0:
             return None
-        if field == "stats" and seq == 0:
-            return None
-        if field != "stats" and int(rec["time_ns"]) == 0:
-            return None  # the exit probe did not take them (exit_probe_why_not says why)
         return AllocStats.from_record(rec)
 
     def exit_probe_why_not(self) -> str:

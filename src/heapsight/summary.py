@@ -551,8 +551,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     baseline = segment.get("start_anon_bytes") if attached else 0
     done = attached and segment.get("state") == STATE_DONE
     duration_s, probe_s = _program_time(segment, tl, done)
-    stats_before = (segment.alloc_stats("exit_stats_before") if done else segment.alloc_stats()) \
-        if attached else None
+    stats_before = segment.alloc_stats("exit_stats_before") if attached and done else None
     mapped_before = analysis.alloc_mapped_nan(stats_before)
     cols = tl.columns
     parts = analysis.timeline_split(cols, baseline, allocator if attached else None,

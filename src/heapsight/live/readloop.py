@@ -25,7 +25,7 @@ def _load():
         f = lib.hs_read_loop
         u64 = ctypes.c_uint64
         f.argtypes = [ctypes.c_int, ctypes.c_void_p, u64, ctypes.POINTER(u64), u64, u64, u64,
-                      u64, ctypes.POINTER(u64), ctypes.c_double, ctypes.c_void_p, ctypes.c_int,
+                      u64, ctypes.c_double, ctypes.c_void_p, ctypes.c_int,
                       ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_double), u64,
                       ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int, u64]
         f.restype = ctypes.c_int
@@ -54,34 +54,33 @@ class FastReader:
         self.seg_addr = self._seg_bytes.ctypes.data if self._seg_bytes is not None else None
         self.start_ns = start_ns
         self.period_ns = max(1, int(period_s * 1e9))
-        self.next_ns, self.stats_seq = ctypes.c_uint64(0), ctypes.c_uint64(0)
+        self.next_ns = ctypes.c_uint64(0)
         self.mask = sum(1 << s for s in wake)
         self.buf = np.empty((ROWS, len(COLUMNS)), dtype=np.float64)
         self.why = ctypes.c_int(0)
         self.page = float(os.sysconf("SC_PAGE_SIZE"))
         self.own = (ctypes.c_double * 2)(0.0, 0.0)
 
-    def loop(self, statm_fd: int, next_ns: int, until_ns: int, asked_seq: int, stats_seq: int,
+    def loop(self, statm_fd: int, next_ns: int, until_ns: int, asked_seq: int,
              pagemap_fd: int | None = None, own_bytes: float = 0.0, pid: int = 0,
              watch_exit: bool = False, rss_above: float = 0.0, exe: str = "",
              finalizing: tuple | None = None):
-        """(rows as an (n, len(COLUMNS)) array copy, why, the next tick due in ns, the
-        allocator reading last taken). Rows' RSS leaves out heapsight's own bytes resident
+        """(rows as an (n, len(COLUMNS)) array copy, why, the next tick due in ns). The
+        allocator's columns stay NaN here (the Python tick reads them). Rows' RSS leaves out heapsight's own bytes resident
         in the program (the segment's pages), read through pagemap_fd each tick, else
         own_bytes as given; self.own holds them at the last tick and the most seen.
         finalizing: (an fd of /proc/PID/mem, the address of CPython's _PyRuntime._finalizing)
         to read each tick: the loop returns (FINALIZING) after the first that reads it set."""
-        self.next_ns.value, self.stats_seq.value = next_ns, max(0, stats_seq)
+        self.next_ns.value = next_ns
         self.own[0], self.own[1] = own_bytes, own_bytes
         n = self.lib.hs_read_loop(statm_fd, self.seg_addr, self.start_ns, ctypes.byref(self.next_ns),
-                                  self.period_ns, until_ns, self.mask, asked_seq,
-                                  ctypes.byref(self.stats_seq), self.page,
+                                  self.period_ns, until_ns, self.mask, asked_seq, self.page,
                                   self.buf.ctypes.data, ROWS, ctypes.byref(self.why),
                                   -1 if pagemap_fd is None else pagemap_fd, self.own, pid,
                                   1 if watch_exit else 0, rss_above,
                                   os.fsencode(exe) if exe else None,
                                   *(finalizing if finalizing is not None else (-1, 0)))
-        return self.buf[:n].copy(), self.why.value, self.next_ns.value, self.stats_seq.value
+        return self.buf[:n].copy(), self.why.value, self.next_ns.value
 
 
 def poke(segment) -> None:

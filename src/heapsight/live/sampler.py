@@ -53,7 +53,6 @@ class _Carry:
         self.kinds = start + 0.05
         self.hwm = self.threads = self.children_rss = self.pss = math.nan
         self.best_usable = 0
-        self.stats_seq = -1
         self.exit_tried = self.early = self.retargeted = False
 
 
@@ -446,16 +445,8 @@ class Sampler:
             self._asked = req[0]
             self.pending.append(req[1] + (f" (and {merged} more call{'s' * (merged > 1)} "
                                           "answered by this snapshot)" if merged > 0 else ""))
-        # the allocator's statistics go in the row that first sees a new reading only (NaN
-        # elsewhere), so the record shows the rate they were taken at
-        seq = seg.get("stats_seq")
-        if seq != c.stats_seq:
-            stats = seg.alloc_stats()
-            if stats is not None:   # None: torn by a writer, read it next tick
-                c.stats_seq = seq
-                row[IDX["alloc_in_use"]] = math.nan if stats.in_use_bytes is None else stats.in_use_bytes
-                row[IDX["alloc_free"]] = math.nan if stats.free_bytes is None else stats.free_bytes
-                row[IDX["alloc_mapped"]], row[IDX["arenas"]] = stats.mapped_bytes, stats.arenas
+        # what the allocator holds, read from outside at --stats-hz: in the rows that read it
+        # only (NaN elsewhere), so the record shows the rate it was read at
         if now >= c.stats:
             c.stats = now + self.stats_period
             self._read_allocator(row)
@@ -544,8 +535,8 @@ class Sampler:
         if due <= c.tick:
             return False
         word = self._finalizing_word()
-        rows, why, nxt, seq = fast.loop(self.statm.fd, int(c.tick * 1e9), int(due * 1e9),
-                                        self._asked, c.stats_seq,
+        rows, why, nxt = fast.loop(self.statm.fd, int(c.tick * 1e9), int(due * 1e9),
+                                        self._asked,
                                         self.pagemap if own_here else None, own, self.pid,
                                         watch_exit=not c.exit_tried,
                                         rss_above=peak_kinds_above(tl),
@@ -553,8 +544,6 @@ class Sampler:
                                         finalizing=None if word is None else (word.fd, word.addr))
         own = fast.own[0]
         tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
-        if seq != max(0, c.stats_seq):
-            c.stats_seq = seq
         c.tick = nxt / 1e9
         if len(rows):
             c.best_usable = self._append_fast(rows, c.best_usable, _less(c.hwm, own),
