@@ -126,11 +126,17 @@ def test_a_killed_processs_own_segment_is_removed_and_a_live_ones_kept():
     env = dict(os.environ, LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT="auto")
     procs = [subprocess.Popen(["sleep", "30"], env=env) for _ in range(2)]
     paths = [os.path.join(S._shm_dir(), f"heapsight-{p.pid}-auto.seg") for p in procs]
+    def mapped(p, path):   # made and mapped: the library's start-up is over (it may map
+        try:               # the file again meanwhile, and the test takes away its grace)
+            with open(f"/proc/{p.pid}/maps") as f:
+                return path in f.read()
+        except OSError:
+            return False
     try:
         deadline = time.monotonic() + 20
-        while not all(os.path.exists(x) for x in paths) and time.monotonic() < deadline:
+        while not all(mapped(p, x) for p, x in zip(procs, paths)) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert all(os.path.exists(x) for x in paths)
+        assert all(mapped(p, x) for p, x in zip(procs, paths))
         procs[0].kill()
         procs[0].wait()
         for x in paths:   # older than the grace a starting process is given

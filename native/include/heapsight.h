@@ -11,7 +11,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 22
+#define HS_SEGMENT_VERSION 23
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -305,6 +305,8 @@ typedef struct hs_segment_s {
                                  its pages are resident in the program (/proc/PID/pagemap) */
   uint64_t heapmap_exit_pid;  /* the exit map's copy, which the program does not wait for: the
                                  CLI waits for its file, or for it to end */
+  uint64_t heapmap_copy_pid;  /* the last copy made, a snapshot's or the exit's: the CLI
+                                 makes no new one while it runs, whoever's child it is */
   uint64_t exit_done_ns;      /* when the exit probe let the program go on (CLOCK_MONOTONIC):
                                  less exit_ns, what heapsight held the program at exit */
   uint64_t slot_claims;       /* counter slots claimed in all: the threads that allocated */

@@ -23,8 +23,9 @@
  * The thread that made the copy waits for it to be made (and to close its fds), never for
  * the walk: the child bounds itself (copy_bound). It is named "hs-heapmap" (the CLI leaves
  * it out of the program's descendants, and makes one at a time), runs none of the
- * program's signal handlers, and is the first the OOM killer takes. No map is taken (a "not mapped" file says why) when glibc's
- * main_arena cannot be found and checked, or when a thread keeps an arena's lock 0.2 s.
+ * program's signal handlers, and is the first the OOM killer takes. No map is taken (a
+ * "not mapped" file says why) when glibc's main_arena cannot be found and checked, or when
+ * a thread keeps an arena's lock 0.2 s.
  *
  * The glibc layouts read (2.36, x86-64; malloc/malloc.c and malloc/arena.c):
  *   chunk: prev_size, size (bits PREV_INUSE 1, IS_MMAPPED 2, NON_MAIN_ARENA 4); user data at
@@ -1562,6 +1563,7 @@ static void copy_starts(void) {
  * did not start, or one in a PID namespace of its own) it is the program's clone child
  * with exit signal 0, as before. */
 static int g_parented;
+static pid_t g_unparented; /* the last copy that is the program's own child, not yet reaped */
 
 static pid_t clone_copy(void) {
   pid_t cli = (pid_t)__atomic_load_n(&_hs_seg->creator_pid, __ATOMIC_RELAXED);
@@ -1649,9 +1651,14 @@ int _hs_heapmap_write(const char *path, int at_exit) {
   uint64_t t0 = _hs_now_ns();
   const char *why = NULL;
   __atomic_store_n(&g_forking, 1, __ATOMIC_RELEASE);
+  /* a copy that is the program's own child (not the CLI's: a program heapsight did not
+   * start, --follow's) is reaped here once it ended, at most one left as a zombie */
+  if (g_unparented > 0 && waitpid(g_unparented, NULL, WNOHANG | __WALL) != 0) g_unparented = 0;
   pid_t pid = make_copy(path, t0, at_exit, &why);
   __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
   if (pid < 0) return _hs_heapmap_write_refusal(path, why);
+  if (!g_parented) g_unparented = pid;
+  __atomic_store_n(&seg->heapmap_copy_pid, (uint64_t)pid, __ATOMIC_RELEASE);
   if (at_exit) __atomic_store_n(&seg->heapmap_exit_pid, (uint64_t)pid, __ATOMIC_RELEASE);
   return 1;
 }

@@ -88,7 +88,6 @@ void _hs_sample_alloc(hs_slot_t *s, void *p, size_t usable, size_t req, const vo
 void _hs_sample_shared(void *p, size_t usable, size_t req, const void *caller);
 void _hs_sample_free(void *p);
 void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's mmap */
-extern HS_HIDDEN uint64_t _hs_heapmap_ack_at_fork; /* probe.c: the map request being taken */
 /* The heap map (heapmap.c), taken on a thread of the program's or the exit helper (probe.c) */
 int _hs_heapmap_write(const char *path, int at_exit); /* waits for the copy, not its walk */
 int _hs_heapmap_write_refusal(const char *path, const char *why);

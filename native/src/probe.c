@@ -95,7 +95,6 @@ static int g_in_map;                  /* the helper is taking a heap map */
 static uint64_t g_map_seen;           /* the last heapmap_seq answered */
 static int g_poll_maps;               /* the CLI may ask for maps while the program runs */
 static int g_figures;                 /* the allocator gives figures (_hs_allocator_stats) */
-uint64_t _hs_heapmap_ack_at_fork;     /* heapmap.c answers this request once it has forked */
 
 /* "<segment path>.map.<suffix>", or 0 when the segment has no path of ours. */
 static int map_path(char *buf, size_t len, const char *suffix) {
@@ -122,9 +121,7 @@ static int answer_map_request(void) {
   __atomic_store_n(&g_map_seen, want, __ATOMIC_RELAXED);
   char num[24];
   int n = snprintf(num, sizeof num, "%llu", (unsigned long long)want);
-  __atomic_store_n(&_hs_heapmap_ack_at_fork, want, __ATOMIC_RELEASE);
   if (n > 0) take_map(num, 0);
-  __atomic_store_n(&_hs_heapmap_ack_at_fork, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&_hs_seg->heapmap_ack, want, __ATOMIC_RELEASE);
   return 1;
 }
@@ -419,7 +416,7 @@ static const char *exit_map_why(int able, int in_handler, int glibc) {
   if (in_handler)
     return "exit() was called from a signal handler, which may have interrupted the allocator "
            "holding its lock: no copy was made";
-  if (!able && _hs_seg->allocator_id != HS_ALLOC_UNKNOWN && !glibc && g_figures)
+  if (!able && !glibc && g_figures)
     return "the library's thread for the allocator's calls at exit could not start";
   if (!able) return "the allocator gives no figures heapsight can read (an allocator it does not know)";
   return "the allocator's lock stayed taken at exit";

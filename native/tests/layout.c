@@ -34,7 +34,7 @@ int main(void) {
   SEG(exit_rss_after); SEG(exit_anon_before); SEG(exit_anon_after); SEG(exit_release_kind);
   SEG(exit_stats_before); SEG(exit_stats_after); SEG(slots_offset); SEG(creator_pid); SEG(image);
   SEG(exit_probe_status); SEG(library_threads); SEG(library_cpu_ns); SEG(snapshot_seq); SEG(snapshot_ack); SEG(snapshot_label);
-  SEG(heapmap_seq); SEG(heapmap_ack); SEG(heapmap_at_exit); SEG(mapped_at); SEG(heapmap_exit_pid); SEG(exit_done_ns); SEG(slot_claims); SEG(own_private_bytes); SEG(glibc_main_arena); SEG(glibc_arena_next_off); SEG(glibc_arena_sysmem_off); SEG(threads_seen); SEG(seccomp_at_ns); SEG(exit_begun_ns); SEG(exit_begun_how); SEG(py_finalizing_addr); SEG(owners); SEG(hist); SEG(slots); SEG(profile);
+  SEG(heapmap_seq); SEG(heapmap_ack); SEG(heapmap_at_exit); SEG(mapped_at); SEG(heapmap_exit_pid); SEG(heapmap_copy_pid); SEG(exit_done_ns); SEG(slot_claims); SEG(own_private_bytes); SEG(glibc_main_arena); SEG(glibc_arena_next_off); SEG(glibc_arena_sysmem_off); SEG(threads_seen); SEG(seccomp_at_ns); SEG(exit_begun_ns); SEG(exit_begun_how); SEG(py_finalizing_addr); SEG(owners); SEG(hist); SEG(slots); SEG(profile);
   first = 0;
   printf("}, \"slot\": {");
   SLOT(left); SLOT(free_left); SLOT(alloc_chunk_bytes); SLOT(free_chunk_bytes);

@@ -19,7 +19,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 22
+VERSION = 23
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -142,6 +142,7 @@ _HEADER_FIELDS = [
     ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
     ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
     ("heapmap_at_exit", U8), ("mapped_at", U8), ("heapmap_exit_pid", U8),
+    ("heapmap_copy_pid", U8),
     ("exit_done_ns", U8), ("slot_claims", U8), ("own_private_bytes", U8),
     ("glibc_main_arena", U8), ("glibc_arena_next_off", U8), ("glibc_arena_sysmem_off", U8),
     ("threads_seen", U8), ("seccomp_at_ns", U8),

@@ -184,7 +184,7 @@ class _Callbacks:
                     f"{HEAP_MAP_EVERY_S:g} s (each copies the program); the snapshots between "
                     "have none", sys.stderr)
             self.maps_said = True
-        elif wanted and every and copy_walking():
+        elif wanted and every and copy_walking(segment):
             # one copy at a time: copies walked side by side would take the machine from
             # the program (each walks and marks its whole heap)
             if opts.warn and not self.walking_said:
@@ -195,7 +195,7 @@ class _Callbacks:
         elif wanted:
             # one asked for by itself waits for the copy being walked, if any (the program
             # that asked waits in heapsight_snapshot() meanwhile)
-            wait_copies(MAP_WAIT_S)
+            wait_copies(segment, MAP_WAIT_S)
             self.maps_last = t if every else self.maps_last
             n = len(self.maps_asked) + 1
             self.maps_asked[n] = f"snapshot: {label}"
@@ -282,7 +282,7 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     prof = profile.read(segment) if attached else None
     if attached:
         wait_exit_map(segment)
-        wait_copies(EXIT_MAP_WAIT_S)   # a snapshot's, made at the program's last calls
+        wait_copies(segment, EXIT_MAP_WAIT_S)   # a snapshot's, made at the program's last calls
     collected = collect_maps(segment)
     maps = [(cb.maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
             for name, hm in sorted(collected.items(),   # snapshots, then exit
@@ -385,17 +385,27 @@ def _copies() -> list:
     return out
 
 
-def copy_walking() -> bool:
-    """Whether a copy of the program is still being walked (its map not yet written); the
-    copies that ended are reaped."""
+def copy_walking(segment) -> bool:
+    """Whether a copy of the program is still being walked (its map not yet written): one
+    of this process's children (the copies that ended are reaped), or the last one the
+    library made, which is the program's own child where heapsight did not start it
+    (--follow's program)."""
     reap_copies()
-    return any(state != b"Z" for _, state in _copies())
+    if any(state != b"Z" for _, state in _copies()):
+        return True
+    pid = segment.get("heapmap_copy_pid")
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            name, _, rest = f.read().rpartition(b")")
+    except OSError:
+        return False
+    return bool(pid) and name.endswith(b"(hs-heapmap") and rest.split()[:1] not in ([b"Z"], [b"X"])
 
 
-def wait_copies(timeout_s: float) -> None:
+def wait_copies(segment, timeout_s: float) -> None:
     """Until no copy is being walked, or timeout_s."""
     deadline = time.monotonic() + timeout_s
-    while copy_walking() and time.monotonic() < deadline:
+    while copy_walking(segment) and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
