@@ -15,7 +15,8 @@ import pytest
 
 from conftest import scenario
 from heapsight import heapmap as H
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 from heapsight.live.measure import wait_exit_map
 from heapsight.live import readloop
 from heapsight.native import LIB
@@ -73,7 +74,7 @@ def pin(*args, tmp_path, **kw):
 
 def real_release(seg) -> int:
     """What the exit probe's own release gave back (anonymous RSS before less after)."""
-    assert seg.get("exit_probe_status") == S.PROBE_DONE
+    assert seg.get("exit_probe_status") == L.PROBE_DONE
     return seg.get("exit_anon_before") - seg.get("exit_anon_after")
 
 
@@ -318,7 +319,7 @@ def test_a_map_is_taken_where_a_child_process_could_disturb_the_program(code):
         out, err = p.communicate(input="", timeout=30)
         # no SIGCHLD reached the handler, and waitpid(-1) found nothing to reap
         assert p.returncode == 0 and out == "heard 0 waited 0\n", (out, err)
-        assert seg.get("exit_probe_status") == S.PROBE_DONE   # the exit figures all the same
+        assert seg.get("exit_probe_status") == L.PROBE_DONE   # the exit figures all the same
     finally:
         if p.poll() is None:
             p.kill()
@@ -336,7 +337,7 @@ def test_exit_from_a_signal_handler_inside_malloc_still_ends(tmp_path):
             seen.add(hm.status.split(":")[0])
             # the map gives up on a lock held for 0.2 s (its copy takes them), saying so; the
             # release after it then finds the lock held too
-            if seg.get("exit_probe_status") == S.PROBE_ALLOCATOR_LOCKED:
+            if seg.get("exit_probe_status") == L.PROBE_ALLOCATOR_LOCKED:
                 assert hm.status.startswith("not mapped: ") and "lock" in hm.status, hm.status
             else:
                 assert hm.status == "mapped" or "kept the main arena's lock" in hm.status, hm.status

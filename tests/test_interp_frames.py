@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from heapsight import profile as P
+from heapsight import layout as L, profile as P
 from heapsight import sites, symbolize
 
 PYTHON = "/usr/bin/python3"
@@ -296,12 +296,12 @@ def tagged_profile(records: list, stacks: list) -> P.Profile:
         at.append(len(words))
         raw = fn.encode() + file.encode()
         raw += b"\0" * (-len(raw) % 8)
-        words += [P.IFRAME_MAGIC, 1, 2, 3, line | len(fn.encode()) << 32 | len(file.encode()) << 48]
+        words += [L.IFRAME_MAGIC, 1, 2, 3, line | len(fn.encode()) << 32 | len(file.encode()) << 48]
         words += np.frombuffer(raw, "<u8").tolist()
     offsets = []
     for st in stacks:
         offsets.append(len(words))
-        words += [len(st)] + [P.IFRAME_TAG | 1 << 56 | at[x[1]] if isinstance(x, tuple) else x
+        words += [len(st)] + [L.IFRAME_TAG | 1 << 56 | at[x[1]] if isinstance(x, tuple) else x
                               for x in st]
     allocs = np.zeros(len(stacks), P.ALLOC_DTYPE)
     allocs["index"] = np.arange(len(stacks))
@@ -359,7 +359,7 @@ def test_a_comprehension_s_memory_is_the_function_it_is_in():
 def test_a_bad_record_is_an_unnamed_frame_and_the_reason_frames_were_not_read_is_one_line():
     prof = tagged_profile([("f", "x.py", 1)], [[0x3000, ("py", 0)]])
     prof.stack_words[1] = 0   # the record's magic gone
-    assert prof.iframe(P.IFRAME_TAG | 1 << 56 | 1) is None
+    assert prof.iframe(L.IFRAME_TAG | 1 << 56 | 1) is None
     s = sites.build(prof, [sites.Moment("peak", None, 1.0, MiB)], "libgcc", symbolizer=fake_symbolizer)
     assert s["moments"][0]["sites"][0]["site"].startswith("[python]+0x")
     prof.interp = {"kind": 1, "status": 1, "version": 0x030e01f0}

@@ -1,49 +1,42 @@
 """The native part on its own: the segment layout both sides agree on, and the counters
 hammered from more threads than there are slots."""
 
-import json
 import math
 import subprocess
 
+import c_mirror
+import numpy as np
 from conftest import scenario
-from heapsight import native, segment as S
+from heapsight import allocators, layout as L, native
 
 
-def test_layout_matches_the_compiler():
-    layout = json.loads(subprocess.run([scenario("hs-layout")], capture_output=True, text=True,
-                                       check=True).stdout)
-    assert layout["segment_bytes"] == S.PROFILE_OFFSET + S.PROFILE_TABLES
-    # the file's size says the profile's room: both sides size every room alike
-    assert layout["segment_bytes_by_room"] == [S.segment_bytes(k) for k in range(S.ROOM_MAX + 1)]
-    assert (layout["profile_tables"], layout["profile_unit_bytes"], layout["room_default"]) == (
-        S.PROFILE_TABLES, S.UNIT_BYTES, S.ROOM_DEFAULT)
-    assert layout["unit"] == [S.EVENTS_UNIT, S.WORDS_UNIT, S.MODULES_UNIT]
-    assert layout["slot_bytes"] == S.SLOT_DTYPE.itemsize
-    assert layout["stats_bytes"] == S.STATS_DTYPE.itemsize
-    assert layout["classes"] == S.CLASSES
-    assert (layout["block_extra"], layout["flush_total_bytes"]) == (S.BLOCK_EXTRA,
-                                                                   S.FLUSH_TOTAL_BYTES)
-    assert (layout["map_limit_s"], layout["probe_limit_s"]) == (S.MAP_LIMIT_S, S.PROBE_LIMIT_S)
-    for name, (offset, size) in layout["segment"].items():
-        if name == "slots":
-            assert offset == S.SLOTS_OFFSET
-            continue
-        if name == "profile":
-            assert (offset, size) == (S.PROFILE_OFFSET, S.PROFILE_HEADER_DTYPE.itemsize)
-            continue
-        dtype, py_offset = S.HEADER_DTYPE.fields[name][:2]
-        assert (py_offset, dtype.itemsize) == (offset, size), name
-    for name, (offset, size) in layout["slot"].items():
-        dtype, py_offset = S.SLOT_DTYPE.fields[name][:2]
-        assert (py_offset, dtype.itemsize) == (offset, size), name
-    assert (layout["event_bytes"], layout["module_bytes"]) == (
-        S.EVENT_DTYPE.itemsize, S.MODULE_DTYPE.itemsize)
-    for name, (offset, size) in layout["profile"].items():
-        dtype, py_offset = S.PROFILE_HEADER_DTYPE.fields[name][:2]
-        assert (py_offset, dtype.itemsize) == (offset, size), name
-    for name, (offset, size) in layout["stats"].items():
-        dtype, py_offset = S.STATS_DTYPE.fields[name][:2]
-        assert (py_offset, dtype.itemsize) == (offset, size), name
+def test_the_segment_layout_is_the_compilers(tmp_path):
+    # GIVEN every struct and constant heapsight.layout mirrors of heapsight.h
+    rc, out, n = c_mirror.run(L.C_HEADER, L.C_STRUCTS, L.C_CONSTANTS, tmp_path, L.C_PARTIAL)
+    # THEN the compiler lays out and values each alike (each field of each struct)
+    assert rc == 0, out
+    assert n > 250 and out.strip() == f"0 of {n} differ"
+    # and the allocator catalogue's identities are heapsight.h's
+    ids = {f"HS_ALLOC_{a.name.upper()}": a.segment_id for a in allocators.ALLOCATORS.values()}
+    rc, out, _ = c_mirror.run(L.C_HEADER, {}, ids, tmp_path)
+    assert rc == 0, out
+
+
+def test_the_mirror_check_finds_a_field_out_of_place(tmp_path):
+    # GIVEN the slot's dtype with two fields swapped, and a constant off by one
+    names = list(L.SLOT_DTYPE.names)
+    names[4], names[5] = names[5], names[4]
+    swapped = np.dtype([(n, L.SLOT_DTYPE.fields[n][0]) for n in names])
+    rc, out, _ = c_mirror.run(L.C_HEADER, {"hs_slot_t": swapped},
+                              {"HS_MAX_SLOTS": L.MAX_SLOTS + 1}, tmp_path)
+    # THEN each is named with both values
+    assert rc != 0
+    assert f"hs_slot_t.{names[4]}: offset: C says" in out
+    assert f"HS_MAX_SLOTS: C says {L.MAX_SLOTS}, Python {L.MAX_SLOTS + 1}" in out
+    # and a field only C has shows as a size (the slot without its last field)
+    short = np.dtype([(n, L.SLOT_DTYPE.fields[n][0]) for n in L.SLOT_DTYPE.names[:-1]])
+    rc, out, _ = c_mirror.run(L.C_HEADER, {"hs_slot_t": short}, {}, tmp_path)
+    assert rc != 0 and "sizeof(hs_slot_t): C says" in out
 
 
 def test_counters_exact_under_300_threads():
@@ -54,7 +47,7 @@ def test_counters_exact_under_300_threads():
 
 def test_size_class_floors_match_hs_class_of():
     # GIVEN each class's smallest usable size as Python names it (segment.class_floor_bytes)
-    floors = [S.class_floor_bytes(c) for c in range(S.CLASSES)]
+    floors = [L.class_floor_bytes(c) for c in range(L.CLASSES)]
     assert all(a < b for a, b in zip(floors, floors[1:]))
     # WHEN the C function the counters use classifies it, and the byte below it
     sizes = [f for f in floors] + [f - 1 for f in floors[1:]]
@@ -62,8 +55,8 @@ def test_size_class_floors_match_hs_class_of():
                          text=True, check=True).stdout.split()
     classes = list(map(int, got))
     # THEN the floor is in its class and the byte below it in the class before
-    assert classes[:S.CLASSES] == list(range(S.CLASSES))
-    assert classes[S.CLASSES:] == list(range(S.CLASSES - 1))
+    assert classes[:L.CLASSES] == list(range(L.CLASSES))
+    assert classes[L.CLASSES:] == list(range(L.CLASSES - 1))
 
 
 def test_the_librarys_log_and_expm1_are_libms():

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from conftest import scenario
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 from heapsight.native import LIB
 
 
@@ -35,20 +36,20 @@ def test_exit_from_a_signal_handler_inside_malloc_never_hangs():
         p, seg = run_attached(scenario("hs-exit-signal"), "--after-ms", "20")
         try:
             assert p.returncode == 0, p.stderr
-            assert seg.get("state") == S.STATE_DONE
+            assert seg.get("state") == L.STATE_DONE
             statuses.append(seg.get("exit_probe_status"))
         finally:
             seg.close()
     # THEN every run ended, measured or saying the allocator's lock was held
-    assert set(statuses) <= {S.PROBE_DONE, S.PROBE_ALLOCATOR_LOCKED}, statuses
-    assert S.PROBE_ALLOCATOR_LOCKED in statuses, "the locked case never came up: no test"
+    assert set(statuses) <= {L.PROBE_DONE, L.PROBE_ALLOCATOR_LOCKED}, statuses
+    assert L.PROBE_ALLOCATOR_LOCKED in statuses, "the locked case never came up: no test"
 
 
 def test_a_plain_exit_is_measured_on_the_exiting_thread_with_no_thread_of_ours():
     p, seg = run_attached(scenario("hs-leak"), "--mb", "5")
     try:
         assert p.returncode == 0, p.stderr
-        assert seg.get("exit_probe_status") == S.PROBE_DONE
+        assert seg.get("exit_probe_status") == L.PROBE_DONE
         # glibc: no thread of heapsight's in the program; its figures are read from outside
         assert seg.get("library_threads") == 0 and seg.get("glibc_main_arena") != 0
         assert seg.get("exit_release_kind") == seg.get("allocator_id") == 1  # glibc: trimmed
@@ -73,7 +74,7 @@ def test_no_statistics_while_it_runs_yet_the_exit_is_measured(allocator):
         p = subprocess.run([scenario("hs-leak"), "--mb", "5"], env=env, capture_output=True,
                            text=True, timeout=20)
         assert p.returncode == 0, p.stderr
-        assert seg.get("exit_probe_status") == S.PROBE_DONE
+        assert seg.get("exit_probe_status") == L.PROBE_DONE
         assert seg.alloc_stats("exit_stats_before").mapped_bytes >= 5 << 20
     finally:
         seg.close()

@@ -13,7 +13,7 @@ import pytest
 from conftest import scenario
 from heapsight import native
 from heapsight.live import procfs, readloop
-from heapsight.segment import Segment
+from heapsight.live.segment import Segment
 
 
 @pytest.fixture

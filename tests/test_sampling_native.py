@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 from heapsight.native import LIB, program
 
 BLOCK_DTYPE = np.dtype([("addr", "<u8"), ("usable", "<u8"), ("freed", "<u8")])
@@ -34,7 +35,7 @@ class Profile:
         return [int(a) for a in self.words[offset + 1:offset + 1 + n]]
 
     def allocs(self) -> np.ndarray:
-        return np.nonzero(self.events["kind"] == S.EVENT_ALLOC)[0]
+        return np.nonzero(self.events["kind"] == L.EVENT_ALLOC)[0]
 
     def module_of(self, addr: int, event: int):
         """The module holding addr for this event: the latest recorded before it."""
@@ -49,16 +50,16 @@ class Profile:
 def read_profile(path: str) -> Profile:
     with open(path, "rb") as f:
         raw = np.frombuffer(f.read(), np.uint8)
-    b = S.PROFILE_OFFSET
-    head = raw[b:b + S.PROFILE_HEADER_DTYPE.itemsize].view(S.PROFILE_HEADER_DTYPE)[0]
-    n = min(int(head["events_used"]), S.PROFILE_EVENTS)
-    e0 = b + S.PROFILE_EVENTS_OFFSET
-    events = raw[e0:e0 + n * S.EVENT_DTYPE.itemsize].view(S.EVENT_DTYPE)
-    w0 = b + S.PROFILE_STACKS_OFFSET
+    b = L.PROFILE_OFFSET
+    head = raw[b:b + L.PROFILE_HEADER_DTYPE.itemsize].view(L.PROFILE_HEADER_DTYPE)[0]
+    n = min(int(head["events_used"]), L.PROFILE_EVENTS)
+    e0 = b + L.PROFILE_EVENTS_OFFSET
+    events = raw[e0:e0 + n * L.EVENT_DTYPE.itemsize].view(L.EVENT_DTYPE)
+    w0 = b + L.PROFILE_STACKS_OFFSET
     words = raw[w0:w0 + int(head["stack_words_used"]) * 8].view("<u8")
-    m0 = b + S.PROFILE_MODULES_OFFSET
-    modules = raw[m0:m0 + int(head["modules_used"]) * S.MODULE_DTYPE.itemsize].view(S.MODULE_DTYPE)
-    seg_head = raw[:S.HEADER_DTYPE.itemsize].view(S.HEADER_DTYPE)[0]
+    m0 = b + L.PROFILE_MODULES_OFFSET
+    modules = raw[m0:m0 + int(head["modules_used"]) * L.MODULE_DTYPE.itemsize].view(L.MODULE_DTYPE)
+    seg_head = raw[:L.HEADER_DTYPE.itemsize].view(L.HEADER_DTYPE)[0]
     return Profile(head, events, words, modules, seg_head)
 
 
@@ -146,11 +147,11 @@ def ht_sigma(all_sizes, mean):
 def check_events_consistent(prof: Profile):
     """Every claimed event is published; a FREE names an earlier ALLOC, never twice."""
     kinds = prof.events["kind"]
-    assert np.isin(kinds, [S.EVENT_ALLOC, S.EVENT_FREE]).all()
+    assert np.isin(kinds, [L.EVENT_ALLOC, L.EVENT_FREE]).all()
     freed = set()
-    for i in np.nonzero(kinds == S.EVENT_FREE)[0]:
+    for i in np.nonzero(kinds == L.EVENT_FREE)[0]:
         j = int(prof.events["addr"][i])
-        assert j < i and kinds[j] == S.EVENT_ALLOC, (i, j)
+        assert j < i and kinds[j] == L.EVENT_ALLOC, (i, j)
         assert j not in freed
         freed.add(j)
     return freed
@@ -161,7 +162,7 @@ def test_sampled_bytes_estimate_the_known_volume_and_frees_match(tmp_path):
     # functions, all live together, then main frees every other one
     exe, prof, blocks = sampling_run(tmp_path, "--threads", "4", "--blocks", "20000")
     mean = 524288
-    assert int(prof.head["magic"]) == S.PROFILE_MAGIC and int(prof.head["mean_bytes"]) == mean
+    assert int(prof.head["magic"]) == L.PROFILE_MAGIC and int(prof.head["mean_bytes"]) == mean
     assert int(prof.head["dropped_samples"]) == 0
     samples = matched_samples(prof, blocks, exe)
     # THEN the Horvitz-Thompson estimate of the blocks' usable bytes is within 4 sigma of
@@ -243,7 +244,7 @@ def test_sampling_off_writes_nothing(tmp_path):
     exe, prof, blocks = sampling_run(tmp_path, "--threads", "2", "--blocks", "5000",
                                      sample_bytes=0)
     assert len(blocks) == 10000
-    assert int(prof.head["magic"]) == S.PROFILE_MAGIC
+    assert int(prof.head["magic"]) == L.PROFILE_MAGIC
     assert int(prof.head["mean_bytes"]) == 0
     for field in ("events_used", "stack_words_used", "modules_used", "dropped_samples", "unwinds"):
         assert int(prof.head[field]) == 0, field
@@ -294,7 +295,7 @@ def test_the_profile_starts_over_when_the_owner_execs(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "exec=2" in p.stdout
     assert int(prof.seg_head["execs"]) == 1
-    assert int(prof.head["magic"]) == S.PROFILE_MAGIC
+    assert int(prof.head["magic"]) == L.PROFILE_MAGIC
     # THEN only the second image's blocks are in the profile, with their stacks
     syms = symbols(exe)
     allocs = prof.allocs()
@@ -317,22 +318,22 @@ def test_a_full_profile_drops_samples_but_still_records_every_free(tmp_path):
                                      "--small", "1", sample_bytes=64)
     # THEN the library counted what it could not record, and wrote no more than fits
     assert int(prof.head["dropped_samples"]) > 0
-    assert int(prof.head["events_used"]) <= S.PROFILE_EVENTS
+    assert int(prof.head["events_used"]) <= L.PROFILE_EVENTS
     kinds = prof.events["kind"]
-    assert np.isin(kinds, [S.EVENT_ALLOC, S.EVENT_FREE]).all()
+    assert np.isin(kinds, [L.EVENT_ALLOC, L.EVENT_FREE]).all()
     # AND every recorded sample of a freed block has its FREE (room was kept for it), and
     # no FREE names anything but an earlier ALLOC
-    allocs = np.flatnonzero(kinds == S.EVENT_ALLOC)
-    frees = np.flatnonzero(kinds == S.EVENT_FREE)
+    allocs = np.flatnonzero(kinds == L.EVENT_ALLOC)
+    frees = np.flatnonzero(kinds == L.EVENT_FREE)
     target = prof.events["addr"][frees].astype(np.int64)
-    assert (target < frees).all() and (kinds[target] == S.EVENT_ALLOC).all()
+    assert (target < frees).all() and (kinds[target] == L.EVENT_ALLOC).all()
     assert len(np.unique(target)) == len(target)
     order = np.argsort(blocks["addr"])
     addrs = blocks["addr"][order]
     pos = np.searchsorted(addrs, prof.events["addr"][allocs])
     pos = np.minimum(pos, len(addrs) - 1)
     ours = addrs[pos] == prof.events["addr"][allocs]
-    assert ours.sum() > 0.5 * S.PROFILE_EVENTS / 2
+    assert ours.sum() > 0.5 * L.PROFILE_EVENTS / 2
     was_freed = blocks["freed"][order][pos[ours]].astype(bool)
     has_free = np.isin(allocs[ours], target)
     assert (has_free == was_freed).all()

@@ -6,16 +6,17 @@ import os
 
 import numpy as np
 
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 
 
 def writable(seg):
     """The segment as the library sees it: (mapping, header, slots), to write into."""
     fd = os.open(seg.path, os.O_RDWR)
-    m = mmap.mmap(fd, S.SEGMENT_BYTES)
+    m = mmap.mmap(fd, L.SEGMENT_BYTES)
     os.close(fd)
-    return (m, np.ndarray((), S.HEADER_DTYPE, buffer=m, offset=0),
-            np.ndarray((S.MAX_SLOTS,), S.SLOT_DTYPE, buffer=m, offset=S.SLOTS_OFFSET))
+    return (m, np.ndarray((), L.HEADER_DTYPE, buffer=m, offset=0),
+            np.ndarray((L.MAX_SLOTS,), L.SLOT_DTYPE, buffer=m, offset=L.SLOTS_OFFSET))
 
 
 def test_more_frees_than_allocations_read_as_nothing_live():
@@ -44,12 +45,12 @@ def test_exit_figures_the_probe_did_not_take_read_as_none_with_the_reason():
     try:
         m, head, _ = writable(seg)
         # GIVEN a run whose exit probe found the allocator locked and had no sample to keep
-        head["state"], head["exit_probe_status"] = S.STATE_DONE, S.PROBE_ALLOCATOR_LOCKED
+        head["state"], head["exit_probe_status"] = L.STATE_DONE, L.PROBE_ALLOCATOR_LOCKED
         # THEN there are no exit figures (not zeros), and the reason is there to show
         assert seg.alloc_stats("exit_stats_before") is None
         assert "lock was held" in seg.exit_probe_why_not()
         # GIVEN instead a measured exit
-        head["exit_probe_status"] = S.PROBE_DONE
+        head["exit_probe_status"] = L.PROBE_DONE
         head["exit_stats_before"]["time_ns"] = 123
         head["exit_stats_before"]["mapped_bytes"] = 4096
         assert seg.alloc_stats("exit_stats_before").mapped_bytes == 4096

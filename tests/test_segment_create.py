@@ -6,7 +6,8 @@ import stat
 
 import numpy as np
 
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 
 
 def test_the_segment_is_made_0600_whatever_the_umask():
@@ -19,10 +20,10 @@ def test_the_segment_is_made_0600_whatever_the_umask():
         st = os.lstat(seg.path)
         assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
         assert stat.S_IMODE(st.st_mode) == 0o600
-        assert st.st_size == S.SEGMENT_BYTES
-        head = np.frombuffer(open(seg.path, "rb").read(S.HEADER_DTYPE.itemsize), S.HEADER_DTYPE)[0]
+        assert st.st_size == L.SEGMENT_BYTES
+        head = np.frombuffer(open(seg.path, "rb").read(L.HEADER_DTYPE.itemsize), L.HEADER_DTYPE)[0]
         assert (int(head["magic"]), int(head["version"]), int(head["size_bytes"])) == \
-            (S.CREATED, S.VERSION, S.SEGMENT_BYTES)
+            (L.CREATED, L.VERSION, L.SEGMENT_BYTES)
         assert int(head["creator_pid"]) == os.getpid() and int(head["owner_pid"]) == 0
     finally:
         seg.close()

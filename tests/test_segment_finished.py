@@ -7,7 +7,8 @@ import os
 import subprocess
 
 from conftest import scenario
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 from heapsight.native import LIB
 
 
@@ -20,7 +21,7 @@ def test_a_finished_runs_segment_is_left_alone():
         p = subprocess.run([scenario("hs-leak"), "--mb", "2"], env=env, capture_output=True,
                            text=True, timeout=30)
         assert p.returncode == 0, p.stderr
-        assert seg.get("state") == S.STATE_DONE
+        assert seg.get("state") == L.STATE_DONE
         owner = seg.get("owner_pid")
         before = hashlib.sha256(open(seg.path, "rb").read()).hexdigest()
         # WHEN another process starts with the same variable (this process, its creator,

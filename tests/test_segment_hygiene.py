@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from heapsight import segment
+from heapsight import layout as L
 
 HS = [sys.executable, "-m", "heapsight"]
 
@@ -307,7 +307,7 @@ def test_a_dev_shm_short_of_the_default_room_gets_the_least(tmp_path):
     assert r.returncode == 7, r.stderr[-2000:]
     s = json.loads(summary.read_text())
     assert s["preload"] == "active"
-    assert 0 < s["sites"]["samples"] <= segment.EVENTS_UNIT // 2
+    assert 0 < s["sites"]["samples"] <= L.EVENTS_UNIT // 2
     assert s["sites"]["dropped"] > 0 and "not recorded" in r.stderr
 
 

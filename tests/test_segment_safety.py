@@ -10,7 +10,8 @@ import sys
 
 import numpy as np
 
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 from heapsight.native import LIB
 
 
@@ -26,12 +27,12 @@ def under_preload(seg_path, cwd):
 
 
 def made_segment(path, creator: int, mode: int = 0o600) -> None:
-    """A file laid out as the CLI makes one (segment.Segment), with the given creator."""
-    head = np.zeros((), S.HEADER_DTYPE)
-    head["magic"], head["version"], head["size_bytes"] = S.CREATED, S.VERSION, S.SEGMENT_BYTES
+    """A file laid out as the CLI makes one (S.Segment), with the given creator."""
+    head = np.zeros((), L.HEADER_DTYPE)
+    head["magic"], head["version"], head["size_bytes"] = L.CREATED, L.VERSION, L.SEGMENT_BYTES
     head["creator_pid"] = creator
     with open(path, "wb") as f:
-        f.truncate(S.SEGMENT_BYTES)
+        f.truncate(L.SEGMENT_BYTES)
         f.write(head.tobytes())
     os.chmod(path, mode)
 
@@ -40,7 +41,7 @@ def test_a_file_that_is_no_segment_is_never_written(tmp_path):
     # GIVEN files of the segment's size that heapsight did not make
     victims = []
     plain = tmp_path / "data.bin"
-    plain.write_bytes(os.urandom(S.SEGMENT_BYTES))
+    plain.write_bytes(os.urandom(L.SEGMENT_BYTES))
     os.chmod(plain, 0o600)
     victims.append(plain)
     big = tmp_path / "big.bin"                      # 3 MB and more: today's only check
@@ -80,8 +81,8 @@ def test_a_segment_made_for_a_live_run_is_attached(tmp_path):
     seg = tmp_path / "seg"
     made_segment(seg, os.getpid())
     under_preload(seg, tmp_path)
-    head = np.frombuffer(open(seg, "rb").read(S.HEADER_DTYPE.itemsize), S.HEADER_DTYPE)[0]
-    assert int(head["magic"]) == S.MAGIC and int(head["owner_pid"]) != 0
+    head = np.frombuffer(open(seg, "rb").read(L.HEADER_DTYPE.itemsize), L.HEADER_DTYPE)[0]
+    assert int(head["magic"]) == L.MAGIC and int(head["owner_pid"]) != 0
 
 
 def test_another_users_leftover_segment_does_not_stop_a_run(tmp_path):

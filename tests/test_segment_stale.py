@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from heapsight import segment as S
+from heapsight.live import segment as S
 
 NOBODY = 65534
 DEAD_PID = 4194304 + 1  # above any pid_max: no such process
@@ -67,7 +67,7 @@ def test_a_leftover_we_cannot_remove_does_not_stop_a_user():
     try:
         p = subprocess.run(
             ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-             sys.executable, "-c", "from heapsight import segment as S; S.remove_stale_segments(); "
+             sys.executable, "-c", "from heapsight.live import segment as S; S.remove_stale_segments(); "
              "s = S.Segment(); s.close(); print('ok')"],
             capture_output=True, text=True, cwd="/", timeout=60)
         # THEN its clean-up passes over the file and its own segment is made
@@ -85,7 +85,7 @@ def test_our_own_leftover_of_a_dead_process_is_removed():
 
 def dead_runs_segment(tmp_path) -> str:
     """The segment of a heapsight process killed with -9 mid-run, with a heap map beside it."""
-    code = ("from heapsight import segment as S; import sys, time; s = S.Segment(); "
+    code = ("from heapsight.live import segment as S; import sys, time; s = S.Segment(); "
             "open(s.path + '.map.1', 'wb').write(b'x'); print(s.path, flush=True); time.sleep(60)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     path = p.stdout.readline().strip()
@@ -121,7 +121,7 @@ def test_a_killed_processs_own_segment_is_removed_and_a_live_ones_kept():
     # GIVEN two processes started with `heapsight env`'s line (each makes its own segment,
     # heapsight-PID-auto.seg), one of them killed with SIGKILL (no exit handler ran: its
     # segment stayed forever, 13 MiB each)
-    from heapsight import segment as S
+    from heapsight.live import segment as S
     from heapsight.native import LIB
     env = dict(os.environ, LD_PRELOAD=LIB, HEAPSIGHT_SEGMENT="auto")
     procs = [subprocess.Popen(["sleep", "30"], env=env) for _ in range(2)]

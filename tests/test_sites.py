@@ -17,7 +17,8 @@ import pytest
 
 from heapsight import profile as P
 from heapsight import record, sites, symbolize
-from heapsight import segment as S
+from heapsight import layout as L
+from heapsight.live import segment as S
 from heapsight.errors import HeapsightError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,26 +33,26 @@ def write_profile(seg: S.Segment, mean: int, events: list, stacks: list, modules
     time_ns, stack number or None); stacks: lists of return addresses; modules: (lo, hi,
     bias, first_event, path)."""
     fd = os.open(seg.path, os.O_RDWR)
-    m = mmap.mmap(fd, S.SEGMENT_BYTES)
+    m = mmap.mmap(fd, L.SEGMENT_BYTES)
     os.close(fd)
     words, offsets = [0], []
     for st in stacks:
         offsets.append(len(words))
         words += [len(st), *st]
-    ev = np.zeros(len(events), S.EVENT_DTYPE)
+    ev = np.zeros(len(events), L.EVENT_DTYPE)
     for i, (kind, addr, size, t, st) in enumerate(events):
         ev[i] = (addr, size, t, offsets[st] if st is not None else 0, kind)
-    md = np.zeros(len(modules), S.MODULE_DTYPE)
+    md = np.zeros(len(modules), L.MODULE_DTYPE)
     for i, (lo, hi, bias, first, path) in enumerate(modules):
         md[i] = (lo, hi, bias, first, path.encode())
     w = np.array(words, "<u8")
-    head = np.zeros((), S.PROFILE_HEADER_DTYPE)
-    head["magic"], head["mean_bytes"], head["events_used"] = S.PROFILE_MAGIC, mean, len(events)
+    head = np.zeros((), L.PROFILE_HEADER_DTYPE)
+    head["magic"], head["mean_bytes"], head["events_used"] = L.PROFILE_MAGIC, mean, len(events)
     head["stack_words_used"], head["modules_used"] = len(words), len(modules)
     head["dropped_samples"] = dropped
-    for off, arr in ((S.PROFILE_EVENTS_OFFSET, ev), (S.PROFILE_STACKS_OFFSET, w),
-                     (S.PROFILE_MODULES_OFFSET, md), (0, head)):   # the header last
-        at = S.PROFILE_OFFSET + off
+    for off, arr in ((L.PROFILE_EVENTS_OFFSET, ev), (L.PROFILE_STACKS_OFFSET, w),
+                     (L.PROFILE_MODULES_OFFSET, md), (0, head)):   # the header last
+        at = L.PROFILE_OFFSET + off
         m[at:at + arr.nbytes] = arr.tobytes()
     m.close()
 
@@ -65,14 +66,14 @@ def test_the_profile_skips_unpublished_events_and_folds_frees_into_their_block()
     try:
         # GIVEN allocations, a free of the first, an event still EMPTY (a writer stopped
         # halfway), and frees naming an EMPTY event, a FREE event and no event at all
-        ALLOC, FREE, EMPTY = S.EVENT_ALLOC, S.EVENT_FREE, S.EVENT_EMPTY
+        ALLOC, FREE, EMPTY = L.EVENT_ALLOC, L.EVENT_FREE, L.EVENT_EMPTY
         write_profile(seg, 4096, [(ALLOC, 0x1000, 100, 10, 0), (ALLOC, 0x2000, 200, 20, 1),
                                   (EMPTY, 0x3000, 300, 25, 0), (FREE, 0, 0, 30, None),
                                   (FREE, 2, 0, 31, None), (FREE, 3, 0, 32, None),
                                   (FREE, 99, 0, 33, None)],
                       [[0x401000], [0x401010, 0x401020]], [(0x400000, 0x500000, 0x400000, 0, "/x")],
                       dropped=5)
-        prof = P.read(seg)
+        prof = seg.profile()
     finally:
         seg.close()
     # THEN the two published allocations, the first freed at 30, the rest ignored
@@ -87,9 +88,9 @@ def test_the_profile_skips_unpublished_events_and_folds_frees_into_their_block()
 def test_a_segment_without_a_profile_or_with_sampling_off_has_none():
     seg = S.Segment()
     try:
-        assert P.read(seg) is None          # the library never set it up
+        assert seg.profile() is None          # the library never set it up
         write_profile(seg, 0, [], [], [])
-        assert P.read(seg) is None          # --sample-bytes 0
+        assert seg.profile() is None          # --sample-bytes 0
     finally:
         seg.close()
 
@@ -179,11 +180,11 @@ def test_a_samples_level_is_signed_a_mean_coarser_than_the_default_where_below_0
     # adaptive sampling goes past the mean where the profile's room runs low), bits 8-15
     seg = S.Segment()
     try:
-        A = S.EVENT_ALLOC
+        A = L.EVENT_ALLOC
         write_profile(seg, 524288, [(A | 5 << 8, 0x1000, 100, 10, 0),
                                     (A | 0xff << 8, 0x2000, 100, 20, 0)],
                       [[0x401000]], [(0x400000, 0x500000, 0x400000, 0, "/x")])
-        prof = P.read(seg)
+        prof = seg.profile()
     finally:
         seg.close()
     # THEN their means are 16 KiB and 1 MiB
@@ -391,14 +392,14 @@ def test_the_record_carries_the_sites_and_a_damaged_one_is_refused(hs_sites, tmp
 
 def test_sample_bytes_0_takes_no_samples(tmp_path, sites_bin, monkeypatch):
     from heapsight.live import measure
-    seen, real_read = [], P.read
+    seen, real_read = [], S.Segment.profile
 
     def read(seg):   # the profile's header in the file, as the run ends
         with open(seg.path, "rb") as f:
-            f.seek(S.PROFILE_OFFSET)
-            seen.append(f.read(S.PROFILE_HEADER_DTYPE.itemsize))
+            f.seek(L.PROFILE_OFFSET)
+            seen.append(f.read(L.PROFILE_HEADER_DTYPE.itemsize))
         return real_read(seg)
-    monkeypatch.setattr(measure.profile, "read", read)
+    monkeypatch.setattr(S.Segment, "profile", read)
     summary, _ = measure.measure([sites_bin], measure.Options(warn=False, sample_bytes=0,
                                                               stdout=subprocess.DEVNULL))
     assert summary.sites is None and summary.heap.n_alloc > 40_000

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from heapsight import segment
+from heapsight import layout as L
 
 HS = [sys.executable, "-m", "heapsight"]
 
@@ -234,7 +234,7 @@ int main(void) {
     # most 8 MiB: its code, the stats segment), and the default
     # profile's tables (13 MiB) only where heapsight could not know of the limit
     assert got(bare.stdout) - got(inherited.stdout) <= 8, (bare.stdout, inherited.stdout)
-    tables = (segment.segment_bytes(segment.ROOM_DEFAULT) - segment.segment_bytes(segment.ROOM_SMALL)) / 2**20
+    tables = (L.segment_bytes(L.ROOM_DEFAULT) - L.segment_bytes(L.ROOM_SMALL)) / 2**20
     assert got(bare.stdout) - got(under.stdout) <= 8 + tables, (bare.stdout, under.stdout)
 
 

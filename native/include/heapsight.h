@@ -1,5 +1,6 @@
 /* heapsight.h: the stats segment, the one contract between libheapsight.so (writer) and
- * the CLI (reader, src/heapsight/segment.py mirrors this layout field by field).
+ * the CLI (reader: src/heapsight/layout.py mirrors this layout field by field, and the
+ * compiler checks each field and constant it mirrors: tests/test_native.py).
  * Fields are little-endian 64-bit integers unless declared otherwise (an event's stack and
  * kind are 32-bit, the kind packing the sampling level; a stack word packs HS_IFRAME_*);
  * byte arrays are NUL padded. Bump HS_SEGMENT_VERSION whenever a field moves. */
@@ -24,7 +25,7 @@
 #define HS_FLUSH_TOTAL_BYTES (1024 * 1024)
 /* How long a heap map's copy may take before it ends itself (heapmap.c), and how long the
  * allocator's calls at exit may take (probe.c): the CLI waits a little longer than these
- * (src/heapsight/segment.py mirrors them). */
+ * (src/heapsight/layout.py mirrors them). */
 #define HS_MAP_LIMIT_S 30
 #define HS_PROBE_LIMIT_S 30
 
@@ -209,10 +210,20 @@ typedef struct hs_hist_s {
  * record is written once per (code, line), before any stack names it. */
 #define HS_IFRAME_TAG (1ull << 63)
 #define HS_IFRAME_MAGIC 0x454d415246534823ull /* "#HSFRAME" */
-#define HS_IFRAME_OFFSET_MASK ((1ull << 56) - 1)
+#define HS_IFRAME_KIND_SHIFT 56
+#define HS_IFRAME_OFFSET_MASK ((1ull << HS_IFRAME_KIND_SHIFT) - 1)
+#define HS_IFRAME_NAME_SHIFT 32 /* word[o+4]: the name's bytes from this bit, */
+#define HS_IFRAME_FILE_SHIFT 48 /* the file's from this one */
+/* Which interpreter (the IFRAME word's kind, the profile's interp_kind) and why its frames
+ * were not read (interp_status). */
+enum { HS_INTERP_NONE = 0, HS_INTERP_PYTHON = 1, HS_INTERP_PERL = 2 };
+enum { HS_INTERP_STATUS_OK = 0, HS_INTERP_STATUS_VERSION = 1, HS_INTERP_STATUS_SYMBOLS = 2,
+       HS_INTERP_STATUS_READS = 3, HS_INTERP_STATUS_OFF = 4 };
 /* MAP: an anonymous private mmap (or brk) the program made itself, outside malloc (every
  * one, not sampled: they are few); its munmap is a FREE naming it like an ALLOC's. */
 enum { HS_EVENT_EMPTY = 0, HS_EVENT_ALLOC = 1, HS_EVENT_FREE = 2, HS_EVENT_MAP = 3 };
+#define HS_EVENT_KIND_MASK 0xffu  /* an event's kind: HS_EVENT_* in these bits, */
+#define HS_EVENT_LEVEL_SHIFT 8    /* an ALLOC's sampling level in the byte from this bit */
 
 typedef struct hs_event_s {
   uint64_t addr;             /* ALLOC, MAP: the block; FREE: index of the event it ends */
@@ -220,7 +231,8 @@ typedef struct hs_event_s {
   uint64_t time_ns;          /* CLOCK_MONOTONIC */
   uint32_t stack;            /* ALLOC, MAP: word offset of its stack; FREE: 0 */
   uint32_t kind;             /* HS_EVENT_* in bits 0-7; an ALLOC's sampling level in bits
-                                8-15 (signed: drawn at mean M / 2^level); stored last */
+                                8-15 (signed: drawn at mean M / 2^level); stored last
+                                (HS_EVENT_KIND_MASK, HS_EVENT_LEVEL_SHIFT) */
 } hs_event_t;
 
 typedef struct hs_module_s {

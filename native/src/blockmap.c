@@ -42,7 +42,7 @@ static int g_incomplete;       /* a region could not be made, or a block lies pa
 /* The system call itself, not mappings.c's hook (which would note heapsight's bitmap as a
  * mapping of the program's); none once a seccomp filter is in (it may forbid it), and none
  * under an address-space limit (ulimit -v), which 64 MiB reserved would take from the
- * program (the segment's profile is made small for it likewise: segment.py). */
+ * program (the segment's profile is made small for it likewise: live/segment.py). */
 static uint64_t *region_new(uint64_t i) {
   if (__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED)) return NULL;
   static int limited = -1;

@@ -179,9 +179,6 @@ void _hs_profile_dlclosed(void);          /* after a dlclose: modules may be gon
 /* The interpreter's frames at a sample (interp.c): what profile.c splices into the stack
  * in place of the interpreter's eval loop. A stored stack holds such a frame as a tagged
  * word, HS_IFRAME_TAG | the word offset of its record in the stack region (heapsight.h). */
-enum { HS_INTERP_NONE = 0, HS_INTERP_PYTHON = 1, HS_INTERP_PERL = 2 };
-enum { HS_INTERP_STATUS_OK = 0, HS_INTERP_STATUS_VERSION = 1, HS_INTERP_STATUS_SYMBOLS = 2,
-       HS_INTERP_STATUS_READS = 3, HS_INTERP_STATUS_OFF = 4 };
 #define HS_INTERP_DEPTH 64
 typedef struct hs_iframe_s {
   uint64_t code, name, file; /* the code object and its two str objects (addresses) */

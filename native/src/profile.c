@@ -249,8 +249,10 @@ static double mean_at(int level) {
 }
 
 /* A sample's level in its event's kind (bits 8-15, signed), and back. */
-static inline uint32_t level_bits(int level) { return (uint32_t)(uint8_t)(int8_t)level << 8; }
-static inline int kind_level(uint32_t kind) { return (int8_t)(uint8_t)(kind >> 8); }
+static inline uint32_t level_bits(int level) {
+  return (uint32_t)(uint8_t)(int8_t)level << HS_EVENT_LEVEL_SHIFT;
+}
+static inline int kind_level(uint32_t kind) { return (int8_t)(uint8_t)(kind >> HS_EVENT_LEVEL_SHIFT); }
 
 /* Bytes to the next sample: exponential of mean M / 2^level. */
 static int64_t draw_at(int level) {
@@ -481,7 +483,7 @@ static uint64_t iframe_word(hs_profile_t *pr, const hs_iframe_t *f, int kind) {
       if (g_irecs.e[j].key != h) continue;
       const uint64_t *w = &g_words[g_irecs.e[j].val];
       if (w[1] == f->code && w[2] == f->name && w[3] == f->file && (uint32_t)w[4] == (uint32_t)f->line)
-        return HS_IFRAME_TAG | (uint64_t)kind << 56 | g_irecs.e[j].val;
+        return HS_IFRAME_TAG | (uint64_t)kind << HS_IFRAME_KIND_SHIFT | g_irecs.e[j].val;
     }
   }
   char names[512];
@@ -495,7 +497,8 @@ static uint64_t iframe_word(hs_profile_t *pr, const hs_iframe_t *f, int kind) {
   w[1] = f->code;
   w[2] = f->name;
   w[3] = f->file;
-  w[4] = (uint64_t)(uint32_t)f->line | (uint64_t)nlen << 32 | (uint64_t)flen << 48;
+  w[4] = (uint64_t)(uint32_t)f->line | (uint64_t)nlen << HS_IFRAME_NAME_SHIFT |
+         (uint64_t)flen << HS_IFRAME_FILE_SHIFT;
   w[4 + (bytes + 7) / 8] = 0; /* the last word's padding */
   memcpy(&w[5], names, bytes);
   __atomic_store_n(&pr->stack_words_used, o + words, __ATOMIC_RELEASE);
@@ -504,7 +507,7 @@ static uint64_t iframe_word(hs_profile_t *pr, const hs_iframe_t *f, int kind) {
   g_irecs.e[j].key = h;
   g_irecs.e[j].val = o;
   g_irecs.used++;
-  return HS_IFRAME_TAG | (uint64_t)kind << 56 | o;
+  return HS_IFRAME_TAG | (uint64_t)kind << HS_IFRAME_KIND_SHIFT | o;
 }
 
 /* The native stack with each eval loop's frame replaced by the interpreter frames it runs

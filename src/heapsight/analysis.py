@@ -11,8 +11,7 @@ import numpy as np
 
 from heapsight import allocators, remedies
 from heapsight.fmt import human, pct, shell_join, shell_quote
-from heapsight.model import Breakdown, Finding, HeapFigures, Hold, Release
-from heapsight.segment import AllocStats
+from heapsight.model import AllocStats, Breakdown, Finding, HeapFigures, Hold, Release
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -21,6 +20,42 @@ MiB = 1024 * 1024
 PART_FIELDS = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "retained_bytes",
                "non_heap_bytes", "file_bytes", "baseline_anon_bytes", "other_anon_bytes",
                "untouched_bytes")
+
+
+
+def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:
+    """(bytes, ± one standard error): the live blocks' waste (usable - requested bytes).
+    The sampled live blocks give its share of the live usable bytes: each class's estimated
+    live blocks times the mean waste of its sampled allocations, over their estimated usable
+    bytes (a ratio estimate; its variance, linearized: Σ v (waste - share·usable)² / usable
+    total², v = (1 - p)/p² for each sampled block). While no sampled block is live (sampling
+    off, or none taken yet), all allocations' waste share stands in (exact, but of every
+    block ever allocated). Summed class by class in order, as native/src/readloop.c does, so
+    both give the same bytes."""
+    share = (usable_total - req_total) / usable_total if usable_total > req_total else 0.0
+    # copies: the library writes the mapping's meanwhile
+    k = ("alloc_w", "live_w", "waste_w", "live_u_w", "live_var", "live_var_u", "live_var_uu")
+    alloc_w, live_w, waste_w, live_u_w, var0, var1, var2 = (np.array(hist[x], dtype=np.float64) for x in k)
+    waste = live_u = 0.0
+    means = {}
+    if int(hist["live_samples"]) > 0:
+        for c in np.flatnonzero(alloc_w > 0).tolist():
+            a, n, u = float(alloc_w[c]), float(live_w[c]), float(live_u_w[c])
+            if n > 0:
+                means[c] = float(waste_w[c]) / a
+                waste += n * means[c]
+            if u > 0:
+                live_u += u
+        if live_u > 0:
+            share = min(1.0, waste / live_u)
+    if live_usable <= 0:
+        return 0, 0
+    error = 0.0
+    if live_u > 0:
+        var = sum(m * m * max(0.0, var0[c]) - 2 * share * m * var1[c] + share * share * max(0.0, var2[c])
+                  for c, m in means.items())
+        error = max(0.0, var) ** 0.5 * live_usable / live_u
+    return int(math.floor(live_usable * share + 0.5)), int(round(error))
 
 
 def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocator: str,

@@ -8,7 +8,7 @@ tested without a process.
   to_json / from_json
   rederive(doc)   a run record's summary, derived again from its capture
 
-Reading is the segment as summarize reads it (the same methods as segment.Segment's it
+Reading is the segment as summarize reads it (the same methods as live.segment.Segment's it
 calls), from a dict. A heap map's reach keeps, of the blocks not reachable, those a sample
 fell in and the largest lost ones: all the analysis uses (a map may list a million)."""
 
@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from heapsight import heapmap, profile as profile_mod, symbolize
-from heapsight.segment import AllocStats, HeapCounters
+from heapsight.model import AllocStats, HeapCounters
 
 # The capture's version: raised whenever what summarize reads changes shape, with an
 # upgrader below from the version before, and a record of each version in tests/data that

@@ -22,7 +22,7 @@ import numpy as np
 
 from heapsight import allocators
 from heapsight.fmt import human, printable
-from heapsight.segment import MAP_LIMIT_S
+from heapsight.layout import MAP_LIMIT_S
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
 END = 0x4e4550414d485348     # "HSHMAPEN"

@@ -7,7 +7,49 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from heapsight.layout import STATS_UNKNOWN
+
 SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class AllocStats:
+    """The allocator's own view (hs_alloc_stats_t)."""
+    in_use_bytes: int | None
+    free_bytes: int | None
+    mapped_bytes: int
+    resident_bytes: int
+    mmapped_bytes: int
+    arenas: int
+    top_pad_bytes: int
+    raw: tuple
+
+    @staticmethod
+    def from_record(rec) -> "AllocStats":
+        # in use and free: None where they would need a walk of the free lists (glibc's,
+        # read without its locks)
+        known = lambda v: None if int(v) == STATS_UNKNOWN else int(v)
+        return AllocStats(known(rec["in_use_bytes"]), known(rec["free_bytes"]), int(rec["mapped_bytes"]),
+                          int(rec["resident_bytes"]), int(rec["mmapped_bytes"]), int(rec["arenas"]),
+                          int(rec["top_pad_bytes"]), tuple(int(x) for x in rec["raw"]))
+
+
+@dataclass(frozen=True)
+class HeapCounters:
+    """Sums over every thread slot at one moment."""
+    n_alloc: int
+    n_free: int
+    requested_total_bytes: int
+    live_usable_bytes: int
+    live_requested_bytes: int
+    live_blocks: int
+    n_mmapped: int
+    n_large_heap: int
+    waste_error_bytes: int = 0  # the live waste's estimate, ± one standard error
+
+    @property
+    def waste_bytes(self) -> int:
+        return self.live_usable_bytes - self.live_requested_bytes
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""Sampled allocations, read side: hs_profile_t (native/include/heapsight.h) copied out of
-a run's segment as numpy arrays, once the program has ended and before the segment file
-is removed.
+"""Sampled allocations, read side: hs_profile_t (native/include/heapsight.h) decoded from
+the tables heapsight.live.segment copies out of a run's segment as numpy arrays, once the
+program has ended and before the segment file is removed.
 
 The library appends an ALLOC event for each sampled block (its usable size, time and
 stack) and a FREE event naming the ALLOC event's index when that block is freed; events
@@ -10,12 +10,11 @@ free_ns, which is what every estimate needs (sites.py)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import segment
+from heapsight import layout
 
 # How the library unwinds (native/src/profile.c, unwind.c): reported beside its measured cost.
 UNWINDER = "libgcc (_Unwind_Backtrace)"
@@ -125,18 +124,15 @@ class Profile:
 
 S_MAX_FRAMES = 64   # HS_MAX_FRAMES
 
-# An interpreter's frame in a stack (heapsight.h: HS_IFRAME_*): the word is TAG | kind << 56
-# | the word offset of its record: MAGIC, three identifying words, line | name bytes << 32
-# | file bytes << 48, then the name's UTF-8 bytes and the file's.
-IFRAME_TAG = 1 << 63
-IFRAME_MAGIC = 0x454d415246534823
-IFRAME_OFFSET_MASK = (1 << 56) - 1
-INTERP_NAMES = {1: "python", 2: "perl"}
+# An interpreter's frame in a stack: layout.IFRAME_* (heapsight.h's HS_IFRAME_*).
+INTERP_NAMES = {layout.INTERP_PYTHON: "python", layout.INTERP_PERL: "perl"}
 # why the interpreter's frames were not read (interp_status), for the summary's note
-INTERP_WHY = {1: "its version is not one heapsight reads: CPython 3.8-3.13, threaded Perl 5.36",
-              2: "its symbols are not exported (a stripped or static build)",
-              3: "this system refuses a process's reads of itself (process_vm_readv)",
-              4: "HEAPSIGHT_INTERP_FRAMES=0"}
+INTERP_WHY = {layout.INTERP_STATUS_VERSION: "its version is not one heapsight reads: CPython "
+                                           "3.8-3.13, threaded Perl 5.36",
+              layout.INTERP_STATUS_SYMBOLS: "its symbols are not exported (a stripped or static build)",
+              layout.INTERP_STATUS_READS: "this system refuses a process's reads of itself "
+                                          "(process_vm_readv)",
+              layout.INTERP_STATUS_OFF: "HEAPSIGHT_INTERP_FRAMES=0"}
 
 
 @dataclass(frozen=True)
@@ -148,68 +144,45 @@ class IFrame:
 
 
 def iframe(words: np.ndarray, word: int) -> IFrame | None:
-    if not word & IFRAME_TAG:
+    if not word & layout.IFRAME_TAG:
         return None
-    o = word & IFRAME_OFFSET_MASK
-    if o + 5 > len(words) or int(words[o]) != IFRAME_MAGIC:
+    o = word & layout.IFRAME_OFFSET_MASK
+    if o + 5 > len(words) or int(words[o]) != layout.IFRAME_MAGIC:
         return None
     info = int(words[o + 4])
-    line, nlen, flen = info & 0xffffffff, (info >> 32) & 0xffff, info >> 48
+    line = info & 0xffffffff
+    nlen = (info >> layout.IFRAME_NAME_SHIFT) & 0xffff
+    flen = info >> layout.IFRAME_FILE_SHIFT
     nwords = (nlen + flen + 7) // 8
     if o + 5 + nwords > len(words):
         return None
     raw = words[o + 5:o + 5 + nwords].tobytes()
     name = raw[:nlen].decode(errors="replace")
     file = raw[nlen:nlen + flen].decode(errors="replace")
-    kind = INTERP_NAMES.get((word >> 56) & 0x7f, "interpreter")
+    kind = INTERP_NAMES.get((word >> layout.IFRAME_KIND_SHIFT) & 0x7f, "interpreter")
     return IFrame(kind, name, file, line if line < 0x80000000 else 0)
 
 
-def read(seg: segment.Segment) -> Profile | None:
-    """The profile of a run's segment, or None when the library never set it up (an older
-    library, a static program, a program that never started) or sampling was off."""
-    try:
-        fd = os.open(seg.path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+def decode(head: dict, events: np.ndarray, words: np.ndarray, mods: np.ndarray) -> Profile | None:
+    """The profile from its tables as the library wrote them (the header's fields by name,
+    the used events, stack words and modules: heapsight.live.segment reads them), or None
+    when sampling was off."""
+    if not head["mean_bytes"]:
         return None
-    try:
-        return _read(fd)
-    finally:
-        os.close(fd)
-
-
-def _region(fd: int, offset: int, dtype, count: int) -> np.ndarray:
-    want = count * np.dtype(dtype).itemsize
-    raw = os.pread(fd, want, segment.PROFILE_OFFSET + offset) if want else b""
-    return np.frombuffer(raw, dtype=dtype, count=len(raw) // np.dtype(dtype).itemsize).copy()
-
-
-def _read(fd: int) -> Profile | None:
-    lay = segment.profile_layout(os.fstat(fd).st_size)
-    if lay is None:   # made without the profile's tables: the run sampled nothing
-        return None
-    head = _region(fd, 0, segment.PROFILE_HEADER_DTYPE, 1)
-    if len(head) != 1 or int(head["magic"][0]) != segment.PROFILE_MAGIC:
-        return None
-    h = {k: int(head[k][0]) for k in segment.PROFILE_HEADER_DTYPE.names}
-    if not h["mean_bytes"]:
-        return None
-    n = min(h["events_used"], lay.events)
-    ev = _region(fd, lay.events_offset, segment.EVENT_DTYPE, n)
-    kind = ev["kind"] & np.uint32(0xff)   # bits 8-15: an ALLOC's level
-    allocs, matched = _with_frees(ev, kind, segment.EVENT_ALLOC, n)
-    bits = (ev["kind"][allocs["index"].astype(np.int64)] >> np.uint32(8)) & np.uint32(0xff)
+    ev, n = events, len(events)
+    kind = ev["kind"] & np.uint32(layout.EVENT_KIND_MASK)   # above it: an ALLOC's level
+    allocs, matched = _with_frees(ev, kind, layout.EVENT_ALLOC, n)
+    bits = (ev["kind"][allocs["index"].astype(np.int64)] >> np.uint32(layout.EVENT_LEVEL_SHIFT)) \
+        & np.uint32(layout.EVENT_KIND_MASK)
     allocs["level"] = bits.astype(np.uint8).view(np.int8)   # signed (profile.c: level_bits)
-    maps, _ = _with_frees(ev, kind, segment.EVENT_MAP, n)
-    words = _region(fd, lay.stacks_offset, "<u8", min(h["stack_words_used"], lay.stack_words))
-    mods = _region(fd, lay.modules_offset, segment.MODULE_DTYPE, min(h["modules_used"], lay.modules))
+    maps, _ = _with_frees(ev, kind, layout.EVENT_MAP, n)
     modules = tuple(Module(int(m["lo"]), int(m["hi"]), int(m["bias"]), int(m["first_event"]),
                            bytes(m["path"]).split(b"\0")[0].decode(errors="surrogateescape"))
                     for m in mods if int(m["hi"]) > int(m["lo"]))
-    interp = {k[len("interp_"):]: h[k] for k in h if k.startswith("interp_")}
-    unwind = {k: h["unwind_" + k] for k in ("cached", "checked", "mismatches")}
-    return Profile(h["mean_bytes"], allocs, matched, words, modules, h["dropped_samples"],
-                   h["unwind_ns"], h["unwinds"], h["unwind_frames"], maps,
+    interp = {k[len("interp_"):]: head[k] for k in head if k.startswith("interp_")}
+    unwind = {k: head["unwind_" + k] for k in ("cached", "checked", "mismatches")}
+    return Profile(head["mean_bytes"], allocs, matched, words, modules, head["dropped_samples"],
+                   head["unwind_ns"], head["unwinds"], head["unwind_frames"], maps,
                    interp if interp.get("kind") else {}, unwind)
 
 
@@ -223,7 +196,7 @@ def _with_frees(ev: np.ndarray, kind: np.ndarray, which: int, n: int) -> tuple:
         rows[f] = ev[f][idx]
     rows["free_ns"] = NEVER
     # a FREE event names its event's index; one naming anything else is ignored
-    frees = ev[kind == segment.EVENT_FREE]
+    frees = ev[kind == layout.EVENT_FREE]
     target = frees["addr"]
     ok = target < np.uint64(n)
     target, when = target[ok].astype(np.int64), frees["time_ns"][ok]

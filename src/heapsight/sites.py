@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heapsight import profile
+from heapsight import layout, profile
 from heapsight import symbolize
 
 # Functions that allocate for their caller: the call site is further out. The C allocator
@@ -110,8 +110,8 @@ def interp_site(frames: list, stack: list, at: int, end: int) -> int:
 
 def interp_frame(prof: profile.Profile, word: int) -> symbolize.Frame:
     f = prof.iframe(word)
-    o = word & profile.IFRAME_OFFSET_MASK
-    kind = profile.INTERP_NAMES.get((word >> 56) & 0x7f, "python")
+    o = word & layout.IFRAME_OFFSET_MASK
+    kind = profile.INTERP_NAMES.get((word >> layout.IFRAME_KIND_SHIFT) & 0x7f, "python")
     if f is None:
         return symbolize.Frame(None, None, None, f"[{kind}]", o)
     return symbolize.Frame(f.function or None, f.file or None, f.line or None, f"[{f.interp}]", o)
@@ -276,7 +276,7 @@ class Stacks:
         events = np.repeat(first_event, n)
         mod = prof.module_index(addrs, events)
         # an interpreter's frame (a tagged word, profile.IFrame): a pseudo-module of its own
-        mod[addrs >= np.uint64(profile.IFRAME_TAG)] = -2
+        mod[addrs >= np.uint64(layout.IFRAME_TAG)] = -2
         # Frames are return addresses: the call is the byte before (its line, its inlining).
         # Each distinct (object, address) is looked up once; the rest is array work, as a
         # deep program's stacks hold hundreds of thousands of addresses.

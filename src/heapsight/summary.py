@@ -18,7 +18,7 @@ import numpy as np
 from heapsight import allocators, analysis, heapmap, mapped, moments, profile, sites, symbolize
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
-from heapsight.segment import FLUSH_TOTAL_BYTES, STATE_DONE, segment_dir
+from heapsight.layout import FLUSH_TOTAL_BYTES, STATE_DONE
 
 
 def exit_map_bytes(hmaps) -> dict:
@@ -477,9 +477,9 @@ def _preload_note(segment, tl: Timeline, linkage: str, attached: bool, lost_at, 
                                          "binary, or its environment was cleared): /proc "
                                          "figures only, for the whole run")
     elif segment is None:
-        preload, note = "not-attached", (f"no room in {segment_dir()} for heapsight's stats "
-                                         "segment: the program ran without the preload "
-                                         "library, /proc figures only")
+        preload, note = "not-attached", ("no room for heapsight's stats segment in /dev/shm "
+                                         "(or the temporary directory): the program ran "
+                                         "without the preload library, /proc figures only")
     elif not attached and follow:
         preload, note = "not-attached", (f"no process of {follow} ran under the preload "
                                          f"library (--follow {follow}): /proc figures of the "
@@ -543,7 +543,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     figures they are, the program's time, the split at every sample, the release and the
     heap figures, call sites and heap maps, findings, the peak of RSS.
 
-    prof: the sampled allocations (profile.read), None for none; maps: (moment name,
+    prof: the sampled allocations (Segment.profile), None for none; maps: (moment name,
     heapmap.HeapMap) of the heap maps taken; release_wanted: False under --no-release (the
     exit map's copy releases all the same: its figure is not reported)."""
     attached, lost_at = _attachment(segment, tl, started_pid)
@@ -632,7 +632,7 @@ def end_begun_s(segment, tl: Timeline) -> tuple:
     the library's exit_begun_ns (main returned, or the program called exit()) and the first
     sample that saw CPython finalizing (tl.py_finalizing_s); (None, "") when neither was
     seen. Seconds on the timeline's "t" scale (_since)."""
-    from heapsight.segment import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
+    from heapsight.layout import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
     seen = []
     try:   # (a capture saved before the segment had these fields has neither)
         ns, how = (segment.get("exit_begun_ns"), segment.get("exit_begun_how")) \

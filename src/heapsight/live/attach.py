@@ -57,7 +57,7 @@ class Attached:
 def preloaded_segment(pid: int):
     """The stats segment of a process running with libheapsight preloaded (a service
     started with `heapsight env`'s line: HEAPSIGHT_SEGMENT=auto), or None."""
-    from heapsight import segment as seg_mod
+    from heapsight.live import segment as seg_mod
     try:
         env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
     except OSError:

@@ -15,14 +15,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from heapsight import analysis, capture, elf, heapmap, interrupts, native, profile, remedies
+from heapsight import analysis, capture, elf, heapmap, interrupts, native, remedies
 from heapsight.live import launch, readloop
 from heapsight.fmt import printable
 from heapsight.progress import say
 from heapsight.errors import HeapsightError
 from heapsight.live.sampler import Sampler
 from heapsight.timeline import IDX
-from heapsight.segment import MAP_LIMIT_S, Segment, segment_dir
+from heapsight.layout import MAP_LIMIT_S
+from heapsight.live.segment import Segment, segment_dir
 from heapsight.summary import _num, summarize
 
 EXIT_NOT_FOUND = 127
@@ -279,7 +280,7 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     allocations, copied out before the segment file goes; the heap maps, snapshots' first;
     the segment's figures, read once."""
     attached = segment is not None and segment.attached()
-    prof = profile.read(segment) if attached else None
+    prof = segment.profile() if attached else None
     if attached:
         wait_exit_map(segment)
         wait_copies(segment, EXIT_MAP_WAIT_S)   # a snapshot's, made at the program's last calls

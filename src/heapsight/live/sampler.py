@@ -15,7 +15,8 @@ import numpy as np
 
 from heapsight import allocators, interrupts, mappings
 from heapsight.live import procfs, readloop
-from heapsight.segment import STATE_EXITING, Segment, open_pagemap
+from heapsight.layout import STATE_EXITING
+from heapsight.live.segment import Segment, open_pagemap
 from heapsight.timeline import COLUMNS, IDX, Timeline
 
 CHILDREN_PER_S = 4          # the program's descendants: a walk of /proc, a few times a second

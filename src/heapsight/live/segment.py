@@ -1,103 +1,28 @@
-"""The stats segment, read side: a mirror of native/include/heapsight.h (the test suite
-checks this layout against the compiler's) and a reader the sampler calls every tick."""
+"""The stats segment, live: the file in /dev/shm a run shares with the program (made,
+locked and removed here; stale ones of dead runs removed), and its reader, which the
+sampler calls every tick. The layout it reads is heapsight.layout's."""
 
 from __future__ import annotations
 
 import errno
 import fnmatch
 import fcntl
-import math
 import mmap
 import os
 import resource
-
 import stat
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
-MAGIC = 0x3147455354485348      # attached by its owner
-CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 23
-MAX_SLOTS = 256
-CLASSES = 64 + (64 - 10) * 8
-STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
-# How long a heap map's copy may take before it ends itself, and the allocator's calls at
-# exit (HS_MAP_LIMIT_S, HS_PROBE_LIMIT_S): the CLI waits for each a little longer.
-MAP_LIMIT_S = 30
-PROBE_LIMIT_S = 30
-# exit_probe_status (HS_PROBE_*): only PROBE_DONE means the exit figures were measured
-PROBE_NOT_RUN, PROBE_DONE, PROBE_ALLOCATOR_LOCKED, PROBE_TIMED_OUT, PROBE_NO_HELPER = 0, 1, 2, 3, 4
-PROBE_SECCOMP = 5
-PROBE_WHY_NOT = {
-    PROBE_ALLOCATOR_LOCKED: "the allocator's lock was held when the program called exit() "
-                            "(from a signal handler that interrupted malloc, or a thread "
-                            "stuck inside the allocator): the exit figures are the last sample's",
-    PROBE_TIMED_OUT: f"the allocator's own calls at exit ran past {PROBE_LIMIT_S} s: the exit figures are "
-                     "the last sample's",
-    PROBE_NO_HELPER: "heapsight's thread in the program could not start: no exit figures",
-    PROBE_SECCOMP: "the program installed a seccomp filter, which may forbid any system call: "
-                   "heapsight made none from then on (no exit figures, no copy at exit, no "
-                   "call sites read from an interpreter's frames)",
-}
-
-# exit_begun_how (HS_EXIT_BEGUN_*): how the program's exit began; the library writes the
-# first two, the third is the sampler's (it reads CPython's _PyRuntime._finalizing)
-EXIT_BEGUN_MAIN_RETURNED, EXIT_BEGUN_EXIT_CALLED, EXIT_BEGUN_PY_FINALIZING = 1, 2, 3
-EXIT_BEGUN_HOW = {EXIT_BEGUN_MAIN_RETURNED: "main returned", EXIT_BEGUN_EXIT_CALLED: "exit() called",
-                  EXIT_BEGUN_PY_FINALIZING: "CPython began finalizing"}
-
-U8, I8 = np.dtype("<u8"), np.dtype("<i8")
-
-STATS_DTYPE = np.dtype([
-    ("time_ns", U8), ("in_use_bytes", U8), ("free_bytes", U8), ("mapped_bytes", U8),
-    ("resident_bytes", U8), ("mmapped_bytes", U8), ("arenas", U8), ("top_pad_bytes", U8),
-    ("raw", U8, (10,)),
-])
-
-MAX_OWNERS = 16
-OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
-                        ("mappings", U8), ("name", "S96")])
-
-SLOT_DTYPE = np.dtype([
-    ("left", I8), ("free_left", I8), ("alloc_chunk_bytes", U8), ("free_chunk_bytes", U8),
-    ("n_alloc", U8), ("n_free", U8), ("req_alloc_bytes", U8), ("n_realloc", U8),
-    ("claimed", U8), ("tid", U8), ("left_base", I8), ("sample_left", I8), ("flushed_net", I8),
-    ("n_large", U8), ("n_mmapped", U8), ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8),
-    ("free_base", I8), ("n_alloc_base", U8), ("seq", U8), ("pad", U8, (4,)),
-])
-# What a block adds to the countdowns beyond its usable bytes (HS_BLOCK_EXTRA).
-BLOCK_EXTRA = 8
-# What all threads together may hold back from the live figure and its peak
-# (HS_FLUSH_TOTAL_BYTES).
-FLUSH_TOTAL_BYTES = 1 << 20
-
-
-def slot_usable(slots) -> tuple:
-    """(usable bytes allocated, freed) of each slot, as hs_slot_usable: the chunk bytes
-    folded in, plus what the countdowns counted since, less BLOCK_EXTRA per block. uint64,
-    wrapping as the library's arithmetic does."""
-    with np.errstate(over="ignore"):
-        u = np.uint64
-        alloc = (slots["alloc_chunk_bytes"] + counted(slots["left_base"], slots["left"])
-                 - u(BLOCK_EXTRA) * slots["n_alloc"])
-        freed = (slots["free_chunk_bytes"] + counted(slots["free_base"], slots["free_left"])
-                 - u(BLOCK_EXTRA) * slots["n_free"])
-    return alloc, freed
-
-
-POKE = 1 << 60   # heapsight.h's HS_POKE
-
-
-def counted(base, left) -> np.ndarray:
-    """hs_counted: the bytes a countdown counted since its base, modulo the pokes the CLI
-    took off it (uint64, wrapping as the library's arithmetic does)."""
-    with np.errstate(over="ignore"):
-        u = np.uint64
-        d = (base.astype(u) - left.astype(u)) + u(POKE // 2)
-        return (d & u(POKE - 1)) - u(POKE // 2)
-
+from heapsight.analysis import live_waste
+from heapsight.layout import (CREATED, EVENT_DTYPE, HEADER_DTYPE, MAGIC, MAX_SLOTS, MODULE_DTYPE,
+                              PROBE_WHY_NOT, PROFILE_HEADER_DTYPE, PROFILE_MAGIC, PROFILE_OFFSET,
+                              ROOM_DEFAULT, ROOM_SMALL, SEGMENT_BASE_BYTES, SLOT_DTYPE, SLOTS_OFFSET,
+                              STATE_DONE, SUMMED, VERSION, class_floor_bytes, profile_layout,
+                              segment_bytes, slot_usable)
+from heapsight.model import AllocStats, HeapCounters
+from heapsight.profile import Profile, decode as decode_profile
 
 def settled(slots, tries: int = 100) -> np.ndarray:
     """A copy of the slots in which no row was read while its owner was folding a countdown
@@ -118,80 +43,7 @@ def settled(slots, tries: int = 100) -> np.ndarray:
     return got
 
 
-# The size histogram from the sampled allocations (hs_hist_t): per usable-size class, sums
-# of each sampled block's weight (1 / the probability it had to be sampled).
-F8 = np.dtype("<f8")
-HIST_DTYPE = np.dtype([
-    ("alloc_w", F8, (CLASSES,)), ("live_w", F8, (CLASSES,)), ("waste_w", F8, (CLASSES,)),
-    ("live_u_w", F8, (CLASSES,)), ("live_var", F8, (CLASSES,)), ("live_var_u", F8, (CLASSES,)),
-    ("live_var_uu", F8, (CLASSES,)), ("live_samples", U8),
-])
-
-_HEADER_FIELDS = [
-    ("magic", U8), ("version", U8), ("size_bytes", U8), ("slot_bytes", U8), ("max_slots", U8),
-    ("n_classes", U8), ("owner_pid", U8), ("state", U8), ("execs", U8), ("forks", U8),
-    ("foreign_attaches", U8), ("slots_used", U8), ("slot_overflows", U8), ("start_ns", U8),
-    ("start_rss_bytes", U8), ("start_anon_bytes", U8), ("live_usable_bytes", I8),
-    ("peak_usable_bytes", U8), ("peak_ns", U8), ("allocator_id", U8), ("allocator_name", "S32"),
-    ("usable_by_header", U8), ("helper_mallocs", U8),
-    ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
-    ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),
-    ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
-    ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
-    ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
-    ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
-    ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
-    ("heapmap_at_exit", U8), ("mapped_at", U8), ("heapmap_exit_pid", U8),
-    ("heapmap_copy_pid", U8),
-    ("exit_done_ns", U8), ("slot_claims", U8), ("own_private_bytes", U8),
-    ("glibc_main_arena", U8), ("glibc_arena_next_off", U8), ("glibc_arena_sysmem_off", U8),
-    ("threads_seen", U8), ("seccomp_at_ns", U8),
-    ("exit_begun_ns", U8), ("exit_begun_how", U8), ("py_finalizing_addr", U8),
-    ("owners", OWNER_DTYPE, (MAX_OWNERS,)), ("hist", HIST_DTYPE),
-]
-HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
-# The counters summed over the slots every reading.
-_SCALARS = ("n_alloc", "n_free", "req_alloc_bytes", "n_realloc", "n_large", "n_mmapped")
-SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
-# Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary:
-# a header page, then the tables, as many as the file's size says (its room, heapsight.h);
-# left out of the file when the run samples nothing (SEGMENT_BASE_BYTES).
-PROFILE_MAGIC = 0x31464f5250534853
-STATS_UNKNOWN = (1 << 64) - 1   # hs_alloc_stats_t: a figure that needs a walk, not taken
-PROFILE_TABLES = 4096           # within the profile: the tables start a page in
-EVENTS_UNIT, WORDS_UNIT, MODULES_UNIT = 1 << 15, 1 << 16, 512
-ROOM_DEFAULT, ROOM_SMALL, ROOM_MAX = 8, 1, 16
 SHM_SHARE = 4   # a segment takes at most a quarter of /dev/shm's free space
-EVENT_EMPTY, EVENT_ALLOC, EVENT_FREE, EVENT_MAP = 0, 1, 2, 3
-EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
-                        ("kind", "<u4")])
-MODULE_DTYPE = np.dtype([("lo", U8), ("hi", U8), ("bias", U8), ("first_event", U8),
-                         ("path", "S224")])
-PROFILE_HEADER_DTYPE = np.dtype([
-    ("magic", U8), ("mean_bytes", U8), ("events_used", U8), ("stack_words_used", U8),
-    ("modules_used", U8), ("dropped_samples", U8), ("unwind_ns", U8), ("unwinds", U8),
-    ("unwind_frames", U8), ("interp_kind", U8), ("interp_status", U8), ("interp_version", U8),
-    ("interp_ns", U8), ("interp_walks", U8), ("interp_frames", U8), ("unwind_cached", U8),
-    ("unwind_checked", U8), ("unwind_mismatches", U8),
-])
-UNIT_BYTES = EVENTS_UNIT * EVENT_DTYPE.itemsize + WORDS_UNIT * 8 + MODULES_UNIT * MODULE_DTYPE.itemsize
-PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize + 4095) // 4096 * 4096
-SEGMENT_BASE_BYTES = PROFILE_OFFSET   # the file without the profile's tables
-
-
-@dataclass(frozen=True)
-class ProfileLayout:
-    """The profile's tables in a segment of one room: their lengths, and their offsets from
-    the profile's start."""
-    room: int
-    events: int
-    stack_words: int
-    modules: int
-    events_offset: int
-    stacks_offset: int
-    modules_offset: int
-
-
 def profile_room() -> int:
     """The profile's room for a run: the default, or the least when the program will have
     an address-space limit (it inherits heapsight's), which the segment's mapping counts
@@ -200,29 +52,6 @@ def profile_room() -> int:
     return ROOM_DEFAULT if soft == resource.RLIM_INFINITY else ROOM_SMALL
 
 
-def segment_bytes(room: int) -> int:
-    """The size of a segment file whose profile has this room (0: no profile)."""
-    return PROFILE_OFFSET + PROFILE_TABLES + room * UNIT_BYTES if room else SEGMENT_BASE_BYTES
-
-
-def profile_layout(size_bytes: int) -> ProfileLayout | None:
-    """The tables of a segment file of this size; None when it has no profile."""
-    for room in range(1, ROOM_MAX + 1):
-        if segment_bytes(room) == size_bytes:
-            ev, words = room * EVENTS_UNIT, room * WORDS_UNIT
-            stacks = PROFILE_TABLES + ev * EVENT_DTYPE.itemsize
-            return ProfileLayout(room, ev, words, room * MODULES_UNIT, PROFILE_TABLES, stacks,
-                                 stacks + words * 8)
-    return None
-
-
-# a segment of the default room (what a run makes unless told otherwise)
-SEGMENT_BYTES = segment_bytes(ROOM_DEFAULT)
-_DEFAULT = profile_layout(SEGMENT_BYTES)
-PROFILE_EVENTS, PROFILE_STACK_WORDS, PROFILE_MODULES = _DEFAULT.events, _DEFAULT.stack_words, _DEFAULT.modules
-PROFILE_EVENTS_OFFSET = _DEFAULT.events_offset
-PROFILE_STACKS_OFFSET = _DEFAULT.stacks_offset
-PROFILE_MODULES_OFFSET = _DEFAULT.modules_offset
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -233,89 +62,6 @@ def open_pagemap(pid: int) -> int | None:
         return os.open(f"/proc/{pid}/pagemap", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-
-# glibc's usable size for a class's smallest member, used to name histogram classes.
-def class_floor_bytes(c: int) -> int:
-    if c < 64:
-        return c * 16
-    e = 10 + (c - 64) // 8
-    return (1 << e) + ((c - 64) % 8) * (1 << (e - 3))
-
-
-@dataclass(frozen=True)
-class AllocStats:
-    """The allocator's own view (hs_alloc_stats_t)."""
-    in_use_bytes: int | None
-    free_bytes: int | None
-    mapped_bytes: int
-    resident_bytes: int
-    mmapped_bytes: int
-    arenas: int
-    top_pad_bytes: int
-    raw: tuple
-
-    @staticmethod
-    def from_record(rec) -> "AllocStats":
-        # in use and free: None where they would need a walk of the free lists (glibc's,
-        # read without its locks)
-        known = lambda v: None if int(v) == STATS_UNKNOWN else int(v)
-        return AllocStats(known(rec["in_use_bytes"]), known(rec["free_bytes"]), int(rec["mapped_bytes"]),
-                          int(rec["resident_bytes"]), int(rec["mmapped_bytes"]), int(rec["arenas"]),
-                          int(rec["top_pad_bytes"]), tuple(int(x) for x in rec["raw"]))
-
-
-def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:
-    """(bytes, ± one standard error): the live blocks' waste (usable - requested bytes).
-    The sampled live blocks give its share of the live usable bytes: each class's estimated
-    live blocks times the mean waste of its sampled allocations, over their estimated usable
-    bytes (a ratio estimate; its variance, linearized: Σ v (waste - share·usable)² / usable
-    total², v = (1 - p)/p² for each sampled block). While no sampled block is live (sampling
-    off, or none taken yet), all allocations' waste share stands in (exact, but of every
-    block ever allocated). Summed class by class in order, as native/src/readloop.c does, so
-    both give the same bytes."""
-    share = (usable_total - req_total) / usable_total if usable_total > req_total else 0.0
-    # copies: the library writes the mapping's meanwhile
-    k = ("alloc_w", "live_w", "waste_w", "live_u_w", "live_var", "live_var_u", "live_var_uu")
-    alloc_w, live_w, waste_w, live_u_w, var0, var1, var2 = (np.array(hist[x], dtype=np.float64) for x in k)
-    waste = live_u = 0.0
-    means = {}
-    if int(hist["live_samples"]) > 0:
-        for c in np.flatnonzero(alloc_w > 0).tolist():
-            a, n, u = float(alloc_w[c]), float(live_w[c]), float(live_u_w[c])
-            if n > 0:
-                means[c] = float(waste_w[c]) / a
-                waste += n * means[c]
-            if u > 0:
-                live_u += u
-        if live_u > 0:
-            share = min(1.0, waste / live_u)
-    if live_usable <= 0:
-        return 0, 0
-    error = 0.0
-    if live_u > 0:
-        var = sum(m * m * max(0.0, var0[c]) - 2 * share * m * var1[c] + share * share * max(0.0, var2[c])
-                  for c, m in means.items())
-        error = max(0.0, var) ** 0.5 * live_usable / live_u
-    return int(math.floor(live_usable * share + 0.5)), int(round(error))
-
-
-@dataclass(frozen=True)
-class HeapCounters:
-    """Sums over every thread slot at one moment."""
-    n_alloc: int
-    n_free: int
-    requested_total_bytes: int
-    live_usable_bytes: int
-    live_requested_bytes: int
-    live_blocks: int
-    n_mmapped: int
-    n_large_heap: int
-    waste_error_bytes: int = 0  # the live waste's estimate, ± one standard error
-
-    @property
-    def waste_bytes(self) -> int:
-        return self.live_usable_bytes - self.live_requested_bytes
-
 
 def _shm_dir() -> str:
     if os.access("/dev/shm", os.W_OK):
@@ -627,7 +373,7 @@ class Segment:
         """Totals over the slots, exact but for the live requested bytes: estimated from the
         sampled size histogram (live_waste, docs/numbers.md)."""
         s = settled(self.slots[:self._used()])
-        f = {name: int(s[name].sum(dtype=np.uint64)) for name in _SCALARS}
+        f = {name: int(s[name].sum(dtype=np.uint64)) for name in SUMMED}
         alloc, freed = slot_usable(s)
         f["usable_alloc_bytes"] = int(alloc.sum(dtype=np.uint64))
         f["usable_free_bytes"] = int(freed.sum(dtype=np.uint64))
@@ -670,9 +416,39 @@ class Segment:
             return None
         return AllocStats.from_record(rec)
 
+    def profile(self) -> Profile | None:
+        """The sampled allocations (profile.decode of the tables the library wrote), or None
+        when it never set them up (an older library, a static program, a program that never
+        started) or sampling was off. Read from the file, once the program has ended."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            lay = profile_layout(os.fstat(fd).st_size)
+            if lay is None:   # made without the profile's tables: the run sampled nothing
+                return None
+            head = _region(fd, 0, PROFILE_HEADER_DTYPE, 1)
+            if len(head) != 1 or int(head["magic"][0]) != PROFILE_MAGIC:
+                return None
+            h = {k: int(head[k][0]) for k in PROFILE_HEADER_DTYPE.names}
+            events = _region(fd, lay.events_offset, EVENT_DTYPE, min(h["events_used"], lay.events))
+            words = _region(fd, lay.stacks_offset, "<u8", min(h["stack_words_used"], lay.stack_words))
+            mods = _region(fd, lay.modules_offset, MODULE_DTYPE, min(h["modules_used"], lay.modules))
+            return decode_profile(h, events, words, mods)
+        finally:
+            os.close(fd)
+
     def exit_probe_why_not(self) -> str:
         """Why the exit figures and the release were not measured though the program ran
         its exit handlers (exit_probe_status), or "" when they were or it did not."""
         if int(self.header["state"]) != STATE_DONE:
             return ""
         return PROBE_WHY_NOT.get(int(self.header["exit_probe_status"]), "")
+
+
+def _region(fd: int, offset: int, dtype, count: int) -> np.ndarray:
+    """count rows of dtype at offset from the profile's start."""
+    want = count * np.dtype(dtype).itemsize
+    raw = os.pread(fd, want, PROFILE_OFFSET + offset) if want else b""
+    return np.frombuffer(raw, dtype=dtype, count=len(raw) // np.dtype(dtype).itemsize).copy()
