@@ -15,9 +15,9 @@ import pytest
 
 from conftest import scenario
 from heapsight import heapmap as H
+from heapsight.live import heapmaps as HL
 from heapsight import layout as L
 from heapsight.live import segment as S
-from heapsight.live.measure import wait_exit_map
 from heapsight.live import readloop
 from heapsight.native import LIB
 
@@ -33,8 +33,8 @@ WHILE_RUNNING = {"HEAPSIGHT_MAPS_WHILE_RUNNING": "1"}
 def maps_after_exit(seg) -> dict:
     """The maps beside the segment, once the exit map's copy (which closed every fd it had
     of the program's, so the program's pipes end before it does) has written its file."""
-    wait_exit_map(seg)
-    return H.collect(seg.path)
+    HL.wait_exit_map(seg)
+    return HL.collect(seg.path)
 
 
 def start(*command, at_exit=True, preload=(), env=None, **popen):
@@ -42,7 +42,7 @@ def start(*command, at_exit=True, preload=(), env=None, **popen):
     of this process's, asking for the map at exit when at_exit."""
     seg = S.Segment()
     if at_exit:
-        H.at_exit(seg)
+        HL.at_exit(seg)
     e = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     e.update(env or {})
     e.update(LD_PRELOAD=":".join([LIB, *map(str, preload)]), HEAPSIGHT_SEGMENT=seg.path)
@@ -234,14 +234,14 @@ def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):
         # call (one per line it reads) takes each
         t0 = time.monotonic_ns()
         for n in (1, 2):
-            H.request(seg, n)
+            HL.request(seg, n)
             readloop.poke(seg)
             time.sleep(0.2)
             assert int(seg.header["heapmap_ack"]) == n - 1, "answered with no allocator call"
             p.stdin.write("go\n")
             p.stdin.flush()
-            assert H.wait_ack(seg, n, timeout_s=30, alive=lambda: p.poll() is None)
-            assert H.wait_written(seg.path, n, timeout_s=30)
+            assert HL.wait_ack(seg, n, timeout_s=30, alive=lambda: p.poll() is None)
+            assert HL.wait_written(seg.path, n, timeout_s=30)
         # THEN each is written and answered; no child of the map is left behind
         names = sorted(os.path.basename(x) for x in Path(seg.path).parent.glob(Path(seg.path).name + ".map.*"))
         assert names == [Path(seg.path).name + ".map.1", Path(seg.path).name + ".map.2"]
@@ -307,12 +307,12 @@ def test_a_map_is_taken_where_a_child_process_could_disturb_the_program(code):
     try:
         assert p.stdout.readline() == "ready\n"
         for n in (1, 2, 3):
-            H.request(seg, n)
+            HL.request(seg, n)
             readloop.poke(seg)
             p.stdin.write("go\n")
             p.stdin.flush()
-            assert H.wait_ack(seg, n, timeout_s=30)
-            assert H.wait_written(seg.path, n, timeout_s=30)
+            assert HL.wait_ack(seg, n, timeout_s=30)
+            assert HL.wait_written(seg.path, n, timeout_s=30)
         maps = maps_after_exit(seg)
         assert sorted(maps) == [1, 2, 3]
         assert all(hm.status == "mapped" and hm.heaps for hm in maps.values()), maps
@@ -406,6 +406,6 @@ def test_a_cut_short_map_is_refused_and_removed(tmp_path):
     Path(seg_path + ".map.exit").write_bytes(head.tobytes() + np.uint64(H.END).tobytes())
     head["file_bytes"] = good + 100
     Path(seg_path + ".map.3").write_bytes(head.tobytes() + np.uint64(H.END).tobytes())
-    maps = H.collect(seg_path)
+    maps = HL.collect(seg_path)
     assert list(maps) == [H.EXIT] and maps[H.EXIT].status == "not mapped: because"
     assert not list(tmp_path.glob("x.seg.map.*"))

@@ -7,7 +7,7 @@ import subprocess
 import c_mirror
 import numpy as np
 from conftest import scenario
-from heapsight import allocators, layout as L, native
+from heapsight import allocators, heapmap, layout as L, native
 
 
 def test_the_segment_layout_is_the_compilers(tmp_path):
@@ -20,6 +20,14 @@ def test_the_segment_layout_is_the_compilers(tmp_path):
     ids = {f"HS_ALLOC_{a.name.upper()}": a.segment_id for a in allocators.ALLOCATORS.values()}
     rc, out, _ = c_mirror.run(L.C_HEADER, {}, ids, tmp_path)
     assert rc == 0, out
+
+
+def test_the_heap_map_files_layout_is_the_compilers(tmp_path):
+    # GIVEN every struct and constant heapsight.heapmap mirrors of heapmap_file.h
+    rc, out, n = c_mirror.run(heapmap.C_HEADER, heapmap.C_STRUCTS, heapmap.C_CONSTANTS, tmp_path)
+    # THEN the compiler lays out and values each alike
+    assert rc == 0, out
+    assert n > 80 and out.strip() == f"0 of {n} differ"
 
 
 def test_the_mirror_check_finds_a_field_out_of_place(tmp_path):

@@ -45,33 +45,7 @@
  * that does not end exactly at the heap's end (the top chunk, or the fenceposts), marks
  * that heap "not walked" (its live bytes and bits 4, 8, 16 are then empty), never a crash.
  *
- * The file (little-endian; "<segment path>.map.N", ".map.exit"; 0600, O_EXCL):
- *   header, 384 bytes: u64 magic "HSHMAP01", version (HS_MAP_VERSION), header_bytes, file_bytes (the
- *     whole file: a shorter file is a child that was stopped), status (0 mapped, 1 not
- *     mapped), allocator (HS_ALLOC_*), page_bytes, time_ns (CLOCK_MONOTONIC just before the
- *     copy: the moment mapped), rss_before, rss_after, anon_before, anon_after (the child's
- *     VmRSS and RssAnon around the release), release_ns, walk_ns, fork_ns (from before
- *     the locks were taken to the child's first instruction: about the time the program's
- *     threads could not allocate),
- *     child_ns (the child's whole run), n_heaps, tcache_key_found, released_pages
- *     (pagemap: resident before the release, not after, in the heaps), child_minflt (pages
- *     the child faulted: its copies, its buffers), child_cpu_ns (its CPU time, as it saw
- *     it before writing), reach_bytes (the reach section's size after the heaps, 0: none),
- *     reserved[6]; char why[160] (the reason when not mapped, else a note or empty).
- *   per heap (its pages: [heap] as mapped before the release; a thread heap's read-write
- *     part, mprotect_size): u64 start, pages, arena (0 main, 1.. thread arenas in malloc_info's order),
- *     kind (0 main heap, 1 thread heap), walked, top_bytes, live_bytes, inuse_chunks,
- *     free_chunks, tcache_chunks, reserved[2]; u32 live[pages]; u8 flags[pages]; zero
- *     padding to 8 bytes.
- *   trailer: u64 "HSHMAPEN".
- * Per page: live = user (usable) bytes of in-use chunks on the page; flags: 1 resident
- * before the release, 2 resident after it, 4 holds part of the top chunk, 8 holds
- * allocator bytes a release keeps (a chunk header, a free chunk's first 48 bytes, the top's
- * first 33, heap_info and malloc_state, fenceposts), 16 holds (part of) a free chunk kept
- * in a thread's tcache. malloc_trim(0) drops exactly the pages with none of live, 8, 16
- * inside free chunks; glibc 2.36 trims thread arenas' top chunks only on free(), never in
- * malloc_trim, so their top pages stay resident (bit 4, arena > 0). The main heap's pages
- * past the break the release lowered are past the walk: no live byte, no flag but 1.
+ * The file it writes: heapmap_file.h.
  *
  * What a map costs the program (1 GiB heap, this machine): the copy takes ~21 ms, while
  * the allocator's locks are held (no thread of the program can allocate) and the address
@@ -105,9 +79,6 @@
 #include "hs_internal.h"
 #include "hs_options.h"
 
-#define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
-#define HS_MAP_END 0x4e4550414d485348ull     /* "HSHMAPEN" */
-#define HS_MAP_VERSION 2
 #define HS_MAP_LIMIT_NS (HS_MAP_LIMIT_S * 1000000000ull)
 #define HS_MAP_HEAP_MAX (64ull << 20)
 
@@ -122,41 +93,6 @@
 #define G_MSTATE_NEXT 2160u
 #define G_MSTATE_SYSTEM_MEM 2184u
 
-enum { F_BEFORE = 1, F_AFTER = 2, F_TOP = 4, F_ALLOC = 8, F_TCACHE = 16 };
-
-typedef struct hs_map_header_s {
-  uint64_t magic, version, header_bytes, file_bytes, status, allocator, page_bytes, time_ns;
-  uint64_t rss_before, rss_after, anon_before, anon_after;
-  uint64_t release_ns, walk_ns, fork_ns, child_ns, n_heaps, tcache_key_found;
-  uint64_t released_pages, child_minflt, child_cpu_ns;
-  uint64_t reach_bytes;         /* the reach section's size, after the heaps (0: none) */
-  uint64_t reserved[6];
-  char why[160];
-} hs_map_header_t;
-
-typedef struct hs_map_heap_s {
-  uint64_t start, pages, arena, kind, walked, top_bytes, live_bytes;
-  uint64_t inuse_chunks, free_chunks, tcache_chunks;
-  uint64_t reserved[2];
-} hs_map_heap_t;
-
-/* The reach section (reach.c's classes): the figures, then the blocks not reachable,
- * by address (at most HS_REACH_LISTED of them). */
-typedef struct hs_map_reach_s {
-  uint64_t status;              /* 0 marked, 1 not (why says why) */
-  uint64_t reach_ns, root_bytes, n_blocks;
-  uint64_t bytes[4], blocks[4]; /* HS_REACH_LOST, _POSSIBLE, _REACHABLE, _INDIRECT */
-  uint64_t n_listed, n_unlisted;
-  uint64_t mmapped_missing_bytes; /* mmapped chunks the hooks counted live, not found */
-  uint64_t reserved[3];
-  char why[128];
-} hs_map_reach_t;
-typedef struct hs_map_block_s { uint64_t addr, usable, state; } hs_map_block_t;
-#define HS_REACH_LISTED (1u << 20)
-
-_Static_assert(sizeof(hs_map_reach_t) == 272, "the reach record is 272 bytes");
-_Static_assert(sizeof(hs_map_header_t) == 384, "the file header is 384 bytes");
-_Static_assert(sizeof(hs_map_heap_t) == 96, "a heap's record is 96 bytes");
 
 /* ---- the parent's side: state probe.c reads ---- */
 static volatile int g_forking;   /* 1 while the copy may wait for the allocator's locks */
@@ -644,25 +580,25 @@ static void classify(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz, int inuse
     return;
   }
   if (sz < G_MINSIZE) { /* a fencepost */
-    set_flag(hp, ch + 8, ch + sz, F_ALLOC, page);
+    set_flag(hp, ch + 8, ch + sz, HS_PAGE_ALLOC, page);
     return;
   }
   if (inuse) {
     int cached = 0;
     if (c->key_found && sz <= G_TCACHE_MAX_CHUNK && rd(ch + 24) == c->key) cached = 1;
     if (cached) {
-      set_flag(hp, ch + 8, ch + sz, F_TCACHE, page);
+      set_flag(hp, ch + 8, ch + sz, HS_PAGE_TCACHE, page);
       hp->out.tcache_chunks++;
       return;
     }
-    set_flag(hp, ch + 8, ch + 16, F_ALLOC, page);
+    set_flag(hp, ch + 8, ch + 16, HS_PAGE_ALLOC, page);
     add_live(hp, ch + 16, ch + sz + 8, page);
     hp->out.inuse_chunks++;
     /* a block of the program's (a thread's tcache_perthread_struct is glibc's own) */
     if (c->chunks && c->n_chunks < c->cap_chunks && !(sz == G_TCACHE_STRUCT_CHUNK && is_tcache(c, ch + 16)))
       c->chunks[c->n_chunks++] = (hs_chunk_t){ch + 16, ch + sz + 8};
   } else {
-    set_flag(hp, ch + 8, ch + (sz < G_CHUNK_STRUCT ? sz : G_CHUNK_STRUCT), F_ALLOC, page);
+    set_flag(hp, ch + 8, ch + (sz < G_CHUNK_STRUCT ? sz : G_CHUNK_STRUCT), HS_PAGE_ALLOC, page);
     hp->out.free_chunks++;
   }
 }
@@ -673,14 +609,14 @@ static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top
   uint64_t page = c->page;
   if ((c0 & 15) || c0 >= cend || !readable(c, c0, cend)) return 0;
   if (c->finding_key) top = 0;
-  else set_flag(hp, hp->start, c0, F_ALLOC, page);   /* heap_info, malloc_state */
+  else set_flag(hp, hp->start, c0, HS_PAGE_ALLOC, page);   /* heap_info, malloc_state */
   uint64_t ch = c0;
   while (ch < cend) {
     if (ch + 16 > cend) return 0;
     uint64_t word = rd(ch + 8), sz = word & ~(uint64_t)7;
     if (sz == 0) { /* the fenceposts that close a thread heap that is not the current one */
       if (main_heap || word != 1 || cend - ch > 2 * G_MINSIZE) return 0;
-      if (!c->finding_key) set_flag(hp, ch, cend, F_ALLOC, page);
+      if (!c->finding_key) set_flag(hp, ch, cend, HS_PAGE_ALLOC, page);
       return 1;
     }
     if ((sz & 15) || (word & 2) || sz > cend - ch) return 0;
@@ -689,8 +625,8 @@ static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top
       if (c->finding_key) return 1;
       if (top && ch != top) return 0;
       hp->out.top_bytes += sz;
-      set_flag(hp, ch, next, F_TOP, page);
-      set_flag(hp, ch + 8, ch + G_TOP_KEEP, F_ALLOC, page);
+      set_flag(hp, ch, next, HS_PAGE_TOP, page);
+      set_flag(hp, ch + 8, ch + G_TOP_KEEP, HS_PAGE_ALLOC, page);
       return 1;
     }
     if (next + 16 > cend) return 0;
@@ -727,7 +663,7 @@ static void walk_heaps(child_t *c, uint64_t main_arena) {
       hp->out.top_bytes = hp->out.live_bytes = 0;
       hp->out.inuse_chunks = hp->out.free_chunks = hp->out.tcache_chunks = 0;
       memset(hp->live, 0, hp->out.pages * sizeof *hp->live);
-      for (uint64_t k = 0; k < hp->out.pages; k++) hp->flags[k] &= F_BEFORE | F_AFTER;
+      for (uint64_t k = 0; k < hp->out.pages; k++) hp->flags[k] &= HS_PAGE_BEFORE | HS_PAGE_AFTER;
     }
   }
 }
@@ -1220,18 +1156,18 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   }
 
   _hs_read_status(&h.rss_before, &h.anon_before);
-  uint64_t before = read_presence(&c, F_BEFORE);
+  uint64_t before = read_presence(&c, HS_PAGE_BEFORE);
   uint64_t r0 = _hs_now_ns();
   g_releasing = 1;
   _hs_allocator_release();
   g_releasing = 0;
   h.release_ns = _hs_now_ns() - r0;
   _hs_read_status(&h.rss_after, &h.anon_after);
-  uint64_t after = read_presence(&c, F_AFTER);
+  uint64_t after = read_presence(&c, HS_PAGE_AFTER);
   uint64_t dropped = 0;
   for (size_t i = 0; i < c.n_heaps; i++) {
     for (uint64_t k = 0; k < c.heaps[i].out.pages; k++)
-      dropped += (c.heaps[i].flags[k] & (F_BEFORE | F_AFTER)) == F_BEFORE;
+      dropped += (c.heaps[i].flags[k] & (HS_PAGE_BEFORE | HS_PAGE_AFTER)) == HS_PAGE_BEFORE;
   }
   h.released_pages = dropped;
   (void)before;

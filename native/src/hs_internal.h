@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "heapsight.h"
+#include "heapmap_file.h"
 
 #define HS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -99,8 +100,6 @@ extern HS_HIDDEN uint64_t _hs_helper_self; /* probe.c: the helper thread's pthre
 
 /* Reachability, in the heap map's copy (reach.c) */
 typedef struct hs_chunk_s { uint64_t lo, hi; } hs_chunk_t; /* a block's usable bytes */
-enum { HS_REACH_UNREACHED = 0, HS_REACH_LOST = 0, HS_REACH_POSSIBLE = 1,
-       HS_REACH_REACHABLE = 2, HS_REACH_INDIRECT = 3, HS_REACH_OWN = 4 };
 typedef struct hs_reach_s {
   hs_chunk_t *chunks;  /* sorted by address, disjoint */
   size_t n, top;

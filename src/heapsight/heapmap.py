@@ -3,26 +3,19 @@ back right now", taken by the library in a fork()ed copy of the program (the fil
 and the per-page rules are in native/src/heapmap.c). And the pinners: the call sites whose
 live blocks keep otherwise-free pages resident.
 
-The CLI asks for a map while the program runs with request(segment, n) and wait_ack();
-for one at exit it sets heapmap_at_exit (at_exit()) before the program starts. The
-library writes "<segment path>.map.N" / ".map.exit"; collect(segment_path) reads the ones
-present and removes them."""
+Here: the file's format (parse) and what is read from maps. How the CLI asks for maps while
+the program runs, and collects the files, is heapsight.live.heapmaps."""
 
 from __future__ import annotations
 
 import base64
-import glob
 import math
-import os
-import stat
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from heapsight import allocators
 from heapsight.fmt import human, printable
-from heapsight.layout import MAP_LIMIT_S
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
 END = 0x4e4550414d485348     # "HSHMAPEN"
@@ -51,13 +44,23 @@ REACH_DTYPE = np.dtype([
 BLOCK_DTYPE = np.dtype([("addr", U8), ("usable", U8), ("state", U8)])
 # memcheck's words for them, by reach.c's state numbers
 REACH_CLASSES = ("definitely_lost", "possibly_lost", "still_reachable", "indirectly_lost")
-assert HEADER_DTYPE.itemsize == 384 and HEAP_DTYPE.itemsize == 96
-assert REACH_DTYPE.itemsize == 272
 
 # A page's flags: resident before the release, after it, holds part of the top chunk,
 # holds allocator bytes a release keeps (a chunk header, a free chunk's links), holds a
 # block parked in a thread's tcache.
 BEFORE, AFTER, TOP, ALLOC, TCACHE = 1, 2, 4, 8, 16
+
+# What this module mirrors of native/src/heapmap_file.h, for the compiler to check
+# (tests/test_native.py, as heapsight.layout's).
+C_HEADER = "heapmap_file.h"
+C_STRUCTS = {"hs_map_header_t": HEADER_DTYPE, "hs_map_heap_t": HEAP_DTYPE,
+             "hs_map_reach_t": REACH_DTYPE, "hs_map_block_t": BLOCK_DTYPE}
+C_CONSTANTS = {"HS_MAP_MAGIC": MAGIC, "HS_MAP_END": END, "HS_MAP_VERSION": VERSION,
+               "HS_PAGE_BEFORE": BEFORE, "HS_PAGE_AFTER": AFTER, "HS_PAGE_TOP": TOP,
+               "HS_PAGE_ALLOC": ALLOC, "HS_PAGE_TCACHE": TCACHE,
+               **{f"HS_REACH_{c}": REACH_CLASSES.index(name) for c, name in (
+                   ("LOST", "definitely_lost"), ("POSSIBLE", "possibly_lost"),
+                   ("REACHABLE", "still_reachable"), ("INDIRECT", "indirectly_lost"))}}
 # A page is pinned when it stays resident after the release though fewer than this share
 # of its bytes are live.
 PIN_FRACTION = 0.25
@@ -157,33 +160,9 @@ class HeapMap:
         return max(0, self.anon_before - self.anon_after)
 
 
-# A map holds 5 bytes a page of heap and a few hundred thousand blocks: far below this
-MAP_MAX_BYTES = 1 << 30
-
-
-def _read_own(path: str) -> bytes:
-    """The bytes of a map file the program's copy wrote beside the segment in /dev/shm,
-    where anyone can put a file at that name first: opened without following a link or
-    waiting (a FIFO would hang heapsight), and read only as a regular file of this user's
-    (or root's), no larger than MAP_MAX_BYTES (a link to /dev/zero would not end)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path}: not a regular file")
-        if st.st_uid not in (os.geteuid(), 0):
-            raise ValueError(f"{path}: made by another user (uid {st.st_uid}), not read")
-        if st.st_size > MAP_MAX_BYTES:
-            raise ValueError(f"{path}: {st.st_size} bytes, more than a heap map can be")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(MAP_MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-
-
-def read(path: str) -> HeapMap:
-    """A map file; ValueError when it is not one or is cut short (a stopped child)."""
-    data = _read_own(path)
+def parse(data: bytes, path: str) -> HeapMap:
+    """A map file's bytes (path: its name, for the errors); ValueError when they are not a
+    map or are cut short (a stopped child)."""
     if len(data) < HEADER_DTYPE.itemsize + 8:
         raise ValueError(f"{path}: {len(data)} bytes, too short for a heap map")
     h = np.frombuffer(data, HEADER_DTYPE, count=1)[0]
@@ -345,83 +324,6 @@ def pinners(hm: HeapMap, blocks, page_bytes: int | None = None) -> list:
                     "error_bytes": int(round(scale * 1.96 * math.sqrt(
                         float(np.sum(sh * sh * (1 - pi) / (pi * pi))))))})
     out.sort(key=lambda e: -e["pinned_bytes"])
-    return out
-
-
-# -- asking for maps -------------------------------------------------------------------
-def at_exit(segment, on: bool = True) -> None:
-    """A map at exit, before the release probe (set before the program starts)."""
-    segment.header["heapmap_at_exit"] = 1 if on else 0
-
-
-def request(segment, n: int) -> None:
-    """Asks the library for map n (n above every earlier request): the first thread of the
-    program's in the library's slow path after it (the poke sends each there at its next
-    allocator call) makes the copy and answers heapmap_ack = n once it is made."""
-    segment.header["heapmap_seq"] = n
-
-
-# What the CLI waits for a map: the library bounds its copy to MAP_LIMIT_S, and more.
-MAP_TIMEOUT_S = MAP_LIMIT_S + 10
-
-
-# How often a request not yet answered is repeated (again(): the poke)
-AGAIN_S = 0.05
-
-
-def wait_ack(segment, n: int, timeout_s: float = MAP_TIMEOUT_S, alive=None, again=None) -> bool:
-    """Whether map n was answered within timeout_s: the library answers once its copy of
-    the program is taken (forked), so the map is of that moment and the program may go on;
-    the file is complete when the program has ended, or when wait_written says so. alive(),
-    when given, is asked between polls (the program may end meanwhile); again(), every
-    AGAIN_S while no answer came."""
-    start = time.monotonic()
-    deadline, next_again = start + timeout_s, start + AGAIN_S
-    while time.monotonic() < deadline:
-        if int(segment.header["heapmap_ack"]) >= n:
-            return True
-        if alive is not None and not alive():
-            return int(segment.header["heapmap_ack"]) >= n
-        if again is not None and time.monotonic() >= next_again:
-            again()
-            next_again += AGAIN_S
-        time.sleep(0.005)
-    return False
-
-
-def wait_written(segment_path: str, name, timeout_s: float = MAP_TIMEOUT_S) -> bool:
-    """Whether map name's file was written whole within timeout_s (the library bounds a
-    map to MAP_LIMIT_S)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            read(path_of(segment_path, name))
-            return True
-        except (OSError, ValueError):
-            time.sleep(0.01)
-    return False
-
-
-def path_of(segment_path: str, name) -> str:
-    return f"{segment_path}.map.{name}"
-
-
-def collect(segment_path: str) -> dict:
-    """The maps written beside the segment, by name (EXIT, or the request's number), read
-    and removed; a damaged or cut-short file is removed too, and left out."""
-    out = {}
-    for path in glob.glob(glob.escape(segment_path) + ".map.*"):
-        suffix = path[len(segment_path) + len(".map."):]
-        name = EXIT if suffix == EXIT else int(suffix) if suffix.isdigit() else None
-        try:
-            if name is not None:
-                out[name] = read(path)
-        except (OSError, ValueError):
-            pass
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
     return out
 
 

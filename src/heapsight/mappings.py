@@ -88,11 +88,6 @@ def classify(maps: list) -> None:
             m.kind = "anon"
 
 
-def read(pid: int) -> list:
-    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as f:
-        return parse_smaps(f.read())
-
-
 def resident_by_kind(maps: list) -> dict:
     out = dict.fromkeys(KINDS, 0)
     for m in maps:

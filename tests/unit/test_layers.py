@@ -117,7 +117,8 @@ LIVE = {m for m in modules() if m == "heapsight.live" or m.startswith("heapsight
 
 def test_the_live_package_holds_what_talks_to_a_process():
     assert {"heapsight.live.measure", "heapsight.live.sampler", "heapsight.live.attach",
-            "heapsight.live.gdbcall", "heapsight.live.readloop", "heapsight.live.launch"} <= LIVE
+            "heapsight.live.gdbcall", "heapsight.live.readloop", "heapsight.live.launch",
+            "heapsight.live.segment", "heapsight.live.heapmaps", "heapsight.live.procfs"} <= LIVE
 
 
 def reaches(g: dict, start: str) -> set:
@@ -137,8 +138,72 @@ def reaches(g: dict, start: str) -> set:
                                     "heapsight.reporters.terminal", "heapsight.reporters.csv",
                                     "heapsight.reporters.pprof", "heapsight.reporters.openmetrics",
                                     "heapsight.record", "heapsight.model", "heapsight.mapped",
-                                    "heapsight.sites", "heapsight.timeline"])
+                                    "heapsight.sites", "heapsight.timeline", "heapsight.layout",
+                                    "heapsight.heapmap", "heapsight.profile", "heapsight.mappings",
+                                    "heapsight.report.holders"])
 def test_the_analysis_of_a_captured_run_needs_no_live_process(module):
     # a saved run is analysed again (capture.rederive), and drawn, with none of the code
     # that starts, samples or attaches to a process
     assert sorted(reaches(graph(), module) & LIVE) == []
+
+
+# What reaches a process (the program's, or the segment it shares with heapsight): only
+# live/ and the commands do, and lab/, which runs its experiments' programs. Elsewhere no
+# module locks a file, maps memory, loads native code, signals or waits for a process,
+# sleeps, or opens anything in another process's /proc or in /dev/shm. heapsight's own
+# signals are its own (interrupts: its mask, its own end; the package's start, which blocks
+# them while numpy starts its threads).
+MAY_REACH = ("heapsight.live", "heapsight.commands", "heapsight.lab", "heapsight.cli",
+             "heapsight.__main__")
+OWN_SIGNALS = ("heapsight.interrupts", "heapsight")
+REACHING_IMPORTS = {"mmap", "ctypes", "signal"}
+REACHING_CALLS = {"time.sleep", "os.kill", "os.killpg", "os.fork", "os.waitpid", "os.wait4",
+                  "os.waitid", "os.pread", "os.pwrite", "os.posix_fallocate", "fcntl.flock",
+                  "fcntl.lockf"}
+PROCESS_PATHS = ("/proc/", "/dev/shm")
+OWN_PATHS = ("/proc/self/",)
+
+
+def reaching(path: Path, module: str) -> list:
+    """What in path reaches a process: (line, what)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for n in names:
+                top = n.split(".")[0]
+                if top in REACHING_IMPORTS and not (top == "signal" and module in OWN_SIGNALS):
+                    found.append((node.lineno, f"import {n}"))
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = (f"{f.value.id}.{f.attr}" if isinstance(f, ast.Attribute)
+                    and isinstance(f.value, ast.Name) else getattr(f, "id", ""))
+            if name in REACHING_CALLS and not (name == "os.kill" and module in OWN_SIGNALS):
+                found.append((node.lineno, name))
+            if name in ("open", "os.open", "io.open") and node.args:
+                a = node.args[0]
+                head = (a.value if isinstance(a, ast.Constant) else
+                        a.values[0].value if isinstance(a, ast.JoinedStr) and a.values
+                        and isinstance(a.values[0], ast.Constant) else "")
+                if (isinstance(head, str) and head.startswith(PROCESS_PATHS)
+                        and not head.startswith(OWN_PATHS)):
+                    found.append((node.lineno, f"{name}({head}...)"))
+    return found
+
+
+def test_only_live_and_the_commands_reach_a_process():
+    outside = {m: p for m, p in modules().items()
+               if not any(m == r or m.startswith(r + ".") for r in MAY_REACH)}
+    found = sorted(f"{p.relative_to(ROOT.parent)}:{line}: {what}"
+                   for m, p in outside.items() for line, what in reaching(p, m))
+    assert found == []
+
+
+def test_the_reach_finder_finds_each_kind(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import mmap\nimport time, os\ntime.sleep(1)\nos.kill(1, 9)\n"
+                 "open(f'/proc/{pid}/smaps')\nos.open('/dev/shm/x', 0)\nopen('data.txt')\n"
+                 "open('/proc/self/status')\nfcntl.flock(fd, 2)\n")
+    assert [w for _, w in reaching(p, "heapsight.x")] == [
+        "import mmap", "time.sleep", "os.kill", "open(/proc/...)", "os.open(/dev/shm/x...)",
+        "fcntl.flock"]

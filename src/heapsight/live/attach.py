@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from heapsight import allocators, analysis, mappings
-from heapsight.live import gdbcall
+from heapsight.live import gdbcall, procfs
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human, pct
 
@@ -314,7 +314,7 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
     """One look at the process: mappings, allocator, its figures, the split."""
     command = check_target(pid, use_gdb)
     try:
-        maps = mappings.read(pid)
+        maps = procfs.smaps(pid)
     except FileNotFoundError:
         raise HeapsightError(f"process {pid} ended", gdbcall.EXIT_REFUSED) from None
     except PermissionError:

@@ -12,17 +12,15 @@ import os
 import shutil
 import signal
 import sys
-import time
 from dataclasses import dataclass, field
 
 from heapsight import analysis, capture, elf, heapmap, interrupts, native, remedies
-from heapsight.live import launch, readloop
+from heapsight.live import heapmaps, launch, readloop
 from heapsight.fmt import printable
 from heapsight.progress import say
 from heapsight.errors import HeapsightError
 from heapsight.live.sampler import Sampler
 from heapsight.timeline import IDX
-from heapsight.layout import MAP_LIMIT_S
 from heapsight.live.segment import Segment, segment_dir
 from heapsight.summary import _num, summarize
 
@@ -185,7 +183,7 @@ class _Callbacks:
                     f"{HEAP_MAP_EVERY_S:g} s (each copies the program); the snapshots between "
                     "have none", sys.stderr)
             self.maps_said = True
-        elif wanted and every and copy_walking(segment):
+        elif wanted and every and heapmaps.copy_walking(segment):
             # one copy at a time: copies walked side by side would take the machine from
             # the program (each walks and marks its whole heap)
             if opts.warn and not self.walking_said:
@@ -196,14 +194,14 @@ class _Callbacks:
         elif wanted:
             # one asked for by itself waits for the copy being walked, if any (the program
             # that asked waits in heapsight_snapshot() meanwhile)
-            wait_copies(segment, MAP_WAIT_S)
+            heapmaps.wait_copies(segment, MAP_WAIT_S)
             self.maps_last = t if every else self.maps_last
             n = len(self.maps_asked) + 1
             self.maps_asked[n] = f"snapshot: {label}"
-            heapmap.request(segment, n)
+            heapmaps.request(segment, n)
             readloop.poke(segment)   # each thread's next allocator call looks for it
             if opts.release_at_snapshot:
-                heapmap.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None,
+                heapmaps.wait_ack(segment, n, timeout_s=MAP_WAIT_S, alive=lambda: proc.poll() is None,
                                  again=lambda: readloop.poke(segment))
         if opts.release_at_snapshot and segment is not None and segment.attached():
             try:
@@ -240,7 +238,7 @@ def measure(argv: list, opts: Options) -> tuple:
               file=sys.stderr)
     segment = None if linkage == "static" else new_segment(argv[0], opts)
     if segment is not None and opts.heap_maps:
-        heapmap.at_exit(segment)
+        heapmaps.at_exit(segment)
     cb = _Callbacks(argv, opts, segment)
     # Blocked here, taken by the sampler; the program starts with the signal state heapsight
     # was started with (launch.py). The snapshot signal is ignored as well as blocked: one
@@ -282,8 +280,9 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     attached = segment is not None and segment.attached()
     prof = segment.profile() if attached else None
     if attached:
-        wait_exit_map(segment)
-        wait_copies(segment, EXIT_MAP_WAIT_S)   # a snapshot's, made at the program's last calls
+        heapmaps.wait_exit_map(segment)
+        # a snapshot's, made at the program's last calls
+        heapmaps.wait_copies(segment, heapmaps.EXIT_MAP_WAIT_S)
     collected = collect_maps(segment)
     maps = [(cb.maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
             for name, hm in sorted(collected.items(),   # snapshots, then exit
@@ -334,96 +333,6 @@ HEAP_MAP_EVERY_S = 0.1
 MAP_WAIT_S = 2.0
 
 
-# The exit map's copy bounds itself to MAP_LIMIT_S (heapmap.c): a little more here.
-EXIT_MAP_WAIT_S = MAP_LIMIT_S + 5.0
-
-
-def wait_exit_map(segment) -> None:
-    """The program did not wait for its exit map's copy (it waits for the copy to be made,
-    not walked): the copy, left running, writes the map when it is done. Waits for that
-    file, or for the copy to end without one (gone, or a zombie nobody reaped)."""
-    pid = segment.get("heapmap_exit_pid")
-    path = f"{segment.path}.map.{heapmap.EXIT}"
-    deadline = time.monotonic() + EXIT_MAP_WAIT_S
-    while pid and not os.path.exists(path) and time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                    break
-        except (OSError, IndexError):
-            break
-        time.sleep(0.005)
-    reap_copies()
-
-
-WALL = 0x40000000   # __WALL: a child whose exit signal is not SIGCHLD (the copies')
-
-
-def _copies() -> list:
-    """(pid, state) of the program's copies that heapsight's library made children of this
-    process (CLONE_PARENT: so that no wait of the program's meets them), named hs-heapmap;
-    state b"Z" once one has ended."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return []
-    pids, out = set(), []
-    for t in tasks:
-        try:
-            with open(f"/proc/self/task/{t}/children") as f:
-                pids.update(int(x) for x in f.read().split())
-        except (OSError, ValueError):
-            continue
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        name, _, rest = stat.rpartition(b")")
-        if name.endswith(b"(hs-heapmap"):
-            out.append((pid, rest.split()[:1][0] if rest.split() else b"?"))
-    return out
-
-
-def copy_walking(segment) -> bool:
-    """Whether a copy of the program is still being walked (its map not yet written): one
-    of this process's children (the copies that ended are reaped), or the last one the
-    library made, which is the program's own child where heapsight did not start it
-    (--follow's program)."""
-    reap_copies()
-    if any(state != b"Z" for _, state in _copies()):
-        return True
-    pid = segment.get("heapmap_copy_pid")
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            name, _, rest = f.read().rpartition(b")")
-    except OSError:
-        return False
-    return bool(pid) and name.endswith(b"(hs-heapmap") and rest.split()[:1] not in ([b"Z"], [b"X"])
-
-
-def wait_copies(segment, timeout_s: float) -> None:
-    """Until no copy is being walked, or timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while copy_walking(segment) and time.monotonic() < deadline:
-        time.sleep(0.005)
-
-
-def reap_copies() -> int:
-    """Reaps the copies that have ended. How many."""
-    reaped = 0
-    for pid, state in _copies():
-        if state != b"Z":
-            continue
-        try:
-            if os.waitpid(pid, os.WNOHANG | WALL)[0] == pid:
-                reaped += 1
-        except ChildProcessError:
-            pass
-    return reaped
-
-
 def collect_maps(segment) -> dict:
     """The heap maps the library wrote beside the segment, read and removed."""
-    return heapmap.collect(segment.path) if segment is not None else {}
+    return heapmaps.collect(segment.path) if segment is not None else {}

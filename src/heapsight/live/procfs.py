@@ -1,10 +1,13 @@
-"""Reading /proc/PID/status and smaps_rollup. Files are opened once and re-read with
-pread at offset 0 (the kernel regenerates them on every read)."""
+"""Reading /proc/PID/status, smaps_rollup and statm (opened once and re-read with pread at
+offset 0: the kernel regenerates them on every read), and smaps (each mapping, classified
+by heapsight.mappings)."""
 
 from __future__ import annotations
 
 import os
 import re
+
+from heapsight import mappings
 
 STATUS_KEYS = {b"VmRSS:": "rss", b"VmHWM:": "hwm", b"RssAnon:": "anon", b"RssFile:": "file",
                b"RssShmem:": "shmem", b"VmSize:": "vsize", b"Threads:": "threads"}
@@ -52,6 +55,12 @@ class ProcFile:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def smaps(pid: int) -> list:
+    """Every mapping of the process, classified (mappings.parse_smaps)."""
+    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as f:
+        return mappings.parse_smaps(f.read())
 
 
 def status(pid: int) -> ProcFile:

@@ -232,7 +232,7 @@ class Sampler:
         /proc would not say."""
         try:
             own_map = self.segment.path if self.segment is not None else None
-            maps = [m for m in mappings.read(self.pid) if m.path != own_map]
+            maps = [m for m in procfs.smaps(self.pid) if m.path != own_map]
         except (OSError, ValueError):
             return None, None
         kinds = mappings.resident_by_kind(maps)

@@ -26,6 +26,8 @@ import re
 
 import numpy as np
 
+from heapsight import heapmap
+
 # ---------------------------------------------------------------------------- call sites
 
 TOP_SITES = 100   # the table's rows per moment the page carries (the JSON has them all)
@@ -257,8 +259,8 @@ LIVE, PINNED, FREE, KEPT, TOP, UNWALKED, ABSENT = range(len(STATES))
 # except for live bytes in (63/255, 64/255] of a page (16 bytes of a 4 KiB page), read
 # here as pinned.
 PIN_MAX = 64
-# flags of a page, as the heap map writes them (heapmap.BEFORE, AFTER, TOP)
-RESIDENT_BEFORE, RESIDENT_AFTER, IN_TOP = 1, 2, 4
+# flags of a page, as the heap map writes them
+RESIDENT_BEFORE, RESIDENT_AFTER, IN_TOP = heapmap.BEFORE, heapmap.AFTER, heapmap.TOP
 
 
 def page_states(occupancy: np.ndarray, flags: np.ndarray, walked: bool = True) -> np.ndarray:

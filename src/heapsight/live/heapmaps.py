@@ -1,0 +1,209 @@
+"""Heap maps, live: how the CLI asks the program for a map while it runs (request, then
+wait_ack: the library's copy answers once it is made) or at exit (at_exit, set before the
+program starts), and reads the files its copies write beside the segment,
+"<segment path>.map.N" / ".map.exit" (collect reads the ones present and removes them).
+The format is heapsight.heapmap's."""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+import time
+
+from heapsight.heapmap import EXIT, HeapMap, parse
+from heapsight.layout import MAP_LIMIT_S
+
+# A map holds 5 bytes a page of heap and a few hundred thousand blocks: far below this
+MAP_MAX_BYTES = 1 << 30
+
+
+def _read_own(path: str) -> bytes:
+    """The bytes of a map file the program's copy wrote beside the segment in /dev/shm,
+    where anyone can put a file at that name first: opened without following a link or
+    waiting (a FIFO would hang heapsight), and read only as a regular file of this user's
+    (or root's), no larger than MAP_MAX_BYTES (a link to /dev/zero would not end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise ValueError(f"{path}: made by another user (uid {st.st_uid}), not read")
+        if st.st_size > MAP_MAX_BYTES:
+            raise ValueError(f"{path}: {st.st_size} bytes, more than a heap map can be")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAP_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def read(path: str) -> HeapMap:
+    """A map file; ValueError when it is not one or is cut short (a stopped child)."""
+    return parse(_read_own(path), path)
+
+
+def at_exit(segment, on: bool = True) -> None:
+    """A map at exit, before the release probe (set before the program starts)."""
+    segment.header["heapmap_at_exit"] = 1 if on else 0
+
+
+def request(segment, n: int) -> None:
+    """Asks the library for map n (n above every earlier request): the first thread of the
+    program's in the library's slow path after it (the poke sends each there at its next
+    allocator call) makes the copy and answers heapmap_ack = n once it is made."""
+    segment.header["heapmap_seq"] = n
+
+
+# What the CLI waits for a map: the library bounds its copy to MAP_LIMIT_S, and more.
+MAP_TIMEOUT_S = MAP_LIMIT_S + 10
+
+
+# How often a request not yet answered is repeated (again(): the poke)
+AGAIN_S = 0.05
+
+
+def wait_ack(segment, n: int, timeout_s: float = MAP_TIMEOUT_S, alive=None, again=None) -> bool:
+    """Whether map n was answered within timeout_s: the library answers once its copy of
+    the program is taken (forked), so the map is of that moment and the program may go on;
+    the file is complete when the program has ended, or when wait_written says so. alive(),
+    when given, is asked between polls (the program may end meanwhile); again(), every
+    AGAIN_S while no answer came."""
+    start = time.monotonic()
+    deadline, next_again = start + timeout_s, start + AGAIN_S
+    while time.monotonic() < deadline:
+        if int(segment.header["heapmap_ack"]) >= n:
+            return True
+        if alive is not None and not alive():
+            return int(segment.header["heapmap_ack"]) >= n
+        if again is not None and time.monotonic() >= next_again:
+            again()
+            next_again += AGAIN_S
+        time.sleep(0.005)
+    return False
+
+
+def wait_written(segment_path: str, name, timeout_s: float = MAP_TIMEOUT_S) -> bool:
+    """Whether map name's file was written whole within timeout_s (the library bounds a
+    map to MAP_LIMIT_S)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            read(path_of(segment_path, name))
+            return True
+        except (OSError, ValueError):
+            time.sleep(0.01)
+    return False
+
+
+def path_of(segment_path: str, name) -> str:
+    return f"{segment_path}.map.{name}"
+
+
+def collect(segment_path: str) -> dict:
+    """The maps written beside the segment, by name (EXIT, or the request's number), read
+    and removed; a damaged or cut-short file is removed too, and left out."""
+    out = {}
+    for path in glob.glob(glob.escape(segment_path) + ".map.*"):
+        suffix = path[len(segment_path) + len(".map."):]
+        name = EXIT if suffix == EXIT else int(suffix) if suffix.isdigit() else None
+        try:
+            if name is not None:
+                out[name] = read(path)
+        except (OSError, ValueError):
+            pass
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return out
+
+
+# The exit map's copy bounds itself to MAP_LIMIT_S (heapmap.c): a little more here.
+EXIT_MAP_WAIT_S = MAP_LIMIT_S + 5.0
+
+
+def wait_exit_map(segment) -> None:
+    """The program did not wait for its exit map's copy (it waits for the copy to be made,
+    not walked): the copy, left running, writes the map when it is done. Waits for that
+    file, or for the copy to end without one (gone, or a zombie nobody reaped)."""
+    pid = segment.get("heapmap_exit_pid")
+    path = path_of(segment.path, EXIT)
+    deadline = time.monotonic() + EXIT_MAP_WAIT_S
+    while pid and not os.path.exists(path) and time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    break
+        except (OSError, IndexError):
+            break
+        time.sleep(0.005)
+    reap_copies()
+
+
+WALL = 0x40000000   # __WALL: a child whose exit signal is not SIGCHLD (the copies')
+
+
+def _copies() -> list:
+    """(pid, state) of the program's copies that heapsight's library made children of this
+    process (CLONE_PARENT: so that no wait of the program's meets them), named hs-heapmap;
+    state b"Z" once one has ended."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    pids, out = set(), []
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/children") as f:
+                pids.update(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, _, rest = stat.rpartition(b")")
+        if name.endswith(b"(hs-heapmap"):
+            out.append((pid, rest.split()[:1][0] if rest.split() else b"?"))
+    return out
+
+
+def copy_walking(segment) -> bool:
+    """Whether a copy of the program is still being walked (its map not yet written): one
+    of this process's children (the copies that ended are reaped), or the last one the
+    library made, which is the program's own child where heapsight did not start it
+    (--follow's program)."""
+    reap_copies()
+    if any(state != b"Z" for _, state in _copies()):
+        return True
+    pid = segment.get("heapmap_copy_pid")
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            name, _, rest = f.read().rpartition(b")")
+    except OSError:
+        return False
+    return bool(pid) and name.endswith(b"(hs-heapmap") and rest.split()[:1] not in ([b"Z"], [b"X"])
+
+
+def wait_copies(segment, timeout_s: float) -> None:
+    """Until no copy is being walked, or timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while copy_walking(segment) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def reap_copies() -> int:
+    """Reaps the copies that have ended. How many."""
+    reaped = 0
+    for pid, state in _copies():
+        if state != b"Z":
+            continue
+        try:
+            if os.waitpid(pid, os.WNOHANG | WALL)[0] == pid:
+                reaped += 1
+        except ChildProcessError:
+            pass
+    return reaped
