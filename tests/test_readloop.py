@@ -10,6 +10,10 @@ import time
 
 import pytest
 
+import ctypes
+import re
+
+import c_mirror
 from conftest import scenario
 from heapsight import native
 from heapsight.live import procfs, readloop
@@ -33,6 +37,62 @@ def idle_program():
     p.kill()
     p.wait()
     seg.close()
+
+
+# C parameter types as ctypes gives them
+C_TYPES = {"int": ctypes.c_int, "uint64_t": ctypes.c_uint64, "double": ctypes.c_double,
+           "const char *": ctypes.c_char_p, "void": None}
+
+
+def declared(header: str) -> dict:
+    """name -> (return type, [parameter types]) of each function readloop.h declares."""
+    text = re.sub(r"/\*.*?\*/", "", header, flags=re.S)
+    out = {}
+    for ret, name, params in re.findall(r"^(int|void)\s+(\w+)\(([^)]*)\);", text, re.M):
+        types = [re.sub(r"\s*\b\w+$", "", p.strip()).replace("*", " *").replace("  ", " ")
+                 for p in params.split(",")]
+        out[name] = (ret, [re.sub(r"\s+\*", " *", t) for t in types])
+    return out
+
+
+def ctype_matches(c: str, t) -> bool:
+    if c in C_TYPES:
+        return C_TYPES[c] is t
+    assert c.endswith(" *"), c
+    base = C_TYPES.get(c[:-2].replace("const ", ""))
+    # a pointer: to a scalar as POINTER(that scalar), to anything as void * (numpy's buffers)
+    return t is ctypes.c_void_p or (base is not None and t is ctypes.POINTER(base))
+
+
+def mismatches(found: dict, signatures: dict) -> list:
+    """Where ctypes' signatures differ from the header's declarations."""
+    out = [f"{n}: declared in only one" for n in set(found) ^ set(signatures)]
+    for name in set(found) & set(signatures):
+        (ret, params), (restype, argtypes) = found[name], signatures[name]
+        if C_TYPES[ret] is not restype:
+            out.append(f"{name}: returns {ret}")
+        if len(params) != len(argtypes):
+            out.append(f"{name}: {len(params)} parameters, ctypes gives {len(argtypes)}")
+        out += [f"{name}: parameter {i} is {c}" for i, (c, t) in enumerate(zip(params, argtypes))
+                if not ctype_matches(c, t)]
+    return out
+
+
+def test_the_ctypes_signatures_are_readloop_hs():
+    found = declared((c_mirror.ROOT / "native" / "src" / "readloop.h").read_text())
+    assert mismatches(found, readloop.SIGNATURES) == []
+    # and the check finds two arguments swapped, and one missing
+    restype, args = readloop.SIGNATURES["hs_read_loop"]
+    swapped = args[:-2] + [args[-1], args[-2]]
+    assert mismatches(found, {**readloop.SIGNATURES, "hs_read_loop": (restype, swapped)}) == [
+        "hs_read_loop: parameter 18 is int", "hs_read_loop: parameter 19 is uint64_t"]
+    assert mismatches(found, {**readloop.SIGNATURES, "hs_read_loop": (restype, args[:-1])}) == [
+        "hs_read_loop: 20 parameters, ctypes gives 19"]
+
+
+def test_the_loops_constants_are_the_compilers(tmp_path):
+    rc, out, n = c_mirror.run(readloop.C_HEADER, {}, readloop.C_CONSTANTS, tmp_path)
+    assert rc == 0 and out.strip() == f"0 of {n} differ", out
 
 
 def test_ticks_read_what_python_reads_at_the_rate_asked(idle_program):

@@ -50,15 +50,15 @@ def test_port_0_says_which_port_it_took():
 
 def test_every_faster_than_a_heap_map_says_so_and_maps_less(tmp_path):
     js = tmp_path / "s.json"
-    r = hs("run", "--no-save", "--every", "0.005", "--json", str(js), "--", "sleep", "0.6")
+    r = hs("run", "--no-save", "--every", "0.005", "--json", str(js), "--", "sleep", "1.2")
     assert r.returncode == 0, r.stderr
     s = json.loads(js.read_text())
     snaps = [x for x in s["snapshots"] if x["label"].startswith("--every")]
     maps = [m for m in s["heapmaps"] if m["moment"].startswith("snapshot:")]
     # THEN it said once why the snapshots between have no map, and mapped at most every
-    # 0.1 s (a map for each of the 100-odd snapshots before)
+    # 0.1 s (a map for each of the 200-odd snapshots before; fewer on a loaded machine)
     assert r.stderr.count("heap maps are taken at most every 0.1 s") == 1
-    assert len(snaps) > 20 and len(maps) <= 0.6 / 0.1 + 2, (len(snaps), len(maps))
+    assert len(snaps) > 20 and len(maps) <= 1.2 / 0.1 + 2, (len(snaps), len(maps))
 
 
 # 32 threads each ask for 20 snapshots as fast as they are answered

@@ -282,9 +282,4 @@ __attribute__((always_inline)) static inline void hs_count_free_unsampled(void *
   if (HS_UNLIKELY(hs_add_free(s, hdr & ~(size_t)7))) _hs_flush(s);
 }
 
-__attribute__((always_inline)) static inline void hs_count_free(void *p) {
-  if (HS_UNLIKELY(hs_sample_maybe(p))) _hs_sample_free(p); /* perhaps a sampled block */
-  hs_count_free_unsampled(p);
-}
-
 #endif

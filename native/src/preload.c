@@ -192,7 +192,8 @@ __attribute__((noinline)) static void *counted_cold(void *p, size_t req, const v
   return _hs_counted_due(s, p, hs_glibc_header(p) & ~(size_t)7, req, caller);
 }
 
-/* (always inline: the caller below is the hook's) */
+/* hs_count_alloc for malloc, shaped so that the hook's whole fast path is this test and a
+ * return of p, everything else one tail call (always inline: the caller is the hook). */
 __attribute__((always_inline)) static inline void *counted(void *p, size_t req) {
   hs_slot_t *s = _hs_tslot;
   size_t hdr;
@@ -259,7 +260,8 @@ HS_EXPORT void *realloc(void *old, size_t size) {
   }
   HS_READY_OR(failed(1)); /* not from the pool, yet before start-up: cannot be */
   /* Count the old block as freed before the call: afterwards it may belong to someone else.
-   * (hs_count_free, with heapsight's own blocks told apart on its marked path) */
+   * (hs_count_free_unsampled after the sampled-block test, with heapsight's own blocks told
+   * apart on its marked path) */
   if (HS_UNLIKELY(hs_sample_maybe(old))) {
     if (_hs_own_take(old)) { /* heapsight's own block: the new one is ours too */
       _hs_own_begin();

@@ -5,9 +5,9 @@
  * to Python (heapsight/live/sampler.py) only for the work that is rare: smaps, the program's
  * children, allocator statistics, snapshots, signals, the program's exit.
  *
- * One row per tick, ROW_COLUMNS doubles: seconds since start_ns, RSS, anonymous RSS, live
+ * One row per tick, HS_READ_COLUMNS doubles: seconds since start_ns, RSS, anonymous RSS, live
  * usable bytes, live requested bytes (estimated per usable-size class, exactly as
- * heapsight.segment.Segment.counters does), allocations, frees, and the allocator's own
+ * heapsight.live.segment.Segment.counters does), allocations, frees, and the allocator's own
  * figures (in use, free, mapped, arenas) in the row that first sees a new reading, NaN in
  * the others. ctypes releases the GIL for
  * the call, so the CLI's other threads (the OpenMetrics exporter) keep running. */
@@ -24,13 +24,8 @@
 #include <unistd.h>
 
 #include "heapsight.h"
+#include "readloop.h"
 
-#define ROW_COLUMNS 11
-
-/* Why the loop returned. */
-enum { HS_READ_UNTIL = 0, HS_READ_FULL = 1, HS_READ_SIGNAL = 2, HS_READ_GONE = 3,
-       HS_READ_ASKED = 4, HS_READ_OWNER = 5, HS_READ_EXITING = 6, HS_READ_RSS = 7,
-       HS_READ_EXEC = 8, HS_READ_FINALIZING = 9 };
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -96,7 +91,7 @@ static void slot_usable(const hs_segment_t *seg, uint64_t i, uint64_t *a, uint64
 /* Live usable and requested bytes, allocations and frees, summed over the used slots. The
  * requested bytes of live blocks are estimated from the sampled size histogram (the live
  * blocks' mean waste by class, over their usable bytes), or from all allocations' waste
- * while no sampled block is live: as heapsight.segment.Segment.counters does. */
+ * while no sampled block is live: as heapsight.live.segment.Segment.counters does. */
 static void read_counters(const hs_segment_t *seg, double *row) {
   uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
   if (used < 1) used = 1;
@@ -221,13 +216,13 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
       *why = HS_READ_EXITING;
       return rows;
     }
-    double *row = out + (size_t)rows * ROW_COLUMNS;
+    double *row = out + (size_t)rows * HS_READ_COLUMNS;
     uint64_t rss, shared;
     if (!read_statm(statm_fd, &rss, &shared)) { *why = HS_READ_GONE; return rows; }
     row[0] = (double)(now - start_ns) / 1e9;
     row[1] = (double)rss * page_bytes;
     row[2] = (double)(rss - shared) * page_bytes;
-    for (int i = 3; i < ROW_COLUMNS; i++) row[i] = NAN;
+    for (int i = 3; i < HS_READ_COLUMNS; i++) row[i] = NAN;
     if (seg && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == HS_SEGMENT_MAGIC) {
       double mine = own_resident(pagemap_fd, seg, page_bytes);
       if (mine >= 0) own[0] = mine;

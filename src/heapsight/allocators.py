@@ -30,10 +30,15 @@ class Allocator:
     release_call: str          # what the preload library calls at exit to give memory back now
     trim_gdb: str | None = None  # the same call as gdb evaluates it in a running process
     header_bytes: int = 0      # bytes in front of every block (0: sizes live in slab metadata)
-    own_heaps: str | None = None  # a regex for its library: mmaps it makes are its own heaps
+    object_prefix: str | None = None  # its library's file name starts so (None: the C library)
     keeps: str = ""            # why it keeps freed memory resident, in words (glibc's: analysis)
     returns_preset: str | None = None  # the configuration (PRESETS) that returns it sooner
     release_code: str = ""     # the release call in the program's own code, with its header
+
+    @property
+    def own_heaps(self) -> str | None:
+        """A regex for its library's path: the mmaps it makes are its own heaps."""
+        return None if self.object_prefix is None else r"(^|/)" + re.escape(self.object_prefix)
 
 
 ALLOCATORS = {a.name: a for a in (
@@ -41,7 +46,7 @@ ALLOCATORS = {a.name: a for a in (
     Allocator("glibc", 1, None, None, "malloc_trim(0)", "(int)malloc_trim(0)", header_bytes=8),
     Allocator("jemalloc", 2, f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
               'mallctl("arena.4096.purge")', '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
-              own_heaps=r"(^|/)libjemalloc",
+              object_prefix="libjemalloc",
               keeps="jemalloc keeps freed pages dirty and returns them over dirty_decay_ms (10 s "
                     "by default), and only as the program goes on calling it: with no background "
                     "thread (off by default) a program that frees and then idles keeps them",
@@ -50,7 +55,7 @@ ALLOCATORS = {a.name: a for a in (
                            "program, after the work that freed it (#include <jemalloc/jemalloc.h>)"),
     Allocator("tcmalloc", 3, f"{LIBDIR}/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4",
               "MallocExtension_ReleaseFreeMemory()", "(void)MallocExtension_ReleaseFreeMemory()",
-              own_heaps=r"(^|/)libtcmalloc",
+              object_prefix="libtcmalloc",
               keeps="tcmalloc keeps freed pages in its page heap and returns them a little at a "
                     "time as more is freed (TCMALLOC_RELEASE_RATE), and small freed blocks in its "
                     "per-thread and central caches",
@@ -58,7 +63,7 @@ ALLOCATORS = {a.name: a for a in (
               release_code="MallocExtension_ReleaseFreeMemory();   # in the program, after the "
                            "work that freed it (#include <gperftools/malloc_extension_c.h>)"),
     Allocator("mimalloc", 4, f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)",
-              "(void)mi_collect(1)", own_heaps=r"(^|/)libmimalloc",
+              "(void)mi_collect(1)", object_prefix="libmimalloc",
               keeps="mimalloc returns a page's memory only once every block on it is free, after "
                     "its decommit delay, on the calls of the thread that owns it",
               returns_preset="mimalloc-eager",
@@ -67,8 +72,13 @@ ALLOCATORS = {a.name: a for a in (
     # libheapsight_mmap: one mapping per block; its header holds the mapping length and offset
     Allocator("mmap", 5, native.lib_path("libheapsight_mmap.so"), None,
               "none needed (every free unmaps)", header_bytes=16,
-              own_heaps=r"(^|/)libheapsight_mmap\.so"),
+              object_prefix="libheapsight_mmap"),
 )}
+
+# The objects whose every frame is the allocator's: heapsight's own hooks and each
+# allocator's library (libtcmalloc_minimal too)
+ALLOCATOR_OBJECTS = re.compile(r"(^|/)(libheapsight|" + "|".join(
+    re.escape(a.object_prefix) for a in ALLOCATORS.values() if a.object_prefix) + r")(?:_\w+)?[.-][^/]*$")
 
 # the allocator's name by the identity the library writes in the segment
 BY_SEGMENT_ID = {0: "unknown", **{a.segment_id: a.name for a in ALLOCATORS.values()}}

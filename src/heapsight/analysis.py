@@ -10,11 +10,10 @@ import re
 import numpy as np
 
 from heapsight import allocators, remedies
-from heapsight.fmt import human, pct, shell_join, shell_quote
+from heapsight.fmt import MiB, human, pct, shell_join, shell_quote
 from heapsight.model import AllocStats, Breakdown, Finding, HeapFigures, Hold, Release
 
 KiB = 1024
-MiB = 1024 * 1024
 
 
 PART_FIELDS = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "retained_bytes",
@@ -22,6 +21,13 @@ PART_FIELDS = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "reta
                "untouched_bytes")
 
 
+
+# The words of two facts every format states: a run without the library's figures, and a
+# release measured in the exit's copy (the program itself kept the memory).
+NOT_ACTIVE = "the preload library was not active"
+IN_THE_COPY = "measured in a copy of the program at its exit: the program kept its memory"
+# glibc's thread heaps' free tops (the rule is in why_it_stayed, attach uses it too)
+THREAD_TOPS = "the free top of the threads' heaps, which malloc_trim does not shrink"
 
 def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:
     """(bytes, ± one standard error): the live blocks' waste (usable - requested bytes).
@@ -368,8 +374,7 @@ def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True,
                         "only a few live bytes each: no release can return them while "
                         "those blocks live"))
     if tops and mapped.get("thread_tops"):
-        reasons.append((mapped["thread_tops"], f"{human(mapped['thread_tops'])} is the free top "
-                        "of the threads' heaps, which malloc_trim does not shrink"))
+        reasons.append((mapped["thread_tops"], f"{human(mapped['thread_tops'])} is {THREAD_TOPS}"))
     if arenas > 1:
         in_threads = mapped.get("thread_arenas_free")
         reasons.append((in_threads, (f"{human(in_threads)} of free pages in " if in_threads
@@ -698,7 +703,7 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
     if final is None:
         return "no samples: the program ended before the first measurement"
     if not preload_active:
-        return ("heap figures unavailable (the preload library was not active); RSS only: "
+        return (f"heap figures unavailable ({NOT_ACTIVE}); RSS only: "
                 f"final {human(final.rss_bytes)}")
     if not found:
         return (f"healthy: little memory left allocated, retained or wasted (final RSS {human(final.rss_bytes)}, "

@@ -7,6 +7,9 @@ import re
 import shlex
 
 
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
 def human(n: float) -> str:
     """Bytes in IEC units: 512 B, 1.5 KiB, 20.0 MiB."""
     n = float(n)

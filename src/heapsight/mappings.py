@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-HEAP_MAX = 64 << 20
+from heapsight import allocators
+
+HEAP_MAX = 64 << 20   # glibc's HEAP_MAX_SIZE on 64-bit: a thread arena's heap (heapmap.c too)
 GUARD_MAX = 1 << 20
 KINDS = ("heap", "arena", "stack", "file", "shared", "anon")
 KIND_NAMES = {"heap": "main heap ([heap])", "arena": "glibc thread arenas",
               "stack": "stacks", "file": "file-backed (code, mapped files)",
               "shared": "shared memory", "anon": "other anonymous"}
-ALLOCATOR_LIBS = (("libjemalloc", "jemalloc"), ("libtcmalloc", "tcmalloc"),
-                  ("libmimalloc", "mimalloc"), ("libheapsight_mmap", "mmap"))
 
 
 @dataclass
@@ -99,9 +99,9 @@ def allocator_of(maps: list) -> str:
     """The allocator that answers malloc: a known allocator's library if one is mapped,
     else glibc's when libc is mapped, else 'static' (nothing from the dynamic loader)."""
     paths = {os.path.basename(m.path) for m in maps if m.kind == "file"}
-    for part, name in ALLOCATOR_LIBS:
-        if any(p.startswith(part) for p in paths):
-            return name
+    for a in allocators.ALLOCATORS.values():
+        if a.object_prefix and any(p.startswith(a.object_prefix) for p in paths):
+            return a.name
     if any(p.startswith("libc.so") or p.startswith("libc-") for p in paths):
         return "glibc"
     if not any(p.startswith("ld-linux") for p in paths):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import statistics
 
+from heapsight.fmt import MiB
+
 METRICS = (("peak_rss", "peak RSS"), ("held_rss", "held RSS"), ("end_rss", "end RSS"),
            ("final_rss", "RSS at exit"), ("retained", "retained"),
            ("given_back", "given back"), ("wall_s", "wall"), ("cpu_s", "CPU"),
@@ -29,7 +31,6 @@ def stats_of(runs: list) -> dict:
 
 # below these, a change in percent says more about noise than about the allocator
 DELTA_FLOOR = {"wall_s": 0.01, "cpu_s": 0.01, "minor_faults": 100}
-MiB = 1 << 20
 
 
 def change(key: str, st: dict, base: dict | None):

@@ -15,7 +15,7 @@ same samples, so the shares add up to 1); the moment's live_bytes is the exact c
 that moment, beside the estimate for comparison.
 
 The call site of a stack is its innermost frame outside the allocator and the known
-allocation wrappers (ALLOCATOR_NAMES, ALLOCATOR_OBJECTS); when that frame has no name (a
+allocation wrappers (ALLOCATOR_NAMES, allocators.ALLOCATOR_OBJECTS); when that frame has no name (a
 static function of a stripped binary), the first named frame after it in the same object,
 if any (_named_past). The stacks keep every frame.
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heapsight import layout, profile
+from heapsight import allocators, layout, profile
 from heapsight import symbolize
 
 # Functions that allocate for their caller: the call site is further out. The C allocator
@@ -49,8 +49,6 @@ ALLOCATOR_NAMES = re.compile(r"""^(?:
   | g_(?:try_)?(?:malloc|malloc0|realloc)(?:_n)? | g_slice_alloc0? | g_strn?dup | g_memdup2?
   | (?:ruby_)?x(?:malloc|calloc|realloc|zalloc|strdup|strndup|memdup|malloc2|realloc2)
 )$""", re.X)
-# Objects whose every frame is the allocator's (heapsight's own hooks, a preloaded allocator).
-ALLOCATOR_OBJECTS = re.compile(r"(^|/)lib(heapsight|jemalloc|tcmalloc\w*|mimalloc)[.-][^/]*$")
 
 Z95 = 1.96
 # What sampling cannot see: a site may hold up to about 3 M bytes in blocks much smaller
@@ -217,7 +215,7 @@ def short_function(f: symbolize.Frame) -> str:
 
 
 def is_allocator(f: symbolize.Frame) -> bool:
-    if ALLOCATOR_OBJECTS.search(f.object):
+    if allocators.ALLOCATOR_OBJECTS.search(f.object):
         return True
     return f.function is not None and ALLOCATOR_NAMES.match(f.function) is not None
 

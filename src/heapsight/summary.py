@@ -561,7 +561,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                     _since(tl, segment.get("peak_ns")) if peak_bytes else None, peak_bytes)
     peak, final = rows.breakdown(rows.peak_i), rows.breakdown(rows.last)
     heap, peak_ns = None, None
-    release = Release(False, "none", "the preload library was not active")
+    release = Release(False, "none", analysis.NOT_ACTIVE)
     if attached:
         c = segment.counters()
         release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from heapsight import fmt
+from heapsight import fmt, mappings
 from heapsight.errors import HeapsightError
 from heapsight.lab import common
 from heapsight.lab.common import DEPENDS, MIB, Claim, Table, configs, errors_note, in_mib, mib
@@ -54,7 +54,7 @@ HOLD_MS = 100
 
 # glibc 2.36 constants the evidence explains the figures with.
 MMAP_THRESHOLD_MAX = 32 * MIB   # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: the dynamic threshold's cap
-HEAP_MAX = 64 * MIB             # HEAP_MAX_SIZE: one thread-arena heap
+HEAP_MAX = mappings.HEAP_MAX    # HEAP_MAX_SIZE: one thread-arena heap
 
 # A worker "keeps its memory" when what stays resident is at least 80% of its blocks: a freed
 # block is either kept whole or given back whole, so the figures are near 0% or near 100%,

@@ -32,7 +32,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 
-from heapsight import native
+from heapsight import fmt, native
 from heapsight.allocators import PRESET, Config, library_for
 from heapsight.errors import HeapsightError
 
@@ -235,7 +235,7 @@ def verdict_split(held: list, failed: list) -> str:
 
 # --- sizes the write-ups' way (heapsight.fmt has the IEC ones) ---------------------------
 
-MIB = 1024 * 1024
+MIB = fmt.MiB
 
 
 def mib(n: float) -> str:

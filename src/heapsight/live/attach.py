@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass, field
 from heapsight import allocators, analysis, mappings
 from heapsight.live import gdbcall, procfs
 from heapsight.errors import HeapsightError
-from heapsight.fmt import human, pct
+from heapsight.fmt import MiB, human, pct
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
-MiB = 1 << 20
 
 
 @dataclass
@@ -290,8 +289,7 @@ def verdict(a: Attached) -> str:
         if est < 0.5 * a.retained_bytes and tops >= 0.5 * (a.retained_bytes - est):
             return (f"RETENTION: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} "
                     f"of RSS) freed by the program and kept by {a.allocator}, {human(tops)} of it "
-                    "free at the top of its threads' heaps, which malloc_trim does not shrink "
-                    "(a release would give back about "
+                    f"in {analysis.THREAD_TOPS} (a release would give back about "
                     f"{human(est)}); started with {analysis.THREAD_TOPS_ENV} (fixed "
                     "thresholds), a thread's heap shrinks on free")
         kind = "RETENTION" if est >= 0.5 * a.retained_bytes else "FRAGMENTATION"

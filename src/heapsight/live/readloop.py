@@ -11,9 +11,21 @@ import numpy as np
 
 from heapsight import native
 
+# native/src/readloop.h, mirrored (tests/test_readloop.py checks each against the header)
 COLUMNS = ("t", "rss", "anon", "live_usable", "live_req", "n_alloc", "n_free",
            "alloc_in_use", "alloc_free", "alloc_mapped", "arenas")
-UNTIL, FULL, SIGNAL, GONE, ASKED, OWNER, EXITING, RSS, EXEC, FINALIZING = range(10)
+WHY = ("UNTIL", "FULL", "SIGNAL", "GONE", "ASKED", "OWNER", "EXITING", "RSS", "EXEC", "FINALIZING")
+UNTIL, FULL, SIGNAL, GONE, ASKED, OWNER, EXITING, RSS, EXEC, FINALIZING = range(len(WHY))
+_u64, _int, _double, _ptr = ctypes.c_uint64, ctypes.c_int, ctypes.c_double, ctypes.c_void_p
+SIGNATURES = {
+    "hs_read_loop": (_int, [_int, _ptr, _u64, ctypes.POINTER(_u64), _u64, _u64, _u64, _u64,
+                            _double, _ptr, _int, ctypes.POINTER(_int), _int,
+                            ctypes.POINTER(_double), _u64, _int, _double, ctypes.c_char_p, _int,
+                            _u64]),
+    "hs_poke_slots": (None, [_ptr]),
+}
+C_HEADER = "readloop.h"
+C_CONSTANTS = {"HS_READ_COLUMNS": len(COLUMNS), **{f"HS_READ_{w}": i for i, w in enumerate(WHY)}}
 ROWS = 512
 _lib = None
 
@@ -22,15 +34,9 @@ def _load():
     global _lib
     if _lib is None:
         lib = ctypes.CDLL(native.lib_path("libhsread.so"))
-        f = lib.hs_read_loop
-        u64 = ctypes.c_uint64
-        f.argtypes = [ctypes.c_int, ctypes.c_void_p, u64, ctypes.POINTER(u64), u64, u64, u64,
-                      u64, ctypes.c_double, ctypes.c_void_p, ctypes.c_int,
-                      ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_double), u64,
-                      ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int, u64]
-        f.restype = ctypes.c_int
-        lib.hs_poke_slots.argtypes = [ctypes.c_void_p]
-        lib.hs_poke_slots.restype = None
+        for name, (restype, argtypes) in SIGNATURES.items():
+            getattr(lib, name).restype = restype
+            getattr(lib, name).argtypes = argtypes
         _lib = lib
     return _lib
 

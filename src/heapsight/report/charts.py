@@ -92,7 +92,7 @@ def split_rows(doc: dict, rows: np.ndarray, cols: dict | None = None) -> dict:
 
 
 def _fmt_release(rel: dict) -> str:
-    copy = " (in a copy of the program: it kept its memory)" if rel.get("where") == "copy" else ""
+    copy = f" ({analysis.IN_THE_COPY})" if rel.get("where") == "copy" else ""
     return (f"release at exit: {rel.get('call')} {human(rel.get('rss_before_bytes', 0))}"
             f" \u2192 {human(rel.get('rss_after_bytes', 0))}{copy}")
 
@@ -149,10 +149,10 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
             markers.append({"x": fin["at_s"], "label": "exit"})
         note = ("Each sample's RSS split as in the summary; the solid line is RSS"
                 + ((", the dashed one its drop through the release at exit"
-                    + (" (measured in a copy of the program: the program kept its memory). "
+                    + (f" ({analysis.IN_THE_COPY}). "
                        if rel.get("where") == "copy" else ". ")) if rel.get("measured") else ". ")
                 if s.get("heap") is not None else
-                "The preload library was not active: /proc figures only. ")
+                f"{analysis.NOT_ACTIVE.capitalize()}: /proc figures only. ")
         if len(keep) < len(idx):
             note += f"{len(idx):,} samples thinned to {len(keep):,} (the lowest and highest of each stretch kept)."
         out.append({"id": chart_id(prefix, "memory"), "title": f"Where the RSS went, over time{what}",

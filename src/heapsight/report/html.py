@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from heapsight import __version__, heapmap, ranking
+from heapsight import __version__, analysis, heapmap, ranking
 from heapsight.moments import words as moment_words
 from heapsight.ranking import METRICS
 from heapsight.diffing import change_text, read_at_text, sites_moment_text
@@ -182,7 +182,7 @@ def run_facts(s: dict) -> list:
             f"{human(rel.get('gave_back_bytes', 0))} in "
             f"{rel.get('seconds', 0) * 1000:.1f} ms (RSS {human(rel.get('rss_before_bytes', 0))} "
             f"\u2192 {human(rel.get('rss_after_bytes', 0))}"
-            + ("; measured in a copy of the program at its exit: the program kept its memory"
+            + (f"; {analysis.IN_THE_COPY}"
                if rel.get("where") == "copy" else "") + ")")))
     else:
         facts.append(("release at exit", esc(f"not measured: {rel.get('why_not', '')}")))

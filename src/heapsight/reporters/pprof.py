@@ -22,7 +22,7 @@ import os
 import functools
 import gzip
 
-from heapsight import sites as sites_mod
+from heapsight import analysis, sites as sites_mod
 from heapsight.errors import HeapsightError
 
 MAPPING_SPAN = 1 << 40   # each object's synthetic address range
@@ -91,7 +91,7 @@ def encode(summary: dict, at: str = "peak") -> bytes:
     sites = summary.get("sites")
     if not sites or not sites.get("moments"):
         raise HeapsightError("--pprof: this run has no sampled call sites (sampling was off: "
-                             "--sample-bytes 0, or the preload library was not active)")
+                             f"--sample-bytes 0, or {analysis.NOT_ACTIVE})")
     names = moment_names(summary)
     name = at if at in names else f"snapshot: {at}"
     inuse = sites_mod.moment(sites, name)

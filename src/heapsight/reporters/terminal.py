@@ -23,7 +23,7 @@ from heapsight import analysis, fmt, heapmap, moments
 from heapsight.sites import CALLED_VIA
 from heapsight import ranking
 from heapsight.ranking import METRICS, baseline
-from heapsight.fmt import human, pct, printable
+from heapsight.fmt import MiB, human, pct, printable
 from heapsight.model import Breakdown, Summary
 
 ROWS = (("live (requested, not freed)", "live"), ("waste (rounding)", "waste"),
@@ -35,7 +35,6 @@ VERDICT_STYLE = {"hold": "bold yellow", "never-freed": "bold red", "leak": "bold
 # compare's figures where less is better (given back is neither: it depends on what was kept)
 LOWER_IS_BETTER = {"peak_rss", "held_rss", "end_rss", "final_rss", "retained", "wall_s", "cpu_s",
                    "minor_faults"}
-MiB = 1 << 20
 
 
 def console(out) -> Console:
@@ -290,8 +289,7 @@ def _release_lines(c: Console, s: Summary) -> None:
         if r.where == "copy":
             _indent(c, f"release at exit: {r.call} would give back {human(r.gave_back_bytes)} "
                        f"in {r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> "
-                       f"{human(r.rss_after_bytes)}; measured in a copy of the program at its "
-                       "exit: the program kept its memory)", 2)
+                       f"{human(r.rss_after_bytes)}; {analysis.IN_THE_COPY})", 2)
         else:
             _indent(c, f"release at exit: {r.call} gave back {human(r.gave_back_bytes)} in "
                        f"{r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> "

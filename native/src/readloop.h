@@ -1,0 +1,32 @@
+/* readloop.h: libhsread.so's interface, which the CLI calls through ctypes
+ * (src/heapsight/live/readloop.py mirrors it: its constants and argument types are checked
+ * against this header by tests/test_readloop.py). */
+#ifndef HS_READLOOP_H
+#define HS_READLOOP_H
+
+#include <stdint.h>
+
+#include "heapsight.h"
+
+/* A row's columns (doubles): the time, RSS, anonymous RSS, live usable and requested
+ * bytes, allocations, frees, and the allocator's in use, free, mapped and arenas. */
+#define HS_READ_COLUMNS 11
+
+/* Why the loop returned. */
+enum { HS_READ_UNTIL = 0, HS_READ_FULL = 1, HS_READ_SIGNAL = 2, HS_READ_GONE = 3,
+       HS_READ_ASKED = 4, HS_READ_OWNER = 5, HS_READ_EXITING = 6, HS_READ_RSS = 7,
+       HS_READ_EXEC = 8, HS_READ_FINALIZING = 9 };
+
+/* Ticks every period_ns from *next_ns until until_ns, a row each in out (at most max_rows),
+ * returning early for one of the reasons above (*why); readloop.c says each argument. */
+int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint64_t *next_ns,
+                 uint64_t period_ns, uint64_t until_ns, uint64_t wake_mask, uint64_t asked_seq,
+                 double page_bytes, double *out, int max_rows, int *why,
+                 int pagemap_fd, double *own, uint64_t pid, int watch_exit,
+                 double rss_above, const char *exe, int mem_fd, uint64_t fin_addr);
+
+/* The poke (heapsight.h): every thread with counters takes its next allocation and free to
+ * the library's slow path. */
+void hs_poke_slots(hs_segment_t *seg);
+
+#endif
