@@ -68,7 +68,7 @@ int _hs_allocator_release(void);
 int _hs_allocator_release_on_caller(void);
 void _hs_probe_start(void); /* probe.c: at start, before main */
 size_t _hs_own_blocks(uint64_t *out, size_t max); /* counters.c: heapsight's blocks live now */
-int _hs_glibc_publish_arena(void); /* heapmap.c */
+int _hs_glibc_publish_arena(void); /* arenas.c */
 int _hs_glibc_locks_free(void);
 int _hs_answer_map_request(void); /* probe.c: a map the CLI asked for, taken on this thread */
 void _hs_map_poll(void);          /* probe.c: the same, if one was asked for (counters.c) */
