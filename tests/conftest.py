@@ -5,7 +5,8 @@ Tiers (markers registered in pyproject.toml; `make test-fast` runs unit and scen
   browser   a test that starts headless Chromium: the test function, or a fixture it uses
             that is defined under tests/, calls dump_dom( or screenshot( (heapsight.report.png)
             or passes the "--png" option to a command. Wins over the rules below.
-  unit      pure functions, no process started: tests/unit/ and tests/test_lab_stored.py.
+  unit      pure functions, no process started: tests/unit/, tests/test_lab_stored.py and
+            tests/test_reporters_stored.py.
   lab       the lab experiments: tests/test_lab_*.py (but test_lab_stored.py).
   system    tests that drive another system beside heapsight, or many runs of it: gdb
             (attach), the other allocators and runtimes, compare, the cross-checks against
@@ -40,7 +41,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 TIERS = ("unit", "scenario", "system", "lab", "browser")
 TESTS_DIR = Path(__file__).resolve().parent
-UNIT_FILES = {"test_lab_stored.py"}
+UNIT_FILES = {"test_lab_stored.py", "test_reporters_stored.py"}
 SYSTEM_FILES = {"test_attach.py", "test_attach_safety.py", "test_compare.py",
                 "test_hostile_commands.py", "test_hostile_outputs.py", "test_allocators.py",
                 "test_runtime_owners.py", "test_crosscheck.py", "test_sites_crosscheck.py",
