@@ -5,11 +5,15 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import scenario
 from heapsight import capture, record
+from heapsight.model import Summary
+
+DATA = Path(__file__).resolve().parent / "data" / "captures"
 
 HS = [sys.executable, "-m", "heapsight"]
 
@@ -83,3 +87,38 @@ def test_a_saved_run_is_shown_again_in_the_terminal(tmp_path):
     bad = subprocess.run([*HS, "report", "--terminal", str(js)], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode != 0 and "error" in bad.stderr and not bad.stdout
+
+
+def test_a_record_without_a_capture_or_as_recorded_is_shown_in_the_terminal_as_saved(tmp_path):
+    # GIVEN a stored record of the first capture version, once without its capture
+    stored = DATA / "retention-v1.hsrun.json.gz"
+    doc = record.load(str(stored))
+    bare = tmp_path / "bare.hsrun.json.gz"
+    del doc["capture"]
+    bare.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    env = {"COLUMNS": "80", "PATH": "/usr/bin:/bin"}
+    for argv, said in (([str(bare)], True), (["--as-recorded", str(stored)], False)):
+        r = subprocess.run([*HS, "report", "--terminal", *argv], capture_output=True, text=True,
+                           timeout=120, env=env)
+        # THEN its saved summary is drawn (the saved table: no named moments then), and a
+        # record without a capture says so
+        assert r.returncode == 0, r.stderr
+        assert "VERDICT  RETENTION: 32.3 MiB" in r.stdout and "at peak live" in r.stdout
+        assert ("shown as recorded (saved without a capture" in r.stderr) == said, r.stderr
+    # AND without --as-recorded the stored record is analysed again (named moments)
+    again = subprocess.run([*HS, "report", "--terminal", str(stored)], capture_output=True,
+                           text=True, timeout=120, env=env)
+    assert again.returncode == 0 and "peak RSS" in again.stdout and "end" in again.stdout
+
+
+def test_a_summary_reads_back_from_its_json_form():
+    # GIVEN each stored record analysed again by today's code
+    for path in sorted(DATA.glob("*.hsrun.json.gz")):
+        s = capture.rederive(record.load(str(path)))
+        d = json.loads(json.dumps(s.to_dict()))
+        # THEN its JSON form reads back to the same Summary, and writes the same JSON
+        back = Summary.from_dict(d)
+        assert back == s and json.loads(json.dumps(back.to_dict())) == d, path.name
+        # AND a saved summary (older fields only) reads too, its absent fields defaulted
+        old = Summary.from_dict(record.load(str(path))["summary"])
+        assert old.verdict and old.command

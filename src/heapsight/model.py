@@ -1,8 +1,11 @@
 """The run's data types: what one run measured and what heapsight concludes from it.
-Frozen dataclasses with units in their names; to_dict() gives the JSON form."""
+Frozen dataclasses with units in their names; Summary.to_dict() gives the JSON form and
+Summary.from_dict() reads it back (record.py checks a saved one against these same
+fields before it is read)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -253,3 +256,39 @@ class Summary:
         d["mapped_sites"] = self.mapped_sites
         d["release"]["gave_back_bytes"] = self.release.gave_back_bytes
         return d
+
+    @staticmethod
+    def from_dict(d: dict) -> "Summary":
+        """The Summary of its JSON form (to_dict's, or a saved record's: fields it does not
+        have take their defaults, fields this heapsight does not know are left)."""
+        return from_dict(Summary, d)
+
+
+# The fields that hold another of these types: one, or a tuple of them ((X,))
+NESTED = {"Summary": {"peak": Breakdown, "final": Breakdown, "release": Release,
+                      "heap": HeapFigures, "findings": (Finding,), "holds": (Hold,),
+                      "snapshots": (Snapshot,), "moments": (Moment,)},
+          "Snapshot": {"breakdown": Breakdown}, "Moment": {"breakdown": Breakdown}}
+
+
+def _tuples(v):
+    """A JSON list as the tuple a frozen dataclass holds (nested lists too; objects stay
+    dicts: the JSON-shaped fields, sites and heap maps, are kept as they are)."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def from_dict(cls, d: dict):
+    """An instance of dataclass cls from its JSON form (see Summary.from_dict)."""
+    nested = NESTED.get(cls.__name__, {})
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            continue
+        v, of = d[f.name], nested.get(f.name)
+        if isinstance(of, tuple):
+            kw[f.name] = tuple(from_dict(of[0], x) for x in v)
+        elif of is not None:
+            kw[f.name] = None if v is None else from_dict(of, v)
+        else:
+            kw[f.name] = _tuples(v)
+    return cls(**kw)

@@ -12,15 +12,18 @@ past MAX_JSON_BYTES is refused without taking that memory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import stat
+import typing
 import zlib
 
 from heapsight import output
 from heapsight.errors import HeapsightError
-from heapsight.model import SCHEMA_VERSION, Summary
+from heapsight.model import (SCHEMA_VERSION, Breakdown, Finding, HeapFigures, Hold, Moment,
+                             Release, Snapshot, Summary)
 from heapsight.timeline import Timeline
 
 KIND = "heapsight-run"
@@ -238,31 +241,41 @@ def each_value(check):
 
 # ----------------------------------------------------------------- a run record
 
-PARTS = ("waste_bytes", "live_bytes", "metadata_bytes", "retained_bytes", "non_heap_bytes",
-         "file_bytes", "baseline_anon_bytes", "other_anon_bytes", "untouched_bytes")
-BREAKDOWN = fields(required={"at_s": number, "rss_bytes": number},
-                   optional={k: number for k in PARTS})
-RELEASE = fields(optional={"measured": boolean, "call": string, "why_not": string, "where": string,
-                           **{k: number for k in ("rss_before_bytes", "rss_after_bytes",
-                                                  "anon_before_bytes", "anon_after_bytes",
-                                                  "gave_back_bytes", "seconds")}})
-HEAP = fields(optional={"allocator": string, "mapped_at_exit_bytes": maybe(number),
-                        "size_classes": list_of(list_of(number)),
-                        **{k: number for k in (
-                            "n_alloc", "n_free", "live_blocks", "live_requested_bytes",
-                            "live_usable_bytes", "peak_live_usable_bytes",
-                            "peak_live_requested_bytes", "peak_at_s", "requested_total_bytes",
-                            "n_mmapped", "n_large_heap", "arenas", "threads_seen",
-                            "helper_mallocs", "live_waste_error_bytes")}})
-FINDING = fields(optional={"kind": string, "bytes": number, "title": string, "detail": string,
-                           "suggestions": list_of(string)})
-HOLD = fields(optional={"cause": string, **{k: number for k in (
-    "start_s", "end_s", "held_bytes", "max_held_bytes", "live_bytes", "retained_bytes",
-    "other_anon_bytes")}})
-SNAPSHOT = fields(required={"at_s": number, "label": string},
-                  optional={"breakdown": BREAKDOWN, **{k: maybe(number) for k in (
-                      "allocator_in_use_bytes", "allocator_free_bytes",
-                      "allocator_mapped_bytes")}})
+def anything(v, where: str) -> None:
+    """A field no reader relies on (kept JSON-shaped as written)."""
+
+
+def schema_of(cls, required: tuple = (), extra: dict | None = None, **overrides):
+    """The check of a model dataclass's JSON form, from its fields' types (int and float:
+    number, str: string, bool: boolean, X | None: maybe(X)); a field of another type (a
+    nested one, a tuple, a dict) must be given in overrides, and extra adds keys to_dict
+    writes beyond the fields. So a field added to the model is checked here at once."""
+    hints = typing.get_type_hints(cls)
+    simple = {int: number, float: number, str: string, bool: boolean}
+
+    def check_of(name, t):
+        if name in overrides:
+            return overrides[name]
+        if t in simple:
+            return simple[t]
+        args = typing.get_args(t)
+        if len(args) == 2 and type(None) in args:
+            inner = next(a for a in args if a is not type(None))
+            if inner in simple:
+                return maybe(simple[inner])
+        raise TypeError(f"{cls.__name__}.{name}: a {t} field needs its check given")
+    checks = {f.name: check_of(f.name, hints[f.name]) for f in dataclasses.fields(cls)}
+    checks.update(extra or {})
+    return fields(required={k: checks.pop(k) for k in required}, optional=checks)
+
+
+BREAKDOWN = schema_of(Breakdown, required=("at_s", "rss_bytes"))
+RELEASE = schema_of(Release, extra={"gave_back_bytes": number})
+HEAP = schema_of(HeapFigures, size_classes=list_of(list_of(number)))
+FINDING = schema_of(Finding, suggestions=list_of(string))
+HOLD = schema_of(Hold)
+SNAPSHOT = schema_of(Snapshot, required=("at_s", "label"), breakdown=BREAKDOWN,
+                     release=maybe(each_value(anything)))
 FRAME = fields(required={"object": string, "address": string},
                optional={"function": maybe(string), "file": maybe(string), "line": maybe(number)})
 MOMENT_STACK = fields(required={"stack": number, "bytes": number},
@@ -332,29 +345,23 @@ HEAPMAP = fields(required={"moment": string, "status": string, "arenas": list_of
                                "map_ms")}})
 
 
-NAMED_MOMENT = fields(required={"name": string, "at_s": number},
-                      optional={"breakdown": BREAKDOWN, "start_s": number, "end_s": number,
-                                "how": string})
+NAMED_MOMENT = schema_of(Moment, required=("name", "at_s"), breakdown=BREAKDOWN)
 VERIFIED = fields(required={"setting": string},
                   optional={"moment": string, "error": string, **{k: maybe(number) for k in (
                       "rss_bytes", "wall_s", "change", "time_change")}})
 
 
-SUMMARY = fields(
-    required={"command": list_of(string)},
-    optional={"pid": maybe(number), "started_pid": maybe(number), "exit_code": maybe(number),
-              "exit_signal": maybe(number), "preload": string, "preload_note": string,
-              "peak": maybe(BREAKDOWN), "final": maybe(BREAKDOWN), "release": RELEASE,
-              "heap": maybe(HEAP), "findings": list_of(FINDING), "verdict": string,
-              "holds": list_of(HOLD), "snapshots": list_of(SNAPSHOT),
-              "interrupted": boolean, "sites": maybe(sites), "heapmaps": list_of(HEAPMAP),
-              "mapped_sites": maybe(sites), "moments": list_of(NAMED_MOMENT),
-              "moment": string, "verified": list_of(VERIFIED),
-              **{k: number for k in (
-                  "duration_s", "samples", "sample_hz", "sampler_cpu_s", "peak_rss_bytes",
-                  "final_rss_bytes", "forks", "execs", "other_processes", "cpu_user_s",
-                  "cpu_sys_s", "minor_faults", "peak_rss_at_s", "stats_hz", "smaps_hz",
-                  "exit_probe_s", "exit_held_s")}})
+SUMMARY = schema_of(
+    Summary, required=("command",),
+    command=list_of(string), peak=maybe(BREAKDOWN), final=maybe(BREAKDOWN), release=RELEASE,
+    heap=maybe(HEAP), findings=list_of(FINDING), holds=list_of(HOLD),
+    snapshots=list_of(SNAPSHOT), sites=maybe(sites), heapmaps=list_of(HEAPMAP),
+    mapped_sites=maybe(sites), moments=list_of(NAMED_MOMENT), verified=list_of(VERIFIED),
+    # what only the terminal and the page's notes read, as written
+    images=list_of(anything), children=list_of(anything), mapped_by=list_of(anything),
+    resident_by_kind=maybe(each_value(anything)), resident_by_kind_peak=maybe(each_value(anything)),
+    # a run heapsight could not start has no process
+    **{k: maybe(number) for k in ("pid", "started_pid", "exit_code", "exit_signal")})
 
 
 def timeline(v, where: str) -> None:

@@ -42,28 +42,34 @@ def add_arguments(p) -> None:
     p.add_argument("--title", metavar="T", help="the page's title")
     p.add_argument("--terminal", action="store_true",
                    help="show each run record's summary in the terminal, as `heapsight run` "
-                        "printed it (analysed again by this heapsight); no page unless -o")
+                        "printed it (analysed again by this heapsight; as saved with "
+                        "--as-recorded, or when the record has no capture); no page unless -o")
     p.add_argument("--as-recorded", action="store_true",
                    help="show each run's summary as it was saved; by default a run recorded "
                         "with its capture (what the analysis read) is analysed again by this "
                         "heapsight, so a better analysis applies to old runs too")
 
 
-def show_in_terminal(docs: list) -> None:
-    """Each run record's summary as `run` prints it, from its capture (records without one:
-    attach's, older ones, comparisons and labs are refused before anything is shown)."""
+def show_in_terminal(docs: list, as_recorded: bool = False) -> None:
+    """Each run record's summary as `run` prints it: analysed again from its capture, or as
+    saved (as_recorded, or a record saved without a capture, which is said); comparisons,
+    labs and attach's records are refused before anything is shown."""
+    from heapsight.model import Summary
     from heapsight.reporters import terminal
-    bad = [p for p, d in docs if d.get("kind") != record.KIND or "capture" not in d]
+    bad = [p for p, d in docs if d.get("kind") != record.KIND]
     if bad:
         raise HeapsightError(f"--terminal shows run records saved by `heapsight run`; "
-                             f"{', '.join(bad)} is not one (or has no capture to analyse "
-                             "again): write a page instead (-o FILE.html)")
+                             f"{', '.join(bad)} is not one: write a page instead (-o FILE.html)")
     summaries = []
     for path, doc in docs:
         try:
-            summaries.append((path, capture.rederive(doc)))
+            again = None if as_recorded else capture.rederive(doc)
         except capture.NewerCapture as e:
             raise HeapsightError(f"{path}: {e}; a page (-o FILE.html) shows it as recorded")
+        if again is None and not as_recorded:
+            print(f"heapsight report: {path}: shown as recorded (saved without a capture to "
+                  "analyse again)", file=sys.stderr)
+        summaries.append((path, again or Summary.from_dict(doc["summary"])))
     for path, summary in summaries:
         terminal.render_run(summary, sys.stdout, saved_to=path)
 
@@ -72,7 +78,7 @@ def execute(args) -> int:
     # Everything that can fail on the inputs fails before anything is written.
     docs = [(path, record.load(path)) for path in args.files]
     if args.terminal:
-        show_in_terminal(docs)
+        show_in_terminal(docs, args.as_recorded)
         if args.output is None and not args.pprof:
             return 0
     if not args.as_recorded:
