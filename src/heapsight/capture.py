@@ -61,25 +61,11 @@ def upgrade(cap: dict) -> dict:
 # ------------------------------------------------------------------ the segment's figures
 
 class Reading:
-    """The segment's figures as summarize reads them, from a plain dict."""
+    """The segment's figures as summarize reads them, from a plain dict (taken from a live
+    segment by heapsight.live.segment.Segment.reading)."""
 
     def __init__(self, d: dict):
         self.d = d
-
-    @staticmethod
-    def take(segment) -> "Reading":
-        h = segment.header
-        scalars = {name: int(h[name]) for name in h.dtype.names
-                   if h.dtype[name].shape == () and h.dtype[name].kind in "iu"}
-        attached = segment.attached()
-        stats = {"exit_stats_before": _stats_json(segment.alloc_stats("exit_stats_before"))}
-        return Reading({
-            "header": scalars, "attached": attached, "image": segment.image(),
-            "allocator_name": segment.allocator_name(), "owners": segment.owners(),
-            "written_bytes": segment.written_bytes() if attached else 0,
-            "exit_probe_why_not": segment.exit_probe_why_not(),
-            "counters": dataclasses.asdict(segment.counters()),
-            "size_classes": [list(c) for c in segment.size_classes()], "alloc_stats": stats})
 
     def get(self, name: str) -> int:
         return int(self.d["header"][name])
@@ -113,7 +99,7 @@ class Reading:
         return None if s is None else AllocStats(**{**s, "raw": tuple(s["raw"])})
 
 
-def _stats_json(s: AllocStats | None) -> dict | None:
+def stats_json(s: AllocStats | None) -> dict | None:
     return None if s is None else {**dataclasses.asdict(s), "raw": [int(x) for x in s.raw]}
 
 
@@ -251,7 +237,7 @@ class Replay:
 
 def take(argv, started_pid, rc, linkage, reading, tl, hz, stats_hz, smaps_hz, releases, prof,
          maps, release_wanted, follow, settings=None) -> dict:
-    """Everything summarize reads (reading: Reading.take's, None without a segment; the
+    """Everything summarize reads (reading: live.segment.Segment.reading()'s, None without a segment; the
     caller adds what the symbolizer found, "symbols", once summarize has asked it)."""
     addrs = prof.allocs["addr"] if prof is not None else np.zeros(0, np.uint64)
     return {"version": VERSION, "argv": list(argv), "started_pid": started_pid, "rc": rc,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+from heapsight.allocators import BASELINE
 from heapsight.fmt import MiB
 
 METRICS = (("peak_rss", "peak RSS"), ("held_rss", "held RSS"), ("end_rss", "end RSS"),
@@ -56,7 +57,7 @@ def change_text(c) -> str:
 
 def baseline(rows: list) -> dict | None:
     """The row the others are measured against: glibc's defaults, if they ran."""
-    return next((r for r in rows if r["name"] == "glibc" and r["ok"]), None)
+    return next((r for r in rows if r["name"] == BASELINE and r["ok"]), None)
 
 
 def recommend(rows: list, rank_by: str = "exit") -> str:
@@ -67,7 +68,7 @@ def recommend(rows: list, rank_by: str = "exit") -> str:
     title = RANK_WORDS[rank_by].split(" (")[0]
     base = baseline(rows)
     if base is None:
-        listed = next((r for r in rows if r["name"] == "glibc"), None)
+        listed = next((r for r in rows if r["name"] == BASELINE), None)
         if listed is None:
             return "no recommendation: add glibc to --configs to have a baseline to compare with"
         return f"no recommendation: the glibc baseline failed ({listed['error']})"

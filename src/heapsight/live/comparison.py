@@ -8,7 +8,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from heapsight import record
+from heapsight import allocators, record
 from heapsight.allocators import Config, library_for
 from heapsight.live.measure import Options, measure
 from heapsight.moments import rss_of
@@ -85,7 +85,7 @@ class Comparison:
         return self.rank_by or self._verdict_moment() or "end"
 
     def _verdict_moment(self) -> str:
-        base = next((r for r in self.rows if r["name"] == "glibc"), None)
+        base = next((r for r in self.rows if r["name"] == allocators.BASELINE), None)
         return next((x["moment"] for x in (base or {}).get("runs", ()) if x.get("moment")), "")
 
     def rank_why(self) -> str:

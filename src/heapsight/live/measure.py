@@ -299,7 +299,7 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     # summarize reads the segment's figures as a saved run's are read again (capture.py),
     # and the record keeps them with the rest of what it reads, taken before summarize,
     # which cuts the timeline
-    reading = capture.Reading.take(segment) if segment is not None else None
+    reading = segment.reading() if segment is not None else None
     # the allocator settings the program ran with (its findings do not suggest them again)
     env = child_env(None, opts)
     env["LD_PRELOAD"] = ":".join(x for x in (*opts.extra_preload, env.get("LD_PRELOAD")) if x)

@@ -4,6 +4,7 @@ sampler calls every tick. The layout it reads is heapsight.layout's."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fnmatch
 import fcntl
@@ -16,6 +17,7 @@ import time
 import numpy as np
 
 from heapsight.analysis import live_waste
+from heapsight.capture import Reading, stats_json
 from heapsight.layout import (CREATED, EVENT_DTYPE, HEADER_DTYPE, MAGIC, MAX_SLOTS, MODULE_DTYPE,
                               PROBE_WHY_NOT, PROFILE_HEADER_DTYPE, PROFILE_MAGIC, PROFILE_OFFSET,
                               ROOM_DEFAULT, ROOM_SMALL, SEGMENT_BASE_BYTES, SLOT_DTYPE, SLOTS_OFFSET,
@@ -438,6 +440,21 @@ class Segment:
             return decode_profile(h, events, words, mods)
         finally:
             os.close(fd)
+
+    def reading(self) -> Reading:
+        """The segment's figures, once, as the capture keeps them (summarize reads them)."""
+        h = self.header
+        scalars = {name: int(h[name]) for name in h.dtype.names
+                   if h.dtype[name].shape == () and h.dtype[name].kind in "iu"}
+        attached = self.attached()
+        stats = {"exit_stats_before": stats_json(self.alloc_stats("exit_stats_before"))}
+        return Reading({
+            "header": scalars, "attached": attached, "image": self.image(),
+            "allocator_name": self.allocator_name(), "owners": self.owners(),
+            "written_bytes": self.written_bytes() if attached else 0,
+            "exit_probe_why_not": self.exit_probe_why_not(),
+            "counters": dataclasses.asdict(self.counters()),
+            "size_classes": [list(c) for c in self.size_classes()], "alloc_stats": stats})
 
     def exit_probe_why_not(self) -> str:
         """Why the exit figures and the release were not measured though the program ran

@@ -264,7 +264,8 @@ def run_section(sid: str, source: str, doc: dict, label: str = "") -> tuple:
 
 def compare_table(doc: dict) -> str:
     rows = doc.get("configs") or []
-    base = next((r for r in rows if r.get("name") == "glibc" and r.get("ok") and r.get("stats")), None)
+    base = next((r for r in rows if r.get("name") == ranking.BASELINE and r.get("ok")
+                 and r.get("stats")), None)
     rep = doc.get("repeat", 1)
     head = "".join(f"<th>{esc(h)}</th>" for h in ["configuration"] + [h for _, h in METRICS])
     out = [f'<div class="scroll"><table class="data compare"><thead><tr>{head}</tr></thead><tbody>']
