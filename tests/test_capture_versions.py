@@ -2,7 +2,9 @@
 today's code, without falling back to the saved summary: one upgrader per past version
 (capture.UPGRADES), and records of each version in tests/data/captures (v1: saved by the
 heapsight of the commit before named moments, hs-leak --mb 5 and hs-retention --mb 32;
-v2: today's). `diff` reads both runs as `report` does."""
+v2: saved before capture 3, v3: today's). `diff` reads both runs as `report`
+does. And today's capture has the shape of the newest stored record: a capture that changes
+shape without a new version (and an upgrader) fails here."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import scenario
 from heapsight import capture, record
 
 DATA = Path(__file__).resolve().parent / "data" / "captures"
@@ -64,3 +67,45 @@ def test_diff_reads_old_and_new_records_as_report_does(tmp_path):
     # the v1 record's figures at the named moments exist on both sides
     names = [f["figure"] for f in d["figures"]]
     assert "end RSS" in names
+
+
+def shape(v, path: str = "") -> set:
+    """The paths of a capture's keys (a list by its first element; an array by its dtype)."""
+    if isinstance(v, dict):
+        if set(v) == {"dtype", "shape", "data"}:
+            return {f"{path}: array {v['dtype']}"}
+        return set().union(*(shape(x, f"{path}.{k}") for k, x in v.items())) if v else {path}
+    if isinstance(v, list):
+        return shape(v[0], path + "[]") if v else {path}
+    return {path}
+
+
+def test_todays_capture_has_the_shape_of_its_version(tmp_path):
+    # GIVEN the stored record of today's version, and a run of the same program now
+    rec = tmp_path / "now.hsrun.json.gz"
+    r = subprocess.run([*HS, "run", "-q", "-o", str(rec), "--", scenario("hs-leak"), "--mb", "5"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    now = record.load(str(rec))["capture"]
+    kept = record.load(str(stored("leak", capture.VERSION)))["capture"]
+    # THEN the two have the same keys everywhere: a key added, removed or renamed is a new
+    # capture version (capture.VERSION, an upgrader, a stored record of it)
+    assert now["version"] == capture.VERSION
+    added, gone = sorted(shape(now) - shape(kept)), sorted(shape(kept) - shape(now))
+    assert (added, gone) == ([], []), (
+        f"the capture changed shape at version {capture.VERSION} (added {added}, gone {gone}): "
+        "raise capture.VERSION, add its upgrader and store its records (tests/data/captures)")
+
+
+def test_the_shape_check_sees_a_key_added_or_gone():
+    assert shape({"a": {"b": 1, "c": [{"d": 2}]}}) == {".a.b", ".a.c[].d"}
+    assert shape({"a": {"b": 1}}) != shape({"a": {"b": 1, "e": 2}})
+    assert shape({"x": {"dtype": "<u8", "shape": [2], "data": ""}}) == {".x: array <u8"}
+
+
+def test_a_capture_reads_no_header_field_it_does_not_keep():
+    doc = record.load(str(stored("leak", capture.VERSION)))
+    seg = capture.Reading(doc["capture"]["segment"])
+    assert set(doc["capture"]["segment"]["header"]) == set(capture.HEADER_FIELDS)
+    with pytest.raises(ValueError, match="HEADER_FIELDS"):
+        seg.get("heapmap_copy_pid")

@@ -25,7 +25,7 @@ from heapsight.reporters import pprof, terminal
 
 DATA = Path(__file__).resolve().parent / "data"
 CAPTURES, EXPECTED = DATA / "captures", DATA / "expected"
-RECORDS = ("leak-v1", "leak-v2", "retention-v1", "retention-v2")
+RECORDS = ("leak-v1", "leak-v2", "leak-v3", "retention-v1", "retention-v2", "retention-v3")
 UPDATE = os.environ.get("HEAPSIGHT_UPDATE_EXPECTED") == "1"
 
 
@@ -62,7 +62,7 @@ def test_the_terminal_summary_of_a_stored_run(name, width_80):
     check(f"{name}.terminal.txt", out.getvalue())
 
 
-@pytest.mark.parametrize("name", ("leak-v2", "retention-v2"))
+@pytest.mark.parametrize("name", ("leak-v3", "retention-v3"))
 def test_the_pprof_profile_of_a_stored_run(name):
     from google.protobuf import text_format
     summary = capture.rederive(record.load(stored(name))).to_dict()

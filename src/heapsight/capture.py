@@ -22,13 +22,26 @@ import numpy as np
 from heapsight import heapmap, profile as profile_mod, symbolize
 from heapsight.model import AllocStats, HeapCounters
 
-# The capture's version: raised whenever what summarize reads changes shape, with an
-# upgrader below from the version before, and a record of each version in tests/data that
-# today's code analyses again (tests/test_capture_versions.py).
+# The capture's version: raised whenever its shape changes (a key added, removed or
+# renamed anywhere in it: tests/test_capture_versions.py compares today's capture of a
+# stored program with the stored record of this version), with an upgrader below from the
+# version before, and records of each version in tests/data that today's code analyses
+# again.
 #   1  the first (records up to the named moments)
 #   2  + "settings": the allocator settings in the program's environment (remedies.py);
 #      the segment's reading may carry exit_begun_ns/how and the timeline py_finalizing_s
-VERSION = 2
+#   3  the segment's header keeps only HEADER_FIELDS (it kept every field of the segment's,
+#      whose layout then changed the capture's shape); no in-run allocator statistics
+VERSION = 3
+
+# The segment header's fields the analysis reads, by heapsight.h's names: all a capture
+# keeps of the header (Reading.get refuses any other). Adding one is a new version.
+HEADER_FIELDS = (
+    "state", "owner_pid", "execs", "forks", "foreign_attaches", "slot_claims",
+    "slot_overflows", "start_ns", "start_anon_bytes", "peak_ns", "peak_usable_bytes",
+    "helper_mallocs", "library_threads", "library_cpu_ns", "exit_ns", "exit_done_ns",
+    "release_ns", "exit_rss_before", "exit_rss_after", "exit_anon_before", "exit_anon_after",
+    "exit_release_kind", "heapmap_at_exit", "exit_begun_ns", "exit_begun_how")
 
 
 def _from_1(cap: dict) -> dict:
@@ -38,7 +51,18 @@ def _from_1(cap: dict) -> dict:
     return {**cap, "version": 2, "settings": {}}
 
 
-UPGRADES = {1: _from_1}
+def _from_2(cap: dict) -> dict:
+    """A version 2 capture as version 3: the header's fields past HEADER_FIELDS are left
+    out (nothing reads them), and the in-run statistics some carry."""
+    seg = cap.get("segment")
+    if seg is not None:
+        head = {k: v for k, v in seg["header"].items() if k in HEADER_FIELDS}
+        stats = {k: v for k, v in (seg.get("alloc_stats") or {}).items() if k != "stats"}
+        seg = {**seg, "header": head, "alloc_stats": stats}
+    return {**cap, "version": 3, "segment": seg}
+
+
+UPGRADES = {1: _from_1, 2: _from_2}
 
 
 class NewerCapture(ValueError):
@@ -68,6 +92,10 @@ class Reading:
         self.d = d
 
     def get(self, name: str) -> int:
+        """A header field the capture keeps (KeyError when an older capture lacks it)."""
+        if name not in HEADER_FIELDS:
+            raise ValueError(f"the segment's {name} is not kept in a capture: add it to "
+                             "capture.HEADER_FIELDS (a new capture version)")
         return int(self.d["header"][name])
 
     def attached(self) -> bool:

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from heapsight.analysis import live_waste
-from heapsight.capture import Reading, stats_json
+from heapsight.capture import HEADER_FIELDS, Reading, stats_json
 from heapsight.layout import (CREATED, EVENT_DTYPE, HEADER_DTYPE, MAGIC, MAX_SLOTS, MODULE_DTYPE,
                               PROBE_WHY_NOT, PROFILE_HEADER_DTYPE, PROFILE_MAGIC, PROFILE_OFFSET,
                               ROOM_DEFAULT, ROOM_SMALL, SEGMENT_BASE_BYTES, SLOT_DTYPE, SLOTS_OFFSET,
@@ -443,9 +443,7 @@ class Segment:
 
     def reading(self) -> Reading:
         """The segment's figures, once, as the capture keeps them (summarize reads them)."""
-        h = self.header
-        scalars = {name: int(h[name]) for name in h.dtype.names
-                   if h.dtype[name].shape == () and h.dtype[name].kind in "iu"}
+        scalars = {name: int(self.header[name]) for name in HEADER_FIELDS}
         attached = self.attached()
         stats = {"exit_stats_before": stats_json(self.alloc_stats("exit_stats_before"))}
         return Reading({
