@@ -82,8 +82,11 @@ def test_jemalloc_purge_gives_back_the_dirty_pages(hs, tmp_path):
     # arrived), and arena.4096.purge gives the dirty pages back: what is left is the slabs
     # the kept blocks pin (one 4 KiB slab each) and jemalloc's metadata. The verdict is
     # retention, or fragmentation when those two, which a purge cannot return, come to
-    # more than half of what it kept: they lie close to half here
-    assert s["findings"][0]["kind"] in ("retention", "fragmentation"), s["verdict"]
+    # more than half of what it kept: they lie close to half here (on a loaded machine the
+    # program's own pauses stretch, and a hold while it runs may come first)
+    kinds = [x["kind"] for x in s["findings"]]
+    assert {"retention", "fragmentation"} & set(kinds[:2]), s["verdict"]
+    assert kinds[0] in ("retention", "fragmentation", "hold"), s["verdict"]
     assert f["retained_bytes"] >= 16 * MiB
     assert rel["gave_back_bytes"] >= 8 * MiB
     assert rel["gave_back_bytes"] <= f["retained_bytes"] + MiB
