@@ -11,6 +11,7 @@ docs/numbers.md (see docs/allocators.md).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ class Allocator:
     keeps: str = ""            # why it keeps freed memory resident, in words (glibc's: analysis)
     returns_preset: str | None = None  # the configuration (PRESETS) that returns it sooner
     release_code: str = ""     # the release call in the program's own code, with its header
+    # its own metadata at exit: (which of the exit statistics' raw figures, in its words);
+    # outside the mapped figure. None: it gives none (glibc's is its block headers)
+    metadata: tuple | None = None
 
     @property
     def own_heaps(self) -> str | None:
@@ -46,7 +50,7 @@ ALLOCATORS = {a.name: a for a in (
     Allocator("glibc", 1, None, None, "malloc_trim(0)", "(int)malloc_trim(0)", header_bytes=8),
     Allocator("jemalloc", 2, f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
               'mallctl("arena.4096.purge")', '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
-              object_prefix="libjemalloc",
+              object_prefix="libjemalloc", metadata=(5, "stats.metadata"),
               keeps="jemalloc keeps freed pages dirty and returns them over dirty_decay_ms (10 s "
                     "by default), and only as the program goes on calling it: with no background "
                     "thread (off by default) a program that frees and then idles keeps them",
@@ -104,6 +108,15 @@ def release_call(allocator: str) -> str:
 def header_bytes(allocator: str) -> int:
     a = ALLOCATORS.get(allocator)
     return a.header_bytes if a else 0
+
+
+def own_metadata(allocator: str, stats) -> tuple:
+    """(bytes, its name) of the allocator's own metadata in its exit statistics (stats: an
+    AllocStats), or (NaN, "") when it gives none."""
+    a = ALLOCATORS.get(allocator)
+    if a is None or a.metadata is None or stats is None or len(stats.raw) <= a.metadata[0]:
+        return math.nan, ""
+    return float(stats.raw[a.metadata[0]]), a.metadata[1]
 
 
 @dataclass(frozen=True)

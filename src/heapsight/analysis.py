@@ -65,14 +65,17 @@ def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tup
 
 
 def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocator: str,
-          alloc_mapped) -> dict:
+          alloc_mapped, own_metadata=math.nan) -> dict:
     """Split RSS into its parts, for one moment or a whole timeline at once (numbers or
     numpy arrays, element by element): {field of PART_FIELDS: value}. The one definition
     of the breakdown, used by the summary, the JSON and the charts (docs/numbers.md).
 
     Anonymous memory above the pre-main baseline is the heap's unless the allocator cannot
     account for it; file-backed memory is never the heap's. alloc_mapped (NaN: unknown)
-    bounds what the allocator can hold: anonymous memory beyond it is not malloc's."""
+    bounds what the allocator can hold: anonymous memory beyond it is not malloc's.
+    own_metadata (NaN: unknown) is the allocator's own figure for its metadata, outside its
+    mapped figure (jemalloc's stats.metadata, read at exit): the metadata then, at most what
+    the heap's anonymous memory leaves beside the live blocks; else its block headers."""
     rss, anon = np.asarray(rss, dtype=float), np.asarray(anon, dtype=float)
     live_req, live_usable = np.asarray(live_req, dtype=float), np.asarray(live_usable, dtype=float)
     alloc_mapped = np.asarray(alloc_mapped, dtype=float)
@@ -80,9 +83,12 @@ def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocato
     base = np.minimum(baseline_anon, anon)
     heap_anon = np.maximum(0, anon - baseline_anon)
     waste = np.maximum(0, live_usable - live_req)
-    metadata = allocators.header_bytes(allocator) * np.maximum(0, np.asarray(live_blocks, dtype=float))
+    headers = allocators.header_bytes(allocator) * np.maximum(0, np.asarray(live_blocks, dtype=float))
+    own = np.asarray(own_metadata, dtype=float)
+    metadata = np.where(np.isnan(own), headers,
+                        np.minimum(np.nan_to_num(own), np.maximum(0, heap_anon - live_req - waste)))
     unexplained = heap_anon - live_req - waste - metadata
-    held = np.maximum(0.0, alloc_mapped - live_usable - metadata)
+    held = np.maximum(0.0, alloc_mapped - live_usable - np.where(np.isnan(own), metadata, 0))
     retained = np.where(np.isnan(alloc_mapped), np.maximum(0, unexplained),
                         np.minimum(np.maximum(0, unexplained), np.nan_to_num(held, nan=0.0)))
     other_anon = np.maximum(0, unexplained - retained)
@@ -96,10 +102,10 @@ def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocato
 
 def breakdown(at_s: float, rss: int, anon: int, baseline_anon: int, live_req: int,
               live_usable: int, live_blocks: int, allocator: str,
-              alloc_mapped: float = math.nan) -> Breakdown:
+              alloc_mapped: float = math.nan, own_metadata: float = math.nan) -> Breakdown:
     """The split of one moment, as a Breakdown."""
     parts = split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocator,
-                  alloc_mapped)
+                  alloc_mapped, own_metadata)
     return Breakdown(round(at_s, 3), **{f: int(parts[f]) for f in PART_FIELDS})
 
 

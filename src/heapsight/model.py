@@ -183,6 +183,10 @@ class HeapFigures:
     # the live blocks' waste (live usable - live requested bytes) is estimated from the
     # sampled blocks: its standard error (0: from all allocations' waste, no sampled block live)
     live_waste_error_bytes: int = 0
+    # the exit's metadata is the allocator's own figure, by this name (jemalloc's
+    # stats.metadata: read at exit only, so counted in retained at the other moments);
+    # "": its block headers (glibc's), or none known
+    metadata_figure: str = ""
 
 
 @dataclass(frozen=True)

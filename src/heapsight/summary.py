@@ -366,7 +366,7 @@ class _Rows:
 
 
 def _exit_release(segment, c, rc: int, maps, allocator: str, baseline: int, mapped_before,
-                  release_wanted: bool, done: bool, final, exit_s: float):
+                  release_wanted: bool, done: bool, final, exit_s: float, own_metadata: float):
     """(release, final): what the release at exit gave back (measured in the program or
     in the exit map's copy), or why there was none; and the split at exit, from the exit
     probe's own readings when it ran."""
@@ -379,29 +379,42 @@ def _exit_release(segment, c, rc: int, maps, allocator: str, baseline: int, mapp
         return Release(False, call, f"the program ended without running exit handlers ({how}); "
                        "figures are from the last sample"), final
     rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
+    release = _release_at_exit(segment, maps, call, allocator, release_wanted, rss_b, anon_b)
+    if not math.isnan(own_metadata) and release.measured:
+        # the allocator's own figure may count pages not resident (jemalloc's is a bound):
+        # what its release gave back was retained memory, never metadata
+        room = anon_b - baseline - c.live_usable_bytes - release.gave_back_bytes
+        own_metadata = min(own_metadata, max(0, room))
     final = analysis.breakdown(
         round(exit_s, 3), rss_b, anon_b,
         baseline, c.live_requested_bytes, c.live_usable_bytes, c.live_blocks, allocator,
-        mapped_before)
+        mapped_before, own_metadata)
+    return release, final
+
+
+def _release_at_exit(segment, maps, call: str, allocator: str, release_wanted: bool,
+                     rss_b: int, anon_b: int) -> Release:
+    """The release at exit of a program whose exit probe ran: measured in the program, or
+    in the exit map's copy, or why not."""
     exit_map = dict(maps).get(heapmap.EXIT)
     if segment.get("exit_release_kind"):
         return Release(True, call, "", rss_b, segment.get("exit_rss_after"), anon_b,
                        segment.get("exit_anon_after"), segment.get("release_ns") / 1e9,
-                       where="program"), final
+                       where="program")
     if call == "none":
-        return Release(False, call, f"no release call known for {allocator}"), final
+        return Release(False, call, f"no release call known for {allocator}")
     if not release_wanted or not segment.get("heapmap_at_exit"):
-        return Release(False, call, "release at exit was turned off (--no-release)"), final
+        return Release(False, call, "release at exit was turned off (--no-release)")
     if exit_map is not None and exit_map.anon_before:
         # measured in the exit map's copy, at the program's exit (mapped or not: the copy
         # releases before it walks, and writes the figures of its release either way): what
         # the copy's anonymous memory dropped by is what the program's would have
         gave = exit_map.release_measured_bytes
         return Release(True, call, "", rss_b, max(0, rss_b - gave), anon_b,
-                       max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy"), final
+                       max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy")
     why = (exit_map.status.removeprefix("not mapped: ") if exit_map is not None
            else "its copy of the program wrote no map")
-    return Release(False, call, f"not measured at exit: {why}"), final
+    return Release(False, call, f"not measured at exit: {why}")
 
 
 def _heap_figures(segment, tl: Timeline, c, rows: _Rows, stats_before, allocator: str,
@@ -442,8 +455,14 @@ def _heap_figures(segment, tl: Timeline, c, rows: _Rows, stats_before, allocator
                        _threads(segment, tl), tuple(segment.size_classes()),
                        segment.get("helper_mallocs"),
                        None if math.isnan(mapped_before) or not done else int(mapped_before),
-                       c.waste_error_bytes)
+                       c.waste_error_bytes, _metadata_figure(allocator, stats_before, done))
     return heap, peak_ns
+
+
+def _metadata_figure(allocator: str, stats_before, done: bool) -> str:
+    """The allocator's own name for the exit's metadata, when the split took its figure."""
+    value, name = allocators.own_metadata(allocator, stats_before)
+    return f"{allocator}'s {name}" if done and not math.isnan(value) else ""
 
 
 def _threads(segment, tl: Timeline) -> int:
@@ -553,6 +572,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     duration_s, probe_s = _program_time(segment, tl, done)
     stats_before = segment.alloc_stats("exit_stats_before") if attached and done else None
     mapped_before = analysis.alloc_mapped_nan(stats_before)
+    own_metadata, _ = allocators.own_metadata(allocator, stats_before)
     cols = tl.columns
     parts = analysis.timeline_split(cols, baseline, allocator if attached else None,
                                     mapped_before if done else math.nan)
@@ -567,7 +587,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,
                                        release_wanted, done, final,
                                        _since(tl, segment.get("exit_ns")) if tl.start_ns
-                                       else (segment.get("exit_ns") - segment.get("start_ns")) / 1e9)
+                                       else (segment.get("exit_ns") - segment.get("start_ns")) / 1e9,
+                                       own_metadata)
         heap, peak_ns = _heap_figures(segment, tl, c, rows, stats_before, allocator,
                                       mapped_before, done)
         if done and (rows.peak_i is None or c.live_usable_bytes > rows.live[rows.peak_i]):

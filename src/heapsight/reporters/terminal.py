@@ -180,6 +180,9 @@ def _split_table(c: Console, s: Summary) -> None:
                 style="dim")
     if s.preload != "active":
         c.print("  (/proc figures only: no split into live, waste and retained)", style="dim")
+    if s.heap is not None and s.heap.metadata_figure:
+        _indent(c, f"allocator metadata at exit: {s.heap.metadata_figure}, which it gives "
+                   "at exit only (at the other moments it is in retained)", 2, style="dim")
     c.print(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s")
     if s.heapsight_rss_bytes:
         _indent(c, f"heapsight's memory in the program (its stats segment and tables): "
