@@ -98,15 +98,18 @@ def test_jemalloc_purge_gives_back_the_dirty_pages(hs, tmp_path):
     assert "mapped outside malloc: jemalloc" not in r.stderr
 
 
-def test_jemallocs_metadata_at_exit_is_its_own_figure(hs, tmp_path):
-    # GIVEN hs-retention under jemalloc, its figures at exit saved in the record
-    r, s, _ = run_retention(hs, tmp_path, "jemalloc")
+@pytest.mark.parametrize("allocator,figure", [
+    ("jemalloc", "jemalloc's stats.metadata"),
+    ("tcmalloc", "tcmalloc's metadata (generic.total_physical_bytes less its page heap)")])
+def test_the_metadata_at_exit_is_the_allocators_own_figure(hs, tmp_path, allocator, figure):
+    # GIVEN hs-retention under another allocator, its figures at exit saved in the record
+    r, s, _ = run_retention(hs, tmp_path, allocator)
     saved = tmp_path / f"heapsight-hs-retention.{s['started_pid']}.hsrun.json.gz"
     raw = record.load(str(saved))["capture"]["segment"]["alloc_stats"]["exit_stats_before"]["raw"]
     f, rel = s["final"], s["release"]
-    # THEN the metadata row at exit is jemalloc's stats.metadata (0 before: jemalloc keeps
-    # no header per block), at most what its pages can hold beside what the purge returned
-    assert s["heap"]["metadata_figure"] == "jemalloc's stats.metadata"
+    # THEN the metadata row at exit is the allocator's own figure (0 before: neither keeps
+    # a header per block), at most what its pages can hold beside what its release returned
+    assert s["heap"]["metadata_figure"] == figure
     assert 256 * KiB <= f["metadata_bytes"] <= raw[5]
     assert f["metadata_bytes"] == raw[5] or f["retained_bytes"] == rel["gave_back_bytes"]
     # AND no byte is told twice: what a release gave back is retained, and the parts still
@@ -115,7 +118,7 @@ def test_jemallocs_metadata_at_exit_is_its_own_figure(hs, tmp_path):
     parts = ("live_bytes", "waste_bytes", "metadata_bytes", "retained_bytes", "non_heap_bytes")
     assert abs(sum(f[k] for k in parts) - f["rss_bytes"]) <= f["untouched_bytes"] + 4096
     # AND the terminal says whose figure it is and when it was read
-    assert "allocator metadata at exit: jemalloc's stats.metadata" in " ".join(r.stderr.split())
+    assert f"allocator metadata at exit: {figure}" in " ".join(r.stderr.split())
 
 
 def test_tcmalloc_release_free_memory_returns_the_page_heap(hs, tmp_path):

@@ -153,7 +153,9 @@ static int jemalloc_release(void) {
  *                    mapped; freed objects in the thread, transfer and central caches,
  *                    resident - in_use - free = raw[4], are not in this figure)
  *   raw            = current_allocated, heap_size, pageheap_free, pageheap_unmapped,
- *                    cache bytes (thread + transfer + central free lists)
+ *                    cache bytes (thread + transfer + central free lists), metadata
+ *                    (generic.total_physical_bytes less heap_size - unmapped: gperftools
+ *                    counts its metadata there and nowhere else; 0 when not given)
  * Release: MallocExtension_ReleaseFreeMemory() returns the page heap's free pages to the
  * OS (MADV_DONTNEED); objects in the caches stay. */
 static int (*g_tc_property)(const char *, size_t *);
@@ -175,8 +177,11 @@ static int tcmalloc_stats(hs_alloc_stats_t *out) {
   if (!ok) return 0;
   uint64_t resident = heap > unmapped ? heap - unmapped : 0;
   uint64_t caches = resident > allocated + free_b ? resident - allocated - free_b : 0;
-  uint64_t raw[5] = {allocated, heap, free_b, unmapped, caches};
-  for (int i = 0; i < 5; i++) out->raw[i] = raw[i];
+  int physical_ok = 1;
+  uint64_t physical = tc_get("generic.total_physical_bytes", &physical_ok);
+  uint64_t metadata = physical_ok && physical > resident ? physical - resident : 0;
+  uint64_t raw[6] = {allocated, heap, free_b, unmapped, caches, metadata};
+  for (int i = 0; i < 6; i++) out->raw[i] = raw[i];
   out->in_use_bytes = allocated;
   out->free_bytes = free_b;
   out->mapped_bytes = heap;

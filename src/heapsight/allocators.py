@@ -60,6 +60,7 @@ ALLOCATORS = {a.name: a for a in (
     Allocator("tcmalloc", 3, f"{LIBDIR}/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4",
               "MallocExtension_ReleaseFreeMemory()", "(void)MallocExtension_ReleaseFreeMemory()",
               object_prefix="libtcmalloc",
+              metadata=(5, "metadata (generic.total_physical_bytes less its page heap)"),
               keeps="tcmalloc keeps freed pages in its page heap and returns them a little at a "
                     "time as more is freed (TCMALLOC_RELEASE_RATE), and small freed blocks in its "
                     "per-thread and central caches",
