@@ -244,13 +244,15 @@ def test_a_snapshot_of_a_program_making_no_allocator_call_is_its_heap_then(build
 
 def test_a_snapshot_answered_by_the_next_ones_map_is_said(tmp_path):
     # `sleep` makes no allocator call after its start: the first snapshot's request is
-    # still open when the second comes, whose map (made at exit) shows the same heap
+    # still open when the second comes, whose map (made at exit) shows the same heap (the
+    # first comes late enough for sleep to have started on a loaded machine: at 0.1 s it
+    # could still be starting, and answer it)
     js = tmp_path / "s.json"
-    r = subprocess.run([*HS, "--at", "0.1,0.3", "--json", str(js), "--", "sleep", "0.6"],
+    r = subprocess.run([*HS, "--at", "0.5,0.8", "--json", str(js), "--", "sleep", "1.2"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     moments = [m["moment"] for m in json.loads(js.read_text())["heapmaps"]]
-    assert moments == ["snapshot: --at 0.3", "exit"], moments
+    assert moments == ["snapshot: --at 0.8", "exit"], moments
     said = " ".join(r.stderr.split())
     assert "1 snapshot got no heap map: the program made no allocator call between it and the next one" in said, said
 

@@ -485,8 +485,13 @@ def test_each_snapshot_and_the_exit_have_a_heap_map_whose_pinners_are_named(hs_s
     assert [m["moment"] for m in maps] == ["snapshot: loaded", "snapshot: freed", "exit"]
     assert all(m["status"] == "mapped" for m in maps), [m["status"] for m in maps]
     snap_t = {x["label"]: x["at_s"] for x in s["snapshots"]}
-    for m in maps[:2]:   # taken while the program waits in heapsight_snapshot()
-        assert 0 <= m["t_s"] - snap_t[m["moment"].split(": ")[1]] < 0.1, (m["t_s"], snap_t)
+    # each taken while the program waits in heapsight_snapshot(): after its snapshot and
+    # before the program's next step (the next snapshot, its exit), however loaded the
+    # machine (a fixed 0.1 s failed beside a busy loop: 0.102 s)
+    ends = [snap_t["freed"], maps[2]["t_s"]]
+    for m, until in zip(maps[:2], ends):
+        assert 0 <= m["t_s"] - snap_t[m["moment"].split(": ")[1]] and m["t_s"] <= until, (
+            m["t_s"], snap_t, until)
     # at "loaded" everything is live: a release gives back little; at "freed" most of the
     # heap is free and the one cache block in 8 still live pins pages of it
     assert maps[0]["release_measured_bytes"] < 0.05 * truth["load_rows"]
