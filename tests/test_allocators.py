@@ -121,6 +121,30 @@ def test_the_metadata_at_exit_is_the_allocators_own_figure(hs, tmp_path, allocat
     assert f"allocator metadata at exit: {figure}" in " ".join(r.stderr.split())
 
 
+MI_VERSION_SHIM = "int mi_version(void) { return 301; }\n"
+
+
+def test_the_allocators_version_is_read_and_an_unknown_one_said(hs, tmp_path):
+    # GIVEN the allocators as Debian ships them: each gives its version, and it is one
+    # heapsight reads (no note)
+    for allocator, version in (("jemalloc", "5.3.0"), ("tcmalloc", "gperftools 2.10"),
+                               ("mimalloc", "2.0.9")):
+        r = hs("true", env={"LD_PRELOAD": allocator_lib(allocator)})
+        h = r.summary["heap"]
+        assert h["allocator_version"].startswith(version) and h["version_note"] == "", h
+        assert f"{allocator} {version}" in " ".join(r.stderr.split())
+    # WHEN mimalloc says it is 3.0.1 (a shim ahead of it answers mi_version)
+    shim = tmp_path / "shim.so"
+    (tmp_path / "shim.c").write_text(MI_VERSION_SHIM)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "shim.c")], check=True)
+    r = hs(scenario("hs-retention"), env={"LD_PRELOAD": f"{shim} {allocator_lib('mimalloc')}"})
+    h = r.summary["heap"]
+    # THEN the figures are still given, and what depends on the version is said
+    assert h["allocator_version"] == "3.0.1" and h["live_blocks"] > 0
+    assert h["version_note"].startswith("mimalloc 3.0.1 is not a version heapsight knows (2.0)")
+    assert "note: mimalloc 3.0.1 is not a version heapsight knows" in " ".join(r.stderr.split())
+
+
 def test_tcmalloc_release_free_memory_returns_the_page_heap(hs, tmp_path):
     r, s, tl = run_retention(hs, tmp_path, "tcmalloc")
     f, rel = s["final"], s["release"]

@@ -25,7 +25,8 @@ from heapsight.reporters import pprof, terminal
 
 DATA = Path(__file__).resolve().parent / "data"
 CAPTURES, EXPECTED = DATA / "captures", DATA / "expected"
-RECORDS = ("leak-v1", "leak-v2", "leak-v3", "retention-v1", "retention-v2", "retention-v3")
+RECORDS = ("leak-v1", "leak-v2", "leak-v3", "leak-v4", "retention-v1", "retention-v2",
+           "retention-v3", "retention-v4")
 UPDATE = os.environ.get("HEAPSIGHT_UPDATE_EXPECTED") == "1"
 
 
@@ -62,7 +63,7 @@ def test_the_terminal_summary_of_a_stored_run(name, width_80):
     check(f"{name}.terminal.txt", out.getvalue())
 
 
-@pytest.mark.parametrize("name", ("leak-v3", "retention-v3"))
+@pytest.mark.parametrize("name", ("leak-v4", "retention-v4"))
 def test_the_pprof_profile_of_a_stored_run(name):
     from google.protobuf import text_format
     summary = capture.rederive(record.load(stored(name))).to_dict()

@@ -12,7 +12,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 23
+#define HS_SEGMENT_VERSION 24
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -289,6 +289,7 @@ typedef struct hs_segment_s {
   uint64_t peak_ns;
   uint64_t allocator_id;
   char allocator_name[32];
+  char allocator_version[32]; /* as the allocator gives it ("": it gives none) */
   uint64_t usable_by_header; /* 1: glibc chunk header read directly; 0: malloc_usable_size */
   uint64_t helper_mallocs;   /* allocations made by the exit thread (probe.c): must stay 0 */
   /* The release probe at exit (state DONE once written). */

@@ -16,6 +16,7 @@
  *   mmap      two atomic loads in libheapsight_mmap.so */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <gnu/libc-version.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -367,9 +368,47 @@ void _hs_allocator_detect(void) {
   _hs_blockmap_allocator(other ? (uint64_t)(uintptr_t)info.dli_fbase : 0, other);
 }
 
+/* The allocator's version as it gives it, from a constant of its own (no lock, no
+ * allocation): glibc's, jemalloc's "version", gperftools' tc_version, mimalloc's
+ * mi_version (209: 2.0.9). "" when it gives none. */
+static void allocator_version(char *out, size_t n) {
+  const char *v = NULL;
+  char mi[16];
+  if (g_alloc->id == HS_ALLOC_GLIBC) {
+    v = gnu_get_libc_version();
+  } else if (g_alloc->id == HS_ALLOC_JEMALLOC && g_mallctl) {
+    size_t sz = sizeof v;
+    if (g_mallctl("version", (void *)&v, &sz, NULL, 0) != 0) v = NULL;
+  } else if (g_alloc->id == HS_ALLOC_TCMALLOC) {
+    const char *(*tc)(int *, int *, const char **) =
+        (const char *(*)(int *, int *, const char **))dlsym(RTLD_NEXT, "tc_version");
+    int major, minor;
+    const char *patch;
+    if (tc) v = tc(&major, &minor, &patch);
+  } else if (g_alloc->id == HS_ALLOC_MIMALLOC) {
+    int (*miv)(void) = (int (*)(void))dlsym(RTLD_NEXT, "mi_version");
+    int x = miv ? miv() : 0;
+    if (x > 0 && x < 100000) { /* 209 -> "2.0.9" */
+      char *p = mi;
+      int parts[3] = {x / 100, x / 10 % 10, x % 10};
+      for (int i = 0; i < 3; i++) {
+        if (i) *p++ = '.';
+        if (parts[i] >= 10) *p++ = (char)('0' + parts[i] / 10 % 10);
+        *p++ = (char)('0' + parts[i] % 10);
+      }
+      *p = 0;
+      v = mi;
+    }
+  }
+  size_t k = v ? strnlen(v, n - 1) : 0;
+  if (k) memcpy(out, v, k);
+  out[k] = 0;
+}
+
 void _hs_allocator_describe(hs_segment_t *seg) {
   seg->allocator_id = (uint64_t)g_alloc->id;
   strncpy(seg->allocator_name, g_alloc->name, sizeof seg->allocator_name - 1);
+  allocator_version(seg->allocator_version, sizeof seg->allocator_version);
 }
 
 int _hs_allocator_stats(hs_alloc_stats_t *out) {

@@ -38,6 +38,10 @@ class Allocator:
     # its own metadata at exit: (which of the exit statistics' raw figures, in its words);
     # outside the mapped figure. None: it gives none (glibc's is its block headers)
     metadata: tuple | None = None
+    # the versions whose statistics and structures heapsight reads (prefixes of the version
+    # the allocator gives), and what another version may leave wrong
+    versions: tuple = ()
+    depends: str = ""
 
     @property
     def own_heaps(self) -> str | None:
@@ -47,10 +51,17 @@ class Allocator:
 
 ALLOCATORS = {a.name: a for a in (
     # glibc's chunk size word (malloc/malloc.c: the chunk header's mchunk_size)
-    Allocator("glibc", 1, None, None, "malloc_trim(0)", "(int)malloc_trim(0)", header_bytes=8),
+    Allocator("glibc", 1, None, None, "malloc_trim(0)", "(int)malloc_trim(0)", header_bytes=8,
+              versions=("2.36",),
+              depends="the heap map's walk reads glibc 2.36's chunk and arena layouts (it checks "
+                      "them, and leaves a heap it cannot follow unwalked), and the statistics "
+                      "read from outside glibc 2.36's arena offsets"),
     Allocator("jemalloc", 2, f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
               'mallctl("arena.4096.purge")', '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
               object_prefix="libjemalloc", metadata=(5, "stats.metadata"),
+              versions=("5.3.",),
+              depends="its statistics are read by jemalloc 5.3's mallctl names (one it does not "
+                      "have is left unread)",
               keeps="jemalloc keeps freed pages dirty and returns them over dirty_decay_ms (10 s "
                     "by default), and only as the program goes on calling it: with no background "
                     "thread (off by default) a program that frees and then idles keeps them",
@@ -61,6 +72,9 @@ ALLOCATORS = {a.name: a for a in (
               "MallocExtension_ReleaseFreeMemory()", "(void)MallocExtension_ReleaseFreeMemory()",
               object_prefix="libtcmalloc",
               metadata=(5, "metadata (generic.total_physical_bytes less its page heap)"),
+              versions=("gperftools 2.10", "gperftools 2.9"),
+              depends="its statistics are read by gperftools 2.10's property names (one it "
+                      "does not have is left unread)",
               keeps="tcmalloc keeps freed pages in its page heap and returns them a little at a "
                     "time as more is freed (TCMALLOC_RELEASE_RATE), and small freed blocks in its "
                     "per-thread and central caches",
@@ -68,7 +82,8 @@ ALLOCATORS = {a.name: a for a in (
               release_code="MallocExtension_ReleaseFreeMemory();   # in the program, after the "
                            "work that freed it (#include <gperftools/malloc_extension_c.h>)"),
     Allocator("mimalloc", 4, f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)",
-              "(void)mi_collect(1)", object_prefix="libmimalloc",
+              "(void)mi_collect(1)", object_prefix="libmimalloc", versions=("2.0.",),
+              depends="mi_process_info's fields are read as mimalloc 2.0's",
               keeps="mimalloc returns a page's memory only once every block on it is free, after "
                     "its decommit delay, on the calls of the thread that owns it",
               returns_preset="mimalloc-eager",
@@ -109,6 +124,17 @@ def release_call(allocator: str) -> str:
 def header_bytes(allocator: str) -> int:
     a = ALLOCATORS.get(allocator)
     return a.header_bytes if a else 0
+
+
+def version_note(allocator: str, version: str) -> str:
+    """What heapsight cannot vouch for under this version of the allocator, in words; ""
+    when it is one heapsight reads (or gave no version)."""
+    a = ALLOCATORS.get(allocator)
+    if a is None or not version or not a.versions or version.startswith(a.versions):
+        return ""
+    known = " or ".join(v.rstrip(".") for v in a.versions)
+    return (f"{allocator} {version} is not a version heapsight knows ({known}): {a.depends}; "
+            "the hooks' counts, the sampled call sites and RSS do not depend on it")
 
 
 def own_metadata(allocator: str, stats) -> tuple:

@@ -32,7 +32,8 @@ from heapsight.model import AllocStats, HeapCounters
 #      the segment's reading may carry exit_begun_ns/how and the timeline py_finalizing_s
 #   3  the segment's header keeps only HEADER_FIELDS (it kept every field of the segment's,
 #      whose layout then changed the capture's shape); no in-run allocator statistics
-VERSION = 3
+#   4  + the segment's "allocator_version"
+VERSION = 4
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -62,7 +63,14 @@ def _from_2(cap: dict) -> dict:
     return {**cap, "version": 3, "segment": seg}
 
 
-UPGRADES = {1: _from_1, 2: _from_2}
+def _from_3(cap: dict) -> dict:
+    """A version 3 capture as version 4: the allocator's version was not read ("")."""
+    seg = cap.get("segment")
+    return {**cap, "version": 4,
+            "segment": None if seg is None else {**seg, "allocator_version": ""}}
+
+
+UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3}
 
 
 class NewerCapture(ValueError):
@@ -106,6 +114,9 @@ class Reading:
 
     def allocator_name(self) -> str:
         return self.d["allocator_name"]
+
+    def allocator_version(self) -> str:
+        return self.d["allocator_version"]
 
     def owners(self) -> list:
         return [dict(o) for o in self.d["owners"]]

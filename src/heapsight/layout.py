@@ -14,7 +14,7 @@ import numpy as np
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 23
+VERSION = 24
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -109,6 +109,7 @@ _HEADER_FIELDS = [
     ("foreign_attaches", U8), ("slots_used", U8), ("slot_overflows", U8), ("start_ns", U8),
     ("start_rss_bytes", U8), ("start_anon_bytes", U8), ("live_usable_bytes", I8),
     ("peak_usable_bytes", U8), ("peak_ns", U8), ("allocator_id", U8), ("allocator_name", "S32"),
+    ("allocator_version", "S32"),
     ("usable_by_header", U8), ("helper_mallocs", U8),
     ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
     ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),

@@ -455,7 +455,9 @@ def _heap_figures(segment, tl: Timeline, c, rows: _Rows, stats_before, allocator
                        _threads(segment, tl), tuple(segment.size_classes()),
                        segment.get("helper_mallocs"),
                        None if math.isnan(mapped_before) or not done else int(mapped_before),
-                       c.waste_error_bytes, _metadata_figure(allocator, stats_before, done))
+                       c.waste_error_bytes, _metadata_figure(allocator, stats_before, done),
+                       segment.allocator_version(),
+                       allocators.version_note(allocator, segment.allocator_version()))
     return heap, peak_ns
 
 

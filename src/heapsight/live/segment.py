@@ -368,6 +368,9 @@ class Segment:
     def allocator_name(self) -> str:
         return bytes(self.header["allocator_name"]).split(b"\0")[0].decode() or "unknown"
 
+    def allocator_version(self) -> str:
+        return bytes(self.header["allocator_version"]).split(b"\0")[0].decode(errors="replace")
+
     def _used(self) -> int:
         return min(MAX_SLOTS, max(1, int(self.header["slots_used"])))
 
@@ -448,7 +451,8 @@ class Segment:
         stats = {"exit_stats_before": stats_json(self.alloc_stats("exit_stats_before"))}
         return Reading({
             "header": scalars, "attached": attached, "image": self.image(),
-            "allocator_name": self.allocator_name(), "owners": self.owners(),
+            "allocator_name": self.allocator_name(),
+            "allocator_version": self.allocator_version(), "owners": self.owners(),
             "written_bytes": self.written_bytes() if attached else 0,
             "exit_probe_why_not": self.exit_probe_why_not(),
             "counters": dataclasses.asdict(self.counters()),

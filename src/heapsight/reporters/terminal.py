@@ -81,7 +81,9 @@ def render_run(s: Summary, out, saved_to: str | None = None) -> None:
 def _run_header(c: Console, s: Summary) -> None:
     """The command, how it ended, its time and CPU, and whose figures these are."""
     how = (f"killed by signal {s.exit_signal}" if s.exit_signal else f"exited with code {s.exit_code}")
-    alloc = s.heap.allocator if s.heap else "heap not visible"
+    # the version without a build's suffix (jemalloc's "5.3.0-0-g54eaed1d...")
+    alloc = (f"{s.heap.allocator} {s.heap.allocator_version.split('-')[0]}".strip() if s.heap
+             else "heap not visible")
     probe = (f" (then {s.exit_probe_s * 1000:.0f} ms to end, of which heapsight held its "
              f"exit {s.exit_held_s * 1000:.0f} ms)" if s.exit_probe_s >= 0.0005 else "")
     if s.library_cpu_s >= 0.0005:
@@ -98,6 +100,8 @@ def _run_header(c: Console, s: Summary) -> None:
     if (s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid
             or s.children or len(s.images) > 1):
         _indent(c, f"note: {s.preload_note}", 2, style="dim")
+    if s.heap is not None and s.heap.version_note:
+        _indent(c, f"note: {s.heap.version_note}", 2, style="dim")
 
 
 def _run_verdict(c: Console, s: Summary) -> None:
