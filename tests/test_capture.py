@@ -105,6 +105,13 @@ def test_a_record_without_a_capture_or_as_recorded_is_shown_in_the_terminal_as_s
         assert r.returncode == 0, r.stderr
         assert "VERDICT  RETENTION: 32.3 MiB" in r.stdout and "at peak live" in r.stdout
         assert ("shown as recorded (saved without a capture" in r.stderr) == said, r.stderr
+    # AND a saved summary that lacks what the terminal draws is refused in one line
+    del doc["summary"]["final"]["live_bytes"]
+    bare.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    r = subprocess.run([*HS, "report", "--terminal", str(bare)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and not r.stdout
+    assert "its breakdown has no live_bytes" in r.stderr, r.stderr
     # AND without --as-recorded the stored record is analysed again (named moments)
     again = subprocess.run([*HS, "report", "--terminal", str(stored)], capture_output=True,
                            text=True, timeout=120, env=env)

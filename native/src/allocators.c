@@ -388,15 +388,10 @@ static void allocator_version(char *out, size_t n) {
   } else if (g_alloc->id == HS_ALLOC_MIMALLOC) {
     int (*miv)(void) = (int (*)(void))dlsym(RTLD_NEXT, "mi_version");
     int x = miv ? miv() : 0;
-    if (x > 0 && x < 100000) { /* 209 -> "2.0.9" */
-      char *p = mi;
-      int parts[3] = {x / 100, x / 10 % 10, x % 10};
-      for (int i = 0; i < 3; i++) {
-        if (i) *p++ = '.';
-        if (parts[i] >= 10) *p++ = (char)('0' + parts[i] / 10 % 10);
-        *p++ = (char)('0' + parts[i] % 10);
-      }
-      *p = 0;
+    if (x > 0 && x < 1000) { /* 209 -> "2.0.9" */
+      char mi_s[6] = {(char)('0' + x / 100), '.', (char)('0' + x / 10 % 10), '.',
+                      (char)('0' + x % 10), 0};
+      memcpy(mi, mi_s, sizeof mi_s);
       v = mi;
     }
   }

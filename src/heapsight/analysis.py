@@ -21,13 +21,13 @@ PART_FIELDS = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "reta
                "untouched_bytes")
 
 
-
 # The words of two facts every format states: a run without the library's figures, and a
 # release measured in the exit's copy (the program itself kept the memory).
 NOT_ACTIVE = "the preload library was not active"
 IN_THE_COPY = "measured in a copy of the program at its exit: the program kept its memory"
 # glibc's thread heaps' free tops (the rule is in why_it_stayed, attach uses it too)
 THREAD_TOPS = "the free top of the threads' heaps, which malloc_trim does not shrink"
+
 
 def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:
     """(bytes, ± one standard error): the live blocks' waste (usable - requested bytes).
@@ -74,8 +74,8 @@ def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocato
     account for it; file-backed memory is never the heap's. alloc_mapped (NaN: unknown)
     bounds what the allocator can hold: anonymous memory beyond it is not malloc's.
     own_metadata (NaN: unknown) is the allocator's own figure for its metadata, outside its
-    mapped figure (jemalloc's stats.metadata, read at exit): the metadata then, at most what
-    the heap's anonymous memory leaves beside the live blocks; else its block headers."""
+    mapped figure (jemalloc's stats.metadata, read at exit, bounded by the caller: summary's
+    _exit_release): the metadata then; else its block headers."""
     rss, anon = np.asarray(rss, dtype=float), np.asarray(anon, dtype=float)
     live_req, live_usable = np.asarray(live_req, dtype=float), np.asarray(live_usable, dtype=float)
     alloc_mapped = np.asarray(alloc_mapped, dtype=float)
@@ -85,8 +85,7 @@ def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocato
     waste = np.maximum(0, live_usable - live_req)
     headers = allocators.header_bytes(allocator) * np.maximum(0, np.asarray(live_blocks, dtype=float))
     own = np.asarray(own_metadata, dtype=float)
-    metadata = np.where(np.isnan(own), headers,
-                        np.minimum(np.nan_to_num(own), np.maximum(0, heap_anon - live_req - waste)))
+    metadata = np.where(np.isnan(own), headers, np.nan_to_num(own))
     unexplained = heap_anon - live_req - waste - metadata
     held = np.maximum(0.0, alloc_mapped - live_usable - np.where(np.isnan(own), metadata, 0))
     retained = np.where(np.isnan(alloc_mapped), np.maximum(0, unexplained),

@@ -284,11 +284,14 @@ def _tuples(v):
 
 
 def from_dict(cls, d: dict):
-    """An instance of dataclass cls from its JSON form (see Summary.from_dict)."""
+    """An instance of dataclass cls from its JSON form (see Summary.from_dict); ValueError
+    naming the first field it needs and the form lacks."""
     nested = NESTED.get(cls.__name__, {})
     kw = {}
     for f in dataclasses.fields(cls):
         if f.name not in d:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"its {cls.__name__.lower()} has no {f.name}")
             continue
         v, of = d[f.name], nested.get(f.name)
         if isinstance(of, tuple):

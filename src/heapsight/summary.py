@@ -380,9 +380,10 @@ def _exit_release(segment, c, rc: int, maps, allocator: str, baseline: int, mapp
                        "figures are from the last sample"), final
     rss_b, anon_b = segment.get("exit_rss_before"), segment.get("exit_anon_before")
     release = _release_at_exit(segment, maps, call, allocator, release_wanted, rss_b, anon_b)
-    if not math.isnan(own_metadata) and release.measured:
-        # the allocator's own figure may count pages not resident (jemalloc's is a bound):
-        # what its release gave back was retained memory, never metadata
+    if not math.isnan(own_metadata):
+        # at most what the heap's pages hold beside the live blocks (the allocator's figure
+        # may count pages not resident: jemalloc's is a bound), and what its release gave
+        # back was retained memory, never metadata
         room = anon_b - baseline - c.live_usable_bytes - release.gave_back_bytes
         own_metadata = min(own_metadata, max(0, room))
     final = analysis.breakdown(

@@ -69,7 +69,11 @@ def show_in_terminal(docs: list, as_recorded: bool = False) -> None:
         if again is None and not as_recorded:
             print(f"heapsight report: {path}: shown as recorded (saved without a capture to "
                   "analyse again)", file=sys.stderr)
-        summaries.append((path, again or Summary.from_dict(doc["summary"])))
+        try:
+            summaries.append((path, again or Summary.from_dict(doc["summary"])))
+        except ValueError as e:
+            raise HeapsightError(f"{path}: its saved summary cannot be drawn in the terminal "
+                                 f"({e}); a page (-o FILE.html) shows what it has")
     for path, summary in summaries:
         terminal.render_run(summary, sys.stdout, saved_to=path)
 
