@@ -516,6 +516,14 @@ static pid_t make_copy(const char *path, uint64_t t0, int at_exit, const char **
   return pid;
 }
 
+/* For a process that is already the copy (copylib.c: made from outside, by `heapsight
+ * attach --leaks`, and this library loaded into it alone): the copy's steps, here. */
+void _hs_heapmap_in_copy(const char *path) {
+  uint64_t t0 = _hs_now_ns();
+  copy_starts();
+  child_main(path, t0, 0);
+}
+
 /* Writes map `path` from a copy of the process taken now, on the calling thread (a thread
  * of the program's: at its exit, or at its next allocator call after the CLI asked, see
  * probe.c). The caller waits for the copy to be made, never for it to be walked: the copy

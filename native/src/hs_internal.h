@@ -74,8 +74,9 @@ int _hs_answer_map_request(void); /* probe.c: a map the CLI asked for, taken on 
 void _hs_map_poll(void);          /* probe.c: the same, if one was asked for (counters.c) */
 int _hs_helper_running(void);
 void _hs_exit_probe(void);
-int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes);
-uint64_t _hs_now_ns(void);
+int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes); /* less heapsight's own */
+int _hs_status_read(uint64_t *rss_bytes, uint64_t *anon_bytes);  /* procself.c: as read */
+uint64_t _hs_now_ns(void);                                          /* procself.c */
 
 /* Sampled call sites (profile.c). The hot path's share: the slot's countdown of allocated
  * bytes (hs_slot_t.left, which runs out no later than sample_left), and one byte load on
@@ -92,6 +93,7 @@ void _hs_profile_map(void *p, size_t len, const void *caller); /* mappings.c's m
 /* The heap map (heapmap.c), taken on a thread of the program's or the exit helper (probe.c) */
 int _hs_heapmap_write(const char *path, int at_exit); /* waits for the copy, not its walk */
 int _hs_heapmap_write_refusal(const char *path, const char *why);
+__attribute__((noreturn)) void _hs_heapmap_in_copy(const char *path); /* copylib.c's */
 int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
 int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem); /* no lock, no walk */
 extern HS_HIDDEN uint64_t _hs_exit_sp; /* probe.c: the exiting thread's stack pointer, while

@@ -21,35 +21,14 @@
 #include "hs_internal.h"
 #include "hs_options.h"
 
-static uint64_t field_kb(const char *buf, const char *key) {
-  const char *p = strstr(buf, key);
-  if (!p) return 0;
-  p += strlen(key);
-  while (*p == ' ' || *p == '\t') p++;
-  uint64_t v = 0;
-  while (*p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
-  return v;
-}
-
-static int read_status(char *buf, size_t size) {
-  int fd = hs_open("/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, size - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  return 1;
-}
-
 uint64_t _hs_segment_resident(void); /* segment.c */
 
 /* VmRSS less the segment's pages (heapsight's, not the program's), and RssAnon. */
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes) {
-  char buf[4096];
-  if (!read_status(buf, sizeof buf)) return 0;
+  uint64_t rss, anon;
+  if (!_hs_status_read(&rss, &anon)) return 0;
   /* less heapsight's own: the segment's resident pages (shared), its private memory */
-  uint64_t rss = field_kb(buf, "\nVmRSS:") * 1024, own = _hs_segment_resident() + _hs_own_private();
-  uint64_t anon = field_kb(buf, "\nRssAnon:") * 1024, priv = _hs_own_private();
+  uint64_t own = _hs_segment_resident() + _hs_own_private(), priv = _hs_own_private();
   *rss_bytes = rss > own ? rss - own : 0;
   *anon_bytes = anon > priv ? anon - priv : 0;
   return 1;

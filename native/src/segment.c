@@ -28,12 +28,6 @@ static int g_owner;
  * says their room, heapsight.h), or without them when the run samples nothing. */
 static int valid_size(uint64_t n) { return n == HS_SEGMENT_BASE_BYTES || hs_profile_room(n) != 0; }
 
-uint64_t _hs_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int _hs_is_owner(void) { return g_owner; }
 
 /* Counters for a process that owns no segment: it never samples, so no profile tables. */

@@ -62,6 +62,12 @@ def linkage(path: str, depth: int = 0) -> str:
 def defined_symbols(path: str, names: set) -> set:
     """Which of names the ELF file defines in its dynamic symbol table (raises OSError,
     ValueError for a file that is not a 64-bit little-endian ELF shared object)."""
+    return set(symbol_values(path, names))
+
+
+def symbol_values(path: str, names: set) -> dict:
+    """The value (the offset from the object's load address) of each of names the ELF
+    shared object defines in its dynamic symbol table; errors as defined_symbols."""
     with open(path, "rb") as f:
         data = f.read(64 << 20)
     if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or data[5] != 1:
@@ -71,7 +77,7 @@ def defined_symbols(path: str, names: set) -> set:
         raise ValueError("is not a shared library")
     shoff, = struct.unpack_from("<Q", data, 40)
     shentsize, shnum = struct.unpack_from("<HH", data, 58)
-    found = set()
+    found = {}
     for i in range(shnum):
         sh = shoff + i * shentsize
         sh_type, = struct.unpack_from("<I", data, sh + 4)
@@ -81,13 +87,14 @@ def defined_symbols(path: str, names: set) -> set:
         str_sh = shoff + link * shentsize
         str_off, = struct.unpack_from("<Q", data, str_sh + 24)
         for j in range(sym_size // max(entsize, 1)):
-            st_name, _st_info, _other, st_shndx = struct.unpack_from("<IBBH", data, sym_off + j * entsize)
+            st_name, _st_info, _other, st_shndx, st_value = struct.unpack_from(
+                "<IBBHQ", data, sym_off + j * entsize)
             if st_shndx == SHN_UNDEF:
                 continue
             end = data.index(b"\0", str_off + st_name)
             name = data[str_off + st_name:end].decode(errors="replace")
             if name in names:
-                found.add(name)
+                found[name] = st_value
     return found
 
 

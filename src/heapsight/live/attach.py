@@ -48,6 +48,7 @@ class Attached:
     waste_bytes: int | None = None         # rounding of the live blocks
     live_blocks: int | None = None
     runtime: str = ""                      # a runtime with its own heap it maps (analysis.OWNERS)
+    leaks: dict | None = None              # --leaks: inject.Leaks.to_dict(), marked in a copy
 
     def to_dict(self) -> dict:
         return {"kind": "heapsight-attach", **asdict(self)}
@@ -276,7 +277,24 @@ def split(a: Attached) -> None:
         a.non_heap["allocator heaps ([heap], arenas)"] = heap_rss
 
 
+def leak_verdict(a: Attached) -> str:
+    """LEAK when a copy of the process (--leaks) found a MiB or more no pointer reaches."""
+    r = (a.leaks or {}).get("reach") or {}
+    lost = r.get("definitely_lost_bytes", 0) + r.get("indirectly_lost_bytes", 0)
+    if lost < MiB:
+        return ""
+    sizes = a.leaks.get("lost_by_size") or []
+    most = (f"; most of it {sizes[0]['blocks']:,} blocks of {human(sizes[0]['bytes'])}"
+            if sizes else "")
+    return (f"LEAK: {human(lost)} ({pct(lost, a.rss_bytes)} of RSS) that no pointer in the process "
+            f"reaches ({r['definitely_lost_blocks'] + r['indirectly_lost_blocks']:,} blocks, marked "
+            f"in a copy of it){most}")
+
+
 def verdict(a: Attached) -> str:
+    leak = leak_verdict(a)
+    if leak:
+        return leak
     if a.retained_bytes is None:
         return (f"RSS {human(a.rss_bytes)}; the allocator's own figures were not read "
                 f"({'; '.join(a.notes) or 'unknown allocator'})")

@@ -901,6 +901,26 @@ def render_lab(result: dict, out, verbose: bool = False) -> None:
     _lab_claims(c, result, verbose)
 
 
+def _render_leaks(c, k: dict) -> None:
+    """attach --leaks: the reach classes marked in a copy, what the copy cost the process,
+    the lost blocks by size and the largest with their first bytes."""
+    r = k["reach"]
+    c.print()
+    _indent(c, f"reachable now (a copy of the process, marked as memcheck does; the process "
+               f"stopped {k['pause_ms']:.1f} ms, {k['threads']} thread"
+               f"{'s' * (k['threads'] != 1)}, and {k['reap_pause_ms']:.1f} ms to reap the copy):", 2)
+    _indent(c, heapmap.reach_line(r).replace("of the program", "of the process"), 4)
+    if k["lost_by_size"]:
+        _indent(c, "definitely lost by size: " + ", ".join(
+            f"{x['blocks']:,} x {human(x['bytes'])}" for x in k["lost_by_size"][:4])
+            + (f", and {len(k['lost_by_size']) - 4} more sizes" if len(k["lost_by_size"]) > 4 else ""), 4)
+    for b in k["largest_lost"][:3]:
+        _indent(c, f"lost at {b['addr']}: {human(b['bytes'])}, starts {printable(b['starts'])}", 4,
+                style="dim")
+    _indent(c, f"a release (malloc_trim) would give back {human(k['release_measured_bytes'])}: "
+               "measured in the copy", 4)
+
+
 def render_attach(a, out) -> None:
     """attach's summary: the split of a running process's RSS, the allocator's arenas, the
     release estimate and, with --trim, the measured release."""
@@ -947,6 +967,8 @@ def render_attach(a, out) -> None:
         _indent(c, f"release: {r['call']} gave back {human(r['gave_back_bytes'])} in "
                    f"{r['seconds'] * 1000:.0f} ms (RSS {human(r['rss_before_bytes'])} -> "
                    f"{human(r['rss_after_bytes'])})", 2, style="bold")
+    if a.leaks:
+        _render_leaks(c, a.leaks)
     c.print()
     style = "bold green" if a.verdict.startswith("healthy") else "bold yellow"
     _verdict_lines(c, a.verdict, style)

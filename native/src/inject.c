@@ -1,0 +1,494 @@
+/* inject.c: hs-inject, how `heapsight attach PID --leaks` copies a running process without
+ * loading anything into it (x86-64 Linux, ptrace).
+ *
+ *   hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S]
+ *
+ * 1. Every thread of PID is stopped (PTRACE_SEIZE, PTRACE_INTERRUPT; threads made
+ *    meanwhile are found by listing /proc/PID/task again until none is new).
+ * 2. One stopped thread makes a system call it did not ask for: clone() with no flags and
+ *    exit signal 0 (a copy of the process: no SIGCHLD, invisible to wait() without __WALL),
+ *    at a `syscall` instruction of the process's own code. The thread's registers are then
+ *    put back exactly as they were, and the kernel's own logic restarts the call the thread
+ *    was in, if any: the thread is stopped once more on its way back to user mode (an
+ *    interrupt), where the kernel applies a system call's restart as for any stop. Nothing
+ *    is written to the process's memory and no extended (FPU) state is touched.
+ * 3. Every thread is let go: the process's pause ends here (printed: pause_us).
+ * 4. In the copy (a traced child of ours, stopped; never the process): close_range() and
+ *    an mmap for a stack of its own; dlopen(LIB) and dlsym(.., "heapsight_copy_main")
+ *    called at the addresses the CLI found in the process's libc (DLOPEN, DLSYM, hex);
+ *    then heapsight_copy_main(MAP), which writes the map file and ends the copy.
+ * 5. The copy, ended, is the process's zombie child: one thread of the process is stopped
+ *    again and makes a wait4(copy, __WALL | WNOHANG) (printed: reap_pause_us).
+ *
+ * Output: "key value" lines on stdout; a failure's reason on stderr. Exit codes: 0 the map
+ * is written; 3 the process cannot be traced (permissions, Yama); 4 the process ended;
+ * 5 the copy failed (why on stderr); 7 the copy met a held lock (an arena's, or the
+ * loader's): another try may succeed. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_REFUSED 3
+#define EXIT_ENDED 4
+#define EXIT_FAILED 5
+#define EXIT_BUSY 7
+#define COPY_BUSY 7            /* copylib.c's HS_COPY_BUSY */
+#define MAX_THREADS 65536
+#define COPY_STACK (1u << 20)
+#define CALL_LIMIT_NS 5000000000ull /* dlopen or dlsym in the copy: a held lock if longer */
+
+typedef struct {
+  pid_t tid;
+  int sig;  /* a signal that stopped it meanwhile: delivered when it is let go */
+  int gone; /* exited while stopped */
+} thread_t;
+
+static thread_t *g_threads;
+static size_t g_n;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void say(const char *key, unsigned long long v) { printf("%s %llu\n", key, v); }
+
+static void fail_msg(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+static int known(pid_t tid) {
+  for (size_t i = 0; i < g_n; i++)
+    if (g_threads[i].tid == tid) return 1;
+  return 0;
+}
+
+/* Seizes and interrupts every thread not yet known; the number seized, -1 (errno) when
+ * the process's first thread cannot be. */
+static long seize_new(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  long added = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    pid_t tid = (pid_t)atoi(e->d_name);
+    if (tid <= 0 || known(tid) || g_n == MAX_THREADS) continue;
+    if (ptrace(PTRACE_SEIZE, tid, 0, 0) != 0) {
+      if (errno == ESRCH) continue; /* ended meanwhile */
+      int saved = errno;
+      closedir(d);
+      errno = saved;
+      return -1;
+    }
+    ptrace(PTRACE_INTERRUPT, tid, 0, 0);
+    g_threads[g_n++] = (thread_t){tid, 0, 0};
+    added++;
+  }
+  closedir(d);
+  return added;
+}
+
+/* Waits for t's stop; a signal that stops it first is kept for later (and the thread
+ * stays stopped there). 0 when it ended. */
+static int wait_stopped(thread_t *t) {
+  int st;
+  for (;;) {
+    if (waitpid(t->tid, &st, __WALL) < 0) {
+      if (errno == EINTR) continue;
+      t->gone = 1;
+      return 0;
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      t->gone = 1;
+      return 0;
+    }
+    if (WIFSTOPPED(st)) {
+      if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) t->sig = WSTOPSIG(st);
+      return 1;
+    }
+  }
+}
+
+static void let_go(void) {
+  for (size_t i = 0; i < g_n; i++)
+    if (!g_threads[i].gone) ptrace(PTRACE_DETACH, g_threads[i].tid, 0, (void *)(long)g_threads[i].sig);
+  g_n = 0;
+}
+
+/* Every thread of pid stopped; 0 ok, else an exit code (the reason said). */
+static int stop_all(pid_t pid) {
+  for (int rounds = 0;; rounds++) {
+    long added = seize_new(pid);
+    if (added < 0) {
+      int e = errno;
+      let_go();
+      if (e == ESRCH || e == ENOENT) return EXIT_ENDED;
+      fail_msg("cannot trace process %d: %s", pid, strerror(e));
+      return EXIT_REFUSED;
+    }
+    if (added == 0) break;
+    if (rounds > 100) { /* threads made faster than they are stopped */
+      let_go();
+      fail_msg("process %d kept starting threads while they were being stopped", pid);
+      return EXIT_FAILED;
+    }
+  }
+  size_t alive = 0;
+  for (size_t i = 0; i < g_n; i++) alive += wait_stopped(&g_threads[i]);
+  if (!alive) {
+    let_go();
+    return EXIT_ENDED;
+  }
+  return 0;
+}
+
+/* A system call made by the stopped thread tid at `gadget` (a syscall instruction), its
+ * registers otherwise those in base; the result (rax), *child the pid of a process it
+ * made (clone); -ESRCH-style negative values are the call's own. *ended when the thread
+ * ended. The caller puts the registers back. */
+static long remote_syscall(thread_t *t, const struct user_regs_struct *base, uint64_t gadget,
+                           long nr, long a1, long a2, long a3, long a4, long a5, long a6,
+                           pid_t *child, int *ended) {
+  struct user_regs_struct r = *base;
+  r.rip = gadget;
+  r.rax = (unsigned long long)nr;
+  r.orig_rax = (unsigned long long)-1; /* no restart of the call the thread was in */
+  r.rdi = (unsigned long long)a1, r.rsi = (unsigned long long)a2, r.rdx = (unsigned long long)a3;
+  r.r10 = (unsigned long long)a4, r.r8 = (unsigned long long)a5, r.r9 = (unsigned long long)a6;
+  *ended = 0;
+  if (ptrace(PTRACE_SETOPTIONS, t->tid, 0, (void *)(long)(PTRACE_O_TRACESYSGOOD | PTRACE_O_TRACECLONE)) != 0 ||
+      ptrace(PTRACE_SETREGS, t->tid, 0, &r) != 0) {
+    *ended = errno == ESRCH;
+    return -errno;
+  }
+  int in_call = 0;
+  for (;;) {
+    if (ptrace(PTRACE_SYSCALL, t->tid, 0, 0) != 0) { *ended = 1; return -ESRCH; }
+    int st;
+    while (waitpid(t->tid, &st, __WALL) < 0) {
+      if (errno != EINTR) { *ended = 1; return -ESRCH; }
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) { t->gone = 1; *ended = 1; return -ESRCH; }
+    int event = st >> 16;
+    if (WSTOPSIG(st) == (SIGTRAP | 0x80)) { /* the call's entry, then its exit */
+      if (in_call++ == 0) continue;
+      struct user_regs_struct out;
+      if (ptrace(PTRACE_GETREGS, t->tid, 0, &out) != 0) { *ended = 1; return -ESRCH; }
+      return (long)out.rax;
+    }
+    if (event == PTRACE_EVENT_CLONE || event == PTRACE_EVENT_FORK) {
+      unsigned long msg = 0;
+      ptrace(PTRACE_GETEVENTMSG, t->tid, 0, &msg);
+      if (child) *child = (pid_t)msg;
+      continue;
+    }
+    if (event == 0 && WSTOPSIG(st) != SIGTRAP) t->sig = WSTOPSIG(st); /* kept for later */
+  }
+}
+
+/* The thread's registers back as they were, and one more stop on its way back to user
+ * mode: there the kernel restarts (or ends with EINTR) the call the thread was in, as it
+ * does after any stop. 0 when it ended meanwhile. */
+static int put_back(thread_t *t, const struct user_regs_struct *saved) {
+  if (ptrace(PTRACE_SETREGS, t->tid, 0, saved) != 0) return 0;
+  ptrace(PTRACE_SETOPTIONS, t->tid, 0, 0);
+  ptrace(PTRACE_INTERRUPT, t->tid, 0, 0);
+  if (ptrace(PTRACE_CONT, t->tid, 0, 0) != 0) return 0;
+  for (;;) {
+    int st;
+    if (waitpid(t->tid, &st, __WALL) < 0) {
+      if (errno == EINTR) continue;
+      return 0;
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) { t->gone = 1; return 0; }
+    if ((st >> 16) == PTRACE_EVENT_STOP) return 1;
+    if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) t->sig = WSTOPSIG(st);
+    if (ptrace(PTRACE_CONT, t->tid, 0, 0) != 0) return 0;
+  }
+}
+
+static int read_mem(pid_t pid, uint64_t addr, void *buf, size_t n) {
+  struct iovec local = {buf, n}, remote = {(void *)(uintptr_t)addr, n};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)n;
+}
+
+static int write_mem(pid_t pid, uint64_t addr, const void *buf, size_t n) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/mem", pid);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t w = pwrite(fd, buf, n, (off_t)addr);
+  close(fd);
+  return w == (ssize_t)n;
+}
+
+/* A syscall instruction (0f 05) the thread can run: right behind where it stopped (it
+ * was in a system call), else the first in the process's libc text. 0 when none. */
+static uint64_t find_gadget(pid_t pid, uint64_t rip) {
+  unsigned char b[2];
+  if (rip >= 2 && read_mem(pid, rip - 2, b, 2) && b[0] == 0x0f && b[1] == 0x05) return rip - 2;
+  char path[64], line[4352];
+  snprintf(path, sizeof path, "/proc/%d/maps", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  uint64_t found = 0;
+  static unsigned char buf[1 << 16];
+  while (!found && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[2] != 'x' ||
+        !strstr(line, "/libc.so"))
+      continue;
+    for (uint64_t at = lo; at < hi && !found; at += sizeof buf - 1) {
+      size_t n = hi - at < sizeof buf ? hi - at : sizeof buf;
+      if (!read_mem(pid, at, buf, n)) break;
+      for (size_t i = 0; i + 1 < n; i++)
+        if (buf[i] == 0x0f && buf[i + 1] == 0x05) { found = at + i; break; }
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* A call in the copy (a process of ours: nothing of it is kept): fn(a1, a2) on the stack
+ * `sp`, returning to address 0, whose fault ends the call. The return value, or -1 with
+ * *status: 1 the copy ended, 2 out of time. */
+static long copy_call(pid_t copy, const struct user_regs_struct *base, uint64_t sp, uint64_t fn,
+                      uint64_t a1, uint64_t a2, uint64_t limit_ns, int *status) {
+  struct user_regs_struct r = *base;
+  uint64_t zero = 0;
+  sp = (sp & ~15ull) - 8; /* as after a call: (sp + 8) a multiple of 16 */
+  if (!write_mem(copy, sp, &zero, 8)) { *status = 1; return -1; }
+  r.rsp = sp, r.rip = fn, r.rdi = a1, r.rsi = a2, r.rax = 0;
+  r.orig_rax = (unsigned long long)-1;
+  *status = 0;
+  if (ptrace(PTRACE_SETREGS, copy, 0, &r) != 0 || ptrace(PTRACE_CONT, copy, 0, 0) != 0) {
+    *status = 1;
+    return -1;
+  }
+  uint64_t until = now_ns() + limit_ns;
+  for (;;) {
+    int st;
+    pid_t w = waitpid(copy, &st, __WALL | WNOHANG);
+    if (w == 0) {
+      if (now_ns() > until) { *status = 2; return -1; }
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 || WIFEXITED(st) || WIFSIGNALED(st)) { *status = 1; return -1; }
+    int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
+    if (sig == SIGSEGV) {
+      struct user_regs_struct out;
+      if (ptrace(PTRACE_GETREGS, copy, 0, &out) == 0 && out.rip == 0) return (long)out.rax;
+    }
+    if (sig == SIGTRAP || sig == (SIGTRAP | 0x80)) sig = 0;
+    ptrace(PTRACE_CONT, copy, 0, (void *)(long)sig); /* the copy's own signal: passed on */
+  }
+}
+
+/* Waits for the copy to end (it bounds itself, copylib.c); its exit code, or -1. */
+static int copy_end(pid_t copy, uint64_t limit_ns) {
+  if (ptrace(PTRACE_CONT, copy, 0, 0) != 0) return -1;
+  uint64_t until = now_ns() + limit_ns;
+  for (;;) {
+    int st;
+    pid_t w = waitpid(copy, &st, __WALL | WNOHANG);
+    if (w == 0) {
+      if (now_ns() > until) {
+        kill(copy, SIGKILL);
+        continue;
+      }
+      struct timespec ts = {0, 2000000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
+    if (sig == SIGTRAP || sig == (SIGTRAP | 0x80)) sig = 0;
+    ptrace(PTRACE_CONT, copy, 0, (void *)(long)sig);
+  }
+}
+
+static void kill_copy(pid_t copy) {
+  kill(copy, SIGKILL);
+  int st;
+  while (waitpid(copy, &st, __WALL) < 0 && errno == EINTR) {}
+}
+
+/* The ended copy, a zombie child of the process, reaped by one of the process's threads
+ * (wait4 with __WALL | WNOHANG, made as in copy's step 2). 1 when reaped. */
+static int reap_in_process(pid_t pid, pid_t copy, uint64_t *pause_ns) {
+  uint64_t t0 = now_ns();
+  int rc = stop_all(pid);
+  if (rc) return 0;
+  thread_t *t = NULL;
+  for (size_t i = 0; i < g_n && !t; i++)
+    if (!g_threads[i].gone) t = &g_threads[i];
+  struct user_regs_struct saved;
+  int reaped = 0, ended = 0;
+  if (t && ptrace(PTRACE_GETREGS, t->tid, 0, &saved) == 0) {
+    uint64_t gadget = find_gadget(pid, saved.rip);
+    if (gadget) {
+      long got = remote_syscall(t, &saved, gadget, SYS_wait4, copy, 0, __WALL | WNOHANG, 0, 0, 0,
+                                NULL, &ended);
+      reaped = got == copy;
+      if (!ended) put_back(t, &saved);
+    }
+  }
+  let_go();
+  *pause_ns = now_ns() - t0;
+  return reaped;
+}
+
+static int copy_process(pid_t pid, const char *lib, uint64_t dlopen_at, uint64_t dlsym_at,
+                        const char *map, uint64_t limit_ns) {
+  /* 1-3: the process's pause */
+  uint64_t t0 = now_ns();
+  int rc = stop_all(pid);
+  if (rc) return rc;
+  size_t n_threads = 0;
+  thread_t *t = NULL;
+  for (size_t i = 0; i < g_n; i++) {
+    if (g_threads[i].gone) continue;
+    n_threads++;
+    if (!t && !g_threads[i].sig) t = &g_threads[i]; /* one not stopped by a signal */
+  }
+  struct user_regs_struct saved;
+  if (!t || ptrace(PTRACE_GETREGS, t->tid, 0, &saved) != 0) {
+    let_go();
+    fail_msg("no thread of process %d could make the copy (each was stopped by a signal)", pid);
+    return EXIT_FAILED;
+  }
+  uint64_t gadget = find_gadget(pid, saved.rip);
+  if (!gadget) {
+    let_go();
+    fail_msg("no system call instruction found in process %d's libc", pid);
+    return EXIT_FAILED;
+  }
+  pid_t copy = 0;
+  int ended = 0;
+  long got = remote_syscall(t, &saved, gadget, SYS_clone, 0, 0, 0, 0, 0, 0, &copy, &ended);
+  if (!ended) put_back(t, &saved);
+  let_go();
+  uint64_t pause = now_ns() - t0;
+  say("threads", n_threads);
+  say("pause_us", pause / 1000);
+  if (got <= 0 || copy <= 0) {
+    if (copy > 0) kill_copy(copy);
+    fail_msg("the copy could not be made: clone() in process %d returned %ld (%s)", pid, got,
+             got < 0 ? strerror((int)-got) : "no process");
+    return ended ? EXIT_ENDED : EXIT_FAILED;
+  }
+  say("copy_pid", (unsigned long long)copy);
+  fflush(stdout);
+
+  /* 4: in the copy */
+  int st;
+  while (waitpid(copy, &st, __WALL) < 0 && errno == EINTR) {} /* its first stop */
+  thread_t c = {copy, 0, 0};
+  struct user_regs_struct base;
+  int result = EXIT_FAILED;
+  if (ptrace(PTRACE_GETREGS, copy, 0, &base) != 0) goto reap;
+  uint64_t cgadget = find_gadget(copy, base.rip);
+  long closed = remote_syscall(&c, &base, cgadget, SYS_close_range, 0, ~0L, 0, 0, 0, 0, NULL, &ended);
+  long stack = ended ? -1 : remote_syscall(&c, &base, cgadget, SYS_mmap, 0, COPY_STACK,
+                                           PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                           -1, 0, NULL, &ended);
+  if (ended || closed != 0 || stack <= 0) {
+    fail_msg("the copy could not close its files or map a stack (%ld, %ld)", closed, stack);
+    goto kill;
+  }
+  /* the strings at the stack's top, the calls below them */
+  uint64_t top = (uint64_t)stack + COPY_STACK, at = top;
+  const char *strings[3] = {lib, "heapsight_copy_main", map};
+  uint64_t addr[3];
+  for (int i = 0; i < 3; i++) {
+    size_t n = strlen(strings[i]) + 1;
+    at = (at - n) & ~15ull;
+    addr[i] = at;
+    if (!write_mem(copy, at, strings[i], n)) goto kill;
+  }
+  uint64_t sp = at - 256;
+  int why = 0;
+  long handle = copy_call(copy, &base, sp, dlopen_at, addr[0], RTLD_NOW, CALL_LIMIT_NS, &why);
+  if (handle <= 0) {
+    if (why == 2) { result = EXIT_BUSY; fail_msg("the copy's dlopen did not return: a lock held at the copy"); }
+    else fail_msg("the copy could not load %s (the process's user must be able to read it)", lib);
+    goto kill;
+  }
+  long fn = copy_call(copy, &base, sp, dlsym_at, (uint64_t)handle, addr[1], CALL_LIMIT_NS, &why);
+  if (fn <= 0) {
+    if (why == 2) result = EXIT_BUSY;
+    fail_msg("heapsight_copy_main not found in %s", lib);
+    goto kill;
+  }
+  struct user_regs_struct r = base;
+  uint64_t csp = (sp & ~15ull) - 8, zero = 0;
+  write_mem(copy, csp, &zero, 8);
+  r.rsp = csp, r.rip = (uint64_t)fn, r.rdi = addr[2], r.orig_rax = (unsigned long long)-1;
+  if (ptrace(PTRACE_SETREGS, copy, 0, &r) != 0) goto kill;
+  uint64_t c0 = now_ns();
+  int code = copy_end(copy, limit_ns);
+  say("copy_ms", (now_ns() - c0) / 1000000);
+  say("copy_status", (unsigned long long)(code < 0 ? 255 : code));
+  result = code == 0 ? 0 : code == COPY_BUSY ? EXIT_BUSY : EXIT_FAILED;
+  if (code != 0 && code != COPY_BUSY) fail_msg("the copy ended with status %d", code);
+  goto reap;
+kill:
+  kill_copy(copy);
+reap:;
+  uint64_t reap_pause = 0;
+  int reaped = reap_in_process(pid, copy, &reap_pause);
+  say("reaped", (unsigned long long)reaped);
+  say("reap_pause_us", reap_pause / 1000);
+  return result;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 7 || strcmp(argv[1], "copy") != 0) {
+    fprintf(stderr, "usage: hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S]\n"
+                    "(run by `heapsight attach PID --leaks`)\n");
+    return 2;
+  }
+  pid_t pid = (pid_t)atoi(argv[2]);
+  uint64_t dlopen_at = strtoull(argv[4], NULL, 16), dlsym_at = strtoull(argv[5], NULL, 16);
+  double limit_s = argc > 7 ? atof(argv[7]) : 60.0;
+  if (pid <= 0 || !dlopen_at || !dlsym_at || limit_s <= 0) {
+    fprintf(stderr, "hs-inject: bad arguments\n");
+    return 2;
+  }
+  g_threads = calloc(MAX_THREADS, sizeof *g_threads);
+  if (!g_threads) return EXIT_FAILED;
+  signal(SIGPIPE, SIG_IGN);
+  int rc = copy_process(pid, argv[3], dlopen_at, dlsym_at, argv[6], (uint64_t)(limit_s * 1e9));
+  fflush(stdout);
+  return rc;
+}

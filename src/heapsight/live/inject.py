@@ -1,0 +1,196 @@
+"""What a running process can no longer reach, found in a copy of it: `heapsight attach PID
+--leaks` (glibc).
+
+native/src/inject.c (hs-inject) stops every thread of the process with ptrace, has one of
+them make a copy of the process (a clone with no exit signal), puts its registers back and
+lets the process go: its pause is the copy's (printed, measured). Nothing is loaded into
+the process or written to its memory. heapsight's copy library (libheapsight_copy.so) is
+loaded into the copy alone, which walks glibc's heaps, measures what malloc_trim would give
+back, marks what the process can still reach from its roots (as `run` does at exit) and
+writes a heap map file; the ended copy is then reaped by the process (one more short stop).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heapsight import elf, heapmap, native
+from heapsight.errors import HeapsightError
+from heapsight.live import gdbcall
+
+# hs-inject's exit codes (inject.c)
+REFUSED, ENDED, FAILED, BUSY = 3, 4, 5, 7
+TRIES = 4              # a copy that met a held lock is made again, this many times in all
+COPY_LIMIT_S = 60.0    # the copy bounds its own walk (30 s); this bounds hs-inject
+LARGEST = 5            # the largest lost blocks shown, with their first bytes
+PEEK_BYTES = 48
+
+
+@dataclass
+class Leaks:
+    """The copy's answer: the reach classes (heapmap.Reach.to_json), what a release would
+    give back (measured in the copy), the largest lost blocks, and what the process paid."""
+    reach: dict
+    release_bytes: int
+    pause_ms: float            # the process stopped, all threads, for the copy
+    reap_pause_ms: float       # stopped again, to reap the ended copy
+    threads: int
+    copy_ms: int
+    tries: int
+    lost_by_size: list = field(default_factory=list)   # [(usable bytes, blocks)], largest total first
+    largest: list = field(default_factory=list)        # [{"addr", "bytes", "class", "starts"}]
+    reaped: bool = True
+
+    def to_dict(self) -> dict:
+        return {"reach": self.reach, "release_measured_bytes": self.release_bytes,
+                "pause_ms": self.pause_ms, "reap_pause_ms": self.reap_pause_ms,
+                "threads": self.threads, "copy_ms": self.copy_ms, "tries": self.tries,
+                "lost_by_size": [{"bytes": b, "blocks": n} for b, n in self.lost_by_size],
+                "largest_lost": self.largest, "reaped": self.reaped}
+
+
+def _libc(pid: int) -> tuple:
+    """(path as the process sees it, path to read it from here, load address) of the
+    process's libc, or a refusal."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise HeapsightError(f"process {pid} ended", ENDED) from None
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[2] == "00000000" and "/libc.so" in parts[5]:
+            path = parts[5]
+            return path, f"/proc/{pid}/root{path}", int(parts[0].split("-")[0], 16)
+    raise HeapsightError(f"process {pid} has no glibc loaded (a static binary, a Go program, or "
+                         "another C library): --leaks loads its copy library with glibc's dlopen",
+                         REFUSED)
+
+
+def _addresses(pid: int) -> tuple:
+    """dlopen's and dlsym's addresses in the process (glibc 2.34 or later: in libc)."""
+    path, readable, base = _libc(pid)
+    try:
+        values = elf.symbol_values(readable, {"dlopen", "dlsym"})
+    except (OSError, ValueError) as e:
+        raise HeapsightError(f"process {pid}'s libc ({path}) could not be read: {e}", REFUSED) from None
+    if len(values) < 2:
+        raise HeapsightError(f"process {pid}'s libc ({path}) has no dlopen of its own (glibc "
+                             "before 2.34): --leaks needs glibc 2.34 or later", REFUSED)
+    return base + values["dlopen"], base + values["dlsym"]
+
+
+def _tracer(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("TracerPid:")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _private_dir(pid: int) -> str:
+    """A new directory only heapsight and the process's user can write, for the map."""
+    d = tempfile.mkdtemp(prefix="heapsight-attach-")
+    st = os.stat(f"/proc/{pid}")
+    if st.st_uid != os.geteuid():
+        os.chown(d, st.st_uid, st.st_gid)   # root only: another user's process is refused before
+    return d
+
+
+def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str) -> tuple:
+    """hs-inject once: (exit code, its key-value lines, its stderr)."""
+    cmd = [native.program("hs-inject"), "copy", str(pid), native.lib_path("libheapsight_copy.so"),
+           f"{dlopen_at:x}", f"{dlsym_at:x}", path, f"{COPY_LIMIT_S:g}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       timeout=COPY_LIMIT_S + 30)
+    said = {}
+    for line in p.stdout.splitlines():
+        k, _, v = line.partition(" ")
+        if v.isdigit():
+            said[k] = int(v)
+    return p.returncode, said, p.stderr.strip()
+
+
+def _peek(pid: int, addr: int, n: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+            f.seek(addr)
+            return f.read(n)
+    except (OSError, ValueError, OverflowError):
+        return b""
+
+
+def starts_words(data: bytes) -> str:
+    """A block's first bytes as a person reads them: its text when they are text, else hex."""
+    text = data.split(b"\0", 1)[0]
+    if len(text) >= 4 and all(32 <= b < 127 for b in text):
+        return '"' + text.decode("ascii") + '"'
+    return " ".join(data[i:i + 8].hex() for i in range(0, min(len(data), 32), 8))
+
+
+def _lost_blocks(pid: int, reach: heapmap.Reach) -> tuple:
+    """The definitely lost blocks grouped by size, and the largest of them with their
+    first bytes, read from the process (a lost block cannot change: nothing points to it)."""
+    lost = reach.unreached[reach.unreached["state"] == heapmap.REACH_CLASSES.index("definitely_lost")]
+    if not len(lost):
+        return [], []
+    sizes, counts = np.unique(lost["usable"], return_counts=True)
+    by_size = sorted(((int(s), int(c)) for s, c in zip(sizes, counts)), key=lambda x: -x[0] * x[1])
+    largest = []
+    for b in lost[np.argsort(-lost["usable"].astype(np.int64), kind="stable")][:LARGEST]:
+        addr, size = int(b["addr"]), int(b["usable"])
+        largest.append({"addr": hex(addr), "bytes": size,
+                        "starts": starts_words(_peek(pid, addr, min(size, PEEK_BYTES)))})
+    return by_size, largest
+
+
+def copy_and_mark(pid: int, allocator: str) -> Leaks:
+    """The reach of a running process's blocks, marked in a copy of it (see the top)."""
+    tracer = _tracer(pid)
+    if tracer:
+        raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
+                             "one tracer at a time; detach that one first", REFUSED)
+    dlopen_at, dlsym_at = _addresses(pid)
+    if allocator != "glibc":
+        raise HeapsightError(f"--leaks: the process's allocator is {allocator}; marking a running "
+                             "process's blocks is done for glibc's heaps only so far (under "
+                             f"{allocator}, `heapsight run` marks them at exit)", REFUSED)
+    d = _private_dir(pid)
+    try:
+        for tries in range(1, TRIES + 1):
+            path = os.path.join(d, f"attach-{pid}-{tries}.map.leaks")
+            rc, said, err = _run(pid, dlopen_at, dlsym_at, path)
+            if rc != BUSY:
+                break
+            time.sleep(0.05 * tries)
+        if rc == REFUSED:
+            raise HeapsightError(gdbcall.refusal(pid, "Operation not permitted"), REFUSED)
+        if rc == ENDED:
+            raise HeapsightError(f"process {pid} ended while heapsight was copying it: nothing "
+                                 "was changed", ENDED)
+        if rc == BUSY:
+            raise HeapsightError(f"process {pid}: each of {TRIES} copies met a lock held by one of "
+                                 "its threads (inside malloc, or loading a library); try again",
+                                 FAILED)
+        if rc != 0 or not os.path.exists(path):
+            raise HeapsightError(f"process {pid}: the copy failed ({err or f'exit code {rc}'}); "
+                                 "the process was let go unchanged", FAILED)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)   # the directory may be the process's user's
+        with os.fdopen(fd, "rb") as f:
+            hm = heapmap.parse(f.read(64 << 20), path)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    if hm.reach is None or not hm.reach.marked:
+        why = hm.reach.why if hm.reach is not None else hm.status
+        raise HeapsightError(f"process {pid}: its blocks were not marked: {why}", FAILED)
+    by_size, largest = _lost_blocks(pid, hm.reach)
+    return Leaks(hm.reach.to_json(), hm.release_measured_bytes, said.get("pause_us", 0) / 1000,
+                 said.get("reap_pause_us", 0) / 1000, said.get("threads", 0),
+                 said.get("copy_ms", 0), tries, by_size, largest, bool(said.get("reaped")))

@@ -1,0 +1,162 @@
+"""heapsight attach PID --leaks: a running service's lost blocks found in a copy of it, the
+service left exactly as it was (its threads, fds, signals, children, mappings, output and
+exit code), the pause measured, and a clear refusal with the process untouched where it
+cannot be done."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import scenario
+
+MiB = 1 << 20
+HS = [sys.executable, "-m", "heapsight"]
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+LEAK_BLOCK = 16384
+
+
+def hs(*args, timeout=120, **kw):
+    return subprocess.run([*HS, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def start_service(*opts, env=None, user=None):
+    """hs-service, serving until its stdin ends, once its leak is complete."""
+    cmd = [scenario("hs-service"), *opts]
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, **(env or {})})
+    line = p.stdout.readline()
+    assert line.startswith("leaked "), line
+    return p, int(line.split()[1]), int(line.split()[4])
+
+
+def state(pid: int) -> dict:
+    """What the process is, as far as another process can see."""
+    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
+    fds = {fd: os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    maps = open(f"/proc/{pid}/maps").read()
+    return {"threads": status["Threads"].strip(), "tasks": sorted(os.listdir(f"/proc/{pid}/task")),
+            "signals": [status[k].strip() for k in ("SigBlk", "SigIgn", "SigCgt")],
+            "fds": fds, "children": children(pid),
+            "libheapsight": [line for line in maps.splitlines() if "libheapsight" in line],
+            "tracer": status["TracerPid"].strip()}
+
+
+def children(pid: int) -> list:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(d)
+    return out
+
+
+def finish(p) -> tuple:
+    """The service's end: stdin closed; (exit code, stdout, stderr)."""
+    out, err = p.communicate(input="", timeout=30)
+    return p.returncode, out, err
+
+
+def test_leaks_finds_the_lost_blocks_and_leaves_the_service_as_it_was(tmp_path):
+    # GIVEN a service with three worker threads that lost 8 MiB in 16 KiB request buffers,
+    # keeps a cache and allocates transiently, its main thread blocked in read()
+    p, leaked, blocks = start_service("--leak-kib", "8192")
+    try:
+        before = state(p.pid)
+        # WHEN heapsight looks for its leaks
+        out = tmp_path / "a.json"
+        r = hs("attach", str(p.pid), "--leaks", "--json", str(out))
+        after = state(p.pid)
+        time.sleep(0.3)
+        alive = p.poll() is None
+    finally:
+        rc, stdout, stderr = finish(p)
+    assert r.returncode == 0, r.stderr
+    k = json.loads(out.read_text())["leaks"]
+    reach = k["reach"]
+    # THEN the lost bytes are the leak's, block for block, found from the service's roots
+    assert reach["definitely_lost_blocks"] == blocks == 512
+    assert abs(reach["definitely_lost_bytes"] - leaked) <= 0.05 * leaked, reach
+    assert reach["still_reachable_bytes"] >= 0.5 * MiB      # the cache
+    assert k["lost_by_size"][0] == {"bytes": LEAK_BLOCK + 8, "blocks": 512}
+    assert "buffer never freed" in k["largest_lost"][0]["starts"]
+    assert "LEAK: 8.0 MiB" in r.stderr and "never freed" in r.stderr
+    # AND the pause is measured and said
+    assert 0 < k["pause_ms"] < 2000 and k["threads"] == 4 and k["reaped"]
+    assert f"the process stopped {k['pause_ms']:.1f} ms, 4 threads" in " ".join(r.stderr.split())
+    # AND the service is as it was: same threads, fds, signals, no child left, nothing of
+    # heapsight's mapped, no tracer; its read() and sleeps went on (a call the stop broke
+    # would end it early with its errno)
+    assert after == before
+    assert alive
+    assert rc == 0, stderr
+    assert stderr == ""
+    assert stdout.startswith("served ") and stdout.count("\n") == 1
+
+
+def test_leaks_of_another_users_service(tmp_path):
+    # GIVEN the service running as another user (nobody)
+    p, leaked, blocks = start_service("--leak-kib", "2048", "--threads", "1", user="65534")
+    try:
+        # WHEN root looks for its leaks (the copy, running as nobody, writes its map in a
+        # directory made for it)
+        r = hs("attach", str(p.pid), "--leaks", "--json", str(tmp_path / "a.json"))
+    finally:
+        rc, _, stderr = finish(p)
+    # THEN the answer is the same
+    assert r.returncode == 0, r.stderr
+    reach = json.loads((tmp_path / "a.json").read_text())["leaks"]["reach"]
+    assert reach["definitely_lost_blocks"] == blocks == 128
+    assert rc == 0 and stderr == ""
+
+
+def test_leaks_refused_where_it_cannot_be_done():
+    # GIVEN a statically linked program, one running on jemalloc, and a service of root's
+    static = subprocess.Popen([scenario("hs-static"), "--hold-ms", "20000"], stdout=subprocess.DEVNULL)
+    je, _, _ = start_service("--leak-kib", "1024", env={"LD_PRELOAD": JEMALLOC})
+    svc, _, _ = start_service("--leak-kib", "1024", "--threads", "1")
+    try:
+        time.sleep(0.3)
+        before = {q.pid: state(q.pid) for q in (static, je, svc)}
+        # WHEN --leaks is asked of each (of root's service, by another user)
+        r_static = hs("attach", str(static.pid), "--leaks", "--no-gdb")
+        r_je = hs("attach", str(je.pid), "--leaks", "--no-gdb")
+        r_user = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 *HS, "attach", str(svc.pid), "--leaks"],
+                                capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        after = {q.pid: state(q.pid) for q in (static, je, svc)}
+    finally:
+        static.kill()
+        static.wait()
+        rc_je = finish(je)[0]
+        rc_svc = finish(svc)[0]
+    # THEN each is refused in one line naming the reason, and no process changed
+    assert r_static.returncode == 3 and "no glibc loaded (a static binary" in r_static.stderr
+    assert r_je.returncode == 3 and "allocator is jemalloc" in r_je.stderr
+    assert r_user.returncode == 3 and "another user" in r_user.stderr, r_user.stderr
+    for r in (r_static, r_je, r_user):
+        assert "Traceback" not in r.stderr
+    assert after == before
+    assert rc_je == 0 and rc_svc == 0
+
+
+def test_leaks_of_a_process_that_ends():
+    # GIVEN a process that ends before heapsight can copy it
+    p = subprocess.Popen(["true"])
+    p.wait()
+    # WHEN --leaks is asked of it
+    r = hs("attach", str(p.pid), "--leaks")
+    # THEN it says so
+    assert r.returncode == 3 and "no process" in r.stderr
