@@ -4,7 +4,8 @@
  * oldest (cache_put: reachable), and, until --leak-kib KiB in all are lost, loses a 16 KiB
  * request buffer (leak_request: no pointer to it is kept). It prints "leaked B bytes in K
  * blocks" once the leak is complete, and serves on until its standard input ends; then it
- * stops its workers, frees its cache and prints "served N requests".
+ * stops its workers, frees its cache and prints "served N requests". --hold-mib M: it first
+ * allocates and writes M MiB in 64 KiB blocks it keeps (a large heap, for bench/attach-pause).
  * Truth: definitely lost = K blocks of 16 KiB; still reachable includes the cache. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,7 +16,8 @@
 #define LEAK_BYTES 16384
 #define ENTRY_BYTES 1024
 
-static long every_ms = 1, leak_kib = 8192, cache_n = 4096, n_threads = 3;
+static long every_ms = 1, leak_kib = 8192, cache_n = 4096, n_threads = 3, hold_mib = 0;
+static void **held;
 static void **cache;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t cache_next;
@@ -93,13 +95,22 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
     const struct hs_opt opts[] = {{"every-ms", &every_ms, NULL}, {"leak-kib", &leak_kib, NULL},
-                                  {"cache", &cache_n, NULL}, {"threads", &n_threads, NULL}};
+                                  {"cache", &cache_n, NULL}, {"threads", &n_threads, NULL},
+                                  {"hold-mib", &hold_mib, NULL}};
     hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
     if (cache_n < 1 || n_threads < 1 || n_threads > 64) {
         fprintf(stderr, "hs-service: --cache and --threads must be at least 1 (threads at most 64)\n");
         return 2;
     }
     cache = calloc((size_t)cache_n, sizeof *cache);
+    size_t n_held = (size_t)hold_mib * 16;
+    held = calloc(n_held + 1, sizeof *held);
+    for (size_t i = 0; i < n_held; i++) {
+        held[i] = malloc(65536);
+        if (!held[i])
+            abort();
+        memset(held[i], 7, 65536);
+    }
     pthread_t t[64];
     for (long i = 0; i < n_threads; i++)
         pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1));
@@ -117,6 +128,9 @@ int main(int argc, char **argv)
     for (long i = 0; i < cache_n; i++)
         free(cache[i]);
     free(cache);
+    for (size_t i = 0; i < n_held; i++)
+        free(held[i]);
+    free(held);
     printf("served %ld requests\n", atomic_load(&served));
     return 0;
 }

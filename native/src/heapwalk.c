@@ -106,7 +106,11 @@ int _hs_walk_maps(child_t *c) {
               !(plen >= 9 && memcmp(p, "/dev/zero", 9) == 0);
       m.anon = priv && (plen == 0 || (plen > 6 && memcmp(p, "[anon:", 6) == 0));
       m.shared = !priv;
-      c->maps[n++] = m;
+      map_t *prev = n ? &c->maps[n - 1] : NULL;
+      if (prev && prev->heap && m.heap && prev->hi == m.lo && prev->r == m.r && prev->w == m.w)
+        prev->hi = m.hi; /* the break moved in a copy: the kernel may list [heap] in two parts */
+      else
+        c->maps[n++] = m;
     }
     s = eol + 1;
   }

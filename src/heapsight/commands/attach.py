@@ -19,7 +19,7 @@ ended during --leaks; 5 its copy failed (the process is let go unchanged); 2 bad
 examples:
   heapsight attach 4242
   heapsight attach 4242 --trim                   # give memory back, measured
-  heapsight attach 4242 --leaks                  # what no pointer reaches, in a copy
+  heapsight attach 4242 --leaks                  # what no pointer reaches now
   heapsight attach 4242 --watch 60 -o svc.hsrun.json.gz   # a minute, for report
   heapsight attach 4242 --watch --openmetrics-port 9464   # for Prometheus
 """
