@@ -2,6 +2,7 @@
  * loading anything into it (x86-64 Linux, ptrace).
  *
  *   hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S]
+ *   hs-inject call PID FN [ARG...]      (`heapsight attach PID --trim`)
  *
  * 1. Every thread of PID is stopped (PTRACE_SEIZE, PTRACE_INTERRUPT; threads made
  *    meanwhile are found by listing /proc/PID/task again until none is new).
@@ -20,6 +21,17 @@
  * 5. The copy, ended, is the process's zombie child: one thread of the process is stopped
  *    again and makes a wait4(copy, __WALL | WNOHANG) (printed: reap_pause_us).
  *
+ * call: a function of the process's own (FN, hex: the allocator's release) is called on
+ * one of its threads, with up to five arguments (numbers, or s:TEXT for a string placed on
+ * that thread's stack below its red zone). Every thread is stopped while one is chosen: a
+ * thread blocked in a system call that waits (read, poll, epoll_wait, a sleep, accept;
+ * a futex only when no other), which holds no lock of the allocator's or the loader's;
+ * the others are let go at once (a lock one of them holds is then released as usual). The
+ * chosen thread's registers and its whole extended state (PTRACE_GETREGSET NT_X86_XSTATE,
+ * written back as read) are saved; the call returns to address 0, whose fault the tracer
+ * catches (the process never sees it); everything is put back as in copy's step 2. Printed:
+ * threads, all_stopped_us (every thread), pause_us (the chosen thread), result.
+ *
  * Output: "key value" lines on stdout; a failure's reason on stderr. Exit codes: 0 the map
  * is written; 3 the process cannot be traced (permissions, Yama); 4 the process ended;
  * 5 the copy failed (why on stderr); 7 the copy met a held lock (an arena's, or the
@@ -27,6 +39,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -472,23 +485,188 @@ reap:;
   return result;
 }
 
+/* ---- call: a function of the process's, on one of its threads ---- */
+
+/* System calls a thread waits in when it has nothing to do (x86-64 numbers): a thread
+ * stopped in one is not inside malloc or the loader. A futex is a last choice: it may be
+ * a lock's wait. */
+static int idle_call(long nr) {
+  static const long idle[] = {0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 230, 232, 247, 270,
+                              271, 281, 288, 299, 426, 441};
+  for (size_t i = 0; i < sizeof idle / sizeof idle[0]; i++)
+    if (idle[i] == nr) return 2;
+  return nr == 202 ? 1 : 0; /* futex */
+}
+
+/* Whether rip lies in a mapping of the dynamic loader's (ld-linux): a thread there may hold
+ * its lock. */
+static int in_loader(pid_t pid, uint64_t rip) {
+  char path[64], line[4352];
+  snprintf(path, sizeof path, "/proc/%d/maps", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return 1;
+  int inside = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && rip >= lo && rip < hi) {
+      inside = strstr(line, "/ld-linux") != NULL || strstr(line, "/ld-") != NULL;
+      break;
+    }
+  }
+  fclose(f);
+  return inside;
+}
+
+/* The thread to make the call on: the most idle, not in the loader; NULL when none. */
+static thread_t *choose_idle(pid_t pid, struct user_regs_struct *regs) {
+  thread_t *best = NULL;
+  int best_score = 0;
+  for (size_t i = 0; i < g_n; i++) {
+    thread_t *t = &g_threads[i];
+    struct user_regs_struct r;
+    if (t->gone || t->sig || ptrace(PTRACE_GETREGS, t->tid, 0, &r) != 0) continue;
+    int blocked = (long)r.rax == -512 || (long)r.rax == -513 || (long)r.rax == -514 ||
+                  (long)r.rax == -516 || (long)r.rax == -EINTR || (long)r.rax == -ENOSYS;
+    int score = (long)r.orig_rax >= 0 && blocked ? idle_call((long)r.orig_rax) : 0;
+    if (score > best_score && !in_loader(pid, r.rip)) {
+      best = t, best_score = score, *regs = r;
+      if (score == 2) break;
+    }
+  }
+  return best;
+}
+
+static int call_process(pid_t pid, uint64_t fn, int argc, char **argv) {
+  uint64_t t0 = now_ns(), t_all = 0;
+  thread_t *t = NULL;
+  struct user_regs_struct saved;
+  size_t n_threads = 0;
+  for (int tries = 0; tries < 100 && !t; tries++) { /* a second at most */
+    int rc = stop_all(pid);
+    if (rc) return rc;
+    t0 = now_ns();
+    n_threads = 0;
+    for (size_t i = 0; i < g_n; i++) n_threads += !g_threads[i].gone;
+    t = choose_idle(pid, &saved);
+    if (!t) {
+      let_go();
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (!t) {
+    fail_msg("no thread of process %d was waiting in a system call (each may be inside malloc "
+             "or the loader): no call was made", pid);
+    return EXIT_BUSY;
+  }
+  static unsigned char xstate[1 << 16];
+  struct iovec xs = {xstate, sizeof xstate};
+  int have_xstate = ptrace(PTRACE_GETREGSET, t->tid, (void *)NT_X86_XSTATE, &xs) == 0;
+  if (!have_xstate) {
+    xs.iov_len = 512;
+    if (ptrace(PTRACE_GETREGSET, t->tid, (void *)NT_PRFPREG, &xs) != 0) {
+      let_go();
+      fail_msg("the chosen thread's floating-point state could not be read: no call was made");
+      return EXIT_FAILED;
+    }
+  }
+  /* the others go on */
+  for (size_t i = 0; i < g_n; i++) {
+    thread_t *o = &g_threads[i];
+    if (o != t && !o->gone) {
+      ptrace(PTRACE_DETACH, o->tid, 0, (void *)(long)o->sig);
+      o->gone = 1;
+    }
+  }
+  t_all = now_ns() - t0;
+  /* the arguments, strings below the red zone */
+  uint64_t args[5] = {0}, at = (saved.rsp - 128 - 4096) & ~15ull;
+  for (int i = 0; i < argc && i < 5; i++) {
+    if (strncmp(argv[i], "s:", 2) == 0) {
+      size_t n = strlen(argv[i] + 2) + 1;
+      at = (at - n) & ~15ull;
+      if (!write_mem(pid, at, argv[i] + 2, n)) { let_go(); return EXIT_FAILED; }
+      args[i] = at;
+    } else {
+      args[i] = strtoull(argv[i], NULL, 0);
+    }
+  }
+  uint64_t sp = ((at - 256) & ~15ull) - 8, zero = 0;
+  struct user_regs_struct r = saved;
+  r.rsp = sp, r.rip = fn, r.rax = 0, r.orig_rax = (unsigned long long)-1;
+  r.rdi = args[0], r.rsi = args[1], r.rdx = args[2], r.rcx = args[3], r.r8 = args[4];
+  long result = 0;
+  int ok = write_mem(pid, sp, &zero, 8) && ptrace(PTRACE_SETREGS, t->tid, 0, &r) == 0 &&
+           ptrace(PTRACE_CONT, t->tid, 0, 0) == 0;
+  while (ok) {
+    int st;
+    if (waitpid(t->tid, &st, __WALL) < 0) {
+      if (errno == EINTR) continue;
+      ok = 0;
+      break;
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) { t->gone = 1; ok = 0; break; }
+    int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
+    if (sig == SIGSEGV) {
+      struct user_regs_struct out;
+      if (ptrace(PTRACE_GETREGS, t->tid, 0, &out) == 0 && out.rip == 0) {
+        result = (long)out.rax;
+        break;
+      }
+    }
+    if (sig && sig != SIGTRAP && sig != SIGSTOP) t->sig = sig; /* its own: delivered after */
+    ptrace(PTRACE_CONT, t->tid, 0, (void *)(long)(sig == SIGSEGV || sig == SIGBUS ? sig : 0));
+  }
+  if (!t->gone) {
+    ptrace(PTRACE_SETREGSET, t->tid, (void *)(long)(have_xstate ? NT_X86_XSTATE : NT_PRFPREG), &xs);
+    put_back(t, &saved);
+  }
+  let_go();
+  say("threads", n_threads);
+  say("all_stopped_us", t_all / 1000);
+  say("pause_us", (now_ns() - t0) / 1000);
+  if (!ok) {
+    fail_msg("process %d ended during the call", pid);
+    return EXIT_ENDED;
+  }
+  printf("result %ld\n", result);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 7 || strcmp(argv[1], "copy") != 0) {
+  int copy = argc >= 7 && strcmp(argv[1], "copy") == 0, call = argc >= 4 && strcmp(argv[1], "call") == 0;
+  if (!copy && !call) {
     fprintf(stderr, "usage: hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S]\n"
-                    "(run by `heapsight attach PID --leaks`)\n");
+                    "       hs-inject call PID FN [ARG...]\n"
+                    "(run by `heapsight attach PID --leaks` and `--trim`)\n");
     return 2;
   }
   pid_t pid = (pid_t)atoi(argv[2]);
-  uint64_t dlopen_at = strtoull(argv[4], NULL, 16), dlsym_at = strtoull(argv[5], NULL, 16);
-  double limit_s = argc > 7 ? atof(argv[7]) : 60.0;
-  if (pid <= 0 || !dlopen_at || !dlsym_at || limit_s <= 0) {
-    fprintf(stderr, "hs-inject: bad arguments\n");
-    return 2;
-  }
   g_threads = calloc(MAX_THREADS, sizeof *g_threads);
-  if (!g_threads) return EXIT_FAILED;
+  if (!g_threads || pid <= 0) return pid <= 0 ? 2 : EXIT_FAILED;
+  /* a process stopped, or a thread in a call of ours, is never left so: it ends its work
+   * whatever its caller does (the CLI starts it in a session of its own) */
   signal(SIGPIPE, SIG_IGN);
-  int rc = copy_process(pid, argv[3], dlopen_at, dlsym_at, argv[6], (uint64_t)(limit_s * 1e9));
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  int rc;
+  if (call) {
+    uint64_t fn = strtoull(argv[3], NULL, 16);
+    if (!fn || argc > 9) {
+      fprintf(stderr, "hs-inject: bad arguments\n");
+      return 2;
+    }
+    rc = call_process(pid, fn, argc - 4, argv + 4);
+  } else {
+    uint64_t dlopen_at = strtoull(argv[4], NULL, 16), dlsym_at = strtoull(argv[5], NULL, 16);
+    double limit_s = argc > 7 ? atof(argv[7]) : 60.0;
+    if (!dlopen_at || !dlsym_at || limit_s <= 0) {
+      fprintf(stderr, "hs-inject: bad arguments\n");
+      return 2;
+    }
+    rc = copy_process(pid, argv[3], dlopen_at, dlsym_at, argv[6], (uint64_t)(limit_s * 1e9));
+  }
   fflush(stdout);
   return rc;
 }

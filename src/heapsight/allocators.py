@@ -29,7 +29,9 @@ class Allocator:
     library: str | None        # what to preload after heapsight's; None: the C library's malloc
     package: str | None        # the Debian package that ships the library
     release_call: str          # what the preload library calls at exit to give memory back now
-    trim_gdb: str | None = None  # the same call as gdb evaluates it in a running process
+    # the same call made in a running process (attach --trim, live/inject.py): its function's
+    # name in the allocator's library (glibc: libc) and its arguments (s:TEXT: a string)
+    trim_call: tuple | None = None
     header_bytes: int = 0      # bytes in front of every block (0: sizes live in slab metadata)
     object_prefix: str | None = None  # its library's file name starts so (None: the C library)
     keeps: str = ""            # why it keeps freed memory resident, in words (glibc's: analysis)
@@ -51,13 +53,13 @@ class Allocator:
 
 ALLOCATORS = {a.name: a for a in (
     # glibc's chunk size word (malloc/malloc.c: the chunk header's mchunk_size)
-    Allocator("glibc", 1, None, None, "malloc_trim(0)", "(int)malloc_trim(0)", header_bytes=8,
+    Allocator("glibc", 1, None, None, "malloc_trim(0)", ("malloc_trim", "0"), header_bytes=8,
               versions=("2.36",),
               depends="the heap map's walk reads glibc 2.36's chunk and arena layouts (it checks "
                       "them, and leaves a heap it cannot follow unwalked), and the statistics "
                       "read from outside glibc 2.36's arena offsets"),
     Allocator("jemalloc", 2, f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
-              'mallctl("arena.4096.purge")', '(int)mallctl("arena.4096.purge", 0, 0, 0, 0)',
+              'mallctl("arena.4096.purge")', ("mallctl", "s:arena.4096.purge", "0", "0", "0", "0"),
               object_prefix="libjemalloc", metadata=(5, "stats.metadata"),
               versions=("5.3.",),
               depends="its statistics are read by jemalloc 5.3's mallctl names (one it does not "
@@ -69,7 +71,7 @@ ALLOCATORS = {a.name: a for a in (
               release_code='mallctl("arena.4096.purge", NULL, NULL, NULL, 0);   # in the '
                            "program, after the work that freed it (#include <jemalloc/jemalloc.h>)"),
     Allocator("tcmalloc", 3, f"{LIBDIR}/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4",
-              "MallocExtension_ReleaseFreeMemory()", "(void)MallocExtension_ReleaseFreeMemory()",
+              "MallocExtension_ReleaseFreeMemory()", ("MallocExtension_ReleaseFreeMemory",),
               object_prefix="libtcmalloc",
               metadata=(5, "metadata (generic.total_physical_bytes less its page heap)"),
               versions=("gperftools 2.10", "gperftools 2.9"),
@@ -82,7 +84,7 @@ ALLOCATORS = {a.name: a for a in (
               release_code="MallocExtension_ReleaseFreeMemory();   # in the program, after the "
                            "work that freed it (#include <gperftools/malloc_extension_c.h>)"),
     Allocator("mimalloc", 4, f"{LIBDIR}/libmimalloc.so.2", "libmimalloc2.0", "mi_collect(true)",
-              "(void)mi_collect(1)", object_prefix="libmimalloc", versions=("2.0.",),
+              ("mi_collect", "1"), object_prefix="libmimalloc", versions=("2.0.",),
               depends="mi_process_info's fields are read as mimalloc 2.0's",
               keeps="mimalloc returns a page's memory only once every block on it is free, after "
                     "its decommit delay, on the calls of the thread that owns it",
@@ -110,10 +112,11 @@ def own_heaps_of(name: str) -> str | None:
     a = ALLOCATORS.get(name)
     return a.own_heaps if a is not None else None
 
-def trim_gdb(allocator: str) -> str | None:
-    """The release-now call as gdb evaluates it in a running process (None: none known)."""
+def trim_call(allocator: str) -> tuple | None:
+    """The release-now call made in a running process: (function, argument...); None when
+    none is known."""
     a = ALLOCATORS.get(allocator)
-    return a.trim_gdb if a else None
+    return a.trim_call if a else None
 
 
 def release_call(allocator: str) -> str:

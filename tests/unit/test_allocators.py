@@ -150,8 +150,8 @@ def test_the_catalogue_identities_are_the_native_librarys():
     assert {a.name: a.segment_id for a in ALLOCATORS.values()} == \
         {k: v for k, v in native_ids.items() if k != "unknown"}
     assert allocators.BY_SEGMENT_ID[0] == "unknown"
-    # and each one whose release gdb can make names it in its release call
-    assert all(a.trim_gdb is None or a.release_call.split("(")[0] in a.trim_gdb
+    # and each one whose release attach --trim can make names it in its release call
+    assert all(a.trim_call is None or a.release_call.split("(")[0] == a.trim_call[0]
                for a in ALLOCATORS.values())
 
 

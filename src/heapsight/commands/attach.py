@@ -7,11 +7,13 @@ gdb (glibc: malloc_info; jemalloc: mallctl; tcmalloc: MallocExtension). It print
 same split as `heapsight run` (in use by the program, freed but kept by the allocator,
 non-heap by owner) and how much a release would give back.
 
-The process stops only while gdb reads (tens of milliseconds) and is otherwise left as it
-was: gdb places its string arguments in the process's memory (a few dozen bytes) and
-malloc_info opens and closes a FILE. Nothing else changes unless you ask for --trim,
-which calls the allocator's release (malloc_trim(0), jemalloc's purge, tcmalloc's
-ReleaseFreeMemory) and measures RSS before and after.
+The process stops only while gdb reads (a few tenths of a second) and is otherwise left as
+it was: gdb places its string arguments in the process's memory (a few dozen bytes) and
+malloc_info opens and closes a FILE. Nothing else changes unless you ask: --trim calls the
+allocator's release (malloc_trim(0), jemalloc's purge, tcmalloc's ReleaseFreeMemory,
+mi_collect) on one of its threads that waits in a system call (no gdb; that thread stops
+for the call) and measures RSS before and after; --leaks copies the process (every thread
+stops for the copy) and marks in the copy what no pointer reaches.
 
 exit codes: 0 done; 3 cannot attach (the line says why and how to allow it); 4 the process
 ended during --leaks; 5 its copy failed (the process is let go unchanged); 2 bad input.
@@ -29,7 +31,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from heapsight import allocators, interrupts, output, report
+from heapsight import interrupts, output, report
 from heapsight.live import attach
 from heapsight.errors import HeapsightError
 from heapsight.fmt import human
@@ -42,7 +44,8 @@ USAGE = "heapsight attach [options] PID"
 def add_arguments(p) -> None:
     p.add_argument("pid", type=int, metavar="PID", help="the process to explain")
     p.add_argument("--trim", action="store_true",
-                   help="call the allocator's release in the process and measure what it gave back")
+                   help="call the allocator's release in the process (on one of its threads, "
+                        "no gdb) and measure what it gave back")
     p.add_argument("--leaks", action="store_true",
                    help="find the blocks the process can no longer reach (lost, as memcheck "
                         "counts them) in a copy of it: the process stops only while the copy is "
@@ -87,10 +90,8 @@ def execute(args) -> int:
 def _execute(args) -> int:
     a = attach.inspect(args.pid, use_gdb=not args.no_gdb)
     if args.trim:
-        if allocators.trim_gdb(a.allocator) is None or args.no_gdb:
-            raise HeapsightError(f"--trim: no release call for {a.allocator} "
-                                 f"{'(--no-gdb)' if args.no_gdb else ''}".strip())
         a.trim = attach.trim(args.pid, a.allocator)
+        a.verdict = attach.verdict(a)
     if args.leaks:
         from heapsight.live import inject
         a.leaks = inject.copy_and_mark(args.pid, a.allocator).to_dict()

@@ -291,7 +291,22 @@ def leak_verdict(a: Attached) -> str:
             f"in a copy of it){most}")
 
 
+def trimmed_words(a: Attached) -> str:
+    """What --trim's release did, for the verdict ("" without --trim)."""
+    if not a.trim:
+        return ""
+    t = a.trim
+    return (f"; {t['call']} made now gave back {human(t['gave_back_bytes'])} (RSS "
+            f"{human(t['rss_before_bytes'])} -> {human(t['rss_after_bytes'])}): the figures above "
+            "are from before it")
+
+
 def verdict(a: Attached) -> str:
+    """The one-line answer; with --trim, what its release did (the figures are from before)."""
+    return _verdict(a) + trimmed_words(a)
+
+
+def _verdict(a: Attached) -> str:
     leak = leak_verdict(a)
     if leak:
         return leak
@@ -311,9 +326,11 @@ def verdict(a: Attached) -> str:
                     f"{human(est)}); started with {analysis.THREAD_TOPS_ENV} (fixed "
                     "thresholds), a thread's heap shrinks on free")
         kind = "RETENTION" if est >= 0.5 * a.retained_bytes else "FRAGMENTATION"
+        release = ("" if a.trim else
+                   f"; a release would give back about {human(est)} (heapsight attach {a.pid} "
+                   "--trim does it and measures)")
         return (f"{kind}: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} of RSS) "
-                f"freed by the program and kept by {a.allocator}; a release would give back about "
-                f"{human(est)} (heapsight attach {a.pid} --trim does it and measures)")
+                f"freed by the program and kept by {a.allocator}" + release)
     other = a.non_heap.get("other anonymous", 0)
     if other >= 4 * MiB and other >= 0.25 * a.rss_bytes:
         rule = analysis.runtime_rule(a.runtime) if a.runtime else None
@@ -392,27 +409,20 @@ def _smaps_refused(pid: int) -> str:
 
 
 def trim(pid: int, allocator: str) -> dict:
-    """The allocator's release-now call in the process, with RSS before and after. A
-    process that ends before the call is made, or while gdb is attaching to make it (gdb
-    takes a few tenths of a second), is said to have done so: the release was not done."""
-    call = allocators.trim_gdb(allocator)
-    if call is None:
-        raise HeapsightError(f"no release call known for {allocator}")
+    """The allocator's release-now call made in the process (live/inject.py: on one of its
+    threads that waits in a system call, no gdb), with RSS before and after and what the
+    process paid."""
+    from heapsight.live import inject
+    if allocators.trim_call(allocator) is None:
+        raise HeapsightError(f"--trim: no release call is known for {allocator}")
     before = _rss(pid)
     t0 = time.monotonic()
-    try:
-        gdbcall.call(pid, [call])
-        after = _rss(pid)
-    except HeapsightError:
-        if _running(pid):
-            raise
-        raise HeapsightError(
-            f"process {pid} ended {time.monotonic() - t0:.2f} s into the release, while gdb was "
-            "attaching to make the call: it could not be done in time (take the snapshot "
-            "earlier, or keep the program running longer)") from None
-    seconds = time.monotonic() - t0
-    return {"call": allocators.release_call(allocator), "rss_before_bytes": before, "rss_after_bytes": after,
-            "gave_back_bytes": max(0, before - after), "seconds": round(seconds, 3)}
+    made = inject.release(pid, allocator)
+    after = _rss(pid)
+    return {"call": allocators.release_call(allocator), "rss_before_bytes": before,
+            "rss_after_bytes": after, "gave_back_bytes": max(0, before - after),
+            "seconds": round(time.monotonic() - t0, 3), "pause_ms": made["pause_ms"],
+            "all_stopped_ms": made["all_stopped_ms"], "threads": made["threads"]}
 
 
 def _running(pid: int) -> bool:

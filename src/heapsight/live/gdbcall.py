@@ -74,8 +74,8 @@ def restore_refusal() -> str:
         f"{version} cannot restore a thread's registers after a call on this machine "
         f"(\"{bad}\": a CPU state it does not know, such as AMX's, on kernel "
         f"{os.uname().release}); a call would corrupt the process, so heapsight makes none. "
-        "A newer gdb (14 or later) can; meanwhile `heapsight attach --no-gdb` gives the /proc "
-        "figures, and `heapsight run` measures the release in a copy of the program")
+        "A newer gdb (14 or later) can; meanwhile attach gives the /proc figures, and its "
+        "--trim and --leaks need no gdb")
     return _restore_checked
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import elf, heapmap, native
+from heapsight import allocators, elf, heapmap, native
 from heapsight.errors import HeapsightError
 from heapsight.live import gdbcall
 
@@ -56,9 +56,9 @@ class Leaks:
                 "largest_lost": self.largest, "reaped": self.reaped}
 
 
-def _libc(pid: int) -> tuple:
-    """(path as the process sees it, path to read it from here, load address) of the
-    process's libc, or a refusal."""
+def _mapped(pid: int, prefix: str) -> tuple | None:
+    """(path as the process sees it, path to read it from here, load address) of the first
+    object the process maps whose file name starts with prefix, or None."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             lines = f.read().splitlines()
@@ -66,12 +66,19 @@ def _libc(pid: int) -> tuple:
         raise HeapsightError(f"process {pid} ended", ENDED) from None
     for line in lines:
         parts = line.split(None, 5)
-        if len(parts) == 6 and parts[2] == "00000000" and "/libc.so" in parts[5]:
+        if len(parts) == 6 and parts[2] == "00000000" and os.path.basename(parts[5]).startswith(prefix):
             path = parts[5]
             return path, f"/proc/{pid}/root{path}", int(parts[0].split("-")[0], 16)
-    raise HeapsightError(f"process {pid} has no glibc loaded (a static binary, a Go program, or "
-                         "another C library): --leaks loads its copy library with glibc's dlopen",
-                         REFUSED)
+    return None
+
+
+def _libc(pid: int) -> tuple:
+    """The process's libc (_mapped), or a refusal."""
+    found = _mapped(pid, "libc.so")
+    if found is None:
+        raise HeapsightError(f"process {pid} has no glibc loaded (a static binary, a Go program, "
+                             "or another C library): heapsight has no way into it", REFUSED)
+    return found
 
 
 def _addresses(pid: int) -> tuple:
@@ -108,14 +115,11 @@ def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str) -> tuple:
     """hs-inject once: (exit code, its key-value lines, its stderr)."""
     cmd = [native.program("hs-inject"), "copy", str(pid), native.lib_path("libheapsight_copy.so"),
            f"{dlopen_at:x}", f"{dlsym_at:x}", path, f"{COPY_LIMIT_S:g}"]
+    # a session of its own: an interrupt meant for heapsight must not stop it halfway (it
+    # lets the process go in every case, and the copy bounds itself)
     p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                       timeout=COPY_LIMIT_S + 30)
-    said = {}
-    for line in p.stdout.splitlines():
-        k, _, v = line.partition(" ")
-        if v.isdigit():
-            said[k] = int(v)
-    return p.returncode, said, p.stderr.strip()
+                       start_new_session=True)
+    return p.returncode, _said(p.stdout), p.stderr.strip()
 
 
 def _peek(pid: int, addr: int, n: int) -> bytes:
@@ -194,3 +198,48 @@ def copy_and_mark(pid: int, allocator: str) -> Leaks:
     return Leaks(hm.reach.to_json(), hm.release_measured_bytes, said.get("pause_us", 0) / 1000,
                  said.get("reap_pause_us", 0) / 1000, said.get("threads", 0),
                  said.get("copy_ms", 0), tries, by_size, largest, bool(said.get("reaped")))
+
+
+def _said(text: str) -> dict:
+    said = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if v.lstrip("-").isdigit():
+            said[k] = int(v)
+    return said
+
+
+def release(pid: int, allocator: str) -> dict:
+    """The allocator's release-now call (allocators.trim_call) made on one of the process's
+    threads (native/src/inject.c's call): {"result", "threads", "pause_ms" (that thread's
+    stop, the call included), "all_stopped_ms" (every thread's, while one was chosen)}."""
+    call = allocators.trim_call(allocator)
+    if call is None:
+        raise HeapsightError(f"--trim: no release call is known for {allocator}", REFUSED)
+    prefix = allocators.ALLOCATORS[allocator].object_prefix or "libc.so"
+    found = _mapped(pid, prefix) if allocator != "glibc" else _libc(pid)
+    if found is None:
+        raise HeapsightError(f"--trim: process {pid} maps no {prefix} library", REFUSED)
+    path, readable, base = found
+    try:
+        values = elf.symbol_values(readable, {call[0]})
+    except (OSError, ValueError) as e:
+        raise HeapsightError(f"--trim: {path} could not be read: {e}", REFUSED) from None
+    if call[0] not in values:
+        raise HeapsightError(f"--trim: {path} has no {call[0]}", REFUSED)
+    # no time limit, and a session of its own: the call must be let finish (a tracer gone
+    # in the middle of it would leave the thread returning to address 0)
+    p = subprocess.run([native.program("hs-inject"), "call", str(pid), f"{base + values[call[0]]:x}",
+                        *call[1:]], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       start_new_session=True)
+    said = _said(p.stdout)
+    if p.returncode == REFUSED:
+        raise HeapsightError(gdbcall.refusal(pid, "Operation not permitted"), REFUSED)
+    if p.returncode == ENDED:
+        raise HeapsightError(f"process {pid} ended before the release could be made", ENDED)
+    if p.returncode != 0 or "result" not in said:
+        raise HeapsightError(f"--trim: process {pid}: {p.stderr.strip() or f'exit code {p.returncode}'}; "
+                             "the process was let go unchanged", FAILED)
+    return {"result": said["result"], "threads": said.get("threads", 0),
+            "pause_ms": said.get("pause_us", 0) / 1000,
+            "all_stopped_ms": said.get("all_stopped_us", 0) / 1000}

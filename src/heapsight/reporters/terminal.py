@@ -964,9 +964,12 @@ def render_attach(a, out) -> None:
                    "(the whole pages inside free chunks)", 2)
     if a.trim:
         r = a.trim
-        _indent(c, f"release: {r['call']} gave back {human(r['gave_back_bytes'])} in "
-                   f"{r['seconds'] * 1000:.0f} ms (RSS {human(r['rss_before_bytes'])} -> "
-                   f"{human(r['rss_after_bytes'])})", 2, style="bold")
+        _indent(c, f"release: {r['call']} gave back {human(r['gave_back_bytes'])} (RSS "
+                   f"{human(r['rss_before_bytes'])} -> {human(r['rss_after_bytes'])})", 2, style="bold")
+        if "pause_ms" in r:
+            _indent(c, f"made on one of its threads, stopped {r['pause_ms']:.1f} ms for it (all "
+                       f"{r['threads']} stopped {r['all_stopped_ms']:.1f} ms while one was chosen)", 4,
+                    style="dim")
     if a.leaks:
         _render_leaks(c, a.leaks)
     c.print()
