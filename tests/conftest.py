@@ -42,7 +42,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 TIERS = ("unit", "scenario", "system", "lab", "browser")
 TESTS_DIR = Path(__file__).resolve().parent
 UNIT_FILES = {"test_lab_stored.py", "test_reporters_stored.py"}
-SYSTEM_FILES = {"test_attach.py", "test_attach_safety.py", "test_attach_inject.py", "test_compare.py",
+SYSTEM_FILES = {"test_attach.py", "test_attach_safety.py", "test_attach_inject.py", "test_attach_watch.py", "test_compare.py",
                 "test_hostile_commands.py", "test_hostile_outputs.py", "test_allocators.py",
                 "test_runtime_owners.py", "test_crosscheck.py", "test_sites_crosscheck.py",
                 "test_reach.py", "test_pprof.py", "test_diff.py", "test_terminal.py",

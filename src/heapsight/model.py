@@ -219,6 +219,8 @@ class Summary:
     cpu_sys_s: float = 0.0
     minor_faults: int = 0
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP came while it ran
+    still_running: bool = False  # attach --watch: the process ran on after the watch (its exit
+                                 # code, when it ends, is its parent's to read)
     holds: tuple = ()          # Hold: the stretches that held much more than live bytes
     snapshots: tuple = ()      # Snapshot: the moments the user asked for
     images: tuple = ()         # (t, executable) of each image the program ran (execve)

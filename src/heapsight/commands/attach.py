@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import textwrap
 
 from heapsight import interrupts, output, report
 from heapsight.live import attach
@@ -126,9 +127,8 @@ def watch(args, first: attach.Attached) -> int:
         if rss is not None:
             peak["rss"] = max(peak["rss"], rss)
             left = f", {max(0.0, args.watch - w.elapsed()):.0f} s left" if args.watch else ""
-            in_use = f"; in use {human(a.in_use_bytes)}" if a.in_use_bytes is not None else ""
-            live(f"{w.elapsed():.0f} s: RSS {human(rss)} (peak {human(peak['rss'])}){in_use}; "
-                 f"{len(w.timeline)} samples{left}")
+            in_use = f", in use {human(a.in_use_bytes)}" if a.in_use_bytes is not None else ""
+            live(f"{w.elapsed():.0f} s, RSS {human(rss)} (peak {human(peak['rss'])}){in_use}{left}")
 
     w = watching.Watch(args.pid, first, interval_s=args.interval, stats_every_s=args.stats_every,
                        use_gdb=not args.no_gdb, on_sample=on_sample)
@@ -145,6 +145,7 @@ def watch(args, first: attach.Attached) -> int:
         output.save_doc(out, doc)
         if args.html:
             report.write_html(args.html, [(out, doc)])
+    _watch_summary(w, sys.stderr)
     said = (f"heapsight attach: {len(w.timeline)} samples over {w.timeline.duration_s:.1f} s"
             + (" (stopped by Ctrl-C)" if w.interrupted else "")
             + (" (the process ended)" if w.ended else "") + ", saved to")
@@ -155,3 +156,22 @@ def watch(args, first: attach.Attached) -> int:
     if exporter:
         exporter.close()
     return 130 if w.interrupted else 0
+
+
+def _watch_summary(w, out) -> None:
+    """What the watch saw, in a few lines: RSS at its start, its end and its peak, the
+    process's CPU over it, whether it still runs, and the last verdict."""
+    cols = w.timeline.columns
+    points = [(t, r) for t, r in zip(cols["t"], cols["rss"]) if r == r]
+    if not points:
+        return
+    t_peak, peak = max(points, key=lambda x: x[1])
+    state = "the process ended during the watch" if w.ended else "the process still runs"
+    lines = [f"watched {w.timeline.duration_s:.1f} s: RSS {human(points[0][1])} -> "
+             f"{human(points[-1][1])}, peak {human(peak)} at {t_peak:.0f} s; "
+             f"{sum(w.cpu):.2f} s CPU; {state}",
+             f"last verdict: {w.last.verdict}"]
+    width = shutil.get_terminal_size((80, 24)).columns
+    for line in lines:
+        print(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ",
+                            break_long_words=False, break_on_hyphens=False), file=out)

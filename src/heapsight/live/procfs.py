@@ -67,6 +67,17 @@ def status(pid: int) -> ProcFile:
     return ProcFile(f"/proc/{pid}/status", STATUS_KEYS)
 
 
+def cpu_seconds(pid: int) -> tuple | None:
+    """(user, system) CPU seconds the process has used (/proc/PID/stat), or None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def smaps_rollup(pid: int) -> ProcFile:
     return ProcFile(f"/proc/{pid}/smaps_rollup", ROLLUP_KEYS)
 

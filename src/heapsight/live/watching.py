@@ -26,6 +26,7 @@ class Watch:
         self.inspections = [first]
         self.interrupted = self.ended = False
         self._start = None
+        self.cpu = (0.0, 0.0)   # the process's CPU over the watch: user, system
 
     def elapsed(self) -> float:
         """Seconds since the watch began."""
@@ -33,6 +34,7 @@ class Watch:
 
     def run(self, duration_s: float | None) -> None:
         status = procfs.status(self.pid)
+        cpu0 = procfs.cpu_seconds(self.pid) or (0.0, 0.0)
         start = self._start = time.monotonic()
         self.timeline.start_ns = time.monotonic_ns()
         next_stats = start + self.stats_every_s
@@ -43,7 +45,7 @@ class Watch:
                 while True:
                     now = time.monotonic()
                     st = status.read()
-                    if st is None:
+                    if st is None or "rss" not in st:   # gone, or a zombie (no Vm lines)
                         self.ended = True
                         break
                     row = [math.nan] * len(COLUMNS)
@@ -74,6 +76,9 @@ class Watch:
             finally:
                 status.close()
                 self.timeline.duration_s = time.monotonic() - start
+                cpu1 = procfs.cpu_seconds(self.pid)
+                if cpu1 is not None:
+                    self.cpu = (max(0.0, cpu1[0] - cpu0[0]), max(0.0, cpu1[1] - cpu0[1]))
 
     def record(self) -> dict:
         """A run record of what was watched: /proc figures per sample (drawn by report),
@@ -99,7 +104,10 @@ class Watch:
             peak=at(peak_i) if rss else None, final=at(len(rss) - 1) if rss else None,
             release=Release(bool(a.trim), (a.trim or {}).get("call", "none"),
                             "" if a.trim else "no release asked for (--trim)"),
-            heap=None, forks=0, execs=0, other_processes=0, verdict=a.verdict)
+            heap=None, forks=0, execs=0, other_processes=0, verdict=a.verdict,
+            cpu_user_s=round(self.cpu[0], 3), cpu_sys_s=round(self.cpu[1], 3),
+            program_cpu_s=round(sum(self.cpu), 3), still_running=not self.ended,
+            interrupted=self.interrupted)
         from heapsight import record
         doc = record.to_json_dict(summary, self.timeline)
         doc["attach"] = [i.to_dict() for i in self.inspections]

@@ -166,11 +166,16 @@ def run_facts(s: dict) -> list:
     heap = s.get("heap") or {}
     how = (f"killed by signal {s.get('exit_signal')} (exit code {s.get('exit_code')})"
            if s.get("exit_signal") else f"{s.get('exit_code')}")
+    attached = s.get("preload") == "attached"
+    if attached:   # a process heapsight watched: its exit code is its parent's to read
+        how = ("still running when the watch ended" if s.get("still_running")
+               else "ended during the watch (its exit code went to its parent)")
+    cpu = f"{s.get('cpu_user_s', 0) + s.get('cpu_sys_s', 0):.2f} s CPU"
     facts = [("command", f'<code class="cmd">{esc(shlex.join(s.get("command") or []))}</code>'),
-             ("exit code", esc(how)),
+             ("exit code" if not attached else "the process", esc(how)),
              ("duration", esc(f"{s.get('duration_s', 0):.2f} s wall, "
-                              f"{s.get('cpu_user_s', 0) + s.get('cpu_sys_s', 0):.2f} s CPU, "
-                              f"{s.get('minor_faults', 0):,} minor faults")),
+                              + (f"{cpu} (the process's, over the watch)" if attached else
+                                 f"{cpu}, {s.get('minor_faults', 0):,} minor faults"))),
              ("allocator", esc(heap.get("allocator", "heap not visible"))),
              ("samples", esc(f"{s.get('samples', 0):,} at {s.get('sample_hz', 0):g} Hz")),
              ("process", esc(f"pid {s.get('pid')}: {s.get('preload_note', '')}")),
