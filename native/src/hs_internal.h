@@ -78,6 +78,22 @@ int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes); /* less heapsigh
 int _hs_status_read(uint64_t *rss_bytes, uint64_t *anon_bytes);  /* procself.c: as read */
 uint64_t _hs_now_ns(void);                                          /* procself.c */
 
+/* heapsight attach --track (attach.c): the library loaded into a running process, the
+ * hooks reached through its objects' patched GOT entries, under names of their own */
+void *_hs_hook_malloc(size_t);
+void _hs_hook_free(void *);
+void *_hs_hook_calloc(size_t, size_t);
+void *_hs_hook_realloc(void *, size_t);
+int _hs_hook_posix_memalign(void **, size_t, size_t);
+void *_hs_hook_aligned_alloc(size_t, size_t);
+void *_hs_hook_memalign(size_t, size_t);
+void *_hs_hook_valloc(size_t);
+void *_hs_hook_pvalloc(size_t);
+void _hs_attach_start(void);           /* preload.c: the constructor's work, when asked */
+void _hs_attach_stop(void);            /* attach.c: at dlclose */
+void _hs_segment_unmap(void);          /* segment.c: at dlclose */
+extern HS_HIDDEN const char *_hs_attach_segment; /* the segment's path attach gave */
+
 /* Sampled call sites (profile.c). The hot path's share: the slot's countdown of allocated
  * bytes (hs_slot_t.left, which runs out no later than sample_left), and one byte load on
  * free: a map of counts of live sampled blocks by (p >> 4) & mask, in .bss (pages never

@@ -536,95 +536,129 @@ static thread_t *choose_idle(pid_t pid, struct user_regs_struct *regs) {
   return best;
 }
 
-static int call_process(pid_t pid, uint64_t fn, int argc, char **argv) {
-  uint64_t t0 = now_ns(), t_all = 0;
-  thread_t *t = NULL;
+/* A thread of the process, stopped for calls of ours (see call above). */
+typedef struct {
+  pid_t pid;
+  thread_t *t;
   struct user_regs_struct saved;
-  size_t n_threads = 0;
-  for (int tries = 0; tries < 100 && !t; tries++) { /* a second at most */
+  struct iovec xs;
+  int have_xstate;
+  uint64_t t0, all_stopped_ns, at; /* at: where the next string goes, below the red zone */
+  size_t n_threads;
+} live_t;
+
+static unsigned char g_xstate[1 << 16];
+
+/* Every thread stopped, an idle one chosen and its state saved, the others let go. 0, or
+ * an exit code (the reason said). */
+static int live_begin(live_t *L, pid_t pid) {
+  memset(L, 0, sizeof *L);
+  L->pid = pid;
+  for (int tries = 0; tries < 100 && !L->t; tries++) { /* a second at most */
     int rc = stop_all(pid);
     if (rc) return rc;
-    t0 = now_ns();
-    n_threads = 0;
-    for (size_t i = 0; i < g_n; i++) n_threads += !g_threads[i].gone;
-    t = choose_idle(pid, &saved);
-    if (!t) {
+    L->t0 = now_ns();
+    L->n_threads = 0;
+    for (size_t i = 0; i < g_n; i++) L->n_threads += !g_threads[i].gone;
+    L->t = choose_idle(pid, &L->saved);
+    if (!L->t) {
       let_go();
       struct timespec ts = {0, 10000000};
       nanosleep(&ts, NULL);
     }
   }
-  if (!t) {
+  if (!L->t) {
     fail_msg("no thread of process %d was waiting in a system call (each may be inside malloc "
              "or the loader): no call was made", pid);
     return EXIT_BUSY;
   }
-  static unsigned char xstate[1 << 16];
-  struct iovec xs = {xstate, sizeof xstate};
-  int have_xstate = ptrace(PTRACE_GETREGSET, t->tid, (void *)NT_X86_XSTATE, &xs) == 0;
-  if (!have_xstate) {
-    xs.iov_len = 512;
-    if (ptrace(PTRACE_GETREGSET, t->tid, (void *)NT_PRFPREG, &xs) != 0) {
+  L->xs = (struct iovec){g_xstate, sizeof g_xstate};
+  L->have_xstate = ptrace(PTRACE_GETREGSET, L->t->tid, (void *)NT_X86_XSTATE, &L->xs) == 0;
+  if (!L->have_xstate) {
+    L->xs.iov_len = 512;
+    if (ptrace(PTRACE_GETREGSET, L->t->tid, (void *)NT_PRFPREG, &L->xs) != 0) {
       let_go();
       fail_msg("the chosen thread's floating-point state could not be read: no call was made");
       return EXIT_FAILED;
     }
   }
-  /* the others go on */
-  for (size_t i = 0; i < g_n; i++) {
+  for (size_t i = 0; i < g_n; i++) { /* the others go on */
     thread_t *o = &g_threads[i];
-    if (o != t && !o->gone) {
+    if (o != L->t && !o->gone) {
       ptrace(PTRACE_DETACH, o->tid, 0, (void *)(long)o->sig);
       o->gone = 1;
     }
   }
-  t_all = now_ns() - t0;
-  /* the arguments, strings below the red zone */
-  uint64_t args[5] = {0}, at = (saved.rsp - 128 - 4096) & ~15ull;
+  L->all_stopped_ns = now_ns() - L->t0;
+  L->at = (L->saved.rsp - 128 - 4096) & ~15ull;
+  return 0;
+}
+
+/* A string placed on the chosen thread's stack, below its red zone: its address, 0 if not. */
+static uint64_t live_string(live_t *L, const char *text) {
+  size_t n = strlen(text) + 1;
+  L->at = (L->at - n) & ~15ull;
+  return write_mem(L->pid, L->at, text, n) ? L->at : 0;
+}
+
+/* fn(a[0..4]) on the chosen thread, returning to address 0 (the fault caught here); its
+ * result. *ok 0 when the thread ended. */
+static long live_call(live_t *L, uint64_t fn, const uint64_t a[5], int *ok) {
+  thread_t *t = L->t;
+  uint64_t sp = ((L->at - 256) & ~15ull) - 8, zero = 0;
+  struct user_regs_struct r = L->saved;
+  r.rsp = sp, r.rip = fn, r.rax = 0, r.orig_rax = (unsigned long long)-1;
+  r.rdi = a[0], r.rsi = a[1], r.rdx = a[2], r.rcx = a[3], r.r8 = a[4];
+  *ok = !t->gone && write_mem(L->pid, sp, &zero, 8) && ptrace(PTRACE_SETREGS, t->tid, 0, &r) == 0 &&
+        ptrace(PTRACE_CONT, t->tid, 0, 0) == 0;
+  while (*ok) {
+    int st;
+    if (waitpid(t->tid, &st, __WALL) < 0) {
+      if (errno == EINTR) continue;
+      *ok = 0;
+      break;
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) { t->gone = 1; *ok = 0; break; }
+    int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
+    if (sig == SIGSEGV) {
+      struct user_regs_struct out;
+      if (ptrace(PTRACE_GETREGS, t->tid, 0, &out) == 0 && out.rip == 0) return (long)out.rax;
+    }
+    if (sig && sig != SIGTRAP && sig != SIGSTOP && sig != SIGSEGV && sig != SIGBUS)
+      t->sig = sig; /* the process's own: delivered when the thread is let go */
+    ptrace(PTRACE_CONT, t->tid, 0, (void *)(long)(sig == SIGSEGV || sig == SIGBUS ? sig : 0));
+  }
+  return 0;
+}
+
+/* The chosen thread put back as it was (registers, extended state) and let go. */
+static void live_end(live_t *L) {
+  thread_t *t = L->t;
+  if (t && !t->gone) {
+    ptrace(PTRACE_SETREGSET, t->tid, (void *)(long)(L->have_xstate ? NT_X86_XSTATE : NT_PRFPREG), &L->xs);
+    put_back(t, &L->saved);
+  }
+  let_go();
+  say("threads", L->n_threads);
+  say("all_stopped_us", L->all_stopped_ns / 1000);
+  say("pause_us", (now_ns() - L->t0) / 1000);
+}
+
+static int call_process(pid_t pid, uint64_t fn, int argc, char **argv) {
+  live_t L;
+  int rc = live_begin(&L, pid);
+  if (rc) return rc;
+  uint64_t args[5] = {0};
   for (int i = 0; i < argc && i < 5; i++) {
     if (strncmp(argv[i], "s:", 2) == 0) {
-      size_t n = strlen(argv[i] + 2) + 1;
-      at = (at - n) & ~15ull;
-      if (!write_mem(pid, at, argv[i] + 2, n)) { let_go(); return EXIT_FAILED; }
-      args[i] = at;
+      if (!(args[i] = live_string(&L, argv[i] + 2))) { live_end(&L); return EXIT_FAILED; }
     } else {
       args[i] = strtoull(argv[i], NULL, 0);
     }
   }
-  uint64_t sp = ((at - 256) & ~15ull) - 8, zero = 0;
-  struct user_regs_struct r = saved;
-  r.rsp = sp, r.rip = fn, r.rax = 0, r.orig_rax = (unsigned long long)-1;
-  r.rdi = args[0], r.rsi = args[1], r.rdx = args[2], r.rcx = args[3], r.r8 = args[4];
-  long result = 0;
-  int ok = write_mem(pid, sp, &zero, 8) && ptrace(PTRACE_SETREGS, t->tid, 0, &r) == 0 &&
-           ptrace(PTRACE_CONT, t->tid, 0, 0) == 0;
-  while (ok) {
-    int st;
-    if (waitpid(t->tid, &st, __WALL) < 0) {
-      if (errno == EINTR) continue;
-      ok = 0;
-      break;
-    }
-    if (WIFEXITED(st) || WIFSIGNALED(st)) { t->gone = 1; ok = 0; break; }
-    int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
-    if (sig == SIGSEGV) {
-      struct user_regs_struct out;
-      if (ptrace(PTRACE_GETREGS, t->tid, 0, &out) == 0 && out.rip == 0) {
-        result = (long)out.rax;
-        break;
-      }
-    }
-    if (sig && sig != SIGTRAP && sig != SIGSTOP) t->sig = sig; /* its own: delivered after */
-    ptrace(PTRACE_CONT, t->tid, 0, (void *)(long)(sig == SIGSEGV || sig == SIGBUS ? sig : 0));
-  }
-  if (!t->gone) {
-    ptrace(PTRACE_SETREGSET, t->tid, (void *)(long)(have_xstate ? NT_X86_XSTATE : NT_PRFPREG), &xs);
-    put_back(t, &saved);
-  }
-  let_go();
-  say("threads", n_threads);
-  say("all_stopped_us", t_all / 1000);
-  say("pause_us", (now_ns() - t0) / 1000);
+  int ok;
+  long result = live_call(&L, fn, args, &ok);
+  live_end(&L);
   if (!ok) {
     fail_msg("process %d ended during the call", pid);
     return EXIT_ENDED;
@@ -633,12 +667,140 @@ static int call_process(pid_t pid, uint64_t fn, int argc, char **argv) {
   return 0;
 }
 
+/* load: heapsight's library into the process, started on its segment (attach.c). */
+static int load_library(pid_t pid, uint64_t dlopen_at, uint64_t dlsym_at, uint64_t dlclose_at,
+                        const char *lib, const char *segment) {
+  live_t L;
+  int rc = live_begin(&L, pid);
+  if (rc) return rc;
+  uint64_t s_lib = live_string(&L, lib), s_begin = live_string(&L, "heapsight_attach_begin"),
+           s_seg = live_string(&L, segment);
+  int ok = s_lib && s_begin && s_seg;
+  uint64_t a[5] = {s_lib, RTLD_NOW, 0, 0, 0};
+  long handle = ok ? live_call(&L, dlopen_at, a, &ok) : 0;
+  long fn = 0, patched = -1;
+  if (ok && handle) {
+    uint64_t b[5] = {(uint64_t)handle, s_begin, 0, 0, 0};
+    fn = live_call(&L, dlsym_at, b, &ok);
+  }
+  if (ok && fn) {
+    uint64_t c[5] = {s_seg, 0, 0, 0, 0};
+    patched = live_call(&L, (uint64_t)fn, c, &ok);
+  }
+  if (ok && handle && patched < 0) { /* started on no segment: unloaded at once */
+    uint64_t d[5] = {(uint64_t)handle, 0, 0, 0, 0};
+    live_call(&L, dlclose_at, d, &ok);
+  }
+  live_end(&L);
+  if (!ok) {
+    fail_msg("process %d ended while heapsight's library was being loaded", pid);
+    return EXIT_ENDED;
+  }
+  if (!handle) {
+    fail_msg("the process could not load %s (its user must be able to read it)", lib);
+    return EXIT_FAILED;
+  }
+  if (patched < 0) {
+    fail_msg("heapsight's library could not start in the process (its segment %s)", segment);
+    return EXIT_FAILED;
+  }
+  printf("handle %lx\n", (unsigned long)handle);
+  say("patched", (unsigned long long)patched);
+  return 0;
+}
+
+/* Whether any thread runs in [lo, hi) or has a word of it on its stack (a return address
+ * into it); every thread stopped for the look, then let go. -1 when the process ended. */
+static int in_use(pid_t pid, uint64_t lo, uint64_t hi) {
+  if (stop_all(pid)) return -1;
+  int busy = 0;
+  static uint64_t words[1 << 15];
+  for (size_t i = 0; i < g_n && !busy; i++) {
+    struct user_regs_struct r;
+    if (g_threads[i].gone || ptrace(PTRACE_GETREGS, g_threads[i].tid, 0, &r) != 0) continue;
+    if (r.rip >= lo && r.rip < hi) { busy = 1; break; }
+    /* the stack from its pointer up, to the end of its mapping (256 KiB at most) */
+    for (uint64_t at = r.rsp & ~7ull, n; !busy && at < (r.rsp & ~7ull) + (256u << 10); at += n * 8) {
+      n = sizeof words / 8;
+      struct iovec local = {words, sizeof words}, remote = {(void *)(uintptr_t)at, sizeof words};
+      ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (got <= 0) {
+        /* the mapping's end: read what is left a page at a time */
+        got = 0;
+        for (uint64_t p = at; p < at + sizeof words; p += 4096) {
+          struct iovec l1 = {(char *)words + (p - at), 4096}, r1 = {(void *)(uintptr_t)p, 4096};
+          if (process_vm_readv(pid, &l1, 1, &r1, 1, 0) != 4096) break;
+          got += 4096;
+        }
+        if (got == 0) break;
+      }
+      n = (uint64_t)got / 8;
+      for (uint64_t k = 0; k < n; k++)
+        if (words[k] >= lo && words[k] < hi) { busy = 1; break; }
+      if ((uint64_t)got < sizeof words) break;
+    }
+  }
+  let_go();
+  return busy;
+}
+
+/* unload: the GOT entries put back (heapsight_attach_end), then, once no thread runs in the
+ * library or returns into it, dlclose. */
+static int unload_library(pid_t pid, uint64_t dlsym_at, uint64_t dlclose_at, uint64_t handle,
+                          uint64_t lo, uint64_t hi) {
+  live_t L;
+  int rc = live_begin(&L, pid);
+  if (rc) return rc;
+  uint64_t s_end = live_string(&L, "heapsight_attach_end");
+  int ok = s_end != 0;
+  uint64_t a[5] = {handle, s_end, 0, 0, 0};
+  long fn = ok ? live_call(&L, dlsym_at, a, &ok) : 0;
+  long restored = -1;
+  if (ok && fn) {
+    uint64_t b[5] = {0};
+    restored = live_call(&L, (uint64_t)fn, b, &ok);
+  }
+  live_end(&L);
+  if (!ok) return EXIT_ENDED;
+  printf("restored %ld\n", restored);
+  if (restored < 0) return EXIT_FAILED;
+  /* the last calls into the hooks finish (a thread inside the allocator, called from one) */
+  int busy = 1, waits = 0;
+  for (; waits < 250 && busy; waits++) { /* 5 s at most */
+    busy = in_use(pid, lo, hi);
+    if (busy < 0) return EXIT_ENDED;
+    if (busy) {
+      struct timespec ts = {0, 20000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  say("quiet_waits", (unsigned long long)waits);
+  if (busy) {
+    fail_msg("a thread of process %d kept a return address into heapsight's library: it is "
+             "left loaded, inert (its hooks are no longer called)", pid);
+    say("closed", 0);
+    return 0;
+  }
+  rc = live_begin(&L, pid);
+  if (rc) return rc;
+  uint64_t c[5] = {handle, 0, 0, 0, 0};
+  long closed = live_call(&L, dlclose_at, c, &ok);
+  live_end(&L);
+  if (!ok) return EXIT_ENDED;
+  say("closed", closed == 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int copy = argc >= 7 && strcmp(argv[1], "copy") == 0, call = argc >= 4 && strcmp(argv[1], "call") == 0;
-  if (!copy && !call) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  int copy = argc >= 7 && strcmp(mode, "copy") == 0, call = argc >= 4 && strcmp(mode, "call") == 0,
+      load = argc == 8 && strcmp(mode, "load") == 0, unload = argc == 8 && strcmp(mode, "unload") == 0;
+  if (!copy && !call && !load && !unload) {
     fprintf(stderr, "usage: hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S]\n"
                     "       hs-inject call PID FN [ARG...]\n"
-                    "(run by `heapsight attach PID --leaks` and `--trim`)\n");
+                    "       hs-inject load PID DLOPEN DLSYM DLCLOSE LIB SEGMENT\n"
+                    "       hs-inject unload PID DLSYM DLCLOSE HANDLE LO HI\n"
+                    "(run by `heapsight attach PID --leaks`, `--trim` and `--track`)\n");
     return 2;
   }
   pid_t pid = (pid_t)atoi(argv[2]);
@@ -658,6 +820,13 @@ int main(int argc, char **argv) {
       return 2;
     }
     rc = call_process(pid, fn, argc - 4, argv + 4);
+  } else if (load) {
+    rc = load_library(pid, strtoull(argv[3], NULL, 16), strtoull(argv[4], NULL, 16),
+                      strtoull(argv[5], NULL, 16), argv[6], argv[7]);
+  } else if (unload) {
+    rc = unload_library(pid, strtoull(argv[3], NULL, 16), strtoull(argv[4], NULL, 16),
+                        strtoull(argv[5], NULL, 16), strtoull(argv[6], NULL, 16),
+                        strtoull(argv[7], NULL, 16));
   } else {
     uint64_t dlopen_at = strtoull(argv[4], NULL, 16), dlsym_at = strtoull(argv[5], NULL, 16);
     double limit_s = argc > 7 ? atof(argv[7]) : 60.0;

@@ -414,6 +414,19 @@ HS_EXPORT long syscall(long number, ...) {
   return real ? real(number, a[0], a[1], a[2], a[3], a[4], a[5]) : (errno = ENOSYS, -1);
 }
 
+/* The hooks under names of the library's own, for attach.c: in a process the library was
+ * loaded into (not preloaded), the exported names resolve to the C library's first. */
+#define HS_SELF(name, self) __typeof__(name) self __attribute__((alias(#name), visibility("hidden")))
+HS_SELF(malloc, _hs_hook_malloc);
+HS_SELF(free, _hs_hook_free);
+HS_SELF(calloc, _hs_hook_calloc);
+HS_SELF(realloc, _hs_hook_realloc);
+HS_SELF(posix_memalign, _hs_hook_posix_memalign);
+HS_SELF(aligned_alloc, _hs_hook_aligned_alloc);
+HS_SELF(memalign, _hs_hook_memalign);
+HS_SELF(valloc, _hs_hook_valloc);
+HS_SELF(pvalloc, _hs_hook_pvalloc);
+
 /* dlopen with RTLD_DEEPBIND puts the library's own dependencies (libc among them) ahead
  * of the global scope, so its malloc binds past these hooks while its blocks are freed
  * through them. Drop the flag, as heaptrack does. A tail call, so the real dlopen still
@@ -616,7 +629,16 @@ static void internal_signals_as_started(void) {
   }
 }
 
+/* Whether the library is the process's malloc (preloaded): loaded later by `heapsight
+ * attach --track` (attach.c), it is not, and starts only when asked to. */
+static int preloaded(void) {
+  static int known = -1;
+  if (known < 0) known = dlsym(RTLD_DEFAULT, "malloc") == (void *)&_hs_hook_malloc;
+  return known;
+}
+
 __attribute__((constructor)) static void hs_start(void) {
+  if (!preloaded()) return;
   _hs_resolve();
   internal_signals_as_started();
   _hs_own_begin(); /* what the unwinder's dlopen allocates is ours */
@@ -627,7 +649,18 @@ __attribute__((constructor)) static void hs_start(void) {
   _hs_own_end();
 }
 
+/* In a process the library was loaded into: started by heapsight_attach_begin (attach.c). */
+void _hs_attach_start(void) {
+  _hs_resolve();
+  _hs_profile_start();
+  _hs_probe_start();
+}
+
 __attribute__((destructor)) static void hs_stop(void) {
+  if (!preloaded()) {
+    _hs_attach_stop(); /* dlclose after heapsight_attach_end: the segment unmapped */
+    return;
+  }
   _hs_exit_probe();
   _hs_segment_remove_own();
 }

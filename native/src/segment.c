@@ -261,7 +261,7 @@ static int may_own(void) {
 void _hs_segment_attach(void) {
   if (_hs_seg) return;
   pthread_atfork(NULL, on_fork_parent, _hs_segment_after_fork_child);
-  const char *path = getenv("HEAPSIGHT_SEGMENT");
+  const char *path = _hs_attach_segment ? _hs_attach_segment : getenv("HEAPSIGHT_SEGMENT");
   hs_segment_t *seg = NULL;
   uint64_t creator = 0;
   char own[96];
@@ -323,4 +323,13 @@ void _hs_segment_attach(void) {
   fill_header(seg);
   seg->creator_pid = creator;
   _hs_seg = seg;
+}
+
+/* heapsight attach --track, at dlclose (attach.c): the segment unmapped, the file left for
+ * the CLI, which made it and reads it. */
+void _hs_segment_unmap(void) {
+  hs_segment_t *seg = _hs_seg;
+  if (!seg || g_len == 0) return;
+  _hs_seg = NULL;
+  munmap(seg, g_len);
 }

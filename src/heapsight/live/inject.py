@@ -243,3 +243,115 @@ def release(pid: int, allocator: str) -> dict:
     return {"result": said["result"], "threads": said.get("threads", 0),
             "pause_ms": said.get("pause_us", 0) / 1000,
             "all_stopped_ms": said.get("all_stopped_us", 0) / 1000}
+
+
+def _lib_range(pid: int, path: str) -> tuple:
+    """The lowest and highest address of the process's mappings of path."""
+    lo = hi = 0
+    real = os.path.realpath(path)
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and os.path.realpath(parts[5]) == real:
+                a, b = (int(x, 16) for x in parts[0].split("-"))
+                lo, hi = (a if not lo else min(lo, a)), max(hi, b)
+    return lo, hi
+
+
+@dataclass
+class Tracked:
+    """What --track saw: the counters since the attach, the sampled call sites of the blocks
+    allocated since then and still live (sites.build's shape, one moment "grew"), and what
+    the process paid."""
+    seconds: float
+    patched: int
+    counters: dict
+    sites: dict | None
+    load_pause_ms: float
+    unload_pause_ms: float
+    unloaded: bool
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"seconds": self.seconds, "patched": self.patched, "counters": self.counters,
+                "sites": self.sites, "load_pause_ms": self.load_pause_ms,
+                "unload_pause_ms": self.unload_pause_ms, "unloaded": self.unloaded,
+                "note": self.note}
+
+
+def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
+    """heapsight's library loaded into the process for `seconds`: every allocation counted
+    and sampled from then on (native/src/attach.c), then unloaded."""
+    from heapsight import profile, sites
+    from heapsight.live import segment
+    _libc(pid)
+    if allocator != "glibc":
+        raise HeapsightError(f"--track: the process's allocator is {allocator}; following a "
+                             "running process's allocations is done under glibc only so far "
+                             f"(under {allocator}, `heapsight run` follows them from the start)",
+                             REFUSED)
+    tracer = _tracer(pid)
+    if tracer:
+        raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
+                             "one tracer at a time; detach that one first", REFUSED)
+    path, readable, base = _libc(pid)
+    try:
+        v = elf.symbol_values(readable, {"dlopen", "dlsym", "dlclose"})
+    except (OSError, ValueError) as e:
+        raise HeapsightError(f"process {pid}'s libc ({path}) could not be read: {e}", REFUSED) from None
+    if len(v) < 3:
+        raise HeapsightError(f"process {pid}'s libc ({path}) has no dlopen of its own (glibc "
+                             "before 2.34): --track needs glibc 2.34 or later", REFUSED)
+    lib = native.preload_library()
+    seg = segment.Segment(profile=True)
+    try:
+        st = os.stat(f"/proc/{pid}")
+        if st.st_uid != os.geteuid():
+            os.chown(seg.path, st.st_uid, st.st_gid)
+        p = subprocess.run([native.program("hs-inject"), "load", str(pid), f"{base + v['dlopen']:x}",
+                            f"{base + v['dlsym']:x}", f"{base + v['dlclose']:x}", lib, seg.path],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           start_new_session=True)
+        said = _said(p.stdout)
+        handle = next((int(line.split()[1], 16) for line in p.stdout.splitlines()
+                       if line.startswith("handle ")), 0)
+        if p.returncode == REFUSED:
+            raise HeapsightError(gdbcall.refusal(pid, "Operation not permitted"), REFUSED)
+        if p.returncode == ENDED:
+            raise HeapsightError(f"process {pid} ended while heapsight was attaching", ENDED)
+        if p.returncode != 0 or not handle:
+            raise HeapsightError(f"--track: process {pid}: {p.stderr.strip() or f'exit code {p.returncode}'}; "
+                                 "the process was let go unchanged", FAILED)
+        load_pause = said.get("pause_us", 0) / 1000
+        t0 = time.monotonic()
+        while (left := seconds - (time.monotonic() - t0)) > 0:
+            if progress:
+                progress(f"following {pid}'s allocations: {left:.0f} s left")
+            time.sleep(min(0.25, left))
+            if not os.path.exists(f"/proc/{pid}/mem"):
+                break
+        c = seg.counters()
+        lo, hi = _lib_range(pid, lib)
+        u = subprocess.run([native.program("hs-inject"), "unload", str(pid), f"{base + v['dlsym']:x}",
+                            f"{base + v['dlclose']:x}", f"{handle:x}", f"{lo:x}", f"{hi:x}"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           start_new_session=True)
+        usaid = _said(u.stdout)
+        if u.returncode == ENDED:
+            raise HeapsightError(f"process {pid} ended while heapsight was following it", ENDED)
+        if u.returncode != 0:
+            raise HeapsightError(f"--track: process {pid}: {u.stderr.strip() or f'exit code {u.returncode}'}",
+                                 FAILED)
+        prof = seg.profile()
+        grew = None
+        if prof is not None and len(prof.allocs):
+            m = sites.Moment("grew", None, seconds, c.live_usable_bytes)
+            grew = sites.build(prof, [m], profile.unwinder(prof))
+        return Tracked(round(time.monotonic() - t0, 3), said.get("patched", 0),
+                       {"allocations": c.n_alloc, "frees": c.n_free,
+                        "live_bytes": c.live_requested_bytes, "live_blocks": c.live_blocks,
+                        "allocated_bytes": c.requested_total_bytes},
+                       grew, load_pause, usaid.get("pause_us", 0) / 1000,
+                       bool(usaid.get("closed")), u.stderr.strip())
+    finally:
+        seg.close()
