@@ -201,6 +201,7 @@ HS_ATTACH_EXPORT long heapsight_attach_end(void) {
 
 /* At dlclose (hs-inject made sure no thread is in the library): its memory unmapped. */
 void _hs_attach_stop(void) {
+  _hs_slots_forget();
   hs_chunk_t own[8];
   for (size_t i = 0, k = _hs_profile_own(own, 8); i < k; i++)
     munmap((void *)(uintptr_t)own[i].lo, own[i].hi - own[i].lo);

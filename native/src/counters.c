@@ -187,7 +187,15 @@ static void release_slot(void *arg) {
   set_flush_limit(__atomic_sub_fetch(&g_claimed, 1, __ATOMIC_RELAXED));
 }
 
-static void make_key(void) { pthread_key_create(&g_key, release_slot); }
+static int g_key_made;
+static void make_key(void) { g_key_made = pthread_key_create(&g_key, release_slot) == 0; }
+
+/* At dlclose (attach.c): the threads' exit must not call release_slot once the library is
+ * gone; a deleted key's destructor is never called. */
+void _hs_slots_forget(void) {
+  if (g_key_made) pthread_key_delete(g_key);
+  g_key_made = 0;
+}
 
 hs_slot_t *_hs_slot_claim(void) {
   if (t_busy) return &g_discard;

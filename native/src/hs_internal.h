@@ -92,6 +92,7 @@ void *_hs_hook_pvalloc(size_t);
 void _hs_attach_start(void);           /* preload.c: the constructor's work, when asked */
 void _hs_attach_stop(void);            /* attach.c: at dlclose */
 void _hs_segment_unmap(void);          /* segment.c: at dlclose */
+void _hs_slots_forget(void);           /* counters.c: at dlclose, no thread-exit call */
 extern HS_HIDDEN const char *_hs_attach_segment; /* the segment's path attach gave */
 
 /* Sampled call sites (profile.c). The hot path's share: the slot's countdown of allocated

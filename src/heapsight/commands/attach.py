@@ -22,6 +22,7 @@ examples:
   heapsight attach 4242
   heapsight attach 4242 --trim                   # give memory back, measured
   heapsight attach 4242 --leaks                  # what no pointer reaches now
+  heapsight attach 4242 --track 10               # who allocates and keeps, for 10 s
   heapsight attach 4242 --watch 60 -o svc.hsrun.json.gz   # a minute, for report
   heapsight attach 4242 --watch --openmetrics-port 9464   # for Prometheus
 """
@@ -52,6 +53,10 @@ def add_arguments(p) -> None:
                         "counts them) in a copy of it: the process stops only while the copy is "
                         "made (about a millisecond, plus ~20 ms per GiB of memory), and nothing is "
                         "loaded into it (glibc only)")
+    p.add_argument("--track", type=float, metavar="SECONDS",
+                   help="load heapsight's library into the process for SECONDS and name the call "
+                        "sites of what it allocates and keeps meanwhile (one thread stops about "
+                        "a millisecond to load it and again to unload it; glibc only)")
     p.add_argument("--no-gdb", action="store_true",
                    help="do not call into the process: /proc figures only")
     p.add_argument("--json", metavar="FILE", help="the figures as JSON ('-' for stdout)")
@@ -78,8 +83,11 @@ def execute(args) -> int:
                       ("--output", args.output if args.watch is not None else None, False)])
     if args.interval <= 0 or args.stats_every <= 0:
         raise HeapsightError("--interval and --stats-every must be positive")
-    if args.leaks and args.watch is not None:
-        raise HeapsightError("--leaks looks once; run it and --watch separately")
+    if (args.leaks or args.track is not None) and args.watch is not None:
+        raise HeapsightError("--leaks and --track look once; run them and --watch separately")
+    if args.track is not None and not 0 < args.track <= 86400:
+        raise HeapsightError("--track takes the seconds to follow the process: more than 0, at "
+                             "most 86400")
     if args.openmetrics_port is not None and args.watch is None:
         raise HeapsightError("--openmetrics-port serves figures while watching: add --watch")
     if args.watch is not None:   # an interrupt from here on ends the watch, keeping its record
@@ -93,10 +101,22 @@ def _execute(args) -> int:
     if args.trim:
         a.trim = attach.trim(args.pid, a.allocator)
         a.verdict = attach.verdict(a)
+    tracked = None
+    if args.track is not None:
+        from heapsight.live import inject
+        live = Progress(sys.stderr, "heapsight attach", elsewhere=False)
+        try:
+            tracked = inject.track(args.pid, a.allocator, args.track, live)
+        finally:
+            live.done()
+        a.track = tracked.to_dict()
     if args.leaks:
         from heapsight.live import inject
-        a.leaks = inject.copy_and_mark(args.pid, a.allocator).to_dict()
-        a.verdict = attach.verdict(a)
+        leaks = inject.copy_and_mark(args.pid, a.allocator)
+        if tracked is not None:   # the lost blocks' sites, from the blocks --track sampled
+            leaks.lost_sites = inject.lost_sites(tracked, leaks)
+        a.leaks = leaks.to_dict()
+    a.verdict = attach.verdict(a)
     terminal.render_attach(a, sys.stderr)
     if args.json:
         output.write_json(args.json, a.to_dict())

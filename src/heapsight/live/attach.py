@@ -21,6 +21,7 @@ from heapsight import allocators, analysis, mappings
 from heapsight.live import gdbcall, procfs
 from heapsight.errors import HeapsightError
 from heapsight.fmt import MiB, human, pct
+from heapsight.fmt import share as fmt_share
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -49,6 +50,7 @@ class Attached:
     live_blocks: int | None = None
     runtime: str = ""                      # a runtime with its own heap it maps (analysis.OWNERS)
     leaks: dict | None = None              # --leaks: inject.Leaks.to_dict(), marked in a copy
+    track: dict | None = None              # --track: inject.Tracked.to_dict()
 
     def to_dict(self) -> dict:
         return {"kind": "heapsight-attach", **asdict(self)}
@@ -284,9 +286,14 @@ def leak_verdict(a: Attached) -> str:
     if lost < MiB:
         return ""
     sizes = a.leaks.get("lost_by_size") or []
-    most = (f"; most of it {sizes[0]['blocks']:,} blocks of {human(sizes[0]['bytes'])}"
-            if sizes else "")
-    return (f"LEAK: {human(lost)} ({pct(lost, a.rss_bytes)} of RSS) that no pointer in the process "
+    where = (a.leaks.get("lost_sites") or {}).get("sites") or []
+    most = (f"; most of it from {where[0]['site']} ({fmt_share(where[0]['share'])} of the lost "
+            "blocks --track sampled)" if where else
+            f"; most of it {sizes[0]['blocks']:,} blocks of {human(sizes[0]['bytes'])}" if sizes else "")
+    rss = a.leaks.get("rss_bytes") or a.rss_bytes   # the RSS of the copy's moment
+    # (more than the RSS when pages of the lost blocks were never touched: calloc's)
+    share = f" ({pct(lost, rss)} of RSS)" if lost <= rss else ""
+    return (f"LEAK: {human(lost)}{share} that no pointer in the process "
             f"reaches ({r['definitely_lost_blocks'] + r['indirectly_lost_blocks']:,} blocks, marked "
             f"in a copy of it){most}")
 
@@ -306,8 +313,21 @@ def verdict(a: Attached) -> str:
     return _verdict(a) + trimmed_words(a)
 
 
+def grew_verdict(a: Attached) -> str:
+    """GREW when --track saw a MiB or more allocated and kept while it followed the process."""
+    t = a.track or {}
+    live = (t.get("counters") or {}).get("live_bytes", 0)
+    m = ((t.get("sites") or {}).get("moments") or [{}])[0]
+    top = (m.get("sites") or [None])[0]
+    if live < MiB or top is None:
+        return ""
+    return (f"GREW: {human(live)} allocated in the {t['seconds']:.1f} s followed and still live, "
+            f"{fmt_share(top['share'])} of it from {top['site']}; heapsight attach {a.pid} "
+            "--leaks says whether anything still points to it")
+
+
 def _verdict(a: Attached) -> str:
-    leak = leak_verdict(a)
+    leak = leak_verdict(a) or grew_verdict(a)
     if leak:
         return leak
     if a.retained_bytes is None:

@@ -47,13 +47,17 @@ class Leaks:
     lost_by_size: list = field(default_factory=list)   # [(usable bytes, blocks)], largest total first
     largest: list = field(default_factory=list)        # [{"addr", "bytes", "class", "starts"}]
     reaped: bool = True
+    rss_bytes: int = 0                                 # the process's RSS right after the copy
+    marks: heapmap.Reach | None = None                 # the marking itself (not saved)
+    lost_sites: dict | None = None                     # with --track: sites.by_site of the lost
 
     def to_dict(self) -> dict:
         return {"reach": self.reach, "release_measured_bytes": self.release_bytes,
                 "pause_ms": self.pause_ms, "reap_pause_ms": self.reap_pause_ms,
                 "threads": self.threads, "copy_ms": self.copy_ms, "tries": self.tries,
                 "lost_by_size": [{"bytes": b, "blocks": n} for b, n in self.lost_by_size],
-                "largest_lost": self.largest, "reaped": self.reaped}
+                "largest_lost": self.largest, "reaped": self.reaped, "rss_bytes": self.rss_bytes,
+                **({"lost_sites": self.lost_sites} if self.lost_sites else {})}
 
 
 def _mapped(pid: int, prefix: str) -> tuple | None:
@@ -122,6 +126,14 @@ def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str) -> tuple:
     return p.returncode, _said(p.stdout), p.stderr.strip()
 
 
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def _peek(pid: int, addr: int, n: int) -> bytes:
     try:
         with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
@@ -171,6 +183,7 @@ def copy_and_mark(pid: int, allocator: str) -> Leaks:
         for tries in range(1, TRIES + 1):
             path = os.path.join(d, f"attach-{pid}-{tries}.map.leaks")
             rc, said, err = _run(pid, dlopen_at, dlsym_at, path)
+            rss = _rss(pid)
             if rc != BUSY:
                 break
             time.sleep(0.05 * tries)
@@ -197,7 +210,8 @@ def copy_and_mark(pid: int, allocator: str) -> Leaks:
     by_size, largest = _lost_blocks(pid, hm.reach)
     return Leaks(hm.reach.to_json(), hm.release_measured_bytes, said.get("pause_us", 0) / 1000,
                  said.get("reap_pause_us", 0) / 1000, said.get("threads", 0),
-                 said.get("copy_ms", 0), tries, by_size, largest, bool(said.get("reaped")))
+                 said.get("copy_ms", 0), tries, by_size, largest, bool(said.get("reaped")), rss,
+                 hm.reach)
 
 
 def _said(text: str) -> dict:
@@ -271,6 +285,7 @@ class Tracked:
     unload_pause_ms: float
     unloaded: bool
     note: str = ""
+    blocks: np.ndarray | None = None   # the sampled blocks live at the end (sites.live_blocks)
 
     def to_dict(self) -> dict:
         return {"seconds": self.seconds, "patched": self.patched, "counters": self.counters,
@@ -343,15 +358,30 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
             raise HeapsightError(f"--track: process {pid}: {u.stderr.strip() or f'exit code {u.returncode}'}",
                                  FAILED)
         prof = seg.profile()
-        grew = None
+        grew, blocks = None, None
         if prof is not None and len(prof.allocs):
             m = sites.Moment("grew", None, seconds, c.live_usable_bytes)
             grew = sites.build(prof, [m], profile.unwinder(prof))
+            blocks = sites.live_blocks(prof, None)
         return Tracked(round(time.monotonic() - t0, 3), said.get("patched", 0),
                        {"allocations": c.n_alloc, "frees": c.n_free,
                         "live_bytes": c.live_requested_bytes, "live_blocks": c.live_blocks,
                         "allocated_bytes": c.requested_total_bytes},
                        grew, load_pause, usaid.get("pause_us", 0) / 1000,
-                       bool(usaid.get("closed")), u.stderr.strip())
+                       bool(usaid.get("closed")), u.stderr.strip(), blocks)
     finally:
         seg.close()
+
+
+def lost_sites(t: Tracked, k: Leaks) -> dict | None:
+    """The call sites of the lost blocks (definitely and indirectly) among those --track
+    sampled (sites.by_site's shape), or None when it sampled none of them."""
+    if t.blocks is None or not len(t.blocks) or k.marks is None:
+        return None
+    cls = k.marks.classes_of(t.blocks["addr"])
+    lost = np.isin(cls, [heapmap.REACH_CLASSES.index("definitely_lost"),
+                         heapmap.REACH_CLASSES.index("indirectly_lost")])
+    if not lost.any():
+        return None
+    from heapsight import sites
+    return sites.by_site(t.sites, t.blocks[lost])

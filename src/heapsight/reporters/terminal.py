@@ -353,16 +353,21 @@ def _verdict_lines(c: Console, verdict: str, style: str) -> None:
 TOP_SITES = 5
 
 
-def _sites(c: Console, sites: dict) -> None:
-    """The top call sites at the peak and of the bytes never freed: estimated bytes with
-    their 95% interval, the share of the moment's estimate, the site; and what the
-    estimate rests on."""
+RUN_SITES = (("peak", "at peak live"), ("never freed", "of the bytes never freed"))
+# attach --track: the blocks allocated since the attach and still live at its end
+GREW_SITES = (("grew", "that grew: allocated since the attach, still live"),)
+
+
+def _sites(c: Console, sites: dict, moments: tuple = RUN_SITES) -> None:
+    """The top call sites at each of moments ((name, title)): estimated bytes with their
+    95% interval, the share of the moment's estimate, the site; and what the estimate
+    rests on."""
     low = sites.get("sample_bytes_min", sites["sample_bytes"])
     high = sites.get("sample_bytes_max", sites["sample_bytes"])
     mean = human(high).replace(".0 ", " ")
     if low < high:   # adaptive: it coarsens with the sampled blocks still live
         mean = f"{human(low).replace('.0 ', ' ')} at first, coarsening to {mean},"
-    for name, title in (("peak", "at peak live"), ("never freed", "of the bytes never freed")):
+    for name, title in moments:
         m = next((x for x in sites["moments"] if x["name"] == name), None)
         if m is None or not m["sites"]:
             continue
@@ -901,6 +906,26 @@ def render_lab(result: dict, out, verbose: bool = False) -> None:
     _lab_claims(c, result, verbose)
 
 
+def _render_track(c, k: dict) -> None:
+    """attach --track: what was allocated while heapsight followed the process, the sites
+    of what of it is still live, and what loading and unloading cost the process."""
+    n = k["counters"]
+    c.print()
+    _indent(c, f"followed for {k['seconds']:.1f} s (heapsight's library loaded into the process: "
+               f"one thread stopped {k['load_pause_ms']:.1f} ms to load it, "
+               f"{k['unload_pause_ms']:.1f} ms to unload it"
+               + ("" if k["unloaded"] else "; it stays loaded, inert") + "):", 2)
+    _indent(c, f"{n['allocations']:,} allocations ({human(n['allocated_bytes'])}), "
+               f"{n['frees']:,} frees of them; still live: {human(n['live_bytes'])} in "
+               f"{n['live_blocks']:,} blocks", 4)
+    if k.get("sites"):
+        _sites(c, k["sites"], GREW_SITES)
+    else:
+        _indent(c, "no allocation was sampled: nothing grew enough to name a site", 4, style="dim")
+    if k.get("note"):
+        _indent(c, f"note: {k['note']}", 4, style="dim")
+
+
 def _render_leaks(c, k: dict) -> None:
     """attach --leaks: the reach classes marked in a copy, what the copy cost the process,
     the lost blocks by size and the largest with their first bytes."""
@@ -914,6 +939,9 @@ def _render_leaks(c, k: dict) -> None:
         _indent(c, "definitely lost by size: " + ", ".join(
             f"{x['blocks']:,} x {human(x['bytes'])}" for x in k["lost_by_size"][:4])
             + (f", and {len(k['lost_by_size']) - 4} more sizes" if len(k["lost_by_size"]) > 4 else ""), 4)
+    for x in ((k.get("lost_sites") or {}).get("sites") or [])[:3]:
+        _indent(c, f"lost from {x['site']}: {human(x['bytes'])} ±{human(x['error_bytes'])} "
+                   f"({fmt.share(x['share'])} of the lost blocks --track sampled)", 4)
     for b in k["largest_lost"][:3]:
         _indent(c, f"lost at {b['addr']}: {human(b['bytes'])}, starts {printable(b['starts'])}", 4,
                 style="dim")
@@ -972,6 +1000,8 @@ def render_attach(a, out) -> None:
                     style="dim")
     if a.leaks:
         _render_leaks(c, a.leaks)
+    if a.track:
+        _render_track(c, a.track)
     c.print()
     style = "bold green" if a.verdict.startswith("healthy") else "bold yellow"
     _verdict_lines(c, a.verdict, style)
