@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -30,13 +31,17 @@ def hs(*args, timeout=120, **kw):
     return subprocess.run([*HS, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def start_service(*opts, env=None, user=None):
-    """hs-service, serving until its stdin ends, once its leak is complete."""
+def start_service(*opts, env=None, user=None, leaked=True):
+    """hs-service, serving until its stdin ends, once its leak is complete (leaked=False:
+    once it serves, still leaking)."""
     cmd = [scenario("hs-service"), *opts]
     if user:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env={**os.environ, **(env or {})})
+    if not leaked:
+        time.sleep(0.5)
+        return p, 0, 0
     line = p.stdout.readline()
     assert line.startswith("leaked "), line
     return p, int(line.split()[1]), int(line.split()[4])
@@ -153,6 +158,8 @@ def test_leaks_refused_where_it_cannot_be_done():
         # WHEN --leaks is asked of each (of root's service, by another user)
         r_static = hs("attach", str(static.pid), "--leaks", "--no-gdb")
         r_je = hs("attach", str(je.pid), "--leaks", "--no-gdb")
+        r_static_track = hs("attach", str(static.pid), "--track", "1", "--no-gdb")
+        r_je_track = hs("attach", str(je.pid), "--track", "1", "--no-gdb")
         r_user = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                                  *HS, "attach", str(svc.pid), "--leaks"],
                                 capture_output=True, text=True, timeout=120,
@@ -166,8 +173,10 @@ def test_leaks_refused_where_it_cannot_be_done():
     # THEN each is refused in one line naming the reason, and no process changed
     assert r_static.returncode == 3 and "no glibc loaded (a static binary" in r_static.stderr
     assert r_je.returncode == 3 and "allocator is jemalloc" in r_je.stderr
+    assert r_static_track.returncode == 3 and "no glibc loaded" in r_static_track.stderr
+    assert r_je_track.returncode == 3 and "allocator is jemalloc" in r_je_track.stderr
     assert r_user.returncode == 3 and "another user" in r_user.stderr, r_user.stderr
-    for r in (r_static, r_je, r_user):
+    for r in (r_static, r_je, r_user, r_static_track, r_je_track):
         assert "Traceback" not in r.stderr
     assert after == before
     assert rc_je == 0 and rc_svc == 0
@@ -231,3 +240,116 @@ def test_trim_makes_the_release_and_leaves_the_process_as_it_was(tmp_path, alloc
     # AND the process is as it was, and ends its sleep and exits as it would have
     assert after == before
     assert p.returncode == 0 and out_text.startswith("retention: ") and err_text == ""
+
+
+def top_site(moment_or_sites: dict) -> str:
+    return moment_or_sites["sites"][0]["site"]
+
+
+def test_track_names_the_leaking_function_and_leaves_the_service_as_it_was(tmp_path):
+    # GIVEN a service that keeps losing 16 KiB request buffers in leak_request, caches in
+    # cache_put and allocates transiently in handle_transient, on three threads
+    p, _, _ = start_service("--leak-kib", "4000000", leaked=False)
+    try:
+        before = state(p.pid)
+        # WHEN heapsight follows it for 2 s, then looks for what no pointer reaches
+        out = tmp_path / "a.json"
+        r = hs("attach", str(p.pid), "--track", "2", "--leaks", "--json", str(out))
+        after = state(p.pid)
+        time.sleep(0.3)
+        alive = p.poll() is None
+    finally:
+        rc, stdout, stderr = finish(p)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(out.read_text())
+    t, k = got["track"], got["leaks"]
+    # THEN the leaking function comes first among the sites that grew, the transient one not
+    # at all, and the lost blocks' sites are the leaking function's
+    grew = t["sites"]["moments"][0]
+    assert top_site(grew).startswith("leak_request (service.c:"), grew["sites"][:3]
+    assert grew["sites"][0]["share"] >= 0.6
+    assert not any("handle_transient" in x["site"] for x in grew["sites"])
+    assert any(x["site"].startswith("cache_put (service.c:") for x in grew["sites"])
+    assert top_site(k["lost_sites"]).startswith("leak_request (service.c:")
+    assert k["lost_sites"]["sites"][0]["share"] >= 0.95
+    assert t["counters"]["allocations"] > 1000 and t["patched"] >= 3
+    # AND each stop is said, and the library is gone again
+    assert 0 < t["load_pause_ms"] < 2000 and 0 < t["unload_pause_ms"] < 2000 and t["unloaded"]
+    text = " ".join(r.stderr.split())
+    assert "call sites that grew" in text and "LEAK:" in text and "from leak_request" in text
+    # AND the service is as it was (threads, fds, signals, children, nothing of heapsight's
+    # mapped), serves on, and ends with its own output and exit code: its threads' exits
+    # call nothing of the unloaded library
+    assert after == before
+    assert alive
+    assert rc == 0 and stderr == "", stderr
+    assert stdout.startswith("served ") and stdout.count("\n") == 1
+
+
+GROW_PY = """import sys, time
+cache = []
+def remember(i):
+    cache.append({"id": i, "payload": "x" * 3000})
+def churn(i):
+    return len([str(i)] * 100)
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+i = 0
+while True:
+    remember(i); churn(i); i += 1
+    if i % 500 == 0:
+        time.sleep(0.01)
+"""
+
+GROW_PL = """use strict; $| = 1;
+my @cache;
+sub remember { my ($i) = @_; push @cache, { id => $i, payload => "x" x 3000 }; }
+sub churn { my ($i) = @_; my @tmp = ($i) x 100; return scalar @tmp; }
+print "ready\\n";
+my $i = 0;
+while (1) { remember($i); churn($i); $i++; select(undef, undef, undef, 0.01) if $i % 500 == 0; }
+"""
+
+
+@pytest.mark.parametrize("lang", ["python3", "perl"])
+def test_track_names_a_scripts_own_function_and_line(tmp_path, lang):
+    # GIVEN a script that grows a structure in remember() and churns in churn()
+    name = "grow.py" if lang == "python3" else "grow.pl"
+    script = tmp_path / name
+    script.write_text(GROW_PY if lang == "python3" else GROW_PL)
+    p = subprocess.Popen([lang, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        # WHEN heapsight follows it for 2 s
+        out = tmp_path / "a.json"
+        r = hs("attach", str(p.pid), "--track", "2", "--no-gdb", "--json", str(out))
+        time.sleep(0.2)
+        alive = p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+    # THEN the script's own function and line come first
+    assert r.returncode == 0, r.stderr
+    grew = json.loads(out.read_text())["track"]["sites"]["moments"][0]
+    line = 4 if lang == "python3" else 3
+    assert top_site(grew) == f"remember ({name}:{line})", grew["sites"][:3]
+    assert alive
+
+
+def test_track_of_a_process_that_ends_meanwhile_says_so(tmp_path):
+    # GIVEN a service whose input ends 1 s into a 3 s track
+    p, _, _ = start_service("--leak-kib", "4000000", leaked=False)
+    ender = threading.Timer(1.0, p.stdin.close)
+    ender.start()
+    try:
+        r = hs("attach", str(p.pid), "--track", "3", "--no-gdb", "--json", str(tmp_path / "a.json"))
+    finally:
+        ender.join()
+        rc = p.wait(timeout=30)
+    # THEN what it allocated meanwhile is told, with the end said; the service ended as it
+    # would have
+    assert r.returncode == 0, r.stderr
+    t = json.loads((tmp_path / "a.json").read_text())["track"]
+    assert t["ended"] and "the process ended" in t["note"]
+    assert top_site(t["sites"]["moments"][0]).startswith("leak_request (service.c:")
+    assert "the process ended with it loaded" in " ".join(r.stderr.split())
+    assert rc == 0

@@ -17,7 +17,8 @@
  *
  * heapsight_attach_end() writes the original values back; hs-inject then waits until no
  * thread runs in the library or has a return address into it on its stack, and dlcloses
- * it; the destructor unmaps the segment, the sampler's tables and the bitmap.
+ * it; the destructor unmaps the segment, the sampler's tables and the bitmap (in a process
+ * that exits while followed, it leaves them: the exit's last frees still reach the hooks).
  *
  * Not followed: objects loaded after the attach (their calls go to the allocator
  * uncounted), calls through a function pointer taken before it (R_X86_64_GLOB_DAT: such a
@@ -201,6 +202,7 @@ HS_ATTACH_EXPORT long heapsight_attach_end(void) {
 
 /* At dlclose (hs-inject made sure no thread is in the library): its memory unmapped. */
 void _hs_attach_stop(void) {
+  if (g_n_patches) return; /* the process exits while followed: its last frees still come */
   _hs_slots_forget();
   hs_chunk_t own[8];
   for (size_t i = 0, k = _hs_profile_own(own, 8); i < k; i++)

@@ -151,6 +151,20 @@ static void let_go(void) {
   g_n = 0;
 }
 
+/* Whether the process is ending (a zombie, or gone): it then refuses to be traced. */
+static int ending(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 1;
+  buf[n] = 0;
+  const char *paren = strrchr(buf, ')');
+  return !paren || paren[1] == 0 || paren[2] == 'Z' || paren[2] == 'X';
+}
+
 /* Every thread of pid stopped; 0 ok, else an exit code (the reason said). */
 static int stop_all(pid_t pid) {
   for (int rounds = 0;; rounds++) {
@@ -158,7 +172,7 @@ static int stop_all(pid_t pid) {
     if (added < 0) {
       int e = errno;
       let_go();
-      if (e == ESRCH || e == ENOENT) return EXIT_ENDED;
+      if (e == ESRCH || e == ENOENT || ending(pid)) return EXIT_ENDED;
       fail_msg("cannot trace process %d: %s", pid, strerror(e));
       return EXIT_REFUSED;
     }

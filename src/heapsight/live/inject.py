@@ -126,6 +126,15 @@ def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str) -> tuple:
     return p.returncode, _said(p.stdout), p.stderr.strip()
 
 
+def _running(pid: int) -> bool:
+    """Whether the process still runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _rss(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -286,12 +295,13 @@ class Tracked:
     unloaded: bool
     note: str = ""
     blocks: np.ndarray | None = None   # the sampled blocks live at the end (sites.live_blocks)
+    ended: bool = False                # the process ended while followed (nothing to unload)
 
     def to_dict(self) -> dict:
         return {"seconds": self.seconds, "patched": self.patched, "counters": self.counters,
                 "sites": self.sites, "load_pause_ms": self.load_pause_ms,
                 "unload_pause_ms": self.unload_pause_ms, "unloaded": self.unloaded,
-                "note": self.note}
+                "ended": self.ended, "note": self.note}
 
 
 def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
@@ -346,17 +356,22 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
             if not os.path.exists(f"/proc/{pid}/mem"):
                 break
         c = seg.counters()
-        lo, hi = _lib_range(pid, lib)
-        u = subprocess.run([native.program("hs-inject"), "unload", str(pid), f"{base + v['dlsym']:x}",
-                            f"{base + v['dlclose']:x}", f"{handle:x}", f"{lo:x}", f"{hi:x}"],
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                           start_new_session=True)
-        usaid = _said(u.stdout)
-        if u.returncode == ENDED:
-            raise HeapsightError(f"process {pid} ended while heapsight was following it", ENDED)
-        if u.returncode != 0:
-            raise HeapsightError(f"--track: process {pid}: {u.stderr.strip() or f'exit code {u.returncode}'}",
-                                 FAILED)
+        try:
+            lo, hi = _lib_range(pid, lib)
+            u = subprocess.run([native.program("hs-inject"), "unload", str(pid),
+                                f"{base + v['dlsym']:x}", f"{base + v['dlclose']:x}", f"{handle:x}",
+                                f"{lo:x}", f"{hi:x}"], capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, start_new_session=True)
+            rc, usaid, note = u.returncode, _said(u.stdout), u.stderr.strip()
+        except OSError:   # its /proc is gone
+            rc, usaid, note = ENDED, {}, ""
+        if rc != 0 and not _running(pid):
+            rc = ENDED
+        if rc == ENDED:   # nothing to undo: what it allocated meanwhile is still told
+            note = f"the process ended {time.monotonic() - t0:.1f} s into the {seconds:g} s"
+            usaid = {"closed": 1}
+        elif rc != 0:
+            raise HeapsightError(f"--track: process {pid}: {note or f'exit code {rc}'}", FAILED)
         prof = seg.profile()
         grew, blocks = None, None
         if prof is not None and len(prof.allocs):
@@ -368,7 +383,7 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
                         "live_bytes": c.live_requested_bytes, "live_blocks": c.live_blocks,
                         "allocated_bytes": c.requested_total_bytes},
                        grew, load_pause, usaid.get("pause_us", 0) / 1000,
-                       bool(usaid.get("closed")), u.stderr.strip(), blocks)
+                       bool(usaid.get("closed")), note, blocks, rc == ENDED)
     finally:
         seg.close()
 

@@ -911,10 +911,11 @@ def _render_track(c, k: dict) -> None:
     of what of it is still live, and what loading and unloading cost the process."""
     n = k["counters"]
     c.print()
+    unload = ("the process ended with it loaded" if k.get("ended") else
+              f"{k['unload_pause_ms']:.1f} ms to unload it"
+              + ("" if k["unloaded"] else "; it stays loaded, inert"))
     _indent(c, f"followed for {k['seconds']:.1f} s (heapsight's library loaded into the process: "
-               f"one thread stopped {k['load_pause_ms']:.1f} ms to load it, "
-               f"{k['unload_pause_ms']:.1f} ms to unload it"
-               + ("" if k["unloaded"] else "; it stays loaded, inert") + "):", 2)
+               f"one thread stopped {k['load_pause_ms']:.1f} ms to load it, {unload}):", 2)
     _indent(c, f"{n['allocations']:,} allocations ({human(n['allocated_bytes'])}), "
                f"{n['frees']:,} frees of them; still live: {human(n['live_bytes'])} in "
                f"{n['live_blocks']:,} blocks", 4)
