@@ -253,8 +253,9 @@ def test_track_names_the_leaking_function_and_leaves_the_service_as_it_was(tmp_p
     try:
         before = state(p.pid)
         # WHEN heapsight follows it for 2 s, then looks for what no pointer reaches
-        out = tmp_path / "a.json"
-        r = hs("attach", str(p.pid), "--track", "2", "--leaks", "--json", str(out))
+        out, prof = tmp_path / "a.json", tmp_path / "grew.pb.gz"
+        r = hs("attach", str(p.pid), "--track", "2", "--leaks", "--json", str(out),
+               "--pprof", str(prof))
         after = state(p.pid)
         time.sleep(0.3)
         alive = p.poll() is None
@@ -273,6 +274,10 @@ def test_track_names_the_leaking_function_and_leaves_the_service_as_it_was(tmp_p
     assert top_site(k["lost_sites"]).startswith("leak_request (service.c:")
     assert k["lost_sites"]["sites"][0]["share"] >= 0.95
     assert t["counters"]["allocations"] > 1000 and t["patched"] >= 3
+    # AND go tool pprof reads the same first site from the profile written
+    from test_pprof import pprof_top
+    top = pprof_top(prof)
+    assert max(top, key=top.get).startswith("leak_request"), top
     # AND each stop is said, and the library is gone again
     assert 0 < t["load_pause_ms"] < 2000 and 0 < t["unload_pause_ms"] < 2000 and t["unloaded"]
     text = " ".join(r.stderr.split())

@@ -22,7 +22,7 @@ examples:
   heapsight attach 4242
   heapsight attach 4242 --trim                   # give memory back, measured
   heapsight attach 4242 --leaks                  # what no pointer reaches now
-  heapsight attach 4242 --track 10               # who allocates and keeps, for 10 s
+  heapsight attach 4242 --track 10               # who allocates and keeps
   heapsight attach 4242 --watch 60 -o svc.hsrun.json.gz   # a minute, for report
   heapsight attach 4242 --watch --openmetrics-port 9464   # for Prometheus
 """
@@ -57,6 +57,9 @@ def add_arguments(p) -> None:
                    help="load heapsight's library into the process for SECONDS and name the call "
                         "sites of what it allocates and keeps meanwhile (one thread stops about "
                         "a millisecond to load it and again to unload it; glibc only)")
+    p.add_argument("--pprof", metavar="FILE",
+                   help="with --track: also write its call sites as a pprof heap profile (gzipped "
+                        "profile.proto: go tool pprof -top FILE): inuse = what grew")
     p.add_argument("--no-gdb", action="store_true",
                    help="do not call into the process: /proc figures only")
     p.add_argument("--json", metavar="FILE", help="the figures as JSON ('-' for stdout)")
@@ -79,7 +82,10 @@ def add_arguments(p) -> None:
 
 
 def execute(args) -> int:
+    if args.pprof and args.track is None:
+        raise HeapsightError("--pprof writes --track's call sites: add --track SECONDS")
     output.check_all([("--json", args.json, True), ("--html", args.html, False),
+                      ("--pprof", args.pprof, False),
                       ("--output", args.output if args.watch is not None else None, False)])
     if args.interval <= 0 or args.stats_every <= 0:
         raise HeapsightError("--interval and --stats-every must be positive")
@@ -118,6 +124,15 @@ def _execute(args) -> int:
         a.leaks = leaks.to_dict()
     a.verdict = attach.verdict(a)
     terminal.render_attach(a, sys.stderr)
+    if args.pprof:
+        from heapsight.reporters import pprof
+        try:
+            output.write(args.pprof, pprof.encode({"sites": (a.track or {}).get("sites"),
+                                                   "duration_s": (a.track or {}).get("seconds", 0)},
+                                                  at="grew"), gzip=False)
+            print(f"heapsight attach: pprof profile written to {args.pprof}", file=sys.stderr)
+        except HeapsightError as e:   # nothing was sampled: say why there is no profile
+            sys.stderr.write(f"heapsight: {e}\n")
     if args.json:
         output.write_json(args.json, a.to_dict())
     if args.watch is not None:

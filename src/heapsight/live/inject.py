@@ -375,8 +375,9 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
         prof = seg.profile()
         grew, blocks = None, None
         if prof is not None and len(prof.allocs):
-            m = sites.Moment("grew", None, seconds, c.live_usable_bytes)
-            grew = sites.build(prof, [m], profile.unwinder(prof))
+            m = [sites.Moment("grew", None, seconds, c.live_usable_bytes),
+                 sites.Moment(sites.ALLOCATED, sites.ALL, seconds, c.requested_total_bytes)]
+            grew = sites.build(prof, m, profile.unwinder(prof))
             blocks = sites.live_blocks(prof, None)
         return Tracked(round(time.monotonic() - t0, 3), said.get("patched", 0),
                        {"allocations": c.n_alloc, "frees": c.n_free,
