@@ -281,6 +281,10 @@ def _lib_range(pid: int, path: str) -> tuple:
     return lo, hi
 
 
+class _Execed(Exception):
+    pass
+
+
 @dataclass
 class Tracked:
     """What --track saw: the counters since the attach, the sampled call sites of the blocks
@@ -358,6 +362,8 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
         c = seg.counters()
         try:
             lo, hi = _lib_range(pid, lib)
+            if not lo and _running(pid):   # it ran execve: the library went with its old image
+                raise _Execed()
             u = subprocess.run([native.program("hs-inject"), "unload", str(pid),
                                 f"{base + v['dlsym']:x}", f"{base + v['dlclose']:x}", f"{handle:x}",
                                 f"{lo:x}", f"{hi:x}"], capture_output=True, text=True,
@@ -365,10 +371,14 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
             rc, usaid, note = u.returncode, _said(u.stdout), u.stderr.strip()
         except OSError:   # its /proc is gone
             rc, usaid, note = ENDED, {}, ""
+        except _Execed:
+            rc, usaid = ENDED, {}
+            note = ("the process ran another program (execve) while followed: heapsight's library "
+                    "went with its old image")
         if rc != 0 and not _running(pid):
             rc = ENDED
         if rc == ENDED:   # nothing to undo: what it allocated meanwhile is still told
-            note = f"the process ended {time.monotonic() - t0:.1f} s into the {seconds:g} s"
+            note = note or f"the process ended {time.monotonic() - t0:.1f} s into the {seconds:g} s"
             usaid = {"closed": 1}
         elif rc != 0:
             raise HeapsightError(f"--track: process {pid}: {note or f'exit code {rc}'}", FAILED)

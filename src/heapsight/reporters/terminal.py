@@ -911,7 +911,7 @@ def _render_track(c, k: dict) -> None:
     of what of it is still live, and what loading and unloading cost the process."""
     n = k["counters"]
     c.print()
-    unload = ("the process ended with it loaded" if k.get("ended") else
+    unload = ("the process ended or ran another program with it loaded" if k.get("ended") else
               f"{k['unload_pause_ms']:.1f} ms to unload it"
               + ("" if k["unloaded"] else "; it stays loaded, inert"))
     _indent(c, f"followed for {k['seconds']:.1f} s (heapsight's library loaded into the process: "
