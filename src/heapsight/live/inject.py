@@ -273,7 +273,7 @@ def _lib_range(pid: int, path: str) -> tuple:
     lo = hi = 0
     real = os.path.realpath(path)
     with open(f"/proc/{pid}/maps") as f:
-        for line in f:
+        for line in f.read().splitlines():
             parts = line.split(None, 5)
             if len(parts) == 6 and os.path.realpath(parts[5]) == real:
                 a, b = (int(x, 16) for x in parts[0].split("-"))
