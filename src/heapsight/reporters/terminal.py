@@ -999,10 +999,10 @@ def render_attach(a, out) -> None:
             _indent(c, f"made on one of its threads, stopped {r['pause_ms']:.1f} ms for it (all "
                        f"{r['threads']} stopped {r['all_stopped_ms']:.1f} ms while one was chosen)", 4,
                     style="dim")
-    if a.leaks:
-        _render_leaks(c, a.leaks)
     if a.track:
         _render_track(c, a.track)
+    if a.leaks:
+        _render_leaks(c, a.leaks)
     c.print()
     style = "bold green" if a.verdict.startswith("healthy") else "bold yellow"
     _verdict_lines(c, a.verdict, style)
