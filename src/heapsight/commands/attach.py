@@ -162,7 +162,9 @@ def watch(args, first: attach.Attached) -> int:
         if rss is not None:
             peak["rss"] = max(peak["rss"], rss)
             left = f", {max(0.0, args.watch - w.elapsed()):.0f} s left" if args.watch else ""
-            in_use = f", in use {human(a.in_use_bytes)}" if a.in_use_bytes is not None else ""
+            age = w.elapsed() - w.in_use_at
+            in_use = (f", in use {human(a.in_use_bytes)}" + (f" ({age:.0f} s ago)" if age >= 1.5 else "")
+                      if a.in_use_bytes is not None else "")
             live(f"{w.elapsed():.0f} s, RSS {human(rss)} (peak {human(peak['rss'])}){in_use}{left}")
 
     w = watching.Watch(args.pid, first, interval_s=args.interval, stats_every_s=args.stats_every,

@@ -27,6 +27,7 @@ class Watch:
         self.interrupted = self.ended = False
         self._start = None
         self.cpu = (0.0, 0.0)   # the process's CPU over the watch: user, system
+        self.in_use_at = 0.0    # when (s into the watch) the allocator's figures were last read
 
     def elapsed(self) -> float:
         """Seconds since the watch began."""
@@ -53,16 +54,21 @@ class Watch:
                     for k, v in st.items():
                         if k in IDX:
                             row[IDX[k]] = v
+                    fresh = len(self.timeline) == 0   # the first inspection's moment
                     if self.use_gdb and now >= next_stats:
                         next_stats = now + self.stats_every_s
                         try:
                             self.last = attach.inspect(self.pid)
                             self.inspections.append(self.last)
+                            fresh = True
                         except HeapsightError:
                             self.ended = True
                             break
-                    if self.last.in_use_bytes is not None and self.last is not None:
+                    # the allocator's figure where it was read, not carried to the samples
+                    # after it (the timeline shows when it is known)
+                    if fresh and self.last.in_use_bytes is not None:
                         row[IDX["alloc_in_use"]] = self.last.in_use_bytes
+                        self.in_use_at = now - start
                     self.timeline.append_row(row)
                     if self.on_sample:
                         self.on_sample(self.last, st.get("rss"))
