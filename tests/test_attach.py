@@ -50,8 +50,7 @@ def attach_json(pid, *extra, cwd):
     return json.load(open(out)), p.stderr
 
 
-@pytest.mark.gdb_calls
-@pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
+@pytest.mark.parametrize("allocator", ["glibc", pytest.param("jemalloc", marks=pytest.mark.gdb_calls)])
 def test_attach_agrees_with_run_and_trim_with_its_estimate(tmp_path, allocator):
     env = {"LD_PRELOAD": JEMALLOC} if allocator == "jemalloc" else {}
     # GIVEN what `heapsight run` says of the same program at exit (before its release)
@@ -88,7 +87,6 @@ ECHO = {"perl": ["perl", "-e", '$|=1; my @keep; while (my $l = <STDIN>) { push @
                     "range(20000)])\n    print('echo:' + l, end='')\n"]}
 
 
-@pytest.mark.gdb_calls
 @pytest.mark.parametrize("runtime", ["perl", "python3"])
 def test_a_runtime_keeps_answering_after_attach(tmp_path, runtime):
     p = subprocess.Popen(ECHO[runtime], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -114,8 +112,7 @@ def test_refusals_are_one_line_with_exit_3(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.gdb_calls
-@pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
+@pytest.mark.parametrize("allocator", ["glibc", pytest.param("jemalloc", marks=pytest.mark.gdb_calls)])
 def test_watch_ends_on_ctrl_c_and_keeps_its_record(tmp_path, allocator):
     target = holder({"LD_PRELOAD": JEMALLOC} if allocator == "jemalloc" else None)
     out = tmp_path / "w.hsrun.json.gz"
@@ -138,8 +135,7 @@ def test_watch_ends_on_ctrl_c_and_keeps_its_record(tmp_path, allocator):
         target.wait()
 
 
-@pytest.mark.gdb_calls
-@pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
+@pytest.mark.parametrize("allocator", ["glibc", pytest.param("jemalloc", marks=pytest.mark.gdb_calls)])
 def test_the_exporter_serves_prometheus_metrics(tmp_path, allocator):
     from heapsight.live import attach
     from heapsight.reporters import openmetrics
@@ -261,7 +257,6 @@ def test_run_serves_its_split_to_prometheus_while_the_program_runs(tmp_path):
         p.wait()
 
 
-@pytest.mark.gdb_calls
 def test_a_python_process_s_own_heap_is_named_with_what_to_try(tmp_path):
     # GIVEN python3 holding 300,000 small objects (pymalloc's arenas, outside malloc)
     prog = ("import sys, time\nx = [bytes(100) for _ in range(300000)]\n"
@@ -285,7 +280,6 @@ def test_a_python_process_s_own_heap_is_named_with_what_to_try(tmp_path):
         p.wait()
 
 
-@pytest.mark.gdb_calls
 def test_a_thread_heaps_free_top_is_retention_not_fragmentation(tmp_path):
     from test_thread_tops import TOPS
     src, exe = tmp_path / "tops.c", tmp_path / "tops"
@@ -300,7 +294,7 @@ def test_a_thread_heaps_free_top_is_retention_not_fragmentation(tmp_path):
         # THEN the verdict puts it on the top of the thread's heap, which malloc_trim leaves,
         # with the start-up setting that returns it
         assert got["retained_bytes"] >= 20 * MiB, got
-        assert got["verdict"].startswith("RETENTION") and "top of its threads' heaps" in got["verdict"]
+        assert got["verdict"].startswith("RETENTION") and "free top of the threads' heaps" in got["verdict"]
         assert "trim_threshold=131072" in got["verdict"]
         # and --trim confirms malloc_trim gives back little of it
         trimmed, _ = attach_json(p.pid, "--trim", cwd=tmp_path)

@@ -62,8 +62,9 @@ size_t _hs_own_blocks(uint64_t *out, size_t max) {
 /* Runs in the copy (never in the process) and never returns: the copy ends here, with
  * exit code 0 once the map is written, HS_COPY_BUSY when a thread held an arena lock at
  * the moment of the copy (its heap may be half-changed: the injector makes another). */
-HS_COPY_EXPORT __attribute__((noreturn)) void heapsight_copy_main(const char *path) {
+HS_COPY_EXPORT __attribute__((noreturn)) void heapsight_copy_main(const char *path, long reach) {
   g_seg.allocator_id = HS_ALLOC_GLIBC;
+  _hs_opt.reach = reach != 0; /* 0: the heaps' figures alone (attach without --leaks) */
   if (!_hs_glibc_locks_free()) {
     _hs_heapmap_write_refusal(path, "a thread of the process held an arena's lock at the copy");
     _exit(HS_COPY_BUSY);

@@ -1,7 +1,7 @@
 /* inject.c: hs-inject, how `heapsight attach PID --leaks` copies a running process without
  * loading anything into it (x86-64 Linux, ptrace).
  *
- *   hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S]
+ *   hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S [REACH]]   (`attach`, `--leaks`)
  *   hs-inject call PID FN [ARG...]      (`heapsight attach PID --trim`)
  *
  * 1. Every thread of PID is stopped (PTRACE_SEIZE, PTRACE_INTERRUPT; threads made
@@ -17,7 +17,8 @@
  * 4. In the copy (a traced child of ours, stopped; never the process): close_range() and
  *    an mmap for a stack of its own; dlopen(LIB) and dlsym(.., "heapsight_copy_main")
  *    called at the addresses the CLI found in the process's libc (DLOPEN, DLSYM, hex);
- *    then heapsight_copy_main(MAP), which writes the map file and ends the copy.
+ *    then heapsight_copy_main(MAP, REACH), which writes the map file (with the reach marked
+ *    unless REACH is 0) and ends the copy.
  * 5. The copy, ended, is the process's zombie child: one thread of the process is stopped
  *    again and makes a wait4(copy, __WALL | WNOHANG) (printed: reap_pause_us).
  *
@@ -396,7 +397,7 @@ static int reap_in_process(pid_t pid, pid_t copy, uint64_t *pause_ns) {
 }
 
 static int copy_process(pid_t pid, const char *lib, uint64_t dlopen_at, uint64_t dlsym_at,
-                        const char *map, uint64_t limit_ns) {
+                        const char *map, uint64_t limit_ns, int reach) {
   /* 1-3: the process's pause */
   uint64_t t0 = now_ns();
   int rc = stop_all(pid);
@@ -480,7 +481,8 @@ static int copy_process(pid_t pid, const char *lib, uint64_t dlopen_at, uint64_t
   struct user_regs_struct r = base;
   uint64_t csp = (sp & ~15ull) - 8, zero = 0;
   write_mem(copy, csp, &zero, 8);
-  r.rsp = csp, r.rip = (uint64_t)fn, r.rdi = addr[2], r.orig_rax = (unsigned long long)-1;
+  r.rsp = csp, r.rip = (uint64_t)fn, r.rdi = addr[2], r.rsi = (uint64_t)reach;
+  r.orig_rax = (unsigned long long)-1;
   if (ptrace(PTRACE_SETREGS, copy, 0, &r) != 0) goto kill;
   uint64_t c0 = now_ns();
   int code = copy_end(copy, limit_ns);
@@ -503,13 +505,15 @@ reap:;
 
 /* System calls a thread waits in when it has nothing to do (x86-64 numbers): a thread
  * stopped in one is not inside malloc or the loader. A futex is a last choice: it may be
- * a lock's wait. */
+ * a lock's wait (so may restart_syscall, which goes on with one). */
 static int idle_call(long nr) {
   static const long idle[] = {0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 230, 232, 247, 270,
                               271, 281, 288, 299, 426, 441};
   for (size_t i = 0; i < sizeof idle / sizeof idle[0]; i++)
     if (idle[i] == nr) return 2;
-  return nr == 202 ? 1 : 0; /* futex */
+  /* a futex, or restart_syscall (a sleep, poll or futex wait with a timeout, interrupted
+   * by an earlier stop and going on) */
+  return nr == 202 || nr == 219 ? 1 : 0;
 }
 
 /* Whether rip lies in a mapping of the dynamic loader's (ld-linux): a thread there may hold
@@ -810,7 +814,7 @@ int main(int argc, char **argv) {
   int copy = argc >= 7 && strcmp(mode, "copy") == 0, call = argc >= 4 && strcmp(mode, "call") == 0,
       load = argc == 8 && strcmp(mode, "load") == 0, unload = argc == 8 && strcmp(mode, "unload") == 0;
   if (!copy && !call && !load && !unload) {
-    fprintf(stderr, "usage: hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S]\n"
+    fprintf(stderr, "usage: hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S [REACH]]\n"
                     "       hs-inject call PID FN [ARG...]\n"
                     "       hs-inject load PID DLOPEN DLSYM DLCLOSE LIB SEGMENT\n"
                     "       hs-inject unload PID DLSYM DLCLOSE HANDLE LO HI\n"
@@ -848,7 +852,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "hs-inject: bad arguments\n");
       return 2;
     }
-    rc = copy_process(pid, argv[3], dlopen_at, dlsym_at, argv[6], (uint64_t)(limit_s * 1e9));
+    int reach = argc > 8 ? atoi(argv[8]) != 0 : 1;
+    rc = copy_process(pid, argv[3], dlopen_at, dlsym_at, argv[6], (uint64_t)(limit_s * 1e9), reach);
   }
   fflush(stdout);
   return rc;

@@ -2,14 +2,16 @@
 
 Reads /proc/PID/smaps (every mapping classified: the allocator's heaps, stacks,
 file-backed, shared, other anonymous), finds the allocator from the libraries the
-process maps, and reads the allocator's own figures by calling into the process through
-gdb (glibc: malloc_info; jemalloc: mallctl; tcmalloc: MallocExtension). It prints the
-same split as `heapsight run` (in use by the program, freed but kept by the allocator,
-non-heap by owner) and how much a release would give back.
+process maps, and reads the allocator's own figures: glibc's from a copy of the process
+(every thread stops for the copy, a few milliseconds; the copy's heaps are walked chunk
+by chunk and malloc_trim is measured in it), jemalloc's and tcmalloc's by calling into the
+process through gdb. It prints the same split as `heapsight run` (in use by the program,
+freed but kept by the allocator, non-heap by owner) and how much a release would give
+back.
 
-The process stops only while gdb reads (a few tenths of a second) and is otherwise left as
-it was: gdb places its string arguments in the process's memory (a few dozen bytes) and
-malloc_info opens and closes a FILE. Nothing else changes unless you ask: --trim calls the
+The process stops only for the copy (or while gdb reads: a few tenths of a second) and is
+otherwise left as it was (gdb places its string arguments in the process's memory, a few
+dozen bytes). Nothing else changes unless you ask: --trim calls the
 allocator's release (malloc_trim(0), jemalloc's purge, tcmalloc's ReleaseFreeMemory,
 mi_collect) on one of its threads that waits in a system call (no gdb; that thread stops
 for the call) and measures RSS before and after; --leaks copies the process (every thread
@@ -61,7 +63,7 @@ def add_arguments(p) -> None:
                    help="with --track: also write its call sites as a pprof heap profile (gzipped "
                         "profile.proto: go tool pprof -top FILE): inuse = what grew")
     p.add_argument("--no-gdb", action="store_true",
-                   help="do not call into the process: /proc figures only")
+                   help="neither copy the process nor call into it: /proc figures only")
     p.add_argument("--json", metavar="FILE", help="the figures as JSON ('-' for stdout)")
     p.add_argument("--html", metavar="FILE",
                    help="also write a page (with --watch: the whole watch; else this moment)")

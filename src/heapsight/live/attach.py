@@ -49,6 +49,7 @@ class Attached:
     waste_bytes: int | None = None         # rounding of the live blocks
     live_blocks: int | None = None
     runtime: str = ""                      # a runtime with its own heap it maps (analysis.OWNERS)
+    release_measured: bool = False         # release_estimate_bytes was measured in a copy
     leaks: dict | None = None              # --leaks: inject.Leaks.to_dict(), marked in a copy
     track: dict | None = None              # --track: inject.Tracked.to_dict()
 
@@ -190,6 +191,63 @@ def glibc_figures(pid: int) -> dict:
     return parse_malloc_info(xml)
 
 
+# ---------------------------------------------------------------- glibc: from a copy
+
+def _mmapped_chunks(pid: int, maps: list) -> tuple:
+    """glibc's mmapped chunks, as the copy finds them at the start of an anonymous mapping
+    (prev_size 0, the mapping's size with IS_MMAPPED alone): (chunks, bytes), read through
+    /proc/PID/mem. One the kernel merged into a neighbouring mapping is not found."""
+    n = total = 0
+    try:
+        mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
+    except OSError:
+        return 0, 0
+    with mem:
+        for m in maps:
+            if m.kind != "anon" or "w" not in m.perms or m.size < 2 * PAGE:
+                continue
+            try:
+                mem.seek(m.start)
+                head = mem.read(16)
+            except (OSError, ValueError, OverflowError):
+                continue
+            if len(head) != 16:
+                continue
+            prev, size = int.from_bytes(head[:8], "little"), int.from_bytes(head[8:], "little")
+            if prev == 0 and size & 7 == 2 and (size & ~7) == m.size:
+                n, total = n + 1, total + m.size
+    return n, total
+
+
+def glibc_from_copy(pid: int, maps: list) -> tuple:
+    """glibc's figures from a copy of the process, its heaps walked chunk by chunk and a
+    release measured there (live/inject.py; the process stops only for the copy, and no
+    call is made in it): (arenas as parse_malloc_info gives them, figures, the copy's note,
+    the release measured)."""
+    from heapsight.live import inject
+    hm, said, _tries, _rss = inject.copy_map(pid, "glibc", reach=False)
+    if hm.status != "mapped" or not hm.heaps or not all(h.walked for h in hm.heaps):
+        raise HeapsightError(f"the copy could not walk glibc's heaps ({hm.status}{': ' + hm.note if hm.note else ''})")
+    page = hm.page_bytes
+    arenas: dict = {}
+    for h in hm.heaps:
+        x = arenas.setdefault(h.arena, {"nr": h.arena, "free_bytes": 0, "binned_bytes": 0,
+                                        "top_bytes": 0, "system_bytes": 0, "free_chunks": 0,
+                                        "whole_free_pages_bytes": 0})
+        system = h.pages * page
+        held = h.live_bytes + 8 * h.inuse_chunks     # the in-use chunks, headers included
+        x["system_bytes"] += system
+        x["free_bytes"] += max(0, system - held)      # free chunks, tcache's, the top
+        x["top_bytes"] += h.top_bytes
+        x["free_chunks"] += h.free_chunks + h.tcache_chunks
+    chunks, mmapped = _mmapped_chunks(pid, maps)
+    figures = {"mmapped_chunks": chunks, "mmapped_bytes": mmapped}
+    note = (f"glibc's figures from a copy of the process, its heaps walked (the process stopped "
+            f"{said.get('pause_us', 0) / 1000:.1f} ms for the copy, "
+            f"{said.get('reap_pause_us', 0) / 1000:.1f} ms to reap it; no call into it)")
+    return sorted(arenas.values(), key=lambda x: x["nr"]), figures, note, hm.release_measured_bytes
+
+
 # ---------------------------------------------------------------- jemalloc, tcmalloc
 
 JEMALLOC_STATS = ("stats.allocated", "stats.active", "stats.metadata", "stats.resident",
@@ -254,7 +312,8 @@ def split(a: Attached) -> None:
             estimate += max(0, main["top_bytes"] - 128 * 1024) // PAGE * PAGE
         # pages a release already returned are not resident: they cannot go back again
         estimate -= max(0, system - heap_rss)
-        a.release_estimate_bytes = int(min(max(0, estimate), a.retained_bytes))
+        if not a.release_measured:
+            a.release_estimate_bytes = int(min(max(0, estimate), a.retained_bytes))
     elif a.allocator == "jemalloc" and f.get("resident") is not None:
         # jemalloc's heaps are anonymous mappings of its own: resident = active + dirty +
         # metadata; dirty and muzzy pages are what a purge returns
@@ -347,6 +406,8 @@ def _verdict(a: Attached) -> str:
                     "thresholds), a thread's heap shrinks on free")
         kind = "RETENTION" if est >= 0.5 * a.retained_bytes else "FRAGMENTATION"
         release = ("" if a.trim else
+                   f"; a release would give back {human(est)}, measured in a copy of the process "
+                   f"(heapsight attach {a.pid} --trim makes it)" if a.release_measured else
                    f"; a release would give back about {human(est)} (heapsight attach {a.pid} "
                    "--trim does it and measures)")
         return (f"{kind}: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} of RSS) "
@@ -391,6 +452,8 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
         a.notes.append("a static binary (or a Go program): no allocator to call, /proc figures only")
     elif not use_gdb:
         a.notes.append("--no-gdb: /proc figures only")
+    elif alloc == "glibc" and _from_copy(a, pid, maps):
+        pass
     elif alloc in ("glibc", "jemalloc", "tcmalloc") and gdbcall.restore_refusal():
         # gdb here cannot undo its calls: the /proc figures, and why no more
         a.notes.append("/proc figures only: " + gdbcall.restore_refusal())
@@ -408,8 +471,23 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
     else:
         a.notes.append(f"{alloc}: heapsight does not read its figures in a running process yet")
     split(a)
+    if a.release_measured and a.retained_bytes is not None:
+        a.release_estimate_bytes = min(a.release_estimate_bytes or 0, a.retained_bytes)
     a.verdict = verdict(a)
     return a
+
+
+def _from_copy(a: Attached, pid: int, maps: list) -> bool:
+    """glibc's figures from a copy of the process (glibc_from_copy) into a; False, with a
+    note, when the copy could not give them (gdb is asked then, where it can call)."""
+    try:
+        a.arenas, a.allocator_figures, note, released = glibc_from_copy(pid, maps)
+    except HeapsightError as e:
+        a.notes.append(f"no copy of the process could be walked: {e.message}")
+        return False
+    a.notes.append(note)
+    a.release_estimate_bytes, a.release_measured = released, True
+    return True
 
 
 def _smaps_refused(pid: int) -> str:

@@ -115,10 +115,10 @@ def _private_dir(pid: int) -> str:
     return d
 
 
-def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str) -> tuple:
+def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str, reach: bool) -> tuple:
     """hs-inject once: (exit code, its key-value lines, its stderr)."""
     cmd = [native.program("hs-inject"), "copy", str(pid), native.lib_path("libheapsight_copy.so"),
-           f"{dlopen_at:x}", f"{dlsym_at:x}", path, f"{COPY_LIMIT_S:g}"]
+           f"{dlopen_at:x}", f"{dlsym_at:x}", path, f"{COPY_LIMIT_S:g}", "1" if reach else "0"]
     # a session of its own: an interrupt meant for heapsight must not stop it halfway (it
     # lets the process go in every case, and the copy bounds itself)
     p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -176,22 +176,24 @@ def _lost_blocks(pid: int, reach: heapmap.Reach) -> tuple:
     return by_size, largest
 
 
-def copy_and_mark(pid: int, allocator: str) -> Leaks:
-    """The reach of a running process's blocks, marked in a copy of it (see the top)."""
-    tracer = _tracer(pid)
-    if tracer:
-        raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
-                             "one tracer at a time; detach that one first", REFUSED)
+def copy_map(pid: int, allocator: str, reach: bool = True) -> tuple:
+    """A heap map of a copy of the running process (see the top): (heapmap.HeapMap, what
+    hs-inject said, tries, the process's RSS right after the copy). Refusals and failures
+    as HeapsightError."""
     dlopen_at, dlsym_at = _addresses(pid)
     if allocator != "glibc":
         raise HeapsightError(f"--leaks: the process's allocator is {allocator}; marking a running "
                              "process's blocks is done for glibc's heaps only so far (under "
                              f"{allocator}, `heapsight run` marks them at exit)", REFUSED)
+    tracer = _tracer(pid)
+    if tracer:
+        raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
+                             "one tracer at a time; detach that one first", REFUSED)
     d = _private_dir(pid)
     try:
         for tries in range(1, TRIES + 1):
             path = os.path.join(d, f"attach-{pid}-{tries}.map.leaks")
-            rc, said, err = _run(pid, dlopen_at, dlsym_at, path)
+            rc, said, err = _run(pid, dlopen_at, dlsym_at, path, reach)
             rss = _rss(pid)
             if rc != BUSY:
                 break
@@ -213,6 +215,12 @@ def copy_and_mark(pid: int, allocator: str) -> Leaks:
             hm = heapmap.parse(f.read(64 << 20), path)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+    return hm, said, tries, rss
+
+
+def copy_and_mark(pid: int, allocator: str) -> Leaks:
+    """The reach of a running process's blocks, marked in a copy of it (see the top)."""
+    hm, said, tries, rss = copy_map(pid, allocator, reach=True)
     if hm.reach is None or not hm.reach.marked:
         why = hm.reach.why if hm.reach is not None else hm.status
         raise HeapsightError(f"process {pid}: its blocks were not marked: {why}", FAILED)
@@ -221,7 +229,6 @@ def copy_and_mark(pid: int, allocator: str) -> Leaks:
                  said.get("reap_pause_us", 0) / 1000, said.get("threads", 0),
                  said.get("copy_ms", 0), tries, by_size, largest, bool(said.get("reaped")), rss,
                  hm.reach)
-
 
 def _said(text: str) -> dict:
     said = {}

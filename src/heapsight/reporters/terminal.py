@@ -988,7 +988,10 @@ def render_attach(a, out) -> None:
         if a.allocator_figures.get("mmapped_chunks"):
             _indent(c, f"{a.allocator_figures['mmapped_chunks']:,} mmapped chunk(s) of "
                        f"{human(a.allocator_figures['mmapped_bytes'])} in all", 2)
-    if a.release_estimate_bytes is not None:
+    if a.release_estimate_bytes is not None and a.release_measured:
+        _indent(c, f"a release now would give back {human(a.release_estimate_bytes)}: malloc_trim "
+                   "measured in a copy of the process", 2)
+    elif a.release_estimate_bytes is not None:
         _indent(c, f"a release now would give back about {human(a.release_estimate_bytes)} "
                    "(the whole pages inside free chunks)", 2)
     if a.trim:
