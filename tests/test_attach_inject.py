@@ -378,3 +378,51 @@ def test_track_of_a_process_that_runs_another_program_meanwhile(tmp_path):
     t = json.loads((tmp_path / "a.json").read_text())["track"]
     assert t["ended"] and "execve" in t["note"], t["note"]
     assert rc == 0
+
+
+STRICT_C = r"""
+#include <linux/seccomp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    char *keep = malloc(1 << 20);
+    memset(keep, 1, 1 << 20);
+    write(1, "ready\n", 6);
+    prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT);
+    char b[64];
+    while (syscall(SYS_read, 0, b, sizeof b) > 0) {}
+    syscall(SYS_exit, keep[5]);   /* exit_group is not allowed in strict mode */
+}
+"""
+
+
+def test_a_process_under_seccomp_gets_no_call_of_ours(tmp_path):
+    # GIVEN a process in seccomp's strict mode (any system call but read, write, exit and
+    # sigreturn kills it), blocked in read()
+    src, exe = tmp_path / "strict.c", tmp_path / "strict"
+    src.write_text(STRICT_C)
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    p = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"ready\n"
+        # WHEN each of --leaks, --trim and --track is asked, and a plain attach
+        rs = [hs("attach", str(p.pid), opt, *extra, "--no-gdb")
+              for opt, *extra in (("--leaks",), ("--trim",), ("--track", "1"))]
+        plain = hs("attach", str(p.pid))
+        time.sleep(0.2)
+        alive = p.poll() is None
+        p.stdin.write(b"x")
+        p.stdin.close()
+        rc = p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    # THEN each is refused in one line and the process lives on: it reads what it is given
+    # and ends its own way (a call of ours would have killed it)
+    for r in rs:
+        assert r.returncode == 3 and "seccomp filter" in r.stderr, r.stderr
+    assert plain.returncode == 0 and "seccomp filter" in " ".join(plain.stderr.split())
+    assert alive and rc == 1

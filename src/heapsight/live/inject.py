@@ -98,6 +98,44 @@ def _addresses(pid: int) -> tuple:
     return base + values["dlopen"], base + values["dlsym"]
 
 
+def _status_field(pid: int, field: str) -> str:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field + ":")), "")
+    except OSError:
+        return ""
+
+
+def refusal(pid: int, loads: bool) -> str:
+    """Why heapsight will not make a system call or a call in the process, or "": a seccomp
+    filter (a call it forbids could kill the process), and, when a library of heapsight's is
+    to be loaded into it or its copy (loads), another mount namespace (a container: the
+    library's path is not there)."""
+    if _status_field(pid, "Seccomp") not in ("", "0"):
+        return (f"process {pid} runs under a seccomp filter: a system call heapsight would make in "
+                "it (clone, mmap, wait4) could be forbidden, and a forbidden call may kill it; "
+                "heapsight makes none (`heapsight run` measures such a program from its start)")
+    if loads:
+        try:
+            other = os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        except OSError:
+            other = False
+        if other:
+            return (f"process {pid} runs in another mount namespace (a container): heapsight's "
+                    "library is not at the same path there; run heapsight inside it")
+    return ""
+
+
+def _check(pid: int, loads: bool) -> None:
+    why = refusal(pid, loads)
+    if why:
+        raise HeapsightError(why, REFUSED)
+    tracer = _tracer(pid)
+    if tracer:
+        raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
+                             "one tracer at a time; detach that one first", REFUSED)
+
+
 def _tracer(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -185,10 +223,7 @@ def copy_map(pid: int, allocator: str, reach: bool = True) -> tuple:
         raise HeapsightError(f"--leaks: the process's allocator is {allocator}; marking a running "
                              "process's blocks is done for glibc's heaps only so far (under "
                              f"{allocator}, `heapsight run` marks them at exit)", REFUSED)
-    tracer = _tracer(pid)
-    if tracer:
-        raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
-                             "one tracer at a time; detach that one first", REFUSED)
+    _check(pid, loads=True)
     d = _private_dir(pid)
     try:
         for tries in range(1, TRIES + 1):
@@ -246,6 +281,7 @@ def release(pid: int, allocator: str) -> dict:
     call = allocators.trim_call(allocator)
     if call is None:
         raise HeapsightError(f"--trim: no release call is known for {allocator}", REFUSED)
+    _check(pid, loads=False)
     prefix = allocators.ALLOCATORS[allocator].object_prefix or "libc.so"
     found = _mapped(pid, prefix) if allocator != "glibc" else _libc(pid)
     if found is None:
@@ -326,10 +362,7 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
                              "running process's allocations is done under glibc only so far "
                              f"(under {allocator}, `heapsight run` follows them from the start)",
                              REFUSED)
-    tracer = _tracer(pid)
-    if tracer:
-        raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
-                             "one tracer at a time; detach that one first", REFUSED)
+    _check(pid, loads=True)
     path, readable, base = _libc(pid)
     try:
         v = elf.symbol_values(readable, {"dlopen", "dlsym", "dlclose"})
