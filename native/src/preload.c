@@ -629,11 +629,15 @@ static void internal_signals_as_started(void) {
   }
 }
 
-/* Whether the library is the process's malloc (preloaded): loaded later by `heapsight
- * attach --track` (attach.c), it is not, and starts only when asked to. */
+/* Whether the library was preloaded (the process started with it in LD_PRELOAD, or its
+ * malloc is the one the process's names resolve to): loaded later by `heapsight attach
+ * --track` (attach.c), it is neither, and starts only when asked to. */
 static int preloaded(void) {
   static int known = -1;
-  if (known < 0) known = dlsym(RTLD_DEFAULT, "malloc") == (void *)&_hs_hook_malloc;
+  if (known < 0) {
+    const char *v = getenv("LD_PRELOAD");
+    known = (v && strstr(v, "libheapsight.so")) || dlsym(RTLD_DEFAULT, "malloc") == (void *)&_hs_hook_malloc;
+  }
   return known;
 }
 

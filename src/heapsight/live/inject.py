@@ -372,6 +372,11 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
         raise HeapsightError(f"process {pid}'s libc ({path}) has no dlopen of its own (glibc "
                              "before 2.34): --track needs glibc 2.34 or later", REFUSED)
     lib = native.preload_library()
+    with open(f"/proc/{pid}/maps") as f:
+        if "/libheapsight.so" in f.read():
+            raise HeapsightError(f"process {pid} already runs with heapsight's library (started "
+                                 "with `heapsight env`'s settings, or by heapsight run): attach "
+                                 "reads its own counters without --track", REFUSED)
     seg = segment.Segment(profile=True)
     try:
         st = os.stat(f"/proc/{pid}")
