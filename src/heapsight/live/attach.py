@@ -96,26 +96,15 @@ def check_target(pid: int, use_gdb: bool = True) -> str:
     if not raw:
         raise HeapsightError(f"process {pid} is a kernel thread or a zombie: nothing to attach to",
                              gdbcall.EXIT_REFUSED)
-    tracer = _status_field(pid, "TracerPid") if use_gdb else 0
+    tracer = int(procfs.status_field(pid, "TracerPid") or 0) if use_gdb else 0
     if tracer:
-        name = _status_field(pid, "Name", tracer) or "?"
+        name = procfs.status_field(tracer, "Name") or "?"
         raise HeapsightError(f"process {pid} is already traced by process {tracer} ({name}): a "
                              "process has one tracer at a time; detach that one first (or use "
                              "--no-gdb for the /proc figures alone)", gdbcall.EXIT_REFUSED)
     return " ".join(os.fsdecode(a) for a in raw.rstrip(b"\0").split(b"\0"))
 
 
-def _status_field(pid: int, field: str, of: int | None = None):
-    """A field of /proc/PID/status (of another pid when given): an int where it is one."""
-    try:
-        with open(f"/proc/{of or pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    v = line.split(":", 1)[1].strip()
-                    return int(v) if v.isdigit() else v
-    except OSError:
-        return None
-    return None
 
 
 # ---------------------------------------------------------------- glibc: malloc_info
@@ -523,22 +512,10 @@ def trim(pid: int, allocator: str) -> dict:
             "all_stopped_ms": made["all_stopped_ms"], "threads": made["threads"]}
 
 
-def _running(pid: int) -> bool:
-    """Whether the process still runs (a zombie has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        raise HeapsightError(f"process {pid} has ended before the release: nothing to "
-                             "release") from None
-    raise HeapsightError(f"process {pid} has ended before the release: nothing to release")
+    rss = procfs.rss_bytes(pid)
+    if rss is None:
+        raise HeapsightError(f"process {pid} has ended before the release: nothing to release")
+    return rss

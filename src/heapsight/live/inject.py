@@ -23,7 +23,7 @@ import numpy as np
 
 from heapsight import allocators, elf, heapmap, native
 from heapsight.errors import HeapsightError
-from heapsight.live import gdbcall
+from heapsight.live import gdbcall, procfs
 
 # hs-inject's exit codes (inject.c)
 REFUSED, ENDED, FAILED, BUSY = 3, 4, 5, 7
@@ -98,12 +98,6 @@ def _addresses(pid: int) -> tuple:
     return base + values["dlopen"], base + values["dlsym"]
 
 
-def _status_field(pid: int, field: str) -> str:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field + ":")), "")
-    except OSError:
-        return ""
 
 
 def refusal(pid: int, loads: bool) -> str:
@@ -111,7 +105,7 @@ def refusal(pid: int, loads: bool) -> str:
     filter (a call it forbids could kill the process), and, when a library of heapsight's is
     to be loaded into it or its copy (loads), another mount namespace (a container: the
     library's path is not there)."""
-    if _status_field(pid, "Seccomp") not in ("", "0"):
+    if procfs.status_field(pid, "Seccomp") not in ("", "0"):
         return (f"process {pid} runs under a seccomp filter: a system call heapsight would make in "
                 "it (clone, mmap, wait4) could be forbidden, and a forbidden call may kill it; "
                 "heapsight makes none (`heapsight run` measures such a program from its start)")
@@ -130,18 +124,12 @@ def _check(pid: int, loads: bool) -> None:
     why = refusal(pid, loads)
     if why:
         raise HeapsightError(why, REFUSED)
-    tracer = _tracer(pid)
-    if tracer:
+    tracer = procfs.status_field(pid, "TracerPid")
+    if tracer not in ("", "0"):
         raise HeapsightError(f"process {pid} is already traced by process {tracer}: a process has "
                              "one tracer at a time; detach that one first", REFUSED)
 
 
-def _tracer(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("TracerPid:")), 0)
-    except (OSError, ValueError):
-        return 0
 
 
 def _private_dir(pid: int) -> str:
@@ -164,21 +152,8 @@ def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str, reach: bool) -> tup
     return p.returncode, _said(p.stdout), p.stderr.strip()
 
 
-def _running(pid: int) -> bool:
-    """Whether the process still runs (a zombie has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
-    except (OSError, ValueError):
-        return 0
 
 
 def _peek(pid: int, addr: int, n: int) -> bytes:
@@ -229,7 +204,7 @@ def copy_map(pid: int, allocator: str, reach: bool = True) -> tuple:
         for tries in range(1, TRIES + 1):
             path = os.path.join(d, f"attach-{pid}-{tries}.map.leaks")
             rc, said, err = _run(pid, dlopen_at, dlsym_at, path, reach)
-            rss = _rss(pid)
+            rss = procfs.rss_bytes(pid) or 0
             if rc != BUSY:
                 break
             time.sleep(0.05 * tries)
@@ -407,7 +382,7 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
         c = seg.counters()
         try:
             lo, hi = _lib_range(pid, lib)
-            if not lo and _running(pid):   # it ran execve: the library went with its old image
+            if not lo and procfs.running(pid):   # it ran execve: the library went with its old image
                 raise _Execed()
             u = subprocess.run([native.program("hs-inject"), "unload", str(pid),
                                 f"{base + v['dlsym']:x}", f"{base + v['dlclose']:x}", f"{handle:x}",
@@ -420,7 +395,7 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
             rc, usaid = ENDED, {}
             note = ("the process ran another program (execve) while followed: heapsight's library "
                     "went with its old image")
-        if rc != 0 and not _running(pid):
+        if rc != 0 and not procfs.running(pid):
             rc = ENDED
         if rc == ENDED:   # nothing to undo: what it allocated meanwhile is still told
             note = note or f"the process ended {time.monotonic() - t0:.1f} s into the {seconds:g} s"

@@ -67,6 +67,31 @@ def status(pid: int) -> ProcFile:
     return ProcFile(f"/proc/{pid}/status", STATUS_KEYS)
 
 
+def status_field(pid: int, field: str) -> str:
+    """A field of /proc/PID/status as written ("" when it has none, or is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith(field + ":")), "")
+    except OSError:
+        return ""
+
+
+def rss_bytes(pid: int) -> int | None:
+    """VmRSS, or None when the process is gone (or a zombie)."""
+    v = status_field(pid, "VmRSS").split()
+    return int(v[0]) * 1024 if v and v[0].isdigit() else None
+
+
+def running(pid: int) -> bool:
+    """Whether the process still runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def cpu_seconds(pid: int) -> tuple | None:
     """(user, system) CPU seconds the process has used (/proc/PID/stat), or None when gone."""
     try:
