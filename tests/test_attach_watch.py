@@ -52,3 +52,24 @@ def test_a_watch_of_a_process_that_ends_says_so(tmp_path):
     assert "the process ended during the watch" in " ".join(err.split())
     assert s["still_running"] is False
     assert "ended during the watch" in page
+
+
+def test_a_watch_reads_glibcs_figures_at_its_interval(tmp_path):
+    # GIVEN a small glibc process (a copy of it costs about a millisecond's pause)
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.2)
+        rec = tmp_path / "w.hsrun.json.gz"
+        # WHEN it is watched for 1.5 s every 0.3 s
+        r = subprocess.run([*HS, "attach", str(p.pid), "--watch", "1.5", "--interval", "0.3",
+                            "-o", str(rec)], capture_output=True, text=True, timeout=120)
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    with gzip.open(rec, "rt") as f:
+        doc = json.load(f)
+    # THEN the allocator's figures were read at (nearly) every sample, each from a copy
+    readings = doc["attach"]
+    assert len(readings) >= 4, len(readings)
+    assert all(x["release_measured"] and x["copy_pause_ms"] < 1000 for x in readings)

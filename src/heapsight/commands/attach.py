@@ -72,9 +72,10 @@ def add_arguments(p) -> None:
                         "into a run record for `heapsight report`")
     p.add_argument("--interval", type=float, default=1.0, metavar="S",
                    help="seconds between /proc samples when watching (default 1)")
-    p.add_argument("--stats-every", type=float, default=30.0, metavar="S",
-                   help="seconds between the allocator's figures (each stops the process for "
-                        "tens of milliseconds) when watching (default 30)")
+    p.add_argument("--stats-every", type=float, metavar="S",
+                   help="seconds between the allocator's figures when watching (default: glibc's, "
+                        "from a copy, as often as keeps the process stopped under 1%% of the "
+                        "time, at least every --interval; through gdb, every 30)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="where --watch saves its record (default heapsight-attach-PID.hsrun.json.gz; in a directory anyone can write, a random part is added to the name)")
     p.add_argument("--openmetrics-port", type=int, metavar="PORT",
@@ -89,7 +90,7 @@ def execute(args) -> int:
     output.check_all([("--json", args.json, True), ("--html", args.html, False),
                       ("--pprof", args.pprof, False),
                       ("--output", args.output if args.watch is not None else None, False)])
-    if args.interval <= 0 or args.stats_every <= 0:
+    if args.interval <= 0 or (args.stats_every is not None and args.stats_every <= 0):
         raise HeapsightError("--interval and --stats-every must be positive")
     if (args.leaks or args.track is not None) and args.watch is not None:
         raise HeapsightError("--leaks and --track look once; run them and --watch separately")

@@ -50,6 +50,7 @@ class Attached:
     live_blocks: int | None = None
     runtime: str = ""                      # a runtime with its own heap it maps (analysis.OWNERS)
     release_measured: bool = False         # release_estimate_bytes was measured in a copy
+    copy_pause_ms: float | None = None     # glibc's figures from a copy: the process's pause
     leaks: dict | None = None              # --leaks: inject.Leaks.to_dict(), marked in a copy
     track: dict | None = None              # --track: inject.Tracked.to_dict()
 
@@ -234,7 +235,9 @@ def glibc_from_copy(pid: int, maps: list) -> tuple:
     note = (f"glibc's figures from a copy of the process, its heaps walked (the process stopped "
             f"{said.get('pause_us', 0) / 1000:.1f} ms for the copy, "
             f"{said.get('reap_pause_us', 0) / 1000:.1f} ms to reap it; no call into it)")
-    return sorted(arenas.values(), key=lambda x: x["nr"]), figures, note, hm.release_measured_bytes
+    pause = (said.get("pause_us", 0) + said.get("reap_pause_us", 0)) / 1000
+    return (sorted(arenas.values(), key=lambda x: x["nr"]), figures, note,
+            hm.release_measured_bytes, pause)
 
 
 # ---------------------------------------------------------------- jemalloc, tcmalloc
@@ -470,12 +473,13 @@ def _from_copy(a: Attached, pid: int, maps: list) -> bool:
     """glibc's figures from a copy of the process (glibc_from_copy) into a; False, with a
     note, when the copy could not give them (gdb is asked then, where it can call)."""
     try:
-        a.arenas, a.allocator_figures, note, released = glibc_from_copy(pid, maps)
+        a.arenas, a.allocator_figures, note, released, pause = glibc_from_copy(pid, maps)
     except HeapsightError as e:
         a.notes.append(f"no copy of the process could be walked: {e.message}")
         return False
     a.notes.append(note)
     a.release_estimate_bytes, a.release_measured = released, True
+    a.copy_pause_ms = pause
     return True
 
 

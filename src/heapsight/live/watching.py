@@ -1,5 +1,6 @@
 """Watching a running process over time: /proc/PID/status every interval, the
-allocator's figures (attach.inspect, through gdb) less often, into a timeline and a run
+allocator's figures (attach.inspect: glibc's from a copy, the others' through gdb) as
+often as their pause allows (next_reading_s), into a timeline and a run
 record that `heapsight report` draws. Ends at the given duration, at Ctrl-C (the record
 is kept) or when the process exits."""
 
@@ -16,9 +17,27 @@ from heapsight.model import Release, Summary
 from heapsight.timeline import COLUMNS, IDX, Timeline
 
 
+# The allocator's figures are read again as often as keeps the process's pause for them
+# under this share of the time (glibc's, from a copy: a few ms), at least every interval
+# and at most every STATS_EVERY_MAX_S; gdb's readings (0.2-0.8 s each) every
+# STATS_EVERY_MAX_S
+PAUSE_SHARE = 0.01
+STATS_EVERY_MAX_S = 30.0
+
+
+def next_reading_s(a: attach.Attached, interval_s: float, every_s: float | None) -> float:
+    """Seconds until the allocator's figures are read again (every_s: the user's, else
+    from the last reading's pause)."""
+    if every_s is not None:
+        return every_s
+    if a.copy_pause_ms is None:
+        return STATS_EVERY_MAX_S
+    return min(STATS_EVERY_MAX_S, max(interval_s, a.copy_pause_ms / 1000 / PAUSE_SHARE))
+
+
 class Watch:
     def __init__(self, pid: int, first: attach.Attached, interval_s: float = 1.0,
-                 stats_every_s: float = 30.0, use_gdb: bool = True, on_sample=None):
+                 stats_every_s: float | None = None, use_gdb: bool = True, on_sample=None):
         self.pid, self.first, self.last = pid, first, first
         self.interval_s, self.stats_every_s, self.use_gdb = interval_s, stats_every_s, use_gdb
         self.on_sample = on_sample
@@ -38,7 +57,7 @@ class Watch:
         cpu0 = procfs.cpu_seconds(self.pid) or (0.0, 0.0)
         start = self._start = time.monotonic()
         self.timeline.start_ns = time.monotonic_ns()
-        next_stats = start + self.stats_every_s
+        next_stats = start + next_reading_s(self.first, self.interval_s, self.stats_every_s)
         with interrupts.deferred():
             if self.on_sample:
                 self.on_sample(self.first)
@@ -56,7 +75,6 @@ class Watch:
                             row[IDX[k]] = v
                     fresh = len(self.timeline) == 0   # the first inspection's moment
                     if self.use_gdb and now >= next_stats:
-                        next_stats = now + self.stats_every_s
                         try:
                             self.last = attach.inspect(self.pid)
                             self.inspections.append(self.last)
@@ -64,6 +82,8 @@ class Watch:
                         except HeapsightError:
                             self.ended = True
                             break
+                        next_stats = now + next_reading_s(self.last, self.interval_s,
+                                                          self.stats_every_s)
                     # the allocator's figure where it was read, not carried to the samples
                     # after it (the timeline shows when it is known)
                     if fresh and self.last.in_use_bytes is not None:
