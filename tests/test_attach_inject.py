@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -426,3 +427,27 @@ def test_a_process_under_seccomp_gets_no_call_of_ours(tmp_path):
         assert r.returncode == 3 and "seccomp filter" in r.stderr, r.stderr
     assert plain.returncode == 0 and "seccomp filter" in " ".join(plain.stderr.split())
     assert alive and rc == 1
+
+
+def test_an_interrupt_ends_the_track_and_unloads_the_library(tmp_path):
+    # GIVEN a service followed for 30 s
+    p, _, _ = start_service("--leak-kib", "4000000", leaked=False)
+    try:
+        before = state(p.pid)
+        cmd = subprocess.Popen([*HS, "attach", str(p.pid), "--track", "30", "--json",
+                                str(tmp_path / "a.json")], stderr=subprocess.PIPE, text=True)
+        # WHEN Ctrl-C comes 1.5 s in
+        time.sleep(1.5)
+        cmd.send_signal(signal.SIGINT)
+        err = cmd.communicate(timeout=60)[1]
+        after = state(p.pid)
+    finally:
+        rc, _, stderr = finish(p)
+    # THEN what it saw is told and saved, the library is gone from the service, which ends
+    # as it would have; heapsight exits 130
+    assert cmd.returncode == 130, err
+    t = json.loads((tmp_path / "a.json").read_text())["track"]
+    assert t["interrupted"] and t["unloaded"] and "interrupt" in t["note"]
+    assert top_site(t["sites"]["moments"][0]).startswith("leak_request")
+    assert after == before
+    assert rc == 0 and stderr == ""

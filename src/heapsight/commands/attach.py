@@ -99,7 +99,9 @@ def execute(args) -> int:
                              "most 86400")
     if args.openmetrics_port is not None and args.watch is None:
         raise HeapsightError("--openmetrics-port serves figures while watching: add --watch")
-    if args.watch is not None:   # an interrupt from here on ends the watch, keeping its record
+    # an interrupt from here on ends the watch, keeping its record, or the --track, unloading
+    # the library; --leaks's copy and --trim's call finish first
+    if args.watch is not None or args.track is not None or args.leaks or args.trim:
         with interrupts.deferred():
             return _execute(args)
     return _execute(args)
@@ -119,7 +121,7 @@ def _execute(args) -> int:
         finally:
             live.done()
         a.track = tracked.to_dict()
-    if args.leaks:
+    if args.leaks and not (tracked is not None and tracked.interrupted):
         from heapsight.live import inject
         leaks = inject.copy_and_mark(args.pid, a.allocator)
         if tracked is not None:   # the lost blocks' sites, from the blocks --track sampled
@@ -146,7 +148,7 @@ def _execute(args) -> int:
         w.run(0)
         report.write_html(args.html, [(f"attach {args.pid}", w.record())])
         print(f"heapsight attach: page written to {args.html}", file=sys.stderr)
-    return 0
+    return 130 if tracked is not None and tracked.interrupted else 0
 
 
 def watch(args, first: attach.Attached) -> int:

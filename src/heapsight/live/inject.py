@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapsight import allocators, elf, heapmap, native
+from heapsight import allocators, elf, heapmap, interrupts, native
 from heapsight.errors import HeapsightError
 from heapsight.live import gdbcall, procfs
 
@@ -318,12 +319,13 @@ class Tracked:
     note: str = ""
     blocks: np.ndarray | None = None   # the sampled blocks live at the end (sites.live_blocks)
     ended: bool = False                # the process ended while followed (nothing to unload)
+    interrupted: bool = False          # Ctrl-C (SIGTERM, SIGHUP) ended the following early
 
     def to_dict(self) -> dict:
         return {"seconds": self.seconds, "patched": self.patched, "counters": self.counters,
                 "sites": self.sites, "load_pause_ms": self.load_pause_ms,
                 "unload_pause_ms": self.unload_pause_ms, "unloaded": self.unloaded,
-                "ended": self.ended, "note": self.note}
+                "ended": self.ended, "interrupted": self.interrupted, "note": self.note}
 
 
 def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
@@ -373,10 +375,14 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
                                  "the process was let go unchanged", FAILED)
         load_pause = said.get("pause_us", 0) / 1000
         t0 = time.monotonic()
+        interrupted = False
         while (left := seconds - (time.monotonic() - t0)) > 0:
             if progress:
-                progress(f"following {pid}'s allocations: {left:.0f} s left")
-            time.sleep(min(0.25, left))
+                progress(f"following {pid}'s allocations: {left:.0f} s left (Ctrl-C ends it)")
+            # an interrupt ends the following early; the library is unloaded all the same
+            if signal.sigtimedwait(interrupts.WATCHED, min(0.25, left)) is not None:
+                interrupted = True
+                break
             if not os.path.exists(f"/proc/{pid}/mem"):
                 break
         c = seg.counters()
@@ -397,6 +403,9 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
                     "went with its old image")
         if rc != 0 and not procfs.running(pid):
             rc = ENDED
+        if interrupted and rc != ENDED:
+            note = (note + "; " if note else "") + \
+                f"ended by an interrupt {time.monotonic() - t0:.1f} s into the {seconds:g} s"
         if rc == ENDED:   # nothing to undo: what it allocated meanwhile is still told
             note = note or f"the process ended {time.monotonic() - t0:.1f} s into the {seconds:g} s"
             usaid = {"closed": 1}
@@ -414,7 +423,7 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
                         "live_bytes": c.live_requested_bytes, "live_blocks": c.live_blocks,
                         "allocated_bytes": c.requested_total_bytes},
                        grew, load_pause, usaid.get("pause_us", 0) / 1000,
-                       bool(usaid.get("closed")), note, blocks, rc == ENDED)
+                       bool(usaid.get("closed")), note, blocks, rc == ENDED, interrupted)
     finally:
         seg.close()
 
