@@ -396,6 +396,8 @@ static int reap_in_process(pid_t pid, pid_t copy, uint64_t *pause_ns) {
   return reaped;
 }
 
+static thread_t *choose_idle(pid_t pid, struct user_regs_struct *regs);
+
 static int copy_process(pid_t pid, const char *lib, uint64_t dlopen_at, uint64_t dlsym_at,
                         const char *map, uint64_t limit_ns, int reach) {
   /* 1-3: the process's pause */
@@ -403,14 +405,18 @@ static int copy_process(pid_t pid, const char *lib, uint64_t dlopen_at, uint64_t
   int rc = stop_all(pid);
   if (rc) return rc;
   size_t n_threads = 0;
-  thread_t *t = NULL;
+  struct user_regs_struct saved;
+  /* the copy's one thread: one waiting in a system call holds no lock of the allocator's or
+   * the loader's, which the copy's dlopen takes; else any not stopped by a signal (the copy
+   * then says so, or its dlopen runs out of time, and another copy is made) */
+  thread_t *t = choose_idle(pid, &saved);
   for (size_t i = 0; i < g_n; i++) {
     if (g_threads[i].gone) continue;
     n_threads++;
-    if (!t && !g_threads[i].sig) t = &g_threads[i]; /* one not stopped by a signal */
+    if (!t && !g_threads[i].sig && ptrace(PTRACE_GETREGS, g_threads[i].tid, 0, &saved) == 0)
+      t = &g_threads[i];
   }
-  struct user_regs_struct saved;
-  if (!t || ptrace(PTRACE_GETREGS, t->tid, 0, &saved) != 0) {
+  if (!t) {
     let_go();
     fail_msg("no thread of process %d could make the copy (each was stopped by a signal)", pid);
     return EXIT_FAILED;
