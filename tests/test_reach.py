@@ -57,12 +57,20 @@ def test_the_four_figures_are_memchecks(tmp_path):
     argv = [scenario("hs-reach")]
     s, r = run_json(tmp_path, *argv)
     truth = {k: int(v) for k, v in (kv.split("=") for kv in r.stdout.split()[1:])}
-    ours, theirs = exit_reach(s), memcheck(argv)
+    # memcheck finds the built-in truth (and glibc's DTV of the program's thread: a block it
+    # points into, possibly lost, as memcheck says too); a stale word left under valgrind
+    # can make one lost block reachable for it (a clean-clone run saw 501 of 502 definitely
+    # lost, one indirectly lost fewer), so a run of memcheck that misses the truth is made
+    # again, twice at most
+    expected = {c: truth[f"{c}_blocks"] + (c == "possibly_lost") for c in CLASSES}
+    for _ in range(3):
+        theirs = memcheck(argv)
+        if all(theirs[c][1] == expected[c] for c in CLASSES):
+            break
+    ours = exit_reach(s)
     for c in CLASSES:
         b, n = theirs[c]
-        # memcheck finds the built-in truth (and glibc's DTV of the program's thread: a
-        # block it points into, possibly lost, as memcheck says too)
-        assert n == truth[f"{c}_blocks"] + (c == "possibly_lost"), (c, theirs, truth)
+        assert n == expected[c], (c, theirs, truth)
         # THEN heapsight's blocks are memcheck's (the loader's records of heapsight's
         # unwinder, which were one more still reachable, are heapsight's: in no class), and
         # its bytes within 1% (usable bytes: the two 256 KiB mmapped blocks are rounded up
