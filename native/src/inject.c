@@ -1,8 +1,10 @@
-/* inject.c: hs-inject, how `heapsight attach PID --leaks` copies a running process without
- * loading anything into it (x86-64 Linux, ptrace).
+/* inject.c: hs-inject, how `heapsight attach` copies a running process and calls into it
+ * without gdb (x86-64 Linux, ptrace).
  *
  *   hs-inject copy PID LIB DLOPEN DLSYM MAP [TIMEOUT_S [REACH]]   (`attach`, `--leaks`)
- *   hs-inject call PID FN [ARG...]      (`heapsight attach PID --trim`)
+ *   hs-inject call PID FN [ARG...]                                 (`--trim`)
+ *   hs-inject load PID DLOPEN DLSYM DLCLOSE LIB SEGMENT            (`--track`: attach.c)
+ *   hs-inject unload PID DLSYM DLCLOSE HANDLE LO HI
  *
  * 1. Every thread of PID is stopped (PTRACE_SEIZE, PTRACE_INTERRUPT; threads made
  *    meanwhile are found by listing /proc/PID/task again until none is new).
@@ -32,6 +34,10 @@
  * written back as read) are saved; the call returns to address 0, whose fault the tracer
  * catches (the process never sees it); everything is put back as in copy's step 2. Printed:
  * threads, all_stopped_us (every thread), pause_us (the chosen thread), result.
+ *
+ * load and unload: calls made as call's, of dlopen and heapsight_attach_begin, then of
+ * heapsight_attach_end and, once no thread runs in the library or has a return address
+ * into it on its stack (in_use), dlclose.
  *
  * Output: "key value" lines on stdout; a failure's reason on stderr. Exit codes: 0 the map
  * is written; 3 the process cannot be traced (permissions, Yama); 4 the process ended;
@@ -301,47 +307,56 @@ static uint64_t find_gadget(pid_t pid, uint64_t rip) {
   return found;
 }
 
-/* A call in the copy (a process of ours: nothing of it is kept): fn(a1, a2) on the stack
- * `sp`, returning to address 0, whose fault ends the call. The return value, or -1 with
- * *status: 1 the copy ended, 2 out of time. */
-static long copy_call(pid_t copy, const struct user_regs_struct *base, uint64_t sp, uint64_t fn,
-                      uint64_t a1, uint64_t a2, uint64_t limit_ns, int *status) {
+/* Starts fn(a[0..4]) on the stopped thread t, its registers otherwise base's, its stack
+ * below sp, returning to address 0 (see call_fn). 0 when the thread could not be set. */
+static int start_call(thread_t *t, const struct user_regs_struct *base, uint64_t sp, uint64_t fn,
+                      const uint64_t a[5]) {
   struct user_regs_struct r = *base;
   uint64_t zero = 0;
   sp = (sp & ~15ull) - 8; /* as after a call: (sp + 8) a multiple of 16 */
-  if (!write_mem(copy, sp, &zero, 8)) { *status = 1; return -1; }
-  r.rsp = sp, r.rip = fn, r.rdi = a1, r.rsi = a2, r.rax = 0;
-  r.orig_rax = (unsigned long long)-1;
-  *status = 0;
-  if (ptrace(PTRACE_SETREGS, copy, 0, &r) != 0 || ptrace(PTRACE_CONT, copy, 0, 0) != 0) {
-    *status = 1;
-    return -1;
-  }
+  r.rsp = sp, r.rip = fn, r.rax = 0, r.orig_rax = (unsigned long long)-1;
+  r.rdi = a[0], r.rsi = a[1], r.rdx = a[2], r.rcx = a[3], r.r8 = a[4];
+  return !t->gone && write_mem(t->tid, sp, &zero, 8) && ptrace(PTRACE_SETREGS, t->tid, 0, &r) == 0 &&
+         ptrace(PTRACE_CONT, t->tid, 0, 0) == 0;
+}
+
+/* fn(a[0..4]) on the stopped thread t (start_call): the fault at address 0 it returns to,
+ * caught here, ends the call (the process never sees it). A signal meant for the thread
+ * meanwhile is kept for when it is let go (t->sig); a fault of the call's own (SIGSEGV
+ * elsewhere, SIGBUS) is passed on. The result; *status 0, or 1 the thread ended, 2 out of
+ * time (limit_ns; 0: none). */
+static long call_fn(thread_t *t, const struct user_regs_struct *base, uint64_t sp, uint64_t fn,
+                    const uint64_t a[5], uint64_t limit_ns, int *status) {
+  *status = 1;
+  if (!start_call(t, base, sp, fn, a)) return 0;
   uint64_t until = now_ns() + limit_ns;
   for (;;) {
     int st;
-    pid_t w = waitpid(copy, &st, __WALL | WNOHANG);
+    pid_t w = waitpid(t->tid, &st, __WALL | (limit_ns ? WNOHANG : 0));
     if (w == 0) {
-      if (now_ns() > until) { *status = 2; return -1; }
+      if (now_ns() > until) { *status = 2; return 0; }
       struct timespec ts = {0, 1000000};
       nanosleep(&ts, NULL);
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 || WIFEXITED(st) || WIFSIGNALED(st)) { *status = 1; return -1; }
+    if (w < 0 || WIFEXITED(st) || WIFSIGNALED(st)) { t->gone = 1; return 0; }
     int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
     if (sig == SIGSEGV) {
       struct user_regs_struct out;
-      if (ptrace(PTRACE_GETREGS, copy, 0, &out) == 0 && out.rip == 0) return (long)out.rax;
+      if (ptrace(PTRACE_GETREGS, t->tid, 0, &out) == 0 && out.rip == 0) {
+        *status = 0;
+        return (long)out.rax;
+      }
     }
-    if (sig == SIGTRAP || sig == (SIGTRAP | 0x80)) sig = 0;
-    ptrace(PTRACE_CONT, copy, 0, (void *)(long)sig); /* the copy's own signal: passed on */
+    if (sig && sig != SIGTRAP && sig != SIGSTOP && sig != SIGSEGV && sig != SIGBUS)
+      t->sig = sig;
+    ptrace(PTRACE_CONT, t->tid, 0, (void *)(long)(sig == SIGSEGV || sig == SIGBUS ? sig : 0));
   }
 }
 
-/* Waits for the copy to end (it bounds itself, copylib.c); its exit code, or -1. */
+/* Waits for the copy, running, to end (it bounds itself, copylib.c); its exit code, or -1. */
 static int copy_end(pid_t copy, uint64_t limit_ns) {
-  if (ptrace(PTRACE_CONT, copy, 0, 0) != 0) return -1;
   uint64_t until = now_ns() + limit_ns;
   for (;;) {
     int st;
@@ -436,9 +451,13 @@ static int copy_process(pid_t pid, const char *lib, uint64_t dlopen_at, uint64_t
   say("threads", n_threads);
   say("pause_us", pause / 1000);
   if (got <= 0 || copy <= 0) {
-    if (copy > 0) kill_copy(copy);
     fail_msg("the copy could not be made: clone() in process %d returned %ld (%s)", pid, got,
              got < 0 ? strerror((int)-got) : "no process");
+    if (copy > 0) { /* (a copy the call's result does not name: ended, and reaped) */
+      uint64_t reap_pause;
+      kill_copy(copy);
+      reap_in_process(pid, copy, &reap_pause);
+    }
     return ended ? EXIT_ENDED : EXIT_FAILED;
   }
   say("copy_pid", (unsigned long long)copy);
@@ -472,24 +491,22 @@ static int copy_process(pid_t pid, const char *lib, uint64_t dlopen_at, uint64_t
   }
   uint64_t sp = at - 256;
   int why = 0;
-  long handle = copy_call(copy, &base, sp, dlopen_at, addr[0], RTLD_NOW, CALL_LIMIT_NS, &why);
+  uint64_t a_open[5] = {addr[0], RTLD_NOW, 0, 0, 0};
+  long handle = call_fn(&c, &base, sp, dlopen_at, a_open, CALL_LIMIT_NS, &why);
   if (handle <= 0) {
     if (why == 2) { result = EXIT_BUSY; fail_msg("the copy's dlopen did not return: a lock held at the copy"); }
     else fail_msg("the copy could not load %s (the process's user must be able to read it)", lib);
     goto kill;
   }
-  long fn = copy_call(copy, &base, sp, dlsym_at, (uint64_t)handle, addr[1], CALL_LIMIT_NS, &why);
+  uint64_t a_sym[5] = {(uint64_t)handle, addr[1], 0, 0, 0};
+  long fn = call_fn(&c, &base, sp, dlsym_at, a_sym, CALL_LIMIT_NS, &why);
   if (fn <= 0) {
     if (why == 2) result = EXIT_BUSY;
     fail_msg("heapsight_copy_main not found in %s", lib);
     goto kill;
   }
-  struct user_regs_struct r = base;
-  uint64_t csp = (sp & ~15ull) - 8, zero = 0;
-  write_mem(copy, csp, &zero, 8);
-  r.rsp = csp, r.rip = (uint64_t)fn, r.rdi = addr[2], r.rsi = (uint64_t)reach;
-  r.orig_rax = (unsigned long long)-1;
-  if (ptrace(PTRACE_SETREGS, copy, 0, &r) != 0) goto kill;
+  uint64_t a_main[5] = {addr[2], (uint64_t)reach, 0, 0, 0};
+  if (!start_call(&c, &base, sp, (uint64_t)fn, a_main)) goto kill; /* it never returns */
   uint64_t c0 = now_ns();
   int code = copy_end(copy, limit_ns);
   say("copy_ms", (now_ns() - c0) / 1000000);
@@ -625,34 +642,13 @@ static uint64_t live_string(live_t *L, const char *text) {
   return write_mem(L->pid, L->at, text, n) ? L->at : 0;
 }
 
-/* fn(a[0..4]) on the chosen thread, returning to address 0 (the fault caught here); its
- * result. *ok 0 when the thread ended. */
+/* fn(a[0..4]) on the chosen thread (call_fn, no time limit); its result. *ok 0 when the
+ * thread ended. */
 static long live_call(live_t *L, uint64_t fn, const uint64_t a[5], int *ok) {
-  thread_t *t = L->t;
-  uint64_t sp = ((L->at - 256) & ~15ull) - 8, zero = 0;
-  struct user_regs_struct r = L->saved;
-  r.rsp = sp, r.rip = fn, r.rax = 0, r.orig_rax = (unsigned long long)-1;
-  r.rdi = a[0], r.rsi = a[1], r.rdx = a[2], r.rcx = a[3], r.r8 = a[4];
-  *ok = !t->gone && write_mem(L->pid, sp, &zero, 8) && ptrace(PTRACE_SETREGS, t->tid, 0, &r) == 0 &&
-        ptrace(PTRACE_CONT, t->tid, 0, 0) == 0;
-  while (*ok) {
-    int st;
-    if (waitpid(t->tid, &st, __WALL) < 0) {
-      if (errno == EINTR) continue;
-      *ok = 0;
-      break;
-    }
-    if (WIFEXITED(st) || WIFSIGNALED(st)) { t->gone = 1; *ok = 0; break; }
-    int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
-    if (sig == SIGSEGV) {
-      struct user_regs_struct out;
-      if (ptrace(PTRACE_GETREGS, t->tid, 0, &out) == 0 && out.rip == 0) return (long)out.rax;
-    }
-    if (sig && sig != SIGTRAP && sig != SIGSTOP && sig != SIGSEGV && sig != SIGBUS)
-      t->sig = sig; /* the process's own: delivered when the thread is let go */
-    ptrace(PTRACE_CONT, t->tid, 0, (void *)(long)(sig == SIGSEGV || sig == SIGBUS ? sig : 0));
-  }
-  return 0;
+  int status;
+  long result = call_fn(L->t, &L->saved, L->at - 256, fn, a, 0, &status);
+  *ok = status == 0;
+  return result;
 }
 
 /* The chosen thread put back as it was (registers, extended state) and let go. */
@@ -734,8 +730,10 @@ static int load_library(pid_t pid, uint64_t dlopen_at, uint64_t dlsym_at, uint64
 }
 
 /* Whether any thread runs in [lo, hi) or has a word of it on its stack (a return address
- * into it); every thread stopped for the look, then let go. -1 when the process ended. */
-static int in_use(pid_t pid, uint64_t lo, uint64_t hi) {
+ * into it); every thread stopped for the look, then let go (*paused_ns grows by that
+ * stop). -1 when the process ended. */
+static int in_use(pid_t pid, uint64_t lo, uint64_t hi, uint64_t *paused_ns) {
+  uint64_t t0 = now_ns();
   if (stop_all(pid)) return -1;
   int busy = 0;
   static uint64_t words[1 << 15];
@@ -765,6 +763,7 @@ static int in_use(pid_t pid, uint64_t lo, uint64_t hi) {
     }
   }
   let_go();
+  *paused_ns += now_ns() - t0;
   return busy;
 }
 
@@ -790,8 +789,9 @@ static int unload_library(pid_t pid, uint64_t dlsym_at, uint64_t dlclose_at, uin
   if (restored < 0) return EXIT_FAILED;
   /* the last calls into the hooks finish (a thread inside the allocator, called from one) */
   int busy = 1, waits = 0;
+  uint64_t checks_ns = 0;
   for (; waits < 250 && busy; waits++) { /* 5 s at most */
-    busy = in_use(pid, lo, hi);
+    busy = in_use(pid, lo, hi, &checks_ns);
     if (busy < 0) return EXIT_ENDED;
     if (busy) {
       struct timespec ts = {0, 20000000};
@@ -799,6 +799,7 @@ static int unload_library(pid_t pid, uint64_t dlsym_at, uint64_t dlclose_at, uin
     }
   }
   say("quiet_waits", (unsigned long long)waits);
+  say("checks_pause_us", checks_ns / 1000); /* every thread's, for the looks */
   if (busy) {
     fail_msg("a thread of process %d kept a return address into heapsight's library: it is "
              "left loaded, inert (its hooks are no longer called)", pid);

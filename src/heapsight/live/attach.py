@@ -106,8 +106,6 @@ def check_target(pid: int, use_gdb: bool = True) -> str:
     return " ".join(os.fsdecode(a) for a in raw.rstrip(b"\0").split(b"\0"))
 
 
-
-
 # ---------------------------------------------------------------- glibc: malloc_info
 
 _HEAP_OPEN = re.compile(r'<heap nr="(\d+)">')
@@ -514,8 +512,6 @@ def trim(pid: int, allocator: str) -> dict:
             "rss_after_bytes": after, "gave_back_bytes": max(0, before - after),
             "seconds": round(time.monotonic() - t0, 3), "pause_ms": made["pause_ms"],
             "all_stopped_ms": made["all_stopped_ms"], "threads": made["threads"]}
-
-
 
 
 def _rss(pid: int) -> int:

@@ -1,13 +1,18 @@
-"""What a running process can no longer reach, found in a copy of it: `heapsight attach PID
---leaks` (glibc).
+"""heapsight attach's ways into a running process without gdb, through native/src/inject.c
+(hs-inject, ptrace):
 
-native/src/inject.c (hs-inject) stops every thread of the process with ptrace, has one of
-them make a copy of the process (a clone with no exit signal), puts its registers back and
-lets the process go: its pause is the copy's (printed, measured). Nothing is loaded into
-the process or written to its memory. heapsight's copy library (libheapsight_copy.so) is
-loaded into the copy alone, which walks glibc's heaps, measures what malloc_trim would give
-back, marks what the process can still reach from its roots (as `run` does at exit) and
-writes a heap map file; the ended copy is then reaped by the process (one more short stop).
+- copy_map / copy_and_mark (attach's glibc figures, --leaks): every thread of the process
+  is stopped while one makes a copy of the process (a clone with no exit signal); its
+  registers are put back and the process goes on: its pause is the copy's (measured).
+  Nothing is loaded into the process or written to its memory. heapsight's copy library
+  (libheapsight_copy.so) is loaded into the copy alone, which walks glibc's heaps, measures
+  what malloc_trim gives back, marks what the process can still reach from its roots (as
+  `run` does at exit) and writes a heap map file; the ended copy is then reaped by the
+  process (one more short stop).
+- release (--trim): the allocator's release called on one of its threads waiting in a
+  system call, its registers and extended state put back.
+- track (--track): heapsight's library loaded into the process for a while
+  (native/src/attach.c), then unloaded.
 """
 
 from __future__ import annotations
@@ -86,19 +91,49 @@ def _libc(pid: int) -> tuple:
     return found
 
 
-def _addresses(pid: int) -> tuple:
-    """dlopen's and dlsym's addresses in the process (glibc 2.34 or later: in libc)."""
-    path, readable, base = _libc(pid)
+def _symbols(pid: int, found: tuple, names: set, why: str) -> dict:
+    """The addresses in the process of names, defined by the object found (_mapped's), or a
+    refusal naming why they are needed."""
+    path, readable, base = found
     try:
-        values = elf.symbol_values(readable, {"dlopen", "dlsym"})
+        values = elf.symbol_values(readable, names)
     except (OSError, ValueError) as e:
-        raise HeapsightError(f"process {pid}'s libc ({path}) could not be read: {e}", REFUSED) from None
-    if len(values) < 2:
-        raise HeapsightError(f"process {pid}'s libc ({path}) has no dlopen of its own (glibc "
-                             "before 2.34): --leaks needs glibc 2.34 or later", REFUSED)
-    return base + values["dlopen"], base + values["dlsym"]
+        raise HeapsightError(f"process {pid}'s {path} could not be read: {e}", REFUSED) from None
+    missing = sorted(names - set(values))
+    if missing:
+        raise HeapsightError(f"process {pid}'s {path} has no {', '.join(missing)} ({why})", REFUSED)
+    return {k: base + v for k, v in values.items()}
 
 
+def _loader(pid: int, *extra: str) -> dict:
+    """dlopen's and dlsym's addresses (and extra's) in the process's libc."""
+    return _symbols(pid, _libc(pid), {"dlopen", "dlsym", *extra},
+                    "glibc 2.34 or later has dlopen in libc: heapsight needs it")
+
+
+def _inject(*args) -> tuple:
+    """hs-inject once: (exit code, its figures by name, its stdout, its stderr). In a session
+    of its own and without a time limit: an interrupt meant for heapsight must not stop it
+    halfway (it lets the process go in every case, a copy bounds itself, and a call it makes
+    must be let finish: a tracer gone in the middle of one would leave the thread returning
+    to address 0)."""
+    p = subprocess.run([native.program("hs-inject"), *map(str, args)], capture_output=True,
+                       text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+    said: dict = {}
+    for line in p.stdout.splitlines():
+        k, _, v = line.partition(" ")
+        if v.lstrip("-").isdigit():
+            said[k] = said.get(k, 0) + int(v) if k.endswith("pause_us") else int(v)
+    return p.returncode, said, p.stdout, p.stderr.strip()
+
+
+def _refused_or_ended(pid: int, rc: int, doing: str) -> None:
+    """The HeapsightError for hs-inject's refusal or the process's end."""
+    if rc == REFUSED:
+        raise HeapsightError(gdbcall.refusal(pid, "Operation not permitted"), REFUSED)
+    if rc == ENDED:
+        raise HeapsightError(f"process {pid} ended while heapsight was {doing}: nothing was "
+                             "changed", ENDED)
 
 
 def refusal(pid: int, loads: bool) -> str:
@@ -131,8 +166,6 @@ def _check(pid: int, loads: bool) -> None:
                              "one tracer at a time; detach that one first", REFUSED)
 
 
-
-
 def _private_dir(pid: int) -> str:
     """A new directory only heapsight and the process's user can write, for the map."""
     d = tempfile.mkdtemp(prefix="heapsight-attach-")
@@ -140,21 +173,6 @@ def _private_dir(pid: int) -> str:
     if st.st_uid != os.geteuid():
         os.chown(d, st.st_uid, st.st_gid)   # root only: another user's process is refused before
     return d
-
-
-def _run(pid: int, dlopen_at: int, dlsym_at: int, path: str, reach: bool) -> tuple:
-    """hs-inject once: (exit code, its key-value lines, its stderr)."""
-    cmd = [native.program("hs-inject"), "copy", str(pid), native.lib_path("libheapsight_copy.so"),
-           f"{dlopen_at:x}", f"{dlsym_at:x}", path, f"{COPY_LIMIT_S:g}", "1" if reach else "0"]
-    # a session of its own: an interrupt meant for heapsight must not stop it halfway (it
-    # lets the process go in every case, and the copy bounds itself)
-    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                       start_new_session=True)
-    return p.returncode, _said(p.stdout), p.stderr.strip()
-
-
-
-
 
 
 def _peek(pid: int, addr: int, n: int) -> bytes:
@@ -194,7 +212,7 @@ def copy_map(pid: int, allocator: str, reach: bool = True) -> tuple:
     """A heap map of a copy of the running process (see the top): (heapmap.HeapMap, what
     hs-inject said, tries, the process's RSS right after the copy). Refusals and failures
     as HeapsightError."""
-    dlopen_at, dlsym_at = _addresses(pid)
+    at = _loader(pid)
     if allocator != "glibc":
         raise HeapsightError(f"--leaks: the process's allocator is {allocator}; marking a running "
                              "process's blocks is done for glibc's heaps only so far (under "
@@ -204,16 +222,14 @@ def copy_map(pid: int, allocator: str, reach: bool = True) -> tuple:
     try:
         for tries in range(1, TRIES + 1):
             path = os.path.join(d, f"attach-{pid}-{tries}.map.leaks")
-            rc, said, err = _run(pid, dlopen_at, dlsym_at, path, reach)
+            rc, said, _, err = _inject("copy", pid, native.lib_path("libheapsight_copy.so"),
+                                       f"{at['dlopen']:x}", f"{at['dlsym']:x}", path,
+                                       f"{COPY_LIMIT_S:g}", int(reach))
             rss = procfs.rss_bytes(pid) or 0
             if rc != BUSY:
                 break
             time.sleep(0.05 * tries)
-        if rc == REFUSED:
-            raise HeapsightError(gdbcall.refusal(pid, "Operation not permitted"), REFUSED)
-        if rc == ENDED:
-            raise HeapsightError(f"process {pid} ended while heapsight was copying it: nothing "
-                                 "was changed", ENDED)
+        _refused_or_ended(pid, rc, "copying it")
         if rc == BUSY:
             raise HeapsightError(f"process {pid}: each of {TRIES} copies met a lock held by one of "
                                  "its threads (inside malloc, or loading a library); try again",
@@ -241,14 +257,6 @@ def copy_and_mark(pid: int, allocator: str) -> Leaks:
                  said.get("copy_ms", 0), tries, by_size, largest, bool(said.get("reaped")), rss,
                  hm.reach)
 
-def _said(text: str) -> dict:
-    said = {}
-    for line in text.splitlines():
-        k, _, v = line.partition(" ")
-        if v.lstrip("-").isdigit():
-            said[k] = int(v)
-    return said
-
 
 def release(pid: int, allocator: str) -> dict:
     """The allocator's release-now call (allocators.trim_call) made on one of the process's
@@ -262,26 +270,12 @@ def release(pid: int, allocator: str) -> dict:
     found = _mapped(pid, prefix) if allocator != "glibc" else _libc(pid)
     if found is None:
         raise HeapsightError(f"--trim: process {pid} maps no {prefix} library", REFUSED)
-    path, readable, base = found
-    try:
-        values = elf.symbol_values(readable, {call[0]})
-    except (OSError, ValueError) as e:
-        raise HeapsightError(f"--trim: {path} could not be read: {e}", REFUSED) from None
-    if call[0] not in values:
-        raise HeapsightError(f"--trim: {path} has no {call[0]}", REFUSED)
-    # no time limit, and a session of its own: the call must be let finish (a tracer gone
-    # in the middle of it would leave the thread returning to address 0)
-    p = subprocess.run([native.program("hs-inject"), "call", str(pid), f"{base + values[call[0]]:x}",
-                        *call[1:]], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                       start_new_session=True)
-    said = _said(p.stdout)
-    if p.returncode == REFUSED:
-        raise HeapsightError(gdbcall.refusal(pid, "Operation not permitted"), REFUSED)
-    if p.returncode == ENDED:
-        raise HeapsightError(f"process {pid} ended before the release could be made", ENDED)
-    if p.returncode != 0 or "result" not in said:
-        raise HeapsightError(f"--trim: process {pid}: {p.stderr.strip() or f'exit code {p.returncode}'}; "
-                             "the process was let go unchanged", FAILED)
+    fn = _symbols(pid, found, {call[0]}, "the release --trim makes")[call[0]]
+    rc, said, _, err = _inject("call", pid, f"{fn:x}", *call[1:])
+    _refused_or_ended(pid, rc, "making the release")
+    if rc != 0 or "result" not in said:
+        raise HeapsightError(f"--trim: process {pid}: {err or f'exit code {rc}'}; the process "
+                             "was let go unchanged", FAILED)
     return {"result": said["result"], "threads": said.get("threads", 0),
             "pause_ms": said.get("pause_us", 0) / 1000,
             "all_stopped_ms": said.get("all_stopped_us", 0) / 1000}
@@ -298,10 +292,6 @@ def _lib_range(pid: int, path: str) -> tuple:
                 a, b = (int(x, 16) for x in parts[0].split("-"))
                 lo, hi = (a if not lo else min(lo, a)), max(hi, b)
     return lo, hi
-
-
-class _Execed(Exception):
-    pass
 
 
 @dataclass
@@ -340,14 +330,7 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
                              f"(under {allocator}, `heapsight run` follows them from the start)",
                              REFUSED)
     _check(pid, loads=True)
-    path, readable, base = _libc(pid)
-    try:
-        v = elf.symbol_values(readable, {"dlopen", "dlsym", "dlclose"})
-    except (OSError, ValueError) as e:
-        raise HeapsightError(f"process {pid}'s libc ({path}) could not be read: {e}", REFUSED) from None
-    if len(v) < 3:
-        raise HeapsightError(f"process {pid}'s libc ({path}) has no dlopen of its own (glibc "
-                             "before 2.34): --track needs glibc 2.34 or later", REFUSED)
+    at = {k: f"{v:x}" for k, v in _loader(pid, "dlclose").items()}
     lib = native.preload_library()
     with open(f"/proc/{pid}/maps") as f:
         if "/libheapsight.so" in f.read():
@@ -359,21 +342,13 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
         st = os.stat(f"/proc/{pid}")
         if st.st_uid != os.geteuid():
             os.chown(seg.path, st.st_uid, st.st_gid)
-        p = subprocess.run([native.program("hs-inject"), "load", str(pid), f"{base + v['dlopen']:x}",
-                            f"{base + v['dlsym']:x}", f"{base + v['dlclose']:x}", lib, seg.path],
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                           start_new_session=True)
-        said = _said(p.stdout)
-        handle = next((int(line.split()[1], 16) for line in p.stdout.splitlines()
-                       if line.startswith("handle ")), 0)
-        if p.returncode == REFUSED:
-            raise HeapsightError(gdbcall.refusal(pid, "Operation not permitted"), REFUSED)
-        if p.returncode == ENDED:
-            raise HeapsightError(f"process {pid} ended while heapsight was attaching", ENDED)
-        if p.returncode != 0 or not handle:
-            raise HeapsightError(f"--track: process {pid}: {p.stderr.strip() or f'exit code {p.returncode}'}; "
-                                 "the process was let go unchanged", FAILED)
-        load_pause = said.get("pause_us", 0) / 1000
+        rc, said, out, err = _inject("load", pid, at["dlopen"], at["dlsym"], at["dlclose"], lib,
+                                     seg.path)
+        _refused_or_ended(pid, rc, "loading its library")
+        handle = next((line.split()[1] for line in out.splitlines() if line.startswith("handle ")), "")
+        if rc != 0 or not handle:
+            raise HeapsightError(f"--track: process {pid}: {err or f'exit code {rc}'}; the "
+                                 "process was let go unchanged", FAILED)
         t0 = time.monotonic()
         interrupted = False
         while (left := seconds - (time.monotonic() - t0)) > 0:
@@ -383,34 +358,26 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
             if signal.sigtimedwait(interrupts.WATCHED, min(0.25, left)) is not None:
                 interrupted = True
                 break
-            if not os.path.exists(f"/proc/{pid}/mem"):
+            if not procfs.running(pid):
                 break
-        c = seg.counters()
-        try:
-            lo, hi = _lib_range(pid, lib)
-            if not lo and procfs.running(pid):   # it ran execve: the library went with its old image
-                raise _Execed()
-            u = subprocess.run([native.program("hs-inject"), "unload", str(pid),
-                                f"{base + v['dlsym']:x}", f"{base + v['dlclose']:x}", f"{handle:x}",
-                                f"{lo:x}", f"{hi:x}"], capture_output=True, text=True,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
-            rc, usaid, note = u.returncode, _said(u.stdout), u.stderr.strip()
-        except OSError:   # its /proc is gone
-            rc, usaid, note = ENDED, {}, ""
-        except _Execed:
-            rc, usaid = ENDED, {}
-            note = ("the process ran another program (execve) while followed: heapsight's library "
-                    "went with its old image")
-        if rc != 0 and not procfs.running(pid):
-            rc = ENDED
-        if interrupted and rc != ENDED:
-            note = (note + "; " if note else "") + \
-                f"ended by an interrupt {time.monotonic() - t0:.1f} s into the {seconds:g} s"
-        if rc == ENDED:   # nothing to undo: what it allocated meanwhile is still told
-            note = note or f"the process ended {time.monotonic() - t0:.1f} s into the {seconds:g} s"
-            usaid = {"closed": 1}
-        elif rc != 0:
-            raise HeapsightError(f"--track: process {pid}: {note or f'exit code {rc}'}", FAILED)
+        followed = time.monotonic() - t0
+        lo, hi = _lib_range(pid, lib) if procfs.running(pid) else (0, 0)
+        note, unloaded = "", {}
+        if not procfs.running(pid):   # nothing to undo: what it allocated is still told
+            note = f"the process ended {followed:.1f} s into the {seconds:g} s"
+        elif not lo:                  # execve: the library went with the old image
+            note = ("the process ran another program (execve) while followed: heapsight's "
+                    "library went with its old image")
+        else:
+            rc, unloaded, _, note = _inject("unload", pid, at["dlsym"], at["dlclose"], handle,
+                                            f"{lo:x}", f"{hi:x}")
+            if rc != 0 and not procfs.running(pid):
+                note, unloaded = f"the process ended {followed:.1f} s into the {seconds:g} s", {}
+            elif rc != 0:
+                raise HeapsightError(f"--track: process {pid}: {note or f'exit code {rc}'}", FAILED)
+        if interrupted:
+            note = (note + "; " if note else "") + f"ended by an interrupt {followed:.1f} s in"
+        c = seg.counters()   # (the library's last counts: it counts until it is unloaded)
         prof = seg.profile()
         grew, blocks = None, None
         if prof is not None and len(prof.allocs):
@@ -418,12 +385,14 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
                  sites.Moment(sites.ALLOCATED, sites.ALL, seconds, c.requested_total_bytes)]
             grew = sites.build(prof, m, profile.unwinder(prof))
             blocks = sites.live_blocks(prof, None)
-        return Tracked(round(time.monotonic() - t0, 3), said.get("patched", 0),
+        ended = not unloaded
+        return Tracked(round(followed, 3), said.get("patched", 0),
                        {"allocations": c.n_alloc, "frees": c.n_free,
                         "live_bytes": c.live_requested_bytes, "live_blocks": c.live_blocks,
                         "allocated_bytes": c.requested_total_bytes},
-                       grew, load_pause, usaid.get("pause_us", 0) / 1000,
-                       bool(usaid.get("closed")), note, blocks, rc == ENDED, interrupted)
+                       grew, said.get("pause_us", 0) / 1000,
+                       (unloaded.get("pause_us", 0) + unloaded.get("checks_pause_us", 0)) / 1000,
+                       ended or bool(unloaded.get("closed")), note, blocks, ended, interrupted)
     finally:
         seg.close()
 
