@@ -18,7 +18,8 @@ for the call) and measures RSS before and after; --leaks copies the process (eve
 stops for the copy) and marks in the copy what no pointer reaches.
 
 exit codes: 0 done; 3 cannot attach (the line says why and how to allow it); 4 the process
-ended during --leaks; 5 its copy failed (the process is let go unchanged); 2 bad input.
+ended during --leaks, --trim or --track; 5 a copy or a call failed (the process is let go
+unchanged); 130 --track or --watch ended by Ctrl-C; 2 bad input.
 
 examples:
   heapsight attach 4242
@@ -53,7 +54,7 @@ def add_arguments(p) -> None:
     p.add_argument("--leaks", action="store_true",
                    help="find the blocks the process can no longer reach (lost, as memcheck "
                         "counts them) in a copy of it: the process stops only while the copy is "
-                        "made (about a millisecond, plus ~20 ms per GiB of memory), and nothing is "
+                        "made (about a millisecond, plus ~12 ms per GiB of heap), and nothing is "
                         "loaded into it (glibc only)")
     p.add_argument("--track", type=float, metavar="SECONDS",
                    help="load heapsight's library into the process for SECONDS and name the call "
@@ -63,7 +64,8 @@ def add_arguments(p) -> None:
                    help="with --track: also write its call sites as a pprof heap profile (gzipped "
                         "profile.proto: go tool pprof -top FILE): inuse = what grew")
     p.add_argument("--no-gdb", action="store_true",
-                   help="neither copy the process nor call into it: /proc figures only")
+                   help="the /proc figures only: no copy of the process and no gdb call for the "
+                        "allocator's figures (--trim, --leaks and --track still make theirs)")
     p.add_argument("--json", metavar="FILE", help="the figures as JSON ('-' for stdout)")
     p.add_argument("--html", metavar="FILE",
                    help="also write a page (with --watch: the whole watch; else this moment)")
@@ -111,7 +113,6 @@ def _execute(args) -> int:
     a = attach.inspect(args.pid, use_gdb=not args.no_gdb)
     if args.trim:
         a.trim = attach.trim(args.pid, a.allocator)
-        a.verdict = attach.verdict(a)
     tracked = None
     if args.track is not None:
         from heapsight.live import inject
