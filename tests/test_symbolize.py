@@ -177,3 +177,54 @@ def test_thousands_of_frames_take_well_under_a_second():
     assert named == len(addrs)
     # measured 0.13-0.2 s for this; the bound leaves room for a loaded machine
     assert took < 1.5, f"{len(addrs)} addresses took {took:.2f} s"
+
+
+def test_addresses_sent_ahead_are_answered_once_and_the_same(sites_g, monkeypatch):
+    # GIVEN the four call sites sent ahead (as a run sends them while its program runs)
+    symbolize._close_all()
+    returns = malloc_returns(sites_g)
+    keys = [(str(sites_g), returns[f] - 1) for f in FUNCTIONS]
+    symbolize.prefetch(keys)
+    session = symbolize._SESSIONS[symbolize.find_tool()]
+    # WHEN they are asked for at the end, with them again and a new one
+    more = keys + keys[:1] + [(str(sites_g), returns["main"] - 1 if "main" in returns else 0x1234)]
+    found = symbolize.symbolize(more)
+    # THEN the session was the same, each address was sent once, and the names are the
+    # ones a fresh session gives
+    assert symbolize._SESSIONS[symbolize.find_tool()] is session
+    assert len(session.sent) == len(set(more))
+    symbolize._close_all()
+    fresh = symbolize.symbolize(more)
+    assert found.frames == fresh.frames
+    assert [found.frames[k][-1].function for k in keys] == list(FUNCTIONS)
+
+
+def test_an_object_rebuilt_at_the_same_path_is_read_again(tmp_path):
+    # GIVEN a program built, looked up, then built again at the same path with its
+    # function renamed (a test suite rebuilds its binaries between runs)
+    src = tmp_path / "p.c"
+    out = tmp_path / "p"
+
+    def build(name):
+        src.write_text(f"#include <stdlib.h>\nvoid *{name}(int n) {{ return malloc(n); }}\n"
+                       f"int main(void) {{ free({name}(8)); return 0; }}\n")
+        subprocess.run(["cc", "-O0", "-g", "-o", str(out), str(src)], check=True, timeout=60)
+        start, size, _ = next(f for f in _symbols(out) if f[2] == name)
+        return (str(out), start + 1)
+    first = build("first_name")
+    assert symbolize.symbolize([first]).frames[first][-1].function == "first_name"
+    time.sleep(0.01)   # a new modification time, whatever the filesystem's resolution
+    second = build("second_name")
+    # WHEN the same session is asked about the new file
+    found = symbolize.symbolize([second])
+    # THEN it answers from the new file (the tool keeps what it read per path: the
+    # session is started again), not with the old name
+    assert found.frames[second][-1].function == "second_name"
+
+
+def _symbols(binary: Path) -> list:
+    """(start, size, name) of a binary's functions (.symtab)."""
+    text = subprocess.run(["nm", "-S", "--defined-only", str(binary)], capture_output=True,
+                          text=True, check=True).stdout
+    return [(int(p[0], 16), int(p[1], 16), p[3]) for p in (line.split() for line in text.splitlines())
+            if len(p) == 4 and p[2] in "Tt"]

@@ -255,6 +255,46 @@ def live_mask(allocs: np.ndarray, t_ns: int | None) -> np.ndarray:
     return (allocs["time_ns"] <= t) & (allocs["free_ns"] > t)
 
 
+def _addresses(prof: profile.Profile) -> tuple:
+    """The sampled stacks' addresses: the distinct stacks' offsets, each sample's stack (an
+    index into them), each stack's length, each frame's index in keys, and keys: each
+    distinct (object path, address in its file) once ("[interp]" for an interpreter's
+    frame, "[unknown]" outside every object)."""
+    allocs = prof.allocs
+    offsets, first, of_alloc = np.unique(allocs["stack"], return_index=True, return_inverse=True)
+    first_event = allocs["index"][first]
+    raw = [prof.stack(int(o)) for o in offsets]
+    n = np.array([len(r) for r in raw], dtype=np.int64)
+    addrs = np.concatenate(raw).astype(np.uint64) if len(raw) else np.zeros(0, np.uint64)
+    events = np.repeat(first_event, n)
+    mod = prof.module_index(addrs, events)
+    # an interpreter's frame (a tagged word, profile.IFrame): a pseudo-module of its own
+    mod[addrs >= np.uint64(layout.IFRAME_TAG)] = -2
+    # Frames are return addresses: the call is the byte before (its line, its inlining).
+    # Each distinct (object, address) is looked up once; the rest is array work, as a
+    # deep program's stacks hold hundreds of thousands of addresses.
+    bias = np.array([m.bias for m in prof.modules] + [0], dtype=np.uint64)[np.maximum(mod, -1)]
+    at = np.where((mod >= 0) & (addrs > bias), addrs - bias - np.uint64(1), addrs)
+    order = np.lexsort((at, mod))
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (mod[order][1:] != mod[order][:-1]) | (at[order][1:] != at[order][:-1])
+    inv = np.empty(len(order), dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    first = order[new]
+    keys = [(prof.modules[m].path if m >= 0 else "[interp]" if m == -2 else "[unknown]", a)
+            for m, a in zip(mod[first].tolist(), at[first].tolist())]
+    return offsets, of_alloc, n, inv, keys
+
+
+def _in_objects(keys: list) -> list:
+    return [k for k in keys if k[0] not in ("[unknown]", "[interp]")]
+
+
+def lookups(prof: profile.Profile) -> list:
+    """What the symbolizer is asked for the profile's stacks (the objects' addresses)."""
+    return _in_objects(_addresses(prof)[-1])
+
+
 class Stacks:
     """The distinct stacks of the sampled blocks, symbolized: frames (deduplicated, each
     a symbolize.Frame), each stack as frame indices innermost first, and its call site."""
@@ -263,32 +303,8 @@ class Stacks:
         """skip_unnamed: frames with no function name are stepped over too when the call
         site is looked for (the mappings': a runtime's arena code is often static, unnamed
         in a stripped binary, and the named caller past it says more)."""
-        allocs = prof.allocs
-        offsets, first, self.of_alloc = np.unique(allocs["stack"], return_index=True,
-                                                  return_inverse=True)
-        self.offsets = offsets
-        first_event = allocs["index"][first]
-        raw = [prof.stack(int(o)) for o in offsets]
-        n = np.array([len(r) for r in raw], dtype=np.int64)
-        addrs = np.concatenate(raw).astype(np.uint64) if len(raw) else np.zeros(0, np.uint64)
-        events = np.repeat(first_event, n)
-        mod = prof.module_index(addrs, events)
-        # an interpreter's frame (a tagged word, profile.IFrame): a pseudo-module of its own
-        mod[addrs >= np.uint64(layout.IFRAME_TAG)] = -2
-        # Frames are return addresses: the call is the byte before (its line, its inlining).
-        # Each distinct (object, address) is looked up once; the rest is array work, as a
-        # deep program's stacks hold hundreds of thousands of addresses.
-        bias = np.array([m.bias for m in prof.modules] + [0], dtype=np.uint64)[np.maximum(mod, -1)]
-        at = np.where((mod >= 0) & (addrs > bias), addrs - bias - np.uint64(1), addrs)
-        order = np.lexsort((at, mod))
-        new = np.ones(len(order), dtype=bool)
-        new[1:] = (mod[order][1:] != mod[order][:-1]) | (at[order][1:] != at[order][:-1])
-        inv = np.empty(len(order), dtype=np.int64)
-        inv[order] = np.cumsum(new) - 1
-        first = order[new]
-        keys = [(prof.modules[m].path if m >= 0 else "[interp]" if m == -2 else "[unknown]", a)
-                for m, a in zip(mod[first].tolist(), at[first].tolist())]
-        found = symbolizer([k for k in keys if k[0] not in ("[unknown]", "[interp]")])
+        self.offsets, self.of_alloc, n, inv, keys = _addresses(prof)
+        found = symbolizer(_in_objects(keys))
         self.symbolizer, self.note = found.tool, found.note
         # each distinct address's chain of frames (inlined ones first), as frame indices
         self.frames, index, chains = [], {}, []

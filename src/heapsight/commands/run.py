@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 
-from heapsight import interrupts, moments, output, record
+from heapsight import interrupts, moments, output, phases, record
 from heapsight.errors import EXIT_GATE, EXIT_UNJUDGED, HeapsightError
 from heapsight.fmt import human, parse_size
 from heapsight.live.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
@@ -86,6 +86,10 @@ def add_arguments(p) -> None:
                         "true'` measures perl, not the shell. By default the process started "
                         "is measured, and a child that held much more memory is named, with "
                         "this option to follow it")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="at the end, say where heapsight's time went: its start-up, the "
+                        "program's run, the exit's copy, the capture, the summary (and the "
+                        "symbolizer's share of it), the record and each output")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary (with --no-save and no other output "
                    "only the --fail-if gates read the run: the program is then neither sampled "
                    "nor copied at exit, nor trimmed; --fail-if-lost still copies it at exit)")
@@ -333,7 +337,11 @@ def execute(args) -> int:
                    snapshot_signal=args.snapshot_on, snapshot_at=args.at,
                    snapshot_every_s=args.every, release_at_snapshot=args.release_at_snapshot,
                    sample_bytes=sample_bytes, heap_maps=not (args.no_heap_map or bare),
-                   stdout=sys.stderr if args.json == "-" else None)
+                   stdout=sys.stderr if args.json == "-" else None,
+                   warm=tuple(m for m, wanted in (("heapsight.reporters.terminal", not args.quiet),
+                                                  ("heapsight.report", args.html),
+                                                  ("heapsight.reporters.pprof", args.pprof))
+                              if wanted))
     exporter = None
     if args.openmetrics_port is not None:
         from heapsight.reporters import openmetrics
@@ -348,11 +356,13 @@ def execute(args) -> int:
         if exporter is not None:
             exporter.close()
         if args.verify and not summary.interrupted:
-            summary = _verified(argv, summary, opts)
+            with phases.one("--verify's runs"):
+                summary = _verified(argv, summary, opts)
         out = None
         if not args.no_save:
             out = save_somewhere(args.output or default_output(argv, summary.started_pid),
                                  summary, timeline)
+            phases.mark("the record saved")
         if args.json:
             output.write_json(args.json, summary.to_dict())
         if args.html:
@@ -364,11 +374,16 @@ def execute(args) -> int:
                 output.write(args.pprof, pprof.encode(summary.to_dict(), args.pprof_at), gzip=False)
             except HeapsightError as e:   # the run is saved: say why there is no profile
                 sys.stderr.write(f"heapsight: {e}\n")
+        if args.json or args.html or args.pprof:
+            phases.mark("--json, --html, --pprof written")
     if not args.quiet:
         from heapsight.reporters import terminal
         terminal.render_run(summary, sys.stderr, saved_to=out)
         if args.html:
             sys.stderr.write(f"heapsight: page written to {args.html}\n")
+        phases.mark("the terminal summary")
+    if args.verbose:
+        sys.stderr.write(phases.render(phases.report()))
     # a --follow whose program never ran: what was asked was not measured (exit 2 where the
     # program succeeded, as a gate that cannot be judged)
     missed = bool(args.follow and summary.pid == summary.started_pid
