@@ -53,6 +53,16 @@ def test_counters_exact_under_300_threads():
     assert "7 passed, 0 failed" in p.stdout
 
 
+def test_the_marking_finds_each_word_s_block_as_a_search_of_every_block_does():
+    # reach.c's index (runs of blocks, buckets) against a scan of every block: 120 layouts
+    # like the heaps' (dense runs, big blocks, runs far apart, glibc's last-word rule and
+    # the other allocators' blocks), 600,000 words inside, at the edges, between, outside
+    p = subprocess.run([scenario("hs-test-reach-index")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "layouts=120 words=600000 mismatches=0" in p.stdout, p.stdout
+
+
 def test_size_class_floors_match_hs_class_of():
     # GIVEN each class's smallest usable size as Python names it (segment.class_floor_bytes)
     floors = [L.class_floor_bytes(c) for c in range(L.CLASSES)]

@@ -30,7 +30,7 @@
 
 static hs_segment_t g_seg; /* no segment is shared: this one only names the allocator */
 HS_HIDDEN hs_segment_t *_hs_seg = &g_seg;
-HS_HIDDEN hs_options_t _hs_opt = {.reach = 1};
+HS_HIDDEN hs_options_t _hs_opt = {.reach = 1, .reach_index = 1};
 HS_HIDDEN int _hs_blockmap_on;
 HS_HIDDEN uint64_t _hs_exit_sp, _hs_helper_self;
 

@@ -287,6 +287,10 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   hs_reach_t r;
   _hs_reach_init(&r, c->chunks, n, state, stack);
   r.glibc_chunks = glibc;
+  unsigned shift = 0;
+  size_t index_bytes = _hs_opt.reach_index ? _hs_reach_index_bytes(c->chunks, n, &shift) : 0;
+  void *index = index_bytes ? _hs_copy_map(index_bytes, 0) : NULL;
+  if (index) _hs_reach_index(&r, index, shift); /* else: a search over every block */
   r.deadline_ns = r0 + HS_REACH_LIMIT_NS;
   /* heapsight's own blocks (what its start-up's dlopen of the unwinder left in the heap:
    * the loader's records, reachable from the loader's data) first: out of every class,

@@ -119,9 +119,18 @@ extern HS_HIDDEN uint64_t _hs_helper_self; /* probe.c: the helper thread's pthre
 
 /* Reachability, in the heap map's copy (reach.c) */
 typedef struct hs_chunk_s { uint64_t lo, hi; } hs_chunk_t; /* a block's usable bytes */
+/* An index of the sorted blocks for find (reach.c): the blocks in runs no gap of
+ * HS_REACH_GAP_BYTES splits (a heap, an arena's heaps, the mmapped chunks near each other),
+ * each run cut into buckets of 1 << shift bytes, each bucket holding the first block that
+ * ends past its start. */
+typedef struct hs_run_s { uint64_t lo, hi; uint32_t first, end, bucket; } hs_run_t;
 typedef struct hs_reach_s {
   hs_chunk_t *chunks;  /* sorted by address, disjoint */
   size_t n, top;
+  hs_run_t *runs;      /* NULL: no index (a binary search over every block) */
+  uint32_t *buckets;
+  size_t n_runs;
+  unsigned shift;
   uint8_t *state;      /* HS_REACH_* per block */
   uint32_t *stack;     /* 2n entries */
   uint64_t lo, hi, root_bytes;
@@ -133,6 +142,8 @@ typedef struct hs_reach_s {
 } hs_reach_t;
 void _hs_reach_sort(hs_chunk_t *chunks, size_t n);
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack);
+size_t _hs_reach_index_bytes(const hs_chunk_t *chunks, size_t n, unsigned *shift);
+void _hs_reach_index(hs_reach_t *r, void *mem, unsigned shift);
 void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
 void _hs_reach_own(hs_reach_t *r, uint64_t addr);
 void _hs_reach_finish(hs_reach_t *r);

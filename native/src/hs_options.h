@@ -10,6 +10,9 @@ typedef struct hs_options_s {
                            (mimalloc's), which the copy's one thread cannot reach; 0: none */
   int reach;            /* HEAPSIGHT_REACH: the heap map's copy marks what the program can
                            still reach (reach.c; default 1) */
+  int reach_index;      /* HEAPSIGHT_REACH_INDEX: the marking finds each word's block
+                           through an index of the blocks (default 1; 0: a search over
+                           them all, for bench/reach's comparison) */
   int maps_while_running; /* HEAPSIGHT_MAPS_WHILE_RUNNING: the CLI will ask for heap maps
                             while the program runs (snapshots): the program's threads look
                             for a request in the counters' slow path (probe.c; default 0) */

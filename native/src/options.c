@@ -11,7 +11,7 @@
 
 #include "hs_options.h"
 
-hs_options_t _hs_opt = {.release_at_exit = 1, .reach = 1, .sample_bytes = 524288};
+hs_options_t _hs_opt = {.release_at_exit = 1, .reach = 1, .reach_index = 1, .sample_bytes = 524288};
 
 static void warn(const char *name, const char *val, const char *want) {
   char buf[256];
@@ -63,6 +63,7 @@ int _hs_options_read_reach(void) {
 
 void _hs_options_read(void) {
   read_bool("HEAPSIGHT_REACH", &_hs_opt.reach);
+  read_bool("HEAPSIGHT_REACH_INDEX", &_hs_opt.reach_index);
   read_bool("HEAPSIGHT_MAPS_WHILE_RUNNING", &_hs_opt.maps_while_running);
   const char *v = getenv("HEAPSIGHT_RELEASE_AT_EXIT");
   if (v && !strcasecmp(v, "copy")) _hs_opt.release_at_exit = HS_RELEASE_IN_COPY;

@@ -77,6 +77,8 @@ ENVIRONMENT = (
      "sampled allocations (the call sites are then the interpreter's C functions)"),
     ("HEAPSIGHT_REACH", "0: do not mark which blocks the program can still reach at exit "
      "(no leak classes; --fail-if-lost then cannot be judged)"),
+    ("HEAPSIGHT_REACH_INDEX", "0: mark without the index of the blocks (a binary search "
+     "over them all for each word: the same classes, slower; bench/reach compares them)"),
     ("HEAPSIGHT_UNWIND_CHECK", "1: walk every sampled stack both with heapsight's cached "
      "rules and with libgcc's, and count where they differ (a check, slower)"),
     ("NO_COLOR", "set: no colour, even on a terminal"),
