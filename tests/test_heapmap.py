@@ -4,7 +4,9 @@ name the blocks that keep otherwise-free pages resident. Checked against hs-pin,
 layout is known to the byte, and against the release the exit probe really makes."""
 
 import base64
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -202,23 +204,68 @@ def test_thread_arenas_are_walked(tmp_path):
         seg.close()
 
 
-def test_jemalloc_is_not_mapped_but_its_release_is_measured(tmp_path):
+def test_jemalloc_is_mapped_from_the_hooks_record_and_its_size_classes_pin_nothing(tmp_path):
     if not JEMALLOC.exists():
         pytest.fail(f"{JEMALLOC} is missing: `make test` installs the allocators (scripts/install-deps)")
-    # decay off: jemalloc returns nothing by itself, the purge returns the freed pages
-    rc, out, err, seg = run(scenario("hs-pin"), "--mib", "64", "--every", "16384",
-                            preload=[JEMALLOC], env={"MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"})
+    # GIVEN hs-pin's layout (a 40-byte keeper, then a 16,344-byte filler, 4,096 times; the
+    # fillers freed), decay off: jemalloc returns nothing by itself, the purge the fillers
+    truth, keepers, hm, seg = pin("--mib", "64", "--every", "16384", tmp_path=tmp_path,
+                                  preload=[JEMALLOC],
+                                  env={"MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"})
     try:
-        assert rc == 0, err
-        (hm,) = maps_after_exit(seg).values()
-        assert hm.allocator == "jemalloc" and hm.status.startswith("not mapped: jemalloc")
-        assert hm.heaps == []
+        # THEN its pages are mapped: its mappings, as the hooks recorded them
+        assert hm.allocator == "jemalloc" and hm.status == "mapped", hm.status
+        assert hm.heaps and {h.kind for h in hm.heaps} == {"allocator"}
+        # the release measured in the copy is the one the program's own exit made
         real = real_release(seg)
         assert real > 32 << 20
         assert abs(hm.release_measured_bytes - real) <= max(1 << 20, 0.02 * real)
-        assert H.to_json(hm)["arenas"] == []
+        # every keeper is on a page whose live bytes hold it (48 bytes: its size class)
+        starts = np.array([h.start for h in hm.heaps])
+        for k in keepers:
+            h = hm.heaps[int(np.searchsorted(starts, k, side="right")) - 1]
+            assert h.start <= k < h.end(PAGE)
+            assert h.live[(k - h.start) // PAGE] >= 48, hex(k)
+        # the live bytes are the keepers' and the few others': glibc's keepers each pin a
+        # page (test_the_pinned_pages_are_the_keepers_pages), jemalloc's sit together in
+        # 48-byte slabs, apart from the fillers: nothing is pinned, the fillers' pages went
+        live = sum(h.live_bytes for h in hm.heaps)
+        assert 48 * len(keepers) <= live <= 48 * len(keepers) + (512 << 10), live
+        assert sum(int(H.pinned(h, PAGE).sum()) for h in hm.heaps) * PAGE < 256 << 10
+        assert H.to_json(hm)["arenas"][0]["live_bytes"] == live
     finally:
         seg.close()
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "tcmalloc", "mimalloc"])
+def test_other_allocators_pages_pinned_by_one_small_block_each_are_named(tmp_path, allocator):
+    # GIVEN 64 MiB of 64-byte blocks on 2 threads, one block in 64 kept (about one per 4
+    # KiB page: each allocator packs a size class together; the scenario counts the pages
+    # its kept blocks are on, as tcmalloc's caches now and then put two on one page)
+    from test_allocators import allocator_lib
+    js = tmp_path / "s.json"
+    r = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "--json", str(js),
+                        "--", scenario("hs-retention"), "--mb", "64", "--threads", "2",
+                        "--block", "64", "--keep-every", "64"], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "LD_PRELOAD": allocator_lib(allocator)})
+    assert r.returncode == 0, r.stderr
+    s = json.loads(js.read_text())
+    (hm,) = [m for m in s["heapmaps"] if m["moment"] == "exit"]
+    truth = dict(kv.split("=") for kv in r.stdout.split()[1:])
+    kept_pages = int(truth["kept_pages"])
+    assert 15000 <= kept_pages <= 16384, truth
+    # THEN the exit's map is the allocator's pages, and the kept blocks' pages are pinned,
+    # every one (but a few the runtime's own blocks fill past a quarter), which no release
+    # returns
+    assert hm["allocator"] == allocator and hm["status"] == "mapped", hm["status"]
+    pinned = sum(a["pinned_pages"] for a in hm["arenas"])
+    assert kept_pages - 20 <= pinned <= kept_pages + 20, (pinned, kept_pages)
+    # the pinners name the code that allocated the kept blocks
+    assert hm["pinners"] and hm["pinners"][0]["site"].startswith("worker (retention.c:"), hm["pinners"][:2]
+    assert hm["pinners"][0]["pinned_bytes"] > 32 << 20, hm["pinners"][0]
+    # and the reason says so, measured, before the allocator's own mechanism
+    assert re.search(r"6\d\.\d MiB of heap pages hold only a few live bytes each", r.stderr), \
+        r.stderr[-3000:]
 
 
 def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):

@@ -154,17 +154,20 @@ int _hs_heapmap_write_refusal(const char *path, const char *why) {
   return ok;
 }
 
+/* Why another allocator's pages are not mapped: their record is off (HEAPSIGHT_REACH=0,
+ * compare's runs), or the allocator is not one heapsight knows. */
 static const char *not_mapped_why(uint64_t id) {
   switch (id) {
   case HS_ALLOC_JEMALLOC:
-    return "jemalloc's extents and slabs are not walked; the release figure is "
-           "arena.<all>.purge run in a copy of the process";
+    return "jemalloc's pages are mapped from the hooks' record of its blocks, off in this run "
+           "(HEAPSIGHT_REACH=0); the release figure is arena.<all>.purge run in a copy";
   case HS_ALLOC_TCMALLOC:
-    return "tcmalloc's spans are not walked; the release figure is ReleaseFreeMemory run "
-           "in a copy of the process";
+    return "tcmalloc's pages are mapped from the hooks' record of its blocks, off in this run "
+           "(HEAPSIGHT_REACH=0); the release figure is ReleaseFreeMemory run in a copy";
   case HS_ALLOC_MIMALLOC:
-    return "mimalloc's pages are not walked; its release (mi_collect) acts on the calling "
-           "thread's heap, in the copy heapsight's own: the figure is a lower bound";
+    return "mimalloc's pages are mapped from the hooks' record of its blocks, off in this run "
+           "(HEAPSIGHT_REACH=0); its release (mi_collect) acts on the calling thread's heap, "
+           "in the copy heapsight's own: the figure is a lower bound";
   case HS_ALLOC_MMAP:
     return "one mapping per block: a free returns its pages at once, nothing is held";
   default:
@@ -343,15 +346,27 @@ static void map_glibc(child_t *c, int at_exit, hs_map_header_t *h, hs_map_reach_
                            "form a valid chain, or the arena layout was not glibc 2.36's)");
 }
 
-/* Another allocator: no walk (why says so); the reach from the hooks' record of the
- * blocks' starts, marked as glibc's. */
+/* Another allocator: its structures are not walked; the hooks' record of its mappings
+ * (the heaps, found before the release: heapother.c) and of the blocks' starts give each
+ * page its live bytes, and the reach is marked from the blocks as glibc's. Without that
+ * record (HEAPSIGHT_REACH=0) or its mappings, the release figure alone (why says why). */
 static void map_other(child_t *c, int at_exit, hs_map_header_t *h, hs_map_reach_t *rec,
-                      hs_map_block_t **blocks) {
-  h->status = 1;
-  set_why(h, not_mapped_why(h->allocator));
+                      hs_map_block_t **blocks, const char *no_heaps) {
+  if (!c->n_heaps) {
+    h->status = 1;
+    set_why(h, no_heaps ? no_heaps : not_mapped_why(h->allocator));
+  }
   if (!_hs_opt.reach || !_hs_blockmap_on) return;
+  uint64_t w0 = _hs_now_ns();
   if (!_hs_walk_maps(c)) _exit(5);
   _hs_roots_other_blocks(c, rec);
+  if (c->chunks && c->n_heaps) _hs_other_live(c);
+  else if (c->n_heaps) { /* no list of the blocks: the pages' residency alone */
+    h->status = 1;
+    set_why(h, "the live blocks were not listed (see the reach), so the pages' live bytes are "
+               "not known");
+  }
+  h->walk_ns = _hs_now_ns() - w0;
   if (c->chunks) _hs_roots_reach(c, at_exit, rec, blocks);
   h->reach_bytes = sizeof *rec + rec->n_listed * sizeof(hs_map_block_t);
 }
@@ -390,12 +405,16 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   memset(&c, 0, sizeof c);
   c.page = h.page_bytes;
   int glibc = h.allocator == HS_ALLOC_GLIBC;
+  const char *no_heaps = NULL;
   if (!_hs_walk_maps(&c)) _exit(3);
-  if (glibc && !_hs_walk_find_heaps(&c)) _exit(3); /* the others: the release figure only */
+  if (glibc && !_hs_walk_find_heaps(&c)) _exit(3);
+  /* the others: their mappings as the hooks recorded them, when they record the blocks */
+  if (!glibc && _hs_opt.reach && _hs_blockmap_on && !_hs_other_heaps(&c, &no_heaps))
+    c.n_heaps = 0;
   if (!page_arrays(&c)) _exit(4);
   measure_release(&c, &h);
   if (glibc) map_glibc(&c, at_exit, &h, &rec, &blocks);
-  else map_other(&c, at_exit, &h, &rec, &blocks);
+  else map_other(&c, at_exit, &h, &rec, &blocks, no_heaps);
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) == 0) {
     h.child_minflt = (uint64_t)ru.ru_minflt;

@@ -74,6 +74,11 @@ void *_hs_copy_map(size_t bytes, int populate);
 extern HS_HIDDEN uint64_t _hs_copy_live_blocks, _hs_copy_mmapped_bytes;
 void _hs_copy_unmap(void *p, size_t bytes);
 
+/* heapother.c: another allocator's pages, from the hooks' record */
+#define HS_OTHER_PAGES_MAX (16ull << 20) /* 64 GiB of 4 KiB pages at most */
+int _hs_other_heaps(child_t *c, const char **why);
+void _hs_other_live(child_t *c);
+
 /* heapwalk.c */
 int _hs_walk_maps(child_t *c);                    /* /proc/self/maps; 0 on failure */
 int _hs_walk_readable(const child_t *c, uint64_t lo, uint64_t hi);

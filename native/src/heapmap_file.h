@@ -16,8 +16,9 @@
  *     it before writing), reach_bytes (the reach section's size after the heaps, 0: none),
  *     reserved[6]; char why[160] (the reason when not mapped, else a note or empty).
  *   per heap (its pages: [heap] as mapped before the release; a thread heap's read-write
- *     part, mprotect_size): u64 start, pages, arena (0 main, 1.. thread arenas in malloc_info's order),
- *     kind (0 main heap, 1 thread heap), walked, top_bytes, live_bytes, inuse_chunks,
+ *     part, mprotect_size; under another allocator, each of its mappings the hooks
+ *     recorded, arena 0): u64 start, pages, arena (0 main, 1.. thread arenas in malloc_info's order),
+ *     kind (HS_HEAP_*: 0 main heap, 1 thread heap, 2 another allocator's mapping), walked, top_bytes, live_bytes, inuse_chunks,
  *     free_chunks, tcache_chunks, reserved[2]; u32 live[pages]; u8 flags[pages]; zero
  *     padding to 8 bytes.
  *   trailer: u64 "HSHMAPEN".
@@ -38,6 +39,9 @@
 #define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
 #define HS_MAP_END 0x4e4550414d485348ull     /* "HSHMAPEN" */
 #define HS_MAP_VERSION 2
+
+/* A heap's kind (see above). */
+enum { HS_HEAP_MAIN = 0, HS_HEAP_THREAD = 1, HS_HEAP_ALLOCATOR = 2 };
 
 /* A page's flags (see above). */
 enum { HS_PAGE_BEFORE = 1, HS_PAGE_AFTER = 2, HS_PAGE_TOP = 4, HS_PAGE_ALLOC = 8, HS_PAGE_TCACHE = 16 };

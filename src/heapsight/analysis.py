@@ -369,15 +369,15 @@ def _retention_reasons(heap: HeapFigures, mapped: dict, tops: bool = True,
     """Why freed memory stayed, in words, the reason that explains the most bytes first
     (those measured before those not); tops: with the threads' heap tops among them;
     settings: the allocator settings in the program's environment (remedies.settings_in)."""
-    if heap.allocator != "glibc":
-        a = allocators.ALLOCATORS.get(heap.allocator)
-        return [a.keeps] if a and a.keeps else []
-    arenas, threads, n_large = heap.arenas, heap.threads_seen, heap.n_large_heap
     reasons = []
-    if mapped.get("pinned"):
+    if mapped.get("pinned"):   # measured in the exit's copy, under any allocator
         reasons.append((mapped["pinned"], f"{human(mapped['pinned'])} of heap pages hold "
                         "only a few live bytes each: no release can return them while "
                         "those blocks live"))
+    if heap.allocator != "glibc":
+        a = allocators.ALLOCATORS.get(heap.allocator)
+        return [text for _, text in reasons] + ([a.keeps] if a and a.keeps else [])
+    arenas, threads, n_large = heap.arenas, heap.threads_seen, heap.n_large_heap
     if tops and mapped.get("thread_tops"):
         reasons.append((mapped["thread_tops"], f"{human(mapped['thread_tops'])} is {THREAD_TOPS}"))
     if arenas > 1:

@@ -49,6 +49,9 @@ REACH_CLASSES = ("definitely_lost", "possibly_lost", "still_reachable", "indirec
 # holds allocator bytes a release keeps (a chunk header, a free chunk's links), holds a
 # block parked in a thread's tcache.
 BEFORE, AFTER, TOP, ALLOC, TCACHE = 1, 2, 4, 8, 16
+# a heap's kind (HS_HEAP_*; "allocator": one of another allocator's mappings)
+HEAP_MAIN, HEAP_THREAD, HEAP_ALLOCATOR = 0, 1, 2
+KINDS = {HEAP_MAIN: "main", HEAP_THREAD: "thread", HEAP_ALLOCATOR: "allocator"}
 
 # What this module mirrors of native/src/heapmap_file.h, for the compiler to check
 # (tests/test_native.py, as heapsight.layout's).
@@ -58,6 +61,8 @@ C_STRUCTS = {"hs_map_header_t": HEADER_DTYPE, "hs_map_heap_t": HEAP_DTYPE,
 C_CONSTANTS = {"HS_MAP_MAGIC": MAGIC, "HS_MAP_END": END, "HS_MAP_VERSION": VERSION,
                "HS_PAGE_BEFORE": BEFORE, "HS_PAGE_AFTER": AFTER, "HS_PAGE_TOP": TOP,
                "HS_PAGE_ALLOC": ALLOC, "HS_PAGE_TCACHE": TCACHE,
+               "HS_HEAP_MAIN": HEAP_MAIN, "HS_HEAP_THREAD": HEAP_THREAD,
+               "HS_HEAP_ALLOCATOR": HEAP_ALLOCATOR,
                **{f"HS_REACH_{c}": REACH_CLASSES.index(name) for c, name in (
                    ("LOST", "definitely_lost"), ("POSSIBLE", "possibly_lost"),
                    ("REACHABLE", "still_reachable"), ("INDIRECT", "indirectly_lost"))}}
@@ -69,7 +74,9 @@ EXIT = "exit"
 
 @dataclass
 class Heap:
-    """One heap: glibc's main heap ([heap], kind "main") or a thread arena's heap."""
+    """One heap: glibc's main heap ([heap], kind "main") or a thread arena's heap ("thread");
+    under another allocator one of its mappings ("allocator": the hooks' record of them,
+    native/src/heapother.c)."""
     start: int
     arena: int
     kind: str
@@ -186,7 +193,7 @@ def parse(data: bytes, path: str) -> HeapMap:
         live = np.frombuffer(data, np.dtype("<u4"), count=n, offset=at).copy()
         flags = np.frombuffer(data, np.uint8, count=n, offset=at + 4 * n).copy()
         at += (5 * n + 7) // 8 * 8
-        hm.heaps.append(Heap(int(r["start"]), int(r["arena"]), "main" if int(r["kind"]) == 0 else "thread",
+        hm.heaps.append(Heap(int(r["start"]), int(r["arena"]), KINDS.get(int(r["kind"]), "thread"),
                              bool(r["walked"]), int(r["top_bytes"]), int(r["live_bytes"]),
                              int(r["inuse_chunks"]), int(r["free_chunks"]), int(r["tcache_chunks"]),
                              live, flags))

@@ -254,6 +254,9 @@ STATES = (("live", "live (a quarter of the page or more)", "#4e79a7"),
           ("unwalked", "resident, not walked (its chunks could not be read)", "#a0a4a8"),
           ("absent", "not resident", "#e4e7eb"))
 LIVE, PINNED, FREE, KEPT, TOP, UNWALKED, ABSENT = range(len(STATES))
+# Under another allocator the pages are its mappings as the hooks recorded them
+# (native/src/heapother.c): what a release keeps there is its own bookkeeping and caches
+OTHER_LABELS = {"kept": "free, but a release keeps it (the allocator's own metadata and caches)"}
 # Pinned: resident after the release with live bytes under a quarter of the page
 # (heapmap.PIN_FRACTION). The occupancy byte, ceil(live * 255 / page), says so exactly
 # except for live bytes in (63/255, 64/255] of a page (16 bytes of a 4 KiB page), read
@@ -326,9 +329,11 @@ def heapmap_entry(m: dict) -> dict:
         out["status"] = f"not drawn: the map in this record is damaged ({e})"
         return out
     out["arenas"] = arenas
-    out["legend"] = [{"state": key, "label": label, "color": color, "pages": int(counts[i]),
-                      "bytes": int(counts[i]) * page}
-                     for i, (key, label, color) in enumerate(STATES)]
+    glibc = m.get("allocator") in (None, "glibc")
+    out["legend"] = [{"state": key, "label": label if glibc else OTHER_LABELS.get(key, label),
+                      "color": color, "pages": int(counts[i]), "bytes": int(counts[i]) * page}
+                     for i, (key, label, color) in enumerate(STATES)
+                     if glibc or key != "top"]   # only glibc has a top chunk
     return out
 
 

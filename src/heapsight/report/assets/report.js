@@ -1021,7 +1021,8 @@
       (M.arenas || []).forEach(function (a, ai) {
         (a.heaps || []).forEach(function (h, hi) {
           heaps.push({arena: a, first: hi === 0, many: (a.heaps || []).length > 1, start: parseInt(h.start, 16),
-                      kind: h.kind === 'thread' ? 'thread heap' : h.kind === 'main' ? 'main heap' : 'heap',
+                      kind: h.kind === 'thread' ? 'thread heap' : h.kind === 'main' ? 'main heap' :
+                        h.kind === 'allocator' ? 'mapping' : 'heap',
                       startText: String(h.start), pages: h.pages, states: unb64(h.states), occ: unb64(h.occupancy)});
         });
       });
@@ -1058,7 +1059,11 @@
     heaps.forEach(function (h) {
       if (h.first) {
         var a = h.arena;
-        text(root, 0, y + 14, 'arena ' + String(a.arena) + (a.arena === 0 ? ' (main)' : '') + ': ' +
+        // glibc's arenas by number; another allocator's mappings as one group (the hooks'
+        // record of them: its own arenas are not told apart)
+        var group0 = M.allocator && M.allocator !== 'glibc' ? M.allocator + "'s mappings"
+          : 'arena ' + String(a.arena) + (a.arena === 0 ? ' (main)' : '');
+        text(root, 0, y + 14, group0 + ': ' +
           count(a.pages) + ' pages, ' + fmtBytes((a.pages || 0) * page, 1) +
           (h.many ? '' : ', ' + h.kind + ' at ' + h.startText), {'class': 'hm-label'});
         y += ARENA_H;
@@ -1102,7 +1107,8 @@
         });
         rowsT.push(['', 'live bytes', '\u2248 ' + fmtBytes(live, 1) + ' (' + share(live, pages * page) + ' of ' +
           (pages > 1 ? count(pages) + ' pages' : 'the page') + ')']);
-        showTip(fig, tip, root, px, py, head + ' (' + fmtBytes(pages * page, 1) + ', arena ' + String(h.arena.arena) + ')', rowsT);
+        showTip(fig, tip, root, px, py, head + ' (' + fmtBytes(pages * page, 1) +
+          (M.allocator && M.allocator !== 'glibc' ? ', ' + M.allocator : ', arena ' + String(h.arena.arena)) + ')', rowsT);
       });
       root.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
     }
