@@ -255,8 +255,11 @@ STATES = (("live", "live (a quarter of the page or more)", "#4e79a7"),
           ("absent", "not resident", "#e4e7eb"))
 LIVE, PINNED, FREE, KEPT, TOP, UNWALKED, ABSENT = range(len(STATES))
 # Under another allocator the pages are its mappings as the hooks recorded them
-# (native/src/heapother.c): what a release keeps there is its own bookkeeping and caches
-OTHER_LABELS = {"kept": "free, but a release keeps it (the allocator's own metadata and caches)"}
+# (native/src/heapother.c): what a release keeps there is its own bookkeeping, its caches,
+# or a free page inside a larger unit of its (jemalloc's slab, tcmalloc's span, mimalloc's
+# 64 KiB page) that holds a live block elsewhere: not told apart
+OTHER_LABELS = {"kept": "free, but a release keeps it (the allocator's metadata, its caches, or "
+                        "a slab or page of its that holds a live block)"}
 # Pinned: resident after the release with live bytes under a quarter of the page
 # (heapmap.PIN_FRACTION). The occupancy byte, ceil(live * 255 / page), says so exactly
 # except for live bytes in (63/255, 64/255] of a page (16 bytes of a 4 KiB page), read
