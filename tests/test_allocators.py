@@ -272,3 +272,23 @@ def test_why_it_stayed_names_the_allocators_mechanism_and_its_setting_gives_it_b
     assert gave > 8 * MiB, s["release"]
     lowered = s["final"]["retained_bytes"] - s2["final"]["retained_bytes"]
     assert lowered >= 0.5 * gave, (lowered, gave)
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "mimalloc"])
+def test_the_allocators_heaps_are_named_as_its_own_not_glibcs_arenas(hs, tmp_path, allocator):
+    # GIVEN hs-retention (8 threads) under an allocator whose heaps are 64 MiB-aligned
+    # mappings with address space reserved after them, as glibc's thread arenas are
+    r, s, _ = run_retention(hs, tmp_path, allocator)
+    # THEN no mapping is called glibc's thread arena, in the summary or the terminal ...
+    for kinds in (s["resident_by_kind"], s["resident_by_kind_peak"]):
+        assert kinds and kinds["arena"] == 0, kinds
+    lines = [x for x in r.stderr.splitlines() if "by mapping" in x]
+    assert lines and not any("thread arenas" in x for x in lines), lines
+    # ... and the mappings line names the allocator's heaps where it read them: the same
+    # bytes as the line that says what they hold, not told again as "other anonymous"
+    text = " ".join(r.stderr.split())
+    m = re.search(rf"by mapping near peak RSS[^:]*: .*?{allocator}'s heaps ([0-9.]+ [KMG]iB)", text)
+    assert m, text[:2000]
+    held = re.search(rf"{allocator}'s heaps \(its own mappings, which hold [^)]*\): ([0-9.]+ [KMG]iB)",
+                     text)
+    assert held, text[:2000]

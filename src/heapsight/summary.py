@@ -76,6 +76,18 @@ def last_kinds(tl: Timeline, end_s: float) -> dict:
     return {"at_s": round(t, 3), **kinds}
 
 
+def glibc_kinds(kinds: dict, allocator: str | None) -> dict:
+    """The kinds of mapping as read, but that under another allocator than glibc no mapping
+    is glibc's thread arena (its layout, a 64 MiB-aligned start with the rest reserved
+    after it, is also mimalloc's and jemalloc's): those are other anonymous memory."""
+    if not kinds or allocator in (None, "glibc") or not kinds.get("arena"):
+        return kinds
+    out = dict(kinds)
+    out["anon"] = out.get("anon", 0) + out.pop("arena")
+    out["arena"] = 0
+    return out
+
+
 def peak_kinds(tl: Timeline) -> dict:
     """The classification read when RSS was highest (within 0.2 s of it: it is read on the
     sampler's Python ticks), {} without one."""
@@ -644,7 +656,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
         images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
-        resident_by_kind=last_kinds(tl, duration_s), resident_by_kind_peak=peak_kinds(tl),
+        resident_by_kind=glibc_kinds(last_kinds(tl, duration_s), allocator),
+        resident_by_kind_peak=glibc_kinds(peak_kinds(tl), allocator),
         sites=sampled_sites,
         mapped_sites=mapped_by_stack,
         heapmaps=hmaps, moments=named, moment=moments.about(found))

@@ -247,18 +247,25 @@ def _mapping_lines(c: Console, s: Summary) -> None:
     """Resident memory by kind of mapping, and what was mapped outside malloc, by whom."""
     peak_k, last_k = s.resident_by_kind_peak, s.resident_by_kind
     same = bool(peak_k) and bool(last_k) and peak_k.get("at_s") == last_k.get("at_s")
-    for k, when in ((peak_k, "near peak RSS, at" if not same else "near peak RSS and last, at"),
-                    (None if same else last_k, "at")):
-        if k:
-            _indent(c, f"by mapping {when} {k['at_s']:.2f} s: " + ", ".join(
-                f"{name} {human(k[kind])}" for kind, name in (
-                    ("heap", "[heap]"), ("arena", "thread arenas"), ("stack", "stacks"),
-                    ("file", "file-backed"), ("shared", "shared"), ("anon", "other anonymous"))
-                if k.get(kind)), 2)
-    big = [o for o in s.mapped_by if o["peak_bytes"] >= MiB]
     # an allocator that maps its heaps with mmap (jemalloc, tcmalloc, mimalloc): those are
-    # where the live and retained bytes above are, not memory beside malloc's
+    # where the live and retained bytes above are, not memory beside malloc's; in the
+    # mappings they are its heaps, not "other anonymous" (nor glibc's thread arenas)
     own = f"{s.heap.allocator}'s own heaps" if s.heap else None
+    own_heaps = next((o for o in s.mapped_by if o["owner"] == own), None)
+    for k, when, key in ((peak_k, "near peak RSS, at" if not same else "near peak RSS and last, at",
+                          "resident_peak"), (None if same else last_k, "at", "resident")):
+        if k:
+            k = dict(k)
+            names = [("heap", "[heap]"), ("arena", "thread arenas"), ("stack", "stacks"),
+                     ("file", "file-backed"), ("shared", "shared"), ("anon", "other anonymous")]
+            if own_heaps is not None and own_heaps.get(f"{key}_at_s") == k["at_s"]:
+                held = min(k.get("anon", 0), own_heaps.get(f"{key}_bytes", 0))
+                k["anon"] = k.get("anon", 0) - held
+                k["own"] = held
+                names.insert(-1, ("own", f"{s.heap.allocator}'s heaps"))
+            _indent(c, f"by mapping {when} {k['at_s']:.2f} s: " + ", ".join(
+                f"{name} {human(k[kind])}" for kind, name in names if k.get(kind)), 2)
+    big = [o for o in s.mapped_by if o["peak_bytes"] >= MiB]
     heaps = [o for o in big if o["owner"] == own]
     big = [o for o in big if o["owner"] != own]
     for o in heaps:
