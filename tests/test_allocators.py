@@ -292,3 +292,20 @@ def test_the_allocators_heaps_are_named_as_its_own_not_glibcs_arenas(hs, tmp_pat
     held = re.search(rf"{allocator}'s heaps \(its own mappings, which hold [^)]*\): ([0-9.]+ [KMG]iB)",
                      text)
     assert held, text[:2000]
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "mimalloc"])
+def test_a_metadata_figure_the_allocator_does_not_give_is_not_shown_as_none(hs, tmp_path, allocator):
+    # GIVEN a run under an allocator that gives its metadata at exit only (jemalloc) or not
+    # at all (mimalloc 2.0)
+    r, s, _ = run_retention(hs, tmp_path, allocator)
+    row = next(x for x in r.stderr.splitlines() if x.strip().startswith("allocator metadata "))
+    cells = row.split("allocator metadata", 1)[1].split()
+    # THEN where it gave none the row says "-", never "0 B" (which reads as none), and why
+    assert "0" not in cells and "-" in cells, row
+    if allocator == "mimalloc":
+        assert set(cells) == {"-"}, row
+        assert "mimalloc gives no figure of its own" in " ".join(r.stderr.split())
+    else:   # its own figure at exit, the last column ("5.2 MiB 28%")
+        assert cells[-2] in ("KiB", "MiB"), row
+        assert "jemalloc's stats.metadata, which it gives at exit only" in " ".join(r.stderr.split())

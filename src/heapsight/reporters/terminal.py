@@ -19,7 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from heapsight import analysis, fmt, heapmap, moments
+from heapsight import allocators, analysis, fmt, heapmap, moments
 from heapsight.sites import CALLED_VIA
 from heapsight import ranking
 from heapsight.ranking import METRICS, baseline
@@ -186,7 +186,13 @@ def _split_table(c: Console, s: Summary) -> None:
         c.print("  (/proc figures only: no split into live, waste and retained)", style="dim")
     if s.heap is not None and s.heap.metadata_figure:
         _indent(c, f"allocator metadata at exit: {s.heap.metadata_figure}, which it gives "
-                   "at exit only (at the other moments it is in retained)", 2, style="dim")
+                   "at exit only (at the other moments, \"-\", it is in retained)", 2, style="dim")
+    elif (s.heap is not None and s.heap.allocator not in ("glibc", "mmap")
+          and getattr(allocators.ALLOCATORS.get(s.heap.allocator), "metadata", None) is None):
+        # 0 B would read as none: mimalloc 2.0 (and an allocator heapsight does not know)
+        # gives no figure of its metadata
+        _indent(c, f"allocator metadata: {s.heap.allocator} gives no figure of its own (\"-\"); "
+                   "its metadata is counted in retained", 2, style="dim")
     c.print(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s")
     if s.heapsight_rss_bytes:
         _indent(c, f"heapsight's memory in the program (its stats segment and tables): "
@@ -202,10 +208,16 @@ def _moment_table(s: Summary, cols: list, shares: bool) -> Table:
         if shares:
             t.add_column("", justify="right", no_wrap=True, style="dim")
 
+    # another allocator's metadata where it gives no figure (mimalloc; jemalloc and
+    # tcmalloc but at exit) is in retained: "-", not "0 B", which would read as none
+    unknown_metadata = s.heap is not None and s.heap.allocator not in ("glibc", "mmap")
+
     def row(part, share=True):
         out = []
         for _, b in cols:
             v, p = _cells(b, part, share)
+            if part == "metadata" and unknown_metadata and b is not None and not b.parts()[part]:
+                v, p = "-", ""
             out += [v, p] if shares else [v]
         return out
     t.add_row("RSS", *row("rss_bytes", False), style="bold")
