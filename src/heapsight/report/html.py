@@ -142,10 +142,19 @@ def _moment_columns(s: dict) -> list:
 
 def breakdown_table(s: dict) -> str:
     cols = _moment_columns(s)
+    # another allocator's metadata where it gives no figure (mimalloc; jemalloc and tcmalloc
+    # but at exit) is in retained: "-", as the terminal says it, not "0 B"
+    allocator = (s.get("heap") or {}).get("allocator")
+    unknown = allocator not in (None, "glibc", "mmap")
+
+    def cell(b, key, share):
+        if key == "metadata_bytes" and unknown and b and not b.get(key):
+            return "<td>-</td><td></td>"
+        return _cell(b, key, share)
 
     def row(label, key, share=True, cls=""):
         return (f'<tr><td{cls}>{esc(label)}</td>'
-                + "".join(_cell(b, key, share) for _, b in cols) + "</tr>")
+                + "".join(cell(b, key, share) for _, b in cols) + "</tr>")
     rows = [row("RSS", "rss_bytes", False)]
     if s.get("preload") == "active":
         rows += [row(label, key, True, ' class="sub"') for label, key in PARTS]
