@@ -235,8 +235,8 @@ class _Meanwhile:
     (at most PREFETCH_MAX_S), so that the names asked for at the end are mostly answered
     already (python3 building dicts: 0.26 s of waiting for them at the end, 0.01-0.1 s
     now). Only addresses not sent before are sent; a stack read torn while the library
-    writes it at worst asks for an address no site uses. The main thread only samples
-    meanwhile and joins this one before it imports anything (no two threads importing)."""
+    writes it at worst asks for an address no site uses. The main thread samples
+    meanwhile; it joins this one as the program ends, before the analysis."""
 
     def __init__(self, segment, modules: tuple, names: bool) -> None:
         import threading
@@ -304,8 +304,8 @@ def measure(argv: list, opts: Options) -> tuple:
                                           stderr=opts.stderr)
         except OSError as e:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
-        names = (_Meanwhile(segment, opts.warm, opts.keep) if segment is not None and
-                 (opts.keep or opts.warm) else None)
+        meanwhile = (_Meanwhile(segment, opts.warm, opts.keep) if segment is not None and
+                     (opts.keep or opts.warm) else None)
         try:
             timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
                                on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
@@ -314,8 +314,8 @@ def measure(argv: list, opts: Options) -> tuple:
                                on_tick=cb.on_tick if opts.exporter is not None else None,
                                stats_hz=opts.stats_hz).run()
         finally:
-            if names is not None:
-                names.stop()
+            if meanwhile is not None:
+                meanwhile.stop()
         phases.mark("the program's run, sampled")
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
