@@ -480,6 +480,16 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                        + "Besides: " + "; ".join(_retention_reasons(heap, mapped, tops=False, settings=settings))
                        + ".",
                        _thread_tops_suggestions(suggestions, cmd))
+    # another allocator's release gave little back: fragmentation only where live blocks
+    # keep the free space (the exit's heap map, in the allocator's 64 KiB units at most);
+    # mimalloc's release is the exiting thread's, and what other threads freed stays whole
+    interleaved = mapped.get("interleaved")
+    if (release.measured and allocator != "glibc" and interleaved is not None
+            and interleaved < 0.5 * max(1, retained - given)):
+        return Finding("retention", retained, title,
+                       f"Freed memory the allocator still holds; {how}, yet live blocks keep "
+                       f"no more than {human(interleaved)} of it (the exit's heap map): not "
+                       f"fragmentation, but free memory {allocator} kept. " + why, suggestions)
     return Finding("fragmentation" if release.measured else "retention", retained, title,
                    f"Freed memory the allocator still holds; {how}. "
                    + ("The free space is interleaved with live blocks, so whole pages cannot be "

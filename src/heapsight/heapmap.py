@@ -219,6 +219,33 @@ def pinned(heap: Heap, page: int) -> np.ndarray:
     return ((heap.flags & AFTER) != 0) & (heap.live > 0) & (heap.live < page * PIN_FRACTION)
 
 
+# The unit an allocator frees pages in, at most: glibc returns any free page of a chunk;
+# mimalloc a 64 KiB page of its only once every block on it is free; jemalloc's slabs and
+# tcmalloc's spans are no larger than that for small blocks.
+OTHER_UNIT_BYTES = 64 << 10
+
+
+def unit_bytes(allocator: str, page: int) -> int:
+    return page if allocator == "glibc" else max(page, OTHER_UNIT_BYTES)
+
+
+def interleaved(heap: Heap, page: int, unit: int) -> int:
+    """The bytes resident after the release, with no live byte, in units of `unit` bytes
+    (address-aligned) that hold a live byte: free space a live block keeps, which no
+    release returns (fragmentation), as against whole free units the allocator kept."""
+    n = heap.pages
+    if not n:
+        return 0
+    per = max(1, unit // page)
+    first = (heap.start // page) % per   # the heap's first page's place in its unit
+    idx = (np.arange(n) + first) // per
+    after = (heap.flags & AFTER) != 0
+    live_in = np.bincount(idx, weights=heap.live.astype(np.float64), minlength=idx[-1] + 1)
+    resident_in = np.bincount(idx, weights=after.astype(np.float64), minlength=idx[-1] + 1)
+    held = live_in > 0
+    return int(max(0.0, float((resident_in[held] * page - live_in[held]).sum())))
+
+
 def occupancy(heap: Heap, page: int) -> np.ndarray:
     """Per page, uint8: 0 for no live byte, else ceil(live * 255 / page)."""
     return np.minimum(255, -(-heap.live.astype(np.int64) * 255 // page)).astype(np.uint8)
@@ -227,14 +254,16 @@ def occupancy(heap: Heap, page: int) -> np.ndarray:
 def to_json(hm: HeapMap, moment: str = EXIT, start_ns: int | None = None) -> dict:
     """The summary's "heapmaps" entry (the caller adds "pinners"). An arena's pages:
     free_resident_pages were resident before the release with no live byte and outside
-    the top chunk; top_resident_pages the same inside it; pinned_pages see pinned(). A heap whose walk failed ("walked": false)
+    the top chunk; top_resident_pages the same inside it; pinned_pages see pinned();
+    interleaved_bytes see interleaved(). A heap whose walk failed ("walked": false)
     has its residency flags only: its occupancy is unknown, written as zeros."""
     page = hm.page_bytes
     arenas: dict = {}
     for h in hm.heaps:
         a = arenas.setdefault(h.arena, {"arena": h.arena, "pages": 0, "free_resident_pages": 0,
                                         "pinned_pages": 0, "top_bytes": 0, "live_bytes": 0,
-                                        "top_resident_pages": 0, "walked": True, "heaps": []})
+                                        "top_resident_pages": 0, "interleaved_bytes": 0,
+                                        "walked": True, "heaps": []})
         a["pages"] += h.pages
         if h.walked:
             free = ((h.flags & BEFORE) != 0) & (h.live == 0) & ((h.flags & TOP) == 0)
@@ -246,6 +275,7 @@ def to_json(hm: HeapMap, moment: str = EXIT, start_ns: int | None = None) -> dic
             a["top_resident_pages"] += int((((h.flags & BEFORE) != 0) & ((h.flags & TOP) != 0)
                                             & (h.live == 0)).sum())
             a["live_bytes"] += h.live_bytes
+            a["interleaved_bytes"] += interleaved(h, page, unit_bytes(hm.allocator, page))
         a["walked"] = a["walked"] and h.walked
         a["heaps"].append({"start": hex(h.start), "kind": h.kind, "pages": h.pages,
                            "walked": h.walked,

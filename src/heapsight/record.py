@@ -332,7 +332,7 @@ HEAP_OF_MAP = fields(required={"occupancy": string, "flags": string},
 ARENA_OF_MAP = fields(required={"heaps": list_of(HEAP_OF_MAP)},
                       optional={"walked": boolean, **{k: number for k in (
                           "arena", "pages", "free_resident_pages", "pinned_pages", "top_bytes",
-                          "live_bytes", "top_resident_pages")}})
+                          "live_bytes", "top_resident_pages", "interleaved_bytes")}})
 PINNER = fields(required={"stack": number, "pinned_bytes": number},
                 optional={"site": string, **{k: number for k in ("blocks", "block_bytes",
                                                                  "error_bytes")}})

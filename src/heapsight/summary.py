@@ -23,8 +23,9 @@ from heapsight.layout import FLUSH_TOTAL_BYTES, STATE_DONE
 
 def exit_map_bytes(hmaps) -> dict:
     """From the exit's heap map (heap_maps' entries): the bytes of pinned pages, of free
-    resident pages in glibc's thread arenas (arena 1 and up), and of their top chunks'
-    resident pages (malloc_trim leaves those); {} without one."""
+    resident pages in glibc's thread arenas (arena 1 and up), of their top chunks'
+    resident pages (malloc_trim leaves those), and the free bytes a live block keeps
+    (heapmap.interleaved: None when not known); {} without one."""
     for m in hmaps:
         if m["moment"] == heapmap.EXIT and m["status"] == "mapped":
             page = m["page_bytes"]
@@ -33,6 +34,11 @@ def exit_map_bytes(hmaps) -> dict:
                                               if a["arena"] != 0) * page,
                     "thread_tops": sum(a.get("top_resident_pages", 0) for a in m["arenas"]
                                        if a["arena"] != 0) * page,
+                    # (None in a record made before it was measured, or a heap not walked)
+                    "interleaved": (sum(a["interleaved_bytes"] for a in m["arenas"])
+                                    if m["arenas"] and all("interleaved_bytes" in a
+                                                           and a.get("walked", True)
+                                                           for a in m["arenas"]) else None),
                     "reach": m.get("reach")}
         if m["moment"] == heapmap.EXIT:
             return {"reach": m.get("reach")}
