@@ -342,3 +342,43 @@ def test_without_a_record_of_the_blocks_nothing_reads_as_marked(tmp_path):
     (m,) = [m for m in json.loads(js.read_text())["heapmaps"] if m["moment"] == "exit"]
     assert m["reach"]["marked"] is False and "ulimit -v" in m["reach"]["why"], m["reach"]
     assert r.returncode == 2 and "gate not judged" in r.stderr, r.stderr
+
+
+SPARSE = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+void **big[4];
+int main(void) {
+  /* large blocks (glibc's mmapped chunks, and one in the heap through realloc growth),
+   * almost all untouched: a block is kept only by a pointer on one touched page of one of
+   * them, at its start, in its middle, at its last word */
+  size_t mib = 1 << 20;
+  for (int i = 0; i < 3; i++) big[i] = malloc((8 + i) * mib);
+  big[3] = calloc(1, 200 * 1024);   /* below the mmap threshold: in the heap */
+  big[0][0] = malloc(100);                                   /* its first word */
+  big[1][(9 * mib / 8) / 2 + 3] = malloc(200);               /* a page in its middle */
+  big[2][(10 * mib - 64) / 8 - 1] = malloc(300);             /* near its last word */
+  big[3][200 * 1024 / 8 - 1] = malloc(400);                  /* its last word */
+  void *volatile lost = malloc(500);
+  lost = NULL;   /* dropped: the one lost block */
+  printf("sparse\n");
+  return 0;
+}
+"""
+
+
+def test_large_blocks_untouched_pages_are_skipped_and_their_pointers_found(tmp_path):
+    # GIVEN four large blocks, nearly all of their pages never touched (the marking reads a
+    # large block's resident pages only), each holding one pointer to a small block
+    exe = build(tmp_path, "sparse", SPARSE)
+    s, r = run_json(tmp_path, exe)
+    reach = exit_reach(s)
+    # THEN the four small blocks are reached through them (still reachable: the big ones
+    # from the global array, each small one by its start), and only the dropped one is lost
+    assert reach["definitely_lost_blocks"] == 1, reach
+    assert reach["definitely_lost_bytes"] < 600, reach
+    assert reach["indirectly_lost_blocks"] == 0 and reach["possibly_lost_blocks"] == 0, reach
+    # the program's own blocks: the four large, the four they point to (and stdout's buffer)
+    assert reach["still_reachable_blocks"] >= 8, reach
+    assert reach["still_reachable_bytes"] >= 27 * (1 << 20), reach

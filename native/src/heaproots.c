@@ -291,6 +291,9 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   size_t index_bytes = _hs_opt.reach_index ? _hs_reach_index_bytes(c->chunks, n, &shift) : 0;
   void *index = index_bytes ? _hs_copy_map(index_bytes, 0) : NULL;
   if (index) _hs_reach_index(&r, index, shift); /* else: a search over every block */
+  r.pm_buf = _hs_copy_map(HS_REACH_PM_ENTRIES * 8, 0);
+  r.pagemap = r.pm_buf ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
+  r.page = c->page;
   r.deadline_ns = r0 + HS_REACH_LIMIT_NS;
   /* heapsight's own blocks (what its start-up's dlopen of the unwinder left in the heap:
    * the loader's records, reachable from the loader's data) first: out of every class,
@@ -323,6 +326,7 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   /* heapsight's thread's DTV (glibc's, for it): its TCB's second word points inside it */
   if (_hs_helper_self) _hs_reach_own(&r, hs_rd(_hs_helper_self + 8));
   _hs_reach_finish(&r);
+  if (r.pagemap >= 0) close(r.pagemap);
   if (r.late) {
     reach_why(rec, "the marking took longer than 20 s and was given up");
     rec->reach_ns = _hs_now_ns() - r0;

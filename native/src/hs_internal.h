@@ -131,6 +131,9 @@ typedef struct hs_reach_s {
   uint32_t *buckets;
   size_t n_runs;
   unsigned shift;
+  int pagemap;         /* /proc/self/pagemap, or -1: a large block's untouched pages are
+                          not read (they hold zeros) */
+  uint64_t *pm_buf, page; /* HS_REACH_PM_ENTRIES entries, for the pagemap's reads */
   uint8_t *state;      /* HS_REACH_* per block */
   uint32_t *stack;     /* 2n entries */
   uint64_t lo, hi, root_bytes;
@@ -144,6 +147,8 @@ void _hs_reach_sort(hs_chunk_t *chunks, size_t n);
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack);
 size_t _hs_reach_index_bytes(const hs_chunk_t *chunks, size_t n, unsigned *shift);
 void _hs_reach_index(hs_reach_t *r, void *mem, unsigned shift);
+#define HS_REACH_PM_ENTRIES 4096
+#define HS_REACH_SPARSE_BYTES (64u << 10) /* blocks this large: their resident pages only */
 void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
 void _hs_reach_own(hs_reach_t *r, uint64_t addr);
 void _hs_reach_finish(hs_reach_t *r);

@@ -20,10 +20,12 @@
  * one becomes part of it (a cycle keeps one head).
  *
  * Unreached blocks left after the heads are found are the heads: the lost state is the
- * unreached one (0). Nothing here allocates, locks or calls into libc but memset: it runs in the copy. The
+ * unreached one (0). Nothing here allocates, locks or calls into libc but memset and pread
+ * (of /proc/self/pagemap, when given): it runs in the copy. The
  * mark stack holds each block at most twice (possible, then reachable), so 2n entries. */
 #define _GNU_SOURCE
 #include <string.h>
+#include <unistd.h>
 
 #include "hs_internal.h"
 
@@ -125,6 +127,7 @@ void _hs_reach_index(hs_reach_t *r, void *mem, unsigned shift) {
 
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack) {
   memset(r, 0, sizeof *r);
+  r->pagemap = -1;
   r->chunks = chunks;
   r->n = n;
   r->state = state;
@@ -155,8 +158,8 @@ static int late(hs_reach_t *r, uint64_t words) {
   return r->late;
 }
 
-static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
-  lo = (lo + 7) & ~(uint64_t)7;
+/* The words of [lo, hi) (8-aligned), each looked up. */
+static void scan_range(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
   if (hi <= lo || late(r, (hi - lo) / 8)) return;
   /* most words point nowhere in the heap (zeros, numbers, text): four at a time, each
    * tested with one subtraction against the blocks' whole range, before any is looked up */
@@ -178,6 +181,36 @@ static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
     int64_t j = find(r, w);
     if (j >= 0) reached(r, (size_t)j, definite && w == r->chunks[j].lo);
   }
+}
+
+/* A block's words. A large one's pages never touched (neither present nor swapped, in
+ * /proc/self/pagemap) hold zeros: they are not read (xz -9 allocates 674 MiB and touches
+ * a part; reading the rest cost the copy a fault and a scan per page). */
+static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
+  lo = (lo + 7) & ~(uint64_t)7;
+  if (hi <= lo) return;
+  if (r->pagemap < 0 || hi - lo < HS_REACH_SPARSE_BYTES) {
+    scan_range(r, lo, hi, definite);
+    return;
+  }
+  uint64_t page = r->page, run_lo = 0;
+  int in_run = 0;
+  for (uint64_t pg = lo & ~(page - 1); pg < hi && !r->late;) {
+    uint64_t n = (hi - pg + page - 1) / page;
+    if (n > HS_REACH_PM_ENTRIES) n = HS_REACH_PM_ENTRIES;
+    ssize_t got = pread(r->pagemap, r->pm_buf, n * 8, (off_t)(pg / page * 8));
+    if (got <= 0) { /* not known: every word read */
+      scan_range(r, in_run ? run_lo : (pg > lo ? pg : lo), hi, definite);
+      return;
+    }
+    n = (uint64_t)got / 8;
+    for (uint64_t k = 0; k < n; k++, pg += page) {
+      int here = (r->pm_buf[k] >> 62) != 0; /* present (63) or swapped (62) */
+      if (here && !in_run) { run_lo = pg > lo ? pg : lo; in_run = 1; }
+      if (!here && in_run) { scan_range(r, run_lo, pg, definite); in_run = 0; }
+    }
+  }
+  if (in_run) scan_range(r, run_lo, hi, definite);
 }
 
 static void drain(hs_reach_t *r) {
