@@ -332,3 +332,18 @@ def test_a_metadata_figure_the_allocator_does_not_give_is_not_shown_as_none(hs, 
     else:   # its own figure at exit, the last column ("5.2 MiB 28%")
         assert cells[-2] in ("KiB", "MiB"), row
         assert "jemalloc's stats.metadata, which it gives at exit only" in " ".join(r.stderr.split())
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "mimalloc"])
+def test_the_allocators_own_mappings_are_not_told_again_as_mapped_outside_malloc(hs, tmp_path,
+                                                                                 allocator):
+    # GIVEN a C program that maps nothing itself, under an allocator that maps its heaps
+    # with mmap (the library records every mmap, by the stack that made it)
+    r, s, _ = run_retention(hs, tmp_path, allocator)
+    # THEN those mappings are the allocator's heaps (in the split, by the call sites that
+    # allocated in them), not memory "mapped for" the program's code beside malloc: the
+    # worker's 256 MiB were listed there again
+    sites = (s.get("mapped_sites") or {}).get("moments") or []
+    named = [x["site"] for m in sites for x in m["sites"]]
+    assert not any(n.startswith("worker") for n in named), named
+    assert "mapped for (at" not in r.stderr, r.stderr[-3000:]

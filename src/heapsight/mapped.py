@@ -30,7 +30,7 @@ def live_ranges(prof, t_ns: int) -> list:
     rows = maps[live]
     if not len(rows):
         return []
-    callers = [_caller_module(prof, r) for r in rows]
+    callers = [caller_module(prof, r) for r in rows]
     # a sweep over the boundaries: each elementary range goes to the latest mapping over it
     events = sorted([(int(r["addr"]), 0, i) for i, r in enumerate(rows)]
                     + [(int(r["addr"]) + int(r["size"]), 1, i) for i, r in enumerate(rows)])
@@ -55,7 +55,7 @@ def live_ranges(prof, t_ns: int) -> list:
     return out
 
 
-def _caller_module(prof, row) -> str:
+def caller_module(prof, row) -> str:
     """The path of the object that called mmap: the first frame of the mapping's stack
     outside heapsight's library ("" when the stack was not unwound)."""
     frames = prof.stack(int(row["stack"]))

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -210,13 +211,22 @@ def call_sites(prof, tl: Timeline, cols: dict, heap: HeapFigures, peak_ns: int,
 
 
 def mapped_sites(prof, tl: Timeline, end_ns: int | None,
-                 symbolizer=symbolize.symbolize) -> dict | None:
+                 symbolizer=symbolize.symbolize, allocator: str = "") -> dict | None:
     """The stacks of the anonymous memory the program mapped itself (every mmap outside
     malloc is recorded: exact, not estimated), at the moment the most was mapped and at
-    exit, in the shape of call_sites'; None without any."""
+    exit, in the shape of call_sites'; None without any. An allocator that maps its heaps
+    with mmap (jemalloc, tcmalloc, mimalloc) is left out: those mappings hold the live and
+    retained bytes of the split, already named by the call sites that allocated them."""
     mp = prof.mapped() if prof is not None else None
     if mp is None:
         return None
+    own = allocators.own_heaps_of(allocator)
+    if own:
+        keep = np.array([not re.search(own, mapped.caller_module(prof, r)) for r in mp.allocs],
+                        dtype=bool)
+        if not keep.any():
+            return None
+        mp = dataclasses.replace(mp, allocs=mp.allocs[keep])
     since = functools.partial(_since, tl)
     rows = mp.allocs
     # the mapped total over time: +size at each map, -size at each unmap; its maximum
@@ -623,7 +633,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                    if segment is not None and segment.get("owner_pid") else 0.0)
     end_ns = segment.get("exit_ns") if done else None
     sampled_sites = call_sites(prof, tl, cols, heap, peak_ns, end_ns, symbolizer) if heap else None
-    mapped_by_stack = mapped_sites(prof, tl, end_ns, symbolizer) if heap else None
+    mapped_by_stack = mapped_sites(prof, tl, end_ns, symbolizer, allocator) if heap else None
     hmaps = heap_maps(maps, prof, sampled_sites, tl.start_ns) if attached else ()
     if heap is not None:
         check_classes(hmaps, heap.live_blocks)

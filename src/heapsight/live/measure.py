@@ -304,8 +304,9 @@ def measure(argv: list, opts: Options) -> tuple:
                                           stderr=opts.stderr)
         except OSError as e:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
-        meanwhile = (_Meanwhile(segment, opts.warm, opts.keep) if segment is not None and
-                     (opts.keep or opts.warm) else None)
+        names = opts.keep and _samples(opts)   # names are asked only for sampled stacks
+        meanwhile = (_Meanwhile(segment, opts.warm, names) if segment is not None and
+                     (names or opts.warm) else None)
         try:
             timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
                                on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
