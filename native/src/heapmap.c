@@ -411,6 +411,10 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   /* the others: their mappings as the hooks recorded them, when they record the blocks */
   if (!glibc && _hs_opt.reach && _hs_blockmap_on && !_hs_other_heaps(&c, &no_heaps))
     c.n_heaps = 0;
+  if (!glibc && c.n_heaps && !page_arrays(&c)) { /* the release and the reach, without pages */
+    c.n_heaps = 0;
+    no_heaps = "no room in the copy for the allocator's pages";
+  }
   if (!page_arrays(&c)) _exit(4);
   measure_release(&c, &h);
   if (glibc) map_glibc(&c, at_exit, &h, &rec, &blocks);
