@@ -242,8 +242,8 @@ def interleaved(heap: Heap, page: int, unit: int) -> int:
     after = (heap.flags & AFTER) != 0
     live_in = np.bincount(idx, weights=heap.live.astype(np.float64), minlength=idx[-1] + 1)
     resident_in = np.bincount(idx, weights=after.astype(np.float64), minlength=idx[-1] + 1)
-    held = live_in > 0
-    return int(max(0.0, float((resident_in[held] * page - live_in[held]).sum())))
+    held = live_in > 0   # (a live block's page never written is not resident: no free bytes)
+    return int(np.maximum(0.0, resident_in[held] * page - live_in[held]).sum())
 
 
 def occupancy(heap: Heap, page: int) -> np.ndarray:
