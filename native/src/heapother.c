@@ -43,7 +43,9 @@ int _hs_other_heaps(child_t *c, const char **why) {
     while (m0 < c->n_maps && c->maps[m0].hi <= lo) m0++; /* both in address order */
     for (size_t m = m0; m < c->n_maps && c->maps[m].lo < hi; m++) {
       const map_t *mp = &c->maps[m];
-      uint64_t a = lo > mp->lo ? lo : mp->lo, b = hi < mp->hi ? hi : mp->hi;
+      /* in whole pages (an sbrk's increment need not be one), inside the mapping */
+      uint64_t a = (lo & ~(c->page - 1)) > mp->lo ? lo & ~(c->page - 1) : mp->lo;
+      uint64_t up = (hi + c->page - 1) & ~(c->page - 1), b = up < mp->hi ? up : mp->hi;
       if (a >= b || !(mp->anon || mp->heap) || mp->shared) continue;
       if (k && heaps[k - 1].end == a) { heaps[k - 1].end = b; continue; }
       heaps[k].start = a;
@@ -73,7 +75,7 @@ void _hs_other_live(child_t *c) {
     while (h < c->n_heaps && c->heaps[h].end <= lo) h++;
     if (h == c->n_heaps) break;
     heap_t *hp = &c->heaps[h];
-    if (lo < hp->start || hi > hp->end) continue;
+    if (lo < hp->start || hi > hp->start + hp->out.pages * c->page) continue;
     hp->out.live_bytes += hi - lo;
     hp->out.inuse_chunks++;
     for (uint64_t at = lo; at < hi;) {
