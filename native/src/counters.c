@@ -9,7 +9,8 @@
 #include "hs_internal.h"
 
 HS_TLS hs_slot_t *_hs_tslot;    /* the hot path's slot: set only when glibc's header is read */
-static HS_TLS hs_slot_t *t_slot_any; /* the slot of a thread when another allocator answers */
+HS_TLS hs_slot_t *_hs_tslot_other; /* the slot of a thread when another allocator answers
+                                     (NULL in heapsight's own calls: their slow path) */
 static HS_TLS int t_busy;        /* inside a slow path: do not recurse */
 static HS_TLS int t_exited;      /* our key destructor ran: later calls go to slot 0 */
 HS_TLS int _hs_t_helper;         /* the stats thread: its allocations are a bug to report */
@@ -80,13 +81,15 @@ int _hs_own_take(void *p) {
  * and every call takes the slow path, where own_slot() gives g_own_slot. */
 void _hs_own_begin(void) {
   if (t_own++) return; /* nested: the outermost keeps the thread's slot */
-  t_own_saved = _hs_tslot ? _hs_tslot : t_slot_any;
+  t_own_saved = _hs_tslot ? _hs_tslot : _hs_tslot_other;
   if (_hs_usable_by_header) _hs_tslot = &g_own_slot;
+  else _hs_tslot_other = NULL;
 }
 
 void _hs_own_end(void) {
   if (--t_own) return;
   if (_hs_usable_by_header) _hs_tslot = t_own_saved;
+  else _hs_tslot_other = t_own_saved;
 }
 
 /* A free in own mode of a block that is not heapsight's: the program's, counted on the
@@ -173,7 +176,7 @@ static void raise_peak(hs_segment_t *seg, int64_t live) {
 
 static hs_slot_t *own_slot(void) {
   if (HS_UNLIKELY(t_own)) return &g_own_slot;
-  return _hs_tslot ? _hs_tslot : t_slot_any;
+  return _hs_tslot ? _hs_tslot : _hs_tslot_other;
 }
 
 static void release_slot(void *arg) {
@@ -181,7 +184,7 @@ static void release_slot(void *arg) {
   hs_slot_t *s = own_slot();
   if (s == NULL || s == &g_discard) return;
   _hs_flush(s);
-  _hs_tslot = t_slot_any = NULL;
+  _hs_tslot = _hs_tslot_other = NULL;
   t_exited = 1;
   __atomic_store_n(&s->claimed, 0, __ATOMIC_RELEASE); /* totals stay: readers only sum */
   set_flush_limit(__atomic_sub_fetch(&g_claimed, 1, __ATOMIC_RELAXED));
@@ -238,7 +241,8 @@ hs_slot_t *_hs_slot_claim(void) {
     set_flush_limit(threads > claimed ? threads : claimed);
     _hs_flush(got); /* sets its flush countdown */
     if (_hs_usable_by_header) _hs_tslot = got;
-    else t_slot_any = got;
+    else if (!t_own) _hs_tslot_other = got;
+    else t_own_saved = got; /* claimed in an own call: the thread's once it ends */
   } else {
     __atomic_fetch_add(&seg->slot_overflows, 1, __ATOMIC_RELAXED);
     t_exited = 1; /* keep using the shared slot: cheaper than rescanning every call */
@@ -422,6 +426,24 @@ uint64_t _hs_mmapped_chunk_bytes(void) {
 /* Blocks live now, as the slots count them. */
 uint64_t _hs_live_blocks(void) {
   return slots_net(offsetof(hs_slot_t, n_alloc), offsetof(hs_slot_t, n_free));
+}
+
+/* Another allocator's counting, for a thread with its slot (_hs_tslot_other): what
+ * _hs_count_alloc_slow and _hs_count_free_slow do for it, without their tests of the
+ * allocator, the slot and heapsight's own calls (each such case has no slot here). The
+ * usable size is the allocator's malloc_usable_size. */
+void *_hs_counted_other(hs_slot_t *s, void *p, size_t req, const void *caller) {
+  size_t u = _hs_real.malloc_usable_size(p);
+  if (_hs_blockmap_on) _hs_blockmap_set(p);
+  if (HS_UNLIKELY(hs_add_alloc(s, u + HS_BLOCK_EXTRA, req)))
+    return _hs_counted_due(s, p, u + HS_BLOCK_EXTRA, req, caller);
+  return p;
+}
+
+void _hs_count_free_other(hs_slot_t *s, void *p) {
+  size_t u = _hs_real.malloc_usable_size(p);
+  if (_hs_blockmap_on) _hs_blockmap_clear(p);
+  if (HS_UNLIKELY(hs_add_free(s, u + HS_BLOCK_EXTRA))) _hs_flush(s);
 }
 
 /* The ways out of preload.c's counted(), each returning the block (a jump there). */

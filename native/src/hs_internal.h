@@ -38,6 +38,9 @@ extern HS_HIDDEN int _hs_seccomp;
 extern HS_HIDDEN hs_segment_t *_hs_seg;      /* never NULL once _hs_resolve() has run */
 extern HS_HIDDEN int _hs_usable_by_header;   /* glibc: read the chunk header instead of calling */
 extern HS_TLS hs_slot_t *_hs_tslot;
+extern HS_TLS hs_slot_t *_hs_tslot_other; /* counters.c: the slot under another allocator */
+void *_hs_counted_other(hs_slot_t *s, void *p, size_t req, const void *caller);
+void _hs_count_free_other(hs_slot_t *s, void *p);
 extern HS_HIDDEN int64_t _hs_flush_limit;    /* pending bytes a thread may hold back (counters.c) */
 
 void _hs_resolve(void);

@@ -186,6 +186,8 @@ __attribute__((noinline)) static void *counted_cold(void *p, size_t req, const v
   hs_slot_t *s = _hs_tslot;
   if (s == NULL || (hs_glibc_header(p) & 2)) {
     if (in_pool(p)) return p; /* from bootstrap_malloc: never counted */
+    hs_slot_t *o = _hs_tslot_other; /* another allocator, a thread with its slot */
+    if (o != NULL) return _hs_counted_other(o, p, req, caller);
     return _hs_counted_slow(p, req, caller);
   }
   /* counted inline, and the countdown ran out */
@@ -221,7 +223,9 @@ __attribute__((noinline)) static void free_marked(void *p) {
 
 __attribute__((noinline)) static void free_slow(void *p) {
   if (p == NULL) return; /* before start-up, or on a thread without a slot */
-  _hs_count_free_slow(p);
+  hs_slot_t *o = _hs_tslot_other; /* another allocator, a thread with its slot */
+  if (o != NULL) _hs_count_free_other(o, p);
+  else _hs_count_free_slow(p);
   _hs_real.free(p);
 }
 
