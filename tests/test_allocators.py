@@ -347,3 +347,22 @@ def test_the_allocators_own_mappings_are_not_told_again_as_mapped_outside_malloc
     named = [x["site"] for m in sites for x in m["sites"]]
     assert not any(n.startswith("worker") for n in named), named
     assert "mapped for (at" not in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("allocator,part", [
+    ("jemalloc", "dirty pages"), ("tcmalloc", "free pages in its page heap")])
+def test_what_stayed_is_told_in_the_allocators_words_and_its_release_returns_it(
+        hs, tmp_path, allocator, part):
+    # GIVEN the retention scenario, jemalloc's decay off (what it returns by itself before
+    # the exit depends on timing)
+    r, s, _ = run_retention(hs, tmp_path, allocator,
+                            env={"MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"})
+    # THEN what it held free at exit is said in its own words, from its own statistics ...
+    parts = dict(s["heap"]["kept_parts"])
+    words = next(w for w in parts if w.startswith(part))
+    assert f"retained at exit, in {allocator}'s words: " in " ".join(r.stderr.split())
+    # ... and the part its release returns is what the release, measured in the copy at
+    # the same moment, gave back (to 5%)
+    gave = s["release"]["gave_back_bytes"]
+    assert gave > 16 * MiB, s["release"]
+    assert abs(parts[words] - gave) <= 0.05 * gave, (parts, gave)

@@ -44,6 +44,9 @@ class Allocator:
     # the allocator gives), and what another version may leave wrong
     versions: tuple = ()
     depends: str = ""
+    # what it keeps at exit, in its own words: (raw figure index, or (index, less index),
+    # words) of its exit statistics (native/src/allocators.c says each raw figure)
+    keeps_parts: tuple = ()
 
     @property
     def own_heaps(self) -> str | None:
@@ -61,6 +64,9 @@ ALLOCATORS = {a.name: a for a in (
     Allocator("jemalloc", 2, f"{LIBDIR}/libjemalloc.so.2", "libjemalloc2",
               'mallctl("arena.4096.purge")', ("mallctl", "s:arena.4096.purge", "0", "0", "0", "0"),
               object_prefix="libjemalloc", metadata=(5, "stats.metadata"),
+              keeps_parts=((6, "dirty pages (returned over dirty_decay_ms)"),
+                           (7, "muzzy pages (returned over muzzy_decay_ms)"),
+                           ((1, 0), "free space in its active pages (slabs' free regions)")),
               versions=("5.3.",),
               depends="its statistics are read by jemalloc 5.3's mallctl names (one it does not "
                       "have is left unread)",
@@ -74,6 +80,8 @@ ALLOCATORS = {a.name: a for a in (
               "MallocExtension_ReleaseFreeMemory()", ("MallocExtension_ReleaseFreeMemory",),
               object_prefix="libtcmalloc",
               metadata=(5, "metadata (generic.total_physical_bytes less its page heap)"),
+              keeps_parts=((2, "free pages in its page heap (pageheap_free_bytes)"),
+                           (4, "free blocks in its thread, transfer and central caches")),
               versions=("gperftools 2.10", "gperftools 2.9"),
               depends="its statistics are read by gperftools 2.10's property names (one it "
                       "does not have is left unread)",
@@ -138,6 +146,22 @@ def version_note(allocator: str, version: str) -> str:
     known = " or ".join(v.rstrip(".") for v in a.versions)
     return (f"{allocator} {version} is not a version heapsight knows ({known}): {a.depends}; "
             "the hooks' counts, the sampled call sites and RSS do not depend on it")
+
+
+def kept_parts(allocator: str, stats) -> tuple:
+    """What the allocator holds free at exit, in its own words: ((words, bytes), ...) from
+    its exit statistics (an AllocStats), () when it gives none."""
+    a = ALLOCATORS.get(allocator)
+    if a is None or stats is None:
+        return ()
+    out = []
+    for which, words in a.keeps_parts:
+        a_i, b_i = which if isinstance(which, tuple) else (which, None)
+        if len(stats.raw) <= max(a_i, b_i or 0):
+            continue
+        v = int(stats.raw[a_i]) - (int(stats.raw[b_i]) if b_i is not None else 0)
+        out.append((words, max(0, v)))
+    return tuple(out)
 
 
 def own_metadata(allocator: str, stats) -> tuple:

@@ -187,6 +187,8 @@ class HeapFigures:
     # stats.metadata: read at exit only, so counted in retained at the other moments);
     # "": its block headers (glibc's), or none known
     metadata_figure: str = ""
+    # what it held free at exit in its own words (allocators.kept_parts): ((words, bytes),)
+    kept_parts: tuple = ()
     allocator_version: str = ""  # as the allocator gives it ("": it gives none)
     version_note: str = ""       # what heapsight cannot vouch for under that version
 

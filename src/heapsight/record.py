@@ -271,7 +271,7 @@ def schema_of(cls, required: tuple = (), extra: dict | None = None, **overrides)
 
 BREAKDOWN = schema_of(Breakdown, required=("at_s", "rss_bytes"))
 RELEASE = schema_of(Release, extra={"gave_back_bytes": number})
-HEAP = schema_of(HeapFigures, size_classes=list_of(list_of(number)))
+HEAP = schema_of(HeapFigures, size_classes=list_of(list_of(number)), kept_parts=list_of(anything))
 FINDING = schema_of(Finding, suggestions=list_of(string))
 HOLD = schema_of(Hold)
 SNAPSHOT = schema_of(Snapshot, required=("at_s", "label"), breakdown=BREAKDOWN,

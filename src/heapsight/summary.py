@@ -485,6 +485,7 @@ def _heap_figures(segment, tl: Timeline, c, rows: _Rows, stats_before, allocator
                        segment.get("helper_mallocs"),
                        None if math.isnan(mapped_before) or not done else int(mapped_before),
                        c.waste_error_bytes, _metadata_figure(allocator, stats_before, done),
+                       allocators.kept_parts(allocator, stats_before) if done else (),
                        segment.allocator_version(),
                        allocators.version_note(allocator, segment.allocator_version()))
     return heap, peak_ns

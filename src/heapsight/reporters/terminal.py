@@ -193,6 +193,10 @@ def _split_table(c: Console, s: Summary) -> None:
         # gives no figure of its metadata
         _indent(c, f"allocator metadata: {s.heap.allocator} gives no figure of its own (\"-\"); "
                    "its metadata is counted in retained", 2, style="dim")
+    kept = [(words, v) for words, v in (s.heap.kept_parts if s.heap else ()) if v]
+    if kept:
+        _indent(c, f"retained at exit, in {s.heap.allocator}'s words: " + ", ".join(
+            f"{words} {human(v)}" for words, v in kept), 2, style="dim")
     c.print(f"  peak RSS: {human(s.peak_rss_bytes)} at {s.peak_rss_at_s:.2f} s")
     if s.heapsight_rss_bytes:
         _indent(c, f"heapsight's memory in the program (its stats segment and tables): "
