@@ -116,36 +116,36 @@ def test_leaks_finds_the_lost_blocks_and_leaves_the_service_as_it_was(tmp_path):
     assert stdout.startswith("served ") and stdout.count("\n") == 1
 
 
+def leaks_of_service(tmp_path, *opts, user=None) -> tuple:
+    """attach --leaks on hs-service started with opts: (its reach, the blocks it lost); the
+    service ended as it would have (exit 0, nothing on stderr)."""
+    p, leaked, blocks = start_service(*opts, user=user)
+    try:
+        r = hs("attach", str(p.pid), "--leaks", "--json", str(tmp_path / "a.json"))
+    finally:
+        rc, _, stderr = finish(p)
+    assert r.returncode == 0, r.stderr
+    assert rc == 0 and stderr == ""
+    return json.loads((tmp_path / "a.json").read_text())["leaks"]["reach"], blocks
+
+
 def test_leaks_of_a_service_with_a_large_main_heap(tmp_path):
     # GIVEN a service whose main heap holds 100 MiB in 64 KiB blocks (the copy's own loading
     # of its library then moves the copy's break: the kernel lists its [heap] in two parts)
-    p, leaked, blocks = start_service("--leak-kib", "1024", "--threads", "1", "--hold-mib", "100")
-    try:
-        r = hs("attach", str(p.pid), "--leaks", "--json", str(tmp_path / "a.json"))
-    finally:
-        rc, _, stderr = finish(p)
+    reach, blocks = leaks_of_service(tmp_path, "--leak-kib", "1024", "--threads", "1",
+                                     "--hold-mib", "100")
     # THEN every heap is walked and the held blocks are still reachable, the lost ones lost
-    assert r.returncode == 0, r.stderr
-    reach = json.loads((tmp_path / "a.json").read_text())["leaks"]["reach"]
     assert reach["definitely_lost_blocks"] == blocks == 64
     assert reach["still_reachable_bytes"] >= 100 * MiB
-    assert rc == 0 and stderr == ""
 
 
 def test_leaks_of_another_users_service(tmp_path):
-    # GIVEN the service running as another user (nobody)
-    p, leaked, blocks = start_service("--leak-kib", "2048", "--threads", "1", user="65534")
-    try:
-        # WHEN root looks for its leaks (the copy, running as nobody, writes its map in a
-        # directory made for it)
-        r = hs("attach", str(p.pid), "--leaks", "--json", str(tmp_path / "a.json"))
-    finally:
-        rc, _, stderr = finish(p)
+    # GIVEN the service running as another user (nobody), WHEN root looks for its leaks
+    # (the copy, running as nobody, writes its map in a directory made for it)
+    reach, blocks = leaks_of_service(tmp_path, "--leak-kib", "2048", "--threads", "1",
+                                     user="65534")
     # THEN the answer is the same
-    assert r.returncode == 0, r.stderr
-    reach = json.loads((tmp_path / "a.json").read_text())["leaks"]["reach"]
     assert reach["definitely_lost_blocks"] == blocks == 128
-    assert rc == 0 and stderr == ""
 
 
 def test_leaks_refused_where_it_cannot_be_done():

@@ -46,34 +46,17 @@ static int scan_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
   return 1;
 }
 
-/* A root range, its resident (or swapped) pages only: a page never touched holds zeros
- * (anonymous) or the file's bytes, no pointer of this run's; a large reservation costs
- * nothing. Returns the bytes that faulted. */
+/* A root range, its resident (or swapped) pages only (_hs_resident_runs): a large
+ * reservation costs nothing. Returns the bytes that faulted. */
 #define HS_REACH_LIMIT_NS 20000000000ull
 static int pm = -1;
+static uint64_t root_run(void *r, uint64_t lo, uint64_t hi) {
+  return scan_root(r, lo, hi) ? 0 : hi - lo;
+}
 static uint64_t scan_resident(child_t *c, hs_reach_t *r, uint64_t lo, uint64_t hi) {
-  uint64_t faulted = 0;
   if (pm < 0) pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  if (pm < 0) return scan_root(r, lo, hi) ? 0 : hi - lo;
-  uint64_t page = c->page, run_lo = 0;
-  int in_run = 0;
-  for (uint64_t pg = lo & ~(page - 1); pg < hi;) {
-    uint64_t n = (hi - pg + page - 1) / page;
-    if (n > HS_PM_ENTRIES) n = HS_PM_ENTRIES;
-    ssize_t got = pread(pm, c->pm_buf, n * 8, (off_t)(pg / page * 8));
-    if (got <= 0) return faulted + (scan_root(r, pg > lo ? pg : lo, hi) ? 0 : hi - pg);
-    n = (uint64_t)got / 8;
-    for (uint64_t k = 0; k < n; k++, pg += page) {
-      int here = (c->pm_buf[k] >> 62) != 0; /* present (63) or swapped (62) */
-      if (here && !in_run) { run_lo = pg > lo ? pg : lo; in_run = 1; }
-      if (!here && in_run) {
-        if (!scan_root(r, run_lo, pg)) faulted += pg - run_lo;
-        in_run = 0;
-      }
-    }
-  }
-  if (in_run && !scan_root(r, run_lo, hi)) faulted += hi - run_lo;
-  return faulted;
+  if (pm < 0) return root_run(r, lo, hi);
+  return _hs_resident_runs(pm, c->pm_buf, HS_PM_ENTRIES, c->page, lo, hi, root_run, r);
 }
 
 /* A shared mapping's resident pages, as roots. A copy's page tables have none of a shared

@@ -150,6 +150,9 @@ void _hs_reach_sort(hs_chunk_t *chunks, size_t n);
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack);
 size_t _hs_reach_index_bytes(const hs_chunk_t *chunks, size_t n, unsigned *shift);
 void _hs_reach_index(hs_reach_t *r, void *mem, unsigned shift);
+uint64_t _hs_resident_runs(int pm, uint64_t *buf, size_t entries, uint64_t page, uint64_t lo,
+                           uint64_t hi, uint64_t (*fn)(void *ctx, uint64_t lo, uint64_t hi),
+                           void *ctx);
 #define HS_REACH_PM_ENTRIES 4096
 #define HS_REACH_SPARSE_BYTES (64u << 10) /* blocks this large: their resident pages only */
 void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);

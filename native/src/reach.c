@@ -183,9 +183,40 @@ static void scan_range(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
   }
 }
 
-/* A block's words. A large one's pages never touched (neither present nor swapped, in
- * /proc/self/pagemap) hold zeros: they are not read (xz -9 allocates 674 MiB and touches
- * a part; reading the rest cost the copy a fault and a scan per page). */
+/* fn on each run of [lo, hi) whose pages are present or swapped (/proc/self/pagemap, pm,
+ * read into buf, entries at a time), and on all the rest from where pagemap cannot be
+ * read: a page never touched holds zeros (anonymous memory) or the file's bytes, no
+ * pointer of this run's. The sum of what fn returns. */
+uint64_t _hs_resident_runs(int pm, uint64_t *buf, size_t entries, uint64_t page, uint64_t lo,
+                           uint64_t hi, uint64_t (*fn)(void *ctx, uint64_t lo, uint64_t hi),
+                           void *ctx) {
+  uint64_t sum = 0, run_lo = 0;
+  int in_run = 0;
+  for (uint64_t pg = lo & ~(page - 1); pg < hi;) {
+    uint64_t n = (hi - pg + page - 1) / page;
+    if (n > entries) n = entries;
+    ssize_t got = pread(pm, buf, n * 8, (off_t)(pg / page * 8));
+    if (got <= 0) /* not known: every page taken */
+      return sum + fn(ctx, in_run ? run_lo : (pg > lo ? pg : lo), hi);
+    n = (uint64_t)got / 8;
+    for (uint64_t k = 0; k < n; k++, pg += page) {
+      int here = (buf[k] >> 62) != 0; /* present (63) or swapped (62) */
+      if (here && !in_run) { run_lo = pg > lo ? pg : lo; in_run = 1; }
+      if (!here && in_run) { sum += fn(ctx, run_lo, pg); in_run = 0; }
+    }
+  }
+  return in_run ? sum + fn(ctx, run_lo, hi) : sum;
+}
+
+typedef struct { hs_reach_t *r; int definite; } words_t;
+static uint64_t words_run(void *ctx, uint64_t lo, uint64_t hi) {
+  words_t *w = ctx;
+  scan_range(w->r, lo, hi, w->definite);
+  return 0;
+}
+
+/* A block's words. A large one's pages never touched are not read (xz -9 allocates 674
+ * MiB and touches a part; reading the rest cost the copy a fault and a scan per page). */
 static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
   lo = (lo + 7) & ~(uint64_t)7;
   if (hi <= lo) return;
@@ -193,24 +224,8 @@ static void scan_words(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
     scan_range(r, lo, hi, definite);
     return;
   }
-  uint64_t page = r->page, run_lo = 0;
-  int in_run = 0;
-  for (uint64_t pg = lo & ~(page - 1); pg < hi && !r->late;) {
-    uint64_t n = (hi - pg + page - 1) / page;
-    if (n > HS_REACH_PM_ENTRIES) n = HS_REACH_PM_ENTRIES;
-    ssize_t got = pread(r->pagemap, r->pm_buf, n * 8, (off_t)(pg / page * 8));
-    if (got <= 0) { /* not known: every word read */
-      scan_range(r, in_run ? run_lo : (pg > lo ? pg : lo), hi, definite);
-      return;
-    }
-    n = (uint64_t)got / 8;
-    for (uint64_t k = 0; k < n; k++, pg += page) {
-      int here = (r->pm_buf[k] >> 62) != 0; /* present (63) or swapped (62) */
-      if (here && !in_run) { run_lo = pg > lo ? pg : lo; in_run = 1; }
-      if (!here && in_run) { scan_range(r, run_lo, pg, definite); in_run = 0; }
-    }
-  }
-  if (in_run) scan_range(r, run_lo, hi, definite);
+  words_t w = {r, definite};
+  _hs_resident_runs(r->pagemap, r->pm_buf, HS_REACH_PM_ENTRIES, r->page, lo, hi, words_run, &w);
 }
 
 static void drain(hs_reach_t *r) {

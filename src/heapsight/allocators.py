@@ -164,6 +164,13 @@ def kept_parts(allocator: str, stats) -> tuple:
     return tuple(out)
 
 
+def metadata_known(allocator: str | None) -> bool:
+    """Whether a moment's metadata figure of 0 is a figure: glibc's is its block headers,
+    the mmap baseline has none; another allocator's, where it gives none (mimalloc 2.0;
+    jemalloc and tcmalloc but at exit), is counted in retained."""
+    return allocator in (None, "glibc", "mmap")
+
+
 def own_metadata(allocator: str, stats) -> tuple:
     """(bytes, its name) of the allocator's own metadata in its exit statistics (stats: an
     AllocStats), or (NaN, "") when it gives none."""

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from heapsight import __version__, analysis, heapmap, ranking
+from heapsight import __version__, allocators, analysis, heapmap, ranking
 from heapsight.moments import words as moment_words
 from heapsight.ranking import METRICS
 from heapsight.diffing import change_text, read_at_text, sites_moment_text
@@ -144,8 +144,7 @@ def breakdown_table(s: dict) -> str:
     cols = _moment_columns(s)
     # another allocator's metadata where it gives no figure (mimalloc; jemalloc and tcmalloc
     # but at exit) is in retained: "-", as the terminal says it, not "0 B"
-    allocator = (s.get("heap") or {}).get("allocator")
-    unknown = allocator not in (None, "glibc", "mmap")
+    unknown = not allocators.metadata_known((s.get("heap") or {}).get("allocator"))
 
     def cell(b, key, share):
         if key == "metadata_bytes" and unknown and b and not b.get(key):

@@ -187,7 +187,7 @@ def _split_table(c: Console, s: Summary) -> None:
     if s.heap is not None and s.heap.metadata_figure:
         _indent(c, f"allocator metadata at exit: {s.heap.metadata_figure}, which it gives "
                    "at exit only (at the other moments, \"-\", it is in retained)", 2, style="dim")
-    elif (s.heap is not None and s.heap.allocator not in ("glibc", "mmap")
+    elif (s.heap is not None and not allocators.metadata_known(s.heap.allocator)
           and getattr(allocators.ALLOCATORS.get(s.heap.allocator), "metadata", None) is None):
         # 0 B would read as none: mimalloc 2.0 (and an allocator heapsight does not know)
         # gives no figure of its metadata
@@ -214,7 +214,7 @@ def _moment_table(s: Summary, cols: list, shares: bool) -> Table:
 
     # another allocator's metadata where it gives no figure (mimalloc; jemalloc and
     # tcmalloc but at exit) is in retained: "-", not "0 B", which would read as none
-    unknown_metadata = s.heap is not None and s.heap.allocator not in ("glibc", "mmap")
+    unknown_metadata = s.heap is not None and not allocators.metadata_known(s.heap.allocator)
 
     def row(part, share=True):
         out = []
