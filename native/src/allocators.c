@@ -361,6 +361,9 @@ void _hs_allocator_detect(void) {
   }
   if (g_alloc->id != HS_ALLOC_GLIBC) drop_foreign_entry_points();
   g_alloc->init();
+  /* their blocks' usable sizes are their request's class's (counters.c) */
+  _hs_sizes_by_request = g_alloc->id == HS_ALLOC_JEMALLOC || g_alloc->id == HS_ALLOC_TCMALLOC ||
+                         g_alloc->id == HS_ALLOC_MIMALLOC;
   /* under another allocator than glibc the hooks note where each block starts, and its
    * mappings are kept apart: the copy marks reachability from them (blockmap.c) */
   int other = g_alloc->id != HS_ALLOC_GLIBC && g_alloc->id != HS_ALLOC_UNKNOWN &&

@@ -428,16 +428,53 @@ uint64_t _hs_live_blocks(void) {
   return slots_net(offsetof(hs_slot_t, n_alloc), offsetof(hs_slot_t, n_free));
 }
 
-/* Another allocator's counting, for a thread with its slot (_hs_tslot_other): what
- * _hs_count_alloc_slow and _hs_count_free_slow do for it, without their tests of the
- * allocator, the slot and heapsight's own calls (each such case has no slot here). The
- * usable size is the allocator's malloc_usable_size. */
-void *_hs_counted_other(hs_slot_t *s, void *p, size_t req, const void *caller) {
-  size_t u = _hs_real.malloc_usable_size(p);
-  if (_hs_blockmap_on) _hs_blockmap_set(p);
+/* The usable size of a block malloc or calloc just returned under jemalloc, tcmalloc or
+ * mimalloc, by the request: each serves a request from the size class of its 8-byte
+ * step (jemalloc's and tcmalloc's classes, mimalloc's bins are all multiples of 8), and
+ * a block's usable size is its class's, so the first block of each step asks the
+ * allocator (malloc_usable_size) and the rest read its answer here: the call (and the
+ * registers it saves) cost 35-40 instructions an allocation. Not for realloc, whose block
+ * may keep a larger class than the request's (tcmalloc keeps it down to half), nor for
+ * an aligned block; nor above HS_SIZES_BY_REQUEST_MAX. The frees still ask: free() gives
+ * no size. Written racily: every thread writes the same answer. */
+#define HS_SIZES_BY_REQUEST_MAX 16384
+static uint32_t g_sizes_by_request[HS_SIZES_BY_REQUEST_MAX / 8 + 1];
+HS_HIDDEN int _hs_sizes_by_request; /* allocators.c: jemalloc, tcmalloc, mimalloc */
+
+/* The counting once the usable size is known: a jump to _hs_counted_due when the
+ * countdown ran out. */
+static inline void *count_other(hs_slot_t *s, void *p, size_t u, size_t req, const void *caller) {
   if (HS_UNLIKELY(hs_add_alloc(s, u + HS_BLOCK_EXTRA, req)))
     return _hs_counted_due(s, p, u + HS_BLOCK_EXTRA, req, caller);
   return p;
+}
+
+/* Each case that calls out (the allocator, for a class not known yet or a block too large;
+ * the record's slow path): apart, so that the common path saves no register. u is 0 when
+ * not known. */
+__attribute__((noinline)) static void *counted_other_cold(hs_slot_t *s, void *p, size_t u,
+                                                          size_t req, const void *caller) {
+  if (u == 0) {
+    u = _hs_real.malloc_usable_size(p);
+    if (req <= HS_SIZES_BY_REQUEST_MAX && _hs_sizes_by_request)
+      __atomic_store_n(&g_sizes_by_request[(req + 7) >> 3], (uint32_t)u, __ATOMIC_RELAXED);
+  }
+  if (_hs_blockmap_on) _hs_blockmap_set(p);
+  return count_other(s, p, u, req, caller);
+}
+
+/* Another allocator's counting, for a thread with its slot (_hs_tslot_other): what
+ * _hs_count_alloc_slow and _hs_count_free_slow do for it, without their tests of the
+ * allocator, the slot and heapsight's own calls (each such case has no slot here). The
+ * usable size is the allocator's malloc_usable_size (an allocation's by its request's
+ * class). Reached from malloc and calloc only. */
+void *_hs_counted_other(hs_slot_t *s, void *p, size_t req, const void *caller) {
+  size_t u = req <= HS_SIZES_BY_REQUEST_MAX && _hs_sizes_by_request
+                 ? __atomic_load_n(&g_sizes_by_request[(req + 7) >> 3], __ATOMIC_RELAXED)
+                 : 0;
+  if (HS_UNLIKELY(u == 0) || (_hs_blockmap_on && HS_UNLIKELY(!_hs_blockmap_try_set(p))))
+    return counted_other_cold(s, p, u, req, caller);
+  return count_other(s, p, u, req, caller);
 }
 
 void _hs_count_free_other(hs_slot_t *s, void *p) {

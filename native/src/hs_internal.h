@@ -40,6 +40,7 @@ extern HS_HIDDEN int _hs_usable_by_header;   /* glibc: read the chunk header ins
 extern HS_TLS hs_slot_t *_hs_tslot;
 extern HS_TLS hs_slot_t *_hs_tslot_other; /* counters.c: the slot under another allocator */
 void *_hs_counted_other(hs_slot_t *s, void *p, size_t req, const void *caller);
+extern HS_HIDDEN int _hs_sizes_by_request; /* counters.c: usable size by the request's class */
 void _hs_count_free_other(hs_slot_t *s, void *p);
 extern HS_HIDDEN int64_t _hs_flush_limit;    /* pending bytes a thread may hold back (counters.c) */
 
@@ -186,6 +187,16 @@ static inline void _hs_blockmap_set(void *p) {
       !((__atomic_load_n(&region[page >> 6], __ATOMIC_RELAXED) >> (page & 63)) & 1))
     _hs_blockmap_set_slow(p, 1);
   __atomic_fetch_or(w, 1ull << (g & 63), __ATOMIC_RELAXED);
+}
+/* _hs_blockmap_set's common path alone, for a caller that must make no call (no register
+ * saved): 0 when it needs the slow path (nothing was set; call _hs_blockmap_set then). */
+static inline int _hs_blockmap_try_set(void *p) {
+  uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);
+  if (HS_UNLIKELY(region == NULL)) return 0;
+  uint64_t *w = region + HS_BM_HEADER_BYTES / 8 + (g >> 6);
+  if (HS_UNLIKELY(__atomic_load_n(w, __ATOMIC_RELAXED) == 0)) return 0;
+  __atomic_fetch_or(w, 1ull << (g & 63), __ATOMIC_RELAXED);
+  return 1;
 }
 static inline void _hs_blockmap_clear(void *p) {
   uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);
