@@ -28,5 +28,8 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
 /* The poke (heapsight.h): every thread with counters takes its next allocation and free to
  * the library's slow path. */
 void hs_poke_slots(hs_segment_t *seg);
+/* The counters alone, as a tick reads them: row[3..6] (live usable, live requested,
+ * allocations, frees). */
+void hs_read_counters(const hs_segment_t *seg, double *row);
 
 #endif

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
 VERSION = 24
@@ -43,25 +41,29 @@ EXIT_BEGUN_MAIN_RETURNED, EXIT_BEGUN_EXIT_CALLED, EXIT_BEGUN_PY_FINALIZING = 1, 
 EXIT_BEGUN_HOW = {EXIT_BEGUN_MAIN_RETURNED: "main returned", EXIT_BEGUN_EXIT_CALLED: "exit() called",
                   EXIT_BEGUN_PY_FINALIZING: "CPython began finalizing"}
 
-U8, I8 = np.dtype("<u8"), np.dtype("<i8")
+# The structs, as numpy's dtypes read them: each a list of (name, type[, shape]), a type a
+# numpy type string or another such list. numpy makes them dtypes on first use (the
+# *_DTYPE names, __getattr__ below); the header's fields are read without it too
+# (HeaderView): the run starts the program before numpy is imported.
+U8, I8, F8 = "<u8", "<i8", "<f8"
 
-STATS_DTYPE = np.dtype([
+STATS_FIELDS = [
     ("time_ns", U8), ("in_use_bytes", U8), ("free_bytes", U8), ("mapped_bytes", U8),
     ("resident_bytes", U8), ("mmapped_bytes", U8), ("arenas", U8), ("top_pad_bytes", U8),
     ("raw", U8, (10,)),
-])
+]
 
 MAX_OWNERS = 16
-OWNER_DTYPE = np.dtype([("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
-                        ("mappings", U8), ("name", "S96")])
+OWNER_FIELDS = [("base", U8), ("mapped_bytes", I8), ("peak_bytes", U8),
+                ("mappings", U8), ("name", "S96")]
 
-SLOT_DTYPE = np.dtype([
+SLOT_FIELDS = [
     ("left", I8), ("free_left", I8), ("alloc_chunk_bytes", U8), ("free_chunk_bytes", U8),
     ("n_alloc", U8), ("n_free", U8), ("req_alloc_bytes", U8), ("n_realloc", U8),
     ("claimed", U8), ("tid", U8), ("left_base", I8), ("sample_left", I8), ("flushed_net", I8),
     ("n_large", U8), ("n_mmapped", U8), ("mmapped_alloc_bytes", U8), ("mmapped_free_bytes", U8),
     ("free_base", I8), ("n_alloc_base", U8), ("seq", U8), ("pad", U8, (4,)),
-])
+]
 # What a block adds to the countdowns beyond its usable bytes (HS_BLOCK_EXTRA).
 BLOCK_EXTRA = 8
 # What all threads together may hold back from the live figure and its peak
@@ -73,6 +75,7 @@ def slot_usable(slots) -> tuple:
     """(usable bytes allocated, freed) of each slot, as hs_slot_usable: the chunk bytes
     folded in, plus what the countdowns counted since, less BLOCK_EXTRA per block. uint64,
     wrapping as the library's arithmetic does."""
+    import numpy as np
     with np.errstate(over="ignore"):
         u = np.uint64
         alloc = (slots["alloc_chunk_bytes"] + counted(slots["left_base"], slots["left"])
@@ -85,9 +88,10 @@ def slot_usable(slots) -> tuple:
 POKE = 1 << 60   # heapsight.h's HS_POKE
 
 
-def counted(base, left) -> np.ndarray:
+def counted(base, left):
     """hs_counted: the bytes a countdown counted since its base, modulo the pokes the CLI
     took off it (uint64, wrapping as the library's arithmetic does)."""
+    import numpy as np
     with np.errstate(over="ignore"):
         u = np.uint64
         d = (base.astype(u) - left.astype(u)) + u(POKE // 2)
@@ -96,12 +100,11 @@ def counted(base, left) -> np.ndarray:
 
 # The size histogram from the sampled allocations (hs_hist_t): per usable-size class, sums
 # of each sampled block's weight (1 / the probability it had to be sampled).
-F8 = np.dtype("<f8")
-HIST_DTYPE = np.dtype([
+HIST_FIELDS = [
     ("alloc_w", F8, (CLASSES,)), ("live_w", F8, (CLASSES,)), ("waste_w", F8, (CLASSES,)),
     ("live_u_w", F8, (CLASSES,)), ("live_var", F8, (CLASSES,)), ("live_var_u", F8, (CLASSES,)),
     ("live_var_uu", F8, (CLASSES,)), ("live_samples", U8),
-])
+]
 
 _HEADER_FIELDS = [
     ("magic", U8), ("version", U8), ("size_bytes", U8), ("slot_bytes", U8), ("max_slots", U8),
@@ -113,8 +116,8 @@ _HEADER_FIELDS = [
     ("usable_by_header", U8), ("helper_mallocs", U8),
     ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
     ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),
-    ("exit_release_kind", U8), ("exit_stats_before", STATS_DTYPE),
-    ("exit_stats_after", STATS_DTYPE), ("slots_offset", U8), ("creator_pid", U8),
+    ("exit_release_kind", U8), ("exit_stats_before", STATS_FIELDS),
+    ("exit_stats_after", STATS_FIELDS), ("slots_offset", U8), ("creator_pid", U8),
     ("image", "S128"), ("exit_probe_status", U8), ("library_threads", U8),
     ("library_cpu_ns", U8), ("snapshot_seq", U8), ("snapshot_ack", U8),
     ("snapshot_label", "S64"), ("heapmap_seq", U8), ("heapmap_ack", U8),
@@ -124,12 +127,42 @@ _HEADER_FIELDS = [
     ("glibc_main_arena", U8), ("glibc_arena_next_off", U8), ("glibc_arena_sysmem_off", U8),
     ("threads_seen", U8), ("seccomp_at_ns", U8),
     ("exit_begun_ns", U8), ("exit_begun_how", U8), ("py_finalizing_addr", U8),
-    ("owners", OWNER_DTYPE, (MAX_OWNERS,)), ("hist", HIST_DTYPE),
+    ("owners", OWNER_FIELDS, (MAX_OWNERS,)), ("hist", HIST_FIELDS),
 ]
-HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 # The counters summed over the slots every reading.
 SUMMED = ("n_alloc", "n_free", "req_alloc_bytes", "n_realloc", "n_large", "n_mmapped")
-SLOTS_OFFSET = (HEADER_DTYPE.itemsize + 63) // 64 * 64
+
+
+def itemsize(fields) -> int:
+    """The bytes of a struct (or a type) as numpy lays it out: packed, in order."""
+    if isinstance(fields, str):
+        return int(fields[1:]) if fields[0] == "S" else int(fields[2:])
+    total = 0
+    for f in fields:
+        n = 1
+        for d in (f[2] if len(f) > 2 else ()):
+            n *= d
+        total += itemsize(f[1]) * n
+    return total
+
+
+def offsets(fields) -> dict:
+    """name -> (offset, type, shape) of each field of a struct, numpy's layout."""
+    out, at = {}, 0
+    for f in fields:
+        shape = f[2] if len(f) > 2 else ()
+        out[f[0]] = (at, f[1], shape)
+        n = 1
+        for d in shape:
+            n *= d
+        at += itemsize(f[1]) * n
+    return out
+
+
+HEADER_AT = offsets(_HEADER_FIELDS)
+HEADER_BYTES = itemsize(_HEADER_FIELDS)
+SLOT_BYTES = itemsize(SLOT_FIELDS)
+SLOTS_OFFSET = (HEADER_BYTES + 63) // 64 * 64
 # Sampled allocations and their stacks (hs_profile_t), after the slots on a page boundary:
 # a header page, then the tables, as many as the file's size says (its room, heapsight.h);
 # left out of the file when the run samples nothing (SEGMENT_BASE_BYTES).
@@ -149,19 +182,18 @@ IFRAME_OFFSET_MASK = (1 << IFRAME_KIND_SHIFT) - 1
 INTERP_NONE, INTERP_PYTHON, INTERP_PERL = 0, 1, 2
 INTERP_STATUS_OK, INTERP_STATUS_VERSION, INTERP_STATUS_SYMBOLS, INTERP_STATUS_READS, \
     INTERP_STATUS_OFF = 0, 1, 2, 3, 4
-EVENT_DTYPE = np.dtype([("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"),
-                        ("kind", "<u4")])
-MODULE_DTYPE = np.dtype([("lo", U8), ("hi", U8), ("bias", U8), ("first_event", U8),
-                         ("path", "S224")])
-PROFILE_HEADER_DTYPE = np.dtype([
+EVENT_FIELDS = [("addr", U8), ("size", U8), ("time_ns", U8), ("stack", "<u4"), ("kind", "<u4")]
+MODULE_FIELDS = [("lo", U8), ("hi", U8), ("bias", U8), ("first_event", U8), ("path", "S224")]
+PROFILE_HEADER_FIELDS = [
     ("magic", U8), ("mean_bytes", U8), ("events_used", U8), ("stack_words_used", U8),
     ("modules_used", U8), ("dropped_samples", U8), ("unwind_ns", U8), ("unwinds", U8),
     ("unwind_frames", U8), ("interp_kind", U8), ("interp_status", U8), ("interp_version", U8),
     ("interp_ns", U8), ("interp_walks", U8), ("interp_frames", U8), ("unwind_cached", U8),
     ("unwind_checked", U8), ("unwind_mismatches", U8),
-])
-UNIT_BYTES = EVENTS_UNIT * EVENT_DTYPE.itemsize + WORDS_UNIT * 8 + MODULES_UNIT * MODULE_DTYPE.itemsize
-PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_DTYPE.itemsize + 4095) // 4096 * 4096
+]
+EVENT_BYTES, MODULE_BYTES = itemsize(EVENT_FIELDS), itemsize(MODULE_FIELDS)
+UNIT_BYTES = EVENTS_UNIT * EVENT_BYTES + WORDS_UNIT * 8 + MODULES_UNIT * MODULE_BYTES
+PROFILE_OFFSET = (SLOTS_OFFSET + MAX_SLOTS * SLOT_BYTES + 4095) // 4096 * 4096
 SEGMENT_BASE_BYTES = PROFILE_OFFSET   # the file without the profile's tables
 
 
@@ -188,7 +220,7 @@ def profile_layout(size_bytes: int) -> ProfileLayout | None:
     for room in range(1, ROOM_MAX + 1):
         if segment_bytes(room) == size_bytes:
             ev, words = room * EVENTS_UNIT, room * WORDS_UNIT
-            stacks = PROFILE_TABLES + ev * EVENT_DTYPE.itemsize
+            stacks = PROFILE_TABLES + ev * EVENT_BYTES
             return ProfileLayout(room, ev, words, room * MODULES_UNIT, PROFILE_TABLES, stacks,
                                  stacks + words * 8)
     return None
@@ -243,9 +275,27 @@ def _c_constants() -> dict:
 # (tests/test_native.py): each C struct with its dtype (every field's offset and size, and
 # the struct's size: a C field this side lacks changes it), and each constant's value.
 C_HEADER = "heapsight.h"
-C_STRUCTS = {"hs_segment_t": HEADER_DTYPE, "hs_slot_t": SLOT_DTYPE, "hs_alloc_stats_t": STATS_DTYPE,
-             "hs_hist_t": HIST_DTYPE, "hs_owner_t": OWNER_DTYPE, "hs_event_t": EVENT_DTYPE,
-             "hs_module_t": MODULE_DTYPE, "hs_profile_t": PROFILE_HEADER_DTYPE}
+# (numpy's dtypes, made here on first use: the test that checks them against the C
+# headers imports numpy anyway)
+_STRUCTS = {"HEADER_DTYPE": _HEADER_FIELDS, "SLOT_DTYPE": SLOT_FIELDS, "STATS_DTYPE": STATS_FIELDS,
+            "HIST_DTYPE": HIST_FIELDS, "OWNER_DTYPE": OWNER_FIELDS, "EVENT_DTYPE": EVENT_FIELDS,
+            "MODULE_DTYPE": MODULE_FIELDS, "PROFILE_HEADER_DTYPE": PROFILE_HEADER_FIELDS}
+_C_NAMES = {"hs_segment_t": "HEADER_DTYPE", "hs_slot_t": "SLOT_DTYPE",
+            "hs_alloc_stats_t": "STATS_DTYPE", "hs_hist_t": "HIST_DTYPE",
+            "hs_owner_t": "OWNER_DTYPE", "hs_event_t": "EVENT_DTYPE",
+            "hs_module_t": "MODULE_DTYPE", "hs_profile_t": "PROFILE_HEADER_DTYPE"}
+
+
+def __getattr__(name: str):
+    """The numpy dtypes (HEADER_DTYPE, ...; C_STRUCTS), made when first asked for."""
+    if name in _STRUCTS:
+        import numpy as np
+        globals()[name] = value = np.dtype(_STRUCTS[name])
+        return value
+    if name == "C_STRUCTS":
+        globals()[name] = value = {c: __getattr__(n) for c, n in _C_NAMES.items()}
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 # hs_segment_t goes on past what the header's dtype covers: its slots (64-byte aligned) and
 # the profile (page aligned), whose offsets are checked as constants
 C_PARTIAL = ("hs_segment_t",)

@@ -9,8 +9,6 @@ import math
 from array import array
 from dataclasses import dataclass, field
 
-import numpy as np
-
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
            "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads",
            "children_rss")
@@ -69,9 +67,10 @@ class Timeline:
         if len(self.flat) > self.max_rows * len(COLUMNS):
             self.compact()
 
-    def append_rows(self, rows: np.ndarray) -> None:
-        """Rows as an (n, len(COLUMNS)) float array."""
-        self.flat.frombytes(np.ascontiguousarray(rows, dtype=np.float64).tobytes())
+    def append_rows(self, rows) -> None:
+        """Rows as sequences of len(COLUMNS) floats each."""
+        for row in rows:
+            self.flat.extend(row)
         self._columns = None
         if len(self.flat) > self.max_rows * len(COLUMNS):
             self.compact()
@@ -81,6 +80,7 @@ class Timeline:
         thinned to, per stretch of THIN_BUCKET samples, its first sample and the samples
         where RSS, live bytes and the allocator's mapped memory are lowest and highest. Every extreme of the run stays exact (it is an extreme of its
         stretch) and the kept samples are real ones, so their columns still agree."""
+        import numpy as np
         n = len(COLUMNS)
         rows = len(self.flat) // n
         half = rows // 2 // THIN_BUCKET * THIN_BUCKET

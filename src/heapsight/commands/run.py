@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 
-from heapsight import interrupts, moments, output, phases, record
+from heapsight import interrupts, output, phases
 from heapsight.errors import EXIT_GATE, EXIT_UNJUDGED, HeapsightError
 from heapsight.fmt import human, parse_size
 from heapsight.live.measure import HEAP_MAP_EVERY_S, Options, measure, program_argv
@@ -217,12 +217,17 @@ def port_arg(text: str) -> int:
     return port
 
 
+def _held_rss(summary) -> int:
+    from heapsight import moments   # (numpy's: imported while the program ran)
+    return moments.rss_of(summary.moments, "held") or 0
+
+
 def gate_failures(args, summary) -> list:
     """The gates the run failed: (what, figure, limit) for each figure above its limit."""
     figures = (("retained at exit", args.fail_if_retained,
                 summary.final.retained_bytes if summary.final else 0),
                ("peak RSS", args.fail_if_rss, summary.peak_rss_bytes),
-               ("held RSS", args.fail_if_held, moments.rss_of(summary.moments, "held") or 0),
+               ("held RSS", args.fail_if_held, _held_rss(summary)),
                ("never freed at exit", args.fail_if_never_freed,
                 summary.final.live_bytes if summary.final else 0))
     failed = [(what, value, limit) for what, limit, value in figures
@@ -254,12 +259,14 @@ def save_somewhere(path: str, summary, timeline) -> str | None:
     gone), in a new private directory under $TMPDIR, saying so: a measured run is never
     lost to its output. The path written, or None when nowhere would take it."""
     try:
+        from heapsight import record
         return record.save(path, summary, timeline)
     except HeapsightError as e:
         first = e.message
     import tempfile
     try:
         place = os.path.join(tempfile.mkdtemp(prefix="heapsight-"), os.path.basename(path))
+        from heapsight import record
         saved = record.save(place, summary, timeline)
     except (HeapsightError, OSError) as e:
         sys.stderr.write(f"heapsight: {first}; nor in $TMPDIR ({getattr(e, 'message', e)}): "
@@ -367,6 +374,7 @@ def execute(args) -> int:
             output.write_json(args.json, summary.to_dict())
         if args.html:
             from heapsight import report
+            from heapsight import record
             report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
         if args.pprof:
             from heapsight.reporters import pprof

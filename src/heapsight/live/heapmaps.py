@@ -11,7 +11,6 @@ import os
 import stat
 import time
 
-from heapsight.heapmap import EXIT, HeapMap, parse
 from heapsight.layout import MAP_LIMIT_S
 
 # A map holds 5 bytes a page of heap and a few hundred thousand blocks: far below this
@@ -38,8 +37,15 @@ def _read_own(path: str) -> bytes:
         os.close(fd)
 
 
-def read(path: str) -> HeapMap:
-    """A map file; ValueError when it is not one or is cut short (a stopped child)."""
+# heapsight.heapmap's name of the map at exit (that module, with numpy, is imported only
+# to read a map: the run sets the map up before numpy is imported)
+EXIT = "exit"
+
+
+def read(path: str):
+    """A map file (heapmap.HeapMap); ValueError when it is not one or is cut short (a
+    stopped child)."""
+    from heapsight.heapmap import parse
     return parse(_read_own(path), path)
 
 

@@ -14,7 +14,10 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
-from heapsight import analysis, capture, elf, heapmap, interrupts, native, phases, remedies
+# What the program's start needs, and the sampler: no numpy, nothing of the analysis. The
+# program starts as soon as these are in; the modules the end needs (END_MODULES, with
+# numpy: 100-200 ms) are imported meanwhile, on a thread of heapsight's (_Meanwhile).
+from heapsight import elf, interrupts, native, phases
 from heapsight.live import heapmaps, launch, readloop
 from heapsight.fmt import printable
 from heapsight.progress import say
@@ -22,7 +25,9 @@ from heapsight.errors import HeapsightError
 from heapsight.live.sampler import Sampler
 from heapsight.timeline import IDX
 from heapsight.live.segment import Segment, segment_dir
-from heapsight.summary import _num, summarize
+
+END_MODULES = ("numpy", "heapsight.analysis", "heapsight.capture", "heapsight.heapmap",
+               "heapsight.remedies", "heapsight.summary")
 
 EXIT_NOT_FOUND = 127
 
@@ -217,6 +222,8 @@ class _Callbacks:
         segment = self.segment
         if self.opts.exporter is None or segment is None or not segment.attached():
             return
+        from heapsight import analysis
+        from heapsight.summary import _num
         v = {c: row[i] for c, i in IDX.items()}
         if math.isnan(v["rss"]):
             return
@@ -229,14 +236,17 @@ class _Callbacks:
 
 class _Meanwhile:
     """What heapsight prepares for the end while the program runs, on a thread of its own
-    (the program is not touched): the modules the end will import (the terminal's
-    reporter: 50 ms), and the sampled stacks' addresses sent to the symbolizer, read from
+    (the program is not touched): first the modules the end will import (the analysis and
+    numpy, 100-200 ms, then the terminal's reporter), so that the program starts without
+    waiting for them; then the sampled stacks' addresses sent to the symbolizer, read from
     the segment's file every PREFETCH_FIRST_S, then every quarter of the time run so far
     (at most PREFETCH_MAX_S), so that the names asked for at the end are mostly answered
     already (python3 building dicts: 0.26 s of waiting for them at the end, 0.01-0.1 s
     now). Only addresses not sent before are sent; a stack read torn while the library
     writes it at worst asks for an address no site uses. The main thread samples
-    meanwhile; it joins this one as the program ends, before the analysis."""
+    meanwhile (in C, or in Python ticks that need none of those modules: a tick waits at
+    most the interpreter's switch interval, 5 ms, for its turn); it joins this one as the
+    program ends, before the analysis."""
 
     def __init__(self, segment, modules: tuple, names: bool) -> None:
         import threading
@@ -244,28 +254,41 @@ class _Meanwhile:
         self.segment, self.modules, self.names = segment, modules, names
         self.done, self.t0 = threading.Event(), time.monotonic()
         self.thread = threading.Thread(target=self._run, name="heapsight-meanwhile", daemon=True)
-        self.thread.start()
+
+    def start(self) -> None:
+        """Starts it (after the sampler's first tick: the program's first moments first)."""
+        if self.thread.ident is None:
+            self.thread.start()
 
     def _run(self) -> None:
         import importlib
         import time
-        from heapsight import sites, symbolize
-        wait, modules = PREFETCH_FIRST_S, list(self.modules)
+        from heapsight import symbolize
+        if self.names:   # the tool reads libc's debug information meanwhile
+            symbolize.prefetch(symbolize.libc_lookup())
+        for m in self.modules:   # the end imports whichever failed here (and says why)
+            try:
+                importlib.import_module(m)
+            except Exception:
+                pass
+        if not self.names:
+            return
+        from heapsight import sites
+        wait = PREFETCH_FIRST_S
         while not self.done.wait(wait):
             try:
-                prof = self.segment.profile() if self.names else None
+                prof = self.segment.profile()
                 if prof is not None and len(prof.allocs):
                     mapped = prof.mapped()
                     symbolize.prefetch(sites.lookups(prof) + (
                         sites.lookups(mapped) if mapped is not None else []))
-                while modules:
-                    importlib.import_module(modules.pop(0))
             except Exception:   # it only saves time: the end does whatever is left
                 pass
             run_s = time.monotonic() - self.t0
             wait = min(PREFETCH_MAX_S, max(PREFETCH_FIRST_S, run_s / 4))
 
     def stop(self) -> None:
+        self.start()   # (a program gone before the first tick: the end needs the modules)
         self.done.set()
         self.thread.join()
 
@@ -304,20 +327,20 @@ def measure(argv: list, opts: Options) -> tuple:
                                           stderr=opts.stderr)
         except OSError as e:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
-        names = opts.keep and _samples(opts)   # names are asked only for sampled stacks
-        meanwhile = (_Meanwhile(segment, opts.warm, names) if segment is not None and
-                     (names or opts.warm) else None)
+        # names are asked only for sampled stacks
+        names = opts.keep and _samples(opts) and segment is not None
+        meanwhile = _Meanwhile(segment, END_MODULES + tuple(opts.warm), names)
         try:
             timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
                                on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
                                snapshot_at=tuple(opts.snapshot_at),
                                snapshot_every_s=opts.snapshot_every_s, on_snapshot=cb.on_snapshot,
                                on_tick=cb.on_tick if opts.exporter is not None else None,
-                               stats_hz=opts.stats_hz).run()
+                               stats_hz=opts.stats_hz, on_first_tick=meanwhile.start).run()
         finally:
-            if meanwhile is not None:
-                meanwhile.stop()
-        phases.mark("the program's run, sampled")
+            phases.mark("the program's run, sampled")
+            meanwhile.stop()
+            phases.mark("the end's imports, left when the program ended")
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(cb.forwarded) or bool(interrupts.drain())
@@ -334,6 +357,8 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     """What the ended program left, captured (for the record) and summarized: the sampled
     allocations, copied out before the segment file goes; the heap maps, snapshots' first;
     the segment's figures, read once."""
+    from heapsight import capture, heapmap, remedies
+    from heapsight.summary import summarize
     attached = segment is not None and segment.attached()
     prof = segment.profile() if attached else None
     if attached:

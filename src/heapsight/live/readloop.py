@@ -7,8 +7,6 @@ from __future__ import annotations
 import ctypes
 import os
 
-import numpy as np
-
 from heapsight import native
 
 # native/src/readloop.h, mirrored (tests/test_readloop.py checks each against the header)
@@ -23,6 +21,7 @@ SIGNATURES = {
                             ctypes.POINTER(_double), _u64, _int, _double, ctypes.c_char_p, _int,
                             _u64]),
     "hs_poke_slots": (None, [_ptr]),
+    "hs_read_counters": (None, [_ptr, _ptr]),
 }
 C_HEADER = "readloop.h"
 C_CONSTANTS = {"HS_READ_COLUMNS": len(COLUMNS), **{f"HS_READ_{w}": i for i, w in enumerate(WHY)}}
@@ -54,15 +53,12 @@ class FastReader:
 
     def __init__(self, segment, start_ns: int, period_s: float, wake: set) -> None:
         self.lib = _load()
-        # the segment's address (read-only maps too: numpy takes any buffer); kept alive here
-        self._seg_bytes = (np.frombuffer(segment._map, dtype=np.uint8)
-                           if segment is not None else None)
-        self.seg_addr = self._seg_bytes.ctypes.data if self._seg_bytes is not None else None
+        self.seg_addr = segment.address() if segment is not None else None
         self.start_ns = start_ns
         self.period_ns = max(1, int(period_s * 1e9))
         self.next_ns = ctypes.c_uint64(0)
         self.mask = sum(1 << s for s in wake)
-        self.buf = np.empty((ROWS, len(COLUMNS)), dtype=np.float64)
+        self.buf = (ctypes.c_double * (ROWS * len(COLUMNS)))()
         self.why = ctypes.c_int(0)
         self.page = float(os.sysconf("SC_PAGE_SIZE"))
         self.own = (ctypes.c_double * 2)(0.0, 0.0)
@@ -71,7 +67,7 @@ class FastReader:
              pagemap_fd: int | None = None, own_bytes: float = 0.0, pid: int = 0,
              watch_exit: bool = False, rss_above: float = 0.0, exe: str = "",
              finalizing: tuple | None = None):
-        """(rows as an (n, len(COLUMNS)) array copy, why, the next tick due in ns). The
+        """(rows, each a list of len(COLUMNS) floats; why; the next tick due in ns). The
         allocator's columns stay NaN here (the Python tick reads them). Rows' RSS leaves out heapsight's own bytes resident
         in the program (the segment's pages), read through pagemap_fd each tick, else
         own_bytes as given; self.own holds them at the last tick and the most seen.
@@ -81,17 +77,27 @@ class FastReader:
         self.own[0], self.own[1] = own_bytes, own_bytes
         n = self.lib.hs_read_loop(statm_fd, self.seg_addr, self.start_ns, ctypes.byref(self.next_ns),
                                   self.period_ns, until_ns, self.mask, asked_seq, self.page,
-                                  self.buf.ctypes.data, ROWS, ctypes.byref(self.why),
+                                  self.buf, ROWS, ctypes.byref(self.why),
                                   -1 if pagemap_fd is None else pagemap_fd, self.own, pid,
                                   1 if watch_exit else 0, rss_above,
                                   os.fsencode(exe) if exe else None,
                                   *(finalizing if finalizing is not None else (-1, 0)))
-        return self.buf[:n].copy(), self.why.value, self.next_ns.value
+        k = len(COLUMNS)
+        flat = self.buf[:n * k]
+        return [flat[i:i + k] for i in range(0, n * k, k)], self.why.value, self.next_ns.value
+
+
+def counters(segment) -> tuple:
+    """(live usable bytes, live requested bytes, allocations, frees) as a tick of the C loop
+    reads them (Segment.counters' figures, without numpy)."""
+    row = (ctypes.c_double * len(COLUMNS))()
+    _load().hs_read_counters(segment.address(), row)
+    i = COLUMNS.index("live_usable")
+    return tuple(row[i:i + 4])
 
 
 def poke(segment) -> None:
     """Sends every thread of the program that has counters to the library's slow path at
     its next allocation and free, where it takes a heap map asked for (heapsight.h: the
     poke). Costs the program one slow call per thread."""
-    buf = np.frombuffer(segment._map, dtype=np.uint8)
-    _load().hs_poke_slots(buf.ctypes.data)
+    _load().hs_poke_slots(segment.address())

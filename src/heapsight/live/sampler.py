@@ -11,8 +11,6 @@ import signal
 import subprocess
 import time
 
-import numpy as np
-
 from heapsight import allocators, interrupts, mappings
 from heapsight.live import procfs, readloop
 from heapsight.layout import STATE_EXITING
@@ -61,13 +59,16 @@ class Sampler:
     def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
                  snapshot_at: tuple = (), snapshot_every_s: float = 0.0, on_snapshot=None,
-                 on_tick=None, stats_hz: float = 10.0):
+                 on_tick=None, stats_hz: float = 10.0, on_first_tick=None):
         """on_signal(siginfo) is called for each of interrupts.WATCHED that arrives while
         the program runs; the caller blocks them (and SIGCHLD, which ends a wait at once
         when the program exits) before starting the program."""
         self.proc, self.segment = proc, segment
         self.on_signal = on_signal
         self.on_tick = on_tick        # on_tick(row), a few times a second (the exporter)
+        # called once the first tick is taken (the run's own work that can wait starts
+        # then: the program's first moments are read first)
+        self.on_first_tick = on_first_tick
         # snapshots: a sample taken and labelled at a signal (sent to heapsight), at given
         # times, or every so often; on_snapshot(label, t) runs right after it is taken
         self.snapshot_signal, self.on_snapshot = snapshot_signal, on_snapshot
@@ -262,23 +263,27 @@ class Sampler:
             due = min(due, start + self.snapshot_every_s * (self._every_n + 1))
         return due
 
-    def _append_fast(self, rows: np.ndarray, best_usable: float, hwm: float, threads: float,
+    def _append_fast(self, rows: list, best_usable: float, hwm: float, threads: float,
                      pss: float, children_rss: float) -> float:
         """Appends the C ticks' rows, with the figures only the Python tick reads carried
         over; returns the most live usable bytes seen (the peak's requested/usable ratio is
         taken at it, from the row's live waste estimate)."""
-        full = np.full((len(rows), len(COLUMNS)), math.nan)
-        for i, name in enumerate(readloop.COLUMNS):
-            full[:, IDX[name]] = rows[:, i]
-        full[:, IDX["hwm"]], full[:, IDX["threads"]] = hwm, threads
-        full[:, IDX["pss"]], full[:, IDX["children_rss"]] = pss, children_rss
-        live = rows[:, readloop.COLUMNS.index("live_usable")]
-        if not np.isnan(live).all():
-            k = int(np.nanargmax(live))
-            if live[k] > best_usable:
-                best_usable = float(live[k])
-                if live[k] > 0:
-                    self.timeline.peak_req_ratio = float(rows[k, 4] / live[k])
+        at = [IDX[name] for name in readloop.COLUMNS]
+        usable, req = readloop.COLUMNS.index("live_usable"), readloop.COLUMNS.index("live_req")
+        carried = ((IDX["hwm"], hwm), (IDX["threads"], threads), (IDX["pss"], pss),
+                   (IDX["children_rss"], children_rss))
+        full = []
+        for r in rows:
+            row = [math.nan] * len(COLUMNS)
+            for i, v in zip(at, r):
+                row[i] = v
+            for i, v in carried:
+                row[i] = v
+            full.append(row)
+            live = r[usable]
+            if live > best_usable:   # (NaN never is)
+                best_usable = live
+                self.timeline.peak_req_ratio = r[req] / live
         self.timeline.append_rows(full)
         self.timeline.ticks += len(rows)
         return best_usable
@@ -322,6 +327,9 @@ class Sampler:
                 tl.append_row(row)
                 self._snapshots(row[IDX["t"]])
             tl.ticks += 1
+            if self.on_first_tick is not None:
+                self.on_first_tick()
+                self.on_first_tick = None
             # waitpid costs as much as a /proc read: ask at most 100 times a second, or at
             # once when /proc says the process is gone.
             if (st is None or now >= c.poll) and self._reaped():
@@ -432,13 +440,18 @@ class Sampler:
         if not c.retargeted or seg.get("owner_pid") != self.pid:
             self._retarget()
             c.retargeted = True
-        n = seg.counters()
-        if n.live_usable_bytes > c.best_usable:
-            c.best_usable = n.live_usable_bytes
-            if n.live_usable_bytes > 0:
-                tl.peak_req_ratio = n.live_requested_bytes / n.live_usable_bytes
-        row[IDX["live_usable"]], row[IDX["live_req"]] = n.live_usable_bytes, n.live_requested_bytes
-        row[IDX["n_alloc"]], row[IDX["n_free"]] = n.n_alloc, n.n_free
+        if readloop.available():   # the C tick's reading (no numpy while the program starts)
+            usable, requested, n_alloc, n_free = readloop.counters(seg)
+        else:
+            n = seg.counters()
+            usable, requested = n.live_usable_bytes, n.live_requested_bytes
+            n_alloc, n_free = n.n_alloc, n.n_free
+        if usable > c.best_usable:
+            c.best_usable = usable
+            if usable > 0:
+                tl.peak_req_ratio = requested / usable
+        row[IDX["live_usable"]], row[IDX["live_req"]] = usable, requested
+        row[IDX["n_alloc"]], row[IDX["n_free"]] = n_alloc, n_free
         if req is not None:   # the program called heapsight_snapshot(label)
             # calls made together (from several threads) are answered by this one sample:
             # its label is the last one's, and says how many it answered
@@ -550,7 +563,7 @@ class Sampler:
             c.best_usable = self._append_fast(rows, c.best_usable, _less(c.hwm, own),
                                               c.threads, c.pss, c.children_rss)
         if why == readloop.FINALIZING and len(rows):
-            tl.py_finalizing_s = float(rows[-1, 0])
+            tl.py_finalizing_s = float(rows[-1][0])
             self._close_finalizing()
         c.early = why in (readloop.RSS, readloop.EXITING, readloop.EXEC, readloop.FINALIZING)
         if why == readloop.EXEC:

@@ -4,6 +4,7 @@ sampler calls every tick. The layout it reads is heapsight.layout's."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import errno
 import fnmatch
@@ -12,25 +13,64 @@ import mmap
 import os
 import resource
 import stat
+import struct
 import time
 
-import numpy as np
+from heapsight.layout import (CREATED, EVENT_BYTES, HEADER_AT, HEADER_BYTES, MAGIC, MAX_SLOTS,
+                              MODULE_BYTES, OWNER_FIELDS, PROBE_WHY_NOT, PROFILE_HEADER_FIELDS,
+                              PROFILE_MAGIC, PROFILE_OFFSET, ROOM_DEFAULT, ROOM_SMALL,
+                              SEGMENT_BASE_BYTES, SLOT_BYTES, SLOT_FIELDS, SLOTS_OFFSET,
+                              STATE_DONE, SUMMED, VERSION, class_floor_bytes, itemsize, offsets,
+                              profile_layout, segment_bytes, slot_usable)
 
-from heapsight.analysis import live_waste
-from heapsight.capture import HEADER_FIELDS, Reading, stats_json
-from heapsight.layout import (CREATED, EVENT_DTYPE, HEADER_DTYPE, MAGIC, MAX_SLOTS, MODULE_DTYPE,
-                              PROBE_WHY_NOT, PROFILE_HEADER_DTYPE, PROFILE_MAGIC, PROFILE_OFFSET,
-                              ROOM_DEFAULT, ROOM_SMALL, SEGMENT_BASE_BYTES, SLOT_DTYPE, SLOTS_OFFSET,
-                              STATE_DONE, SUMMED, VERSION, class_floor_bytes, profile_layout,
-                              segment_bytes, slot_usable)
-from heapsight.model import AllocStats, HeapCounters
-from heapsight.profile import Profile, decode as decode_profile
+# The segment is read without numpy while the program runs (the run starts it before
+# numpy is imported): its header's scalars and strings, a few of each slot's and owner's
+# fields, by their offsets (heapsight.layout); the rest (the slots as a table, the size
+# histogram, the profile) through numpy, imported then.
+_SCALAR = {"<u8": "<Q", "<i8": "<q", "<f8": "<d", "<u4": "<I"}
+_OWNER_AT, _OWNER_BYTES = offsets(OWNER_FIELDS), itemsize(OWNER_FIELDS)
+_SLOT_AT = offsets(SLOT_FIELDS)
+_PROFILE_AT = offsets(PROFILE_HEADER_FIELDS)
 
-def settled(slots, tries: int = 100) -> np.ndarray:
+
+class HeaderView:
+    """The segment's header in place, as numpy's structured view of it reads (scalars as
+    ints, strings as bytes without their trailing NULs), with no numpy for those; its
+    records (the owners, the histogram, the allocator's statistics) come from numpy's view.
+    Scalars are written in place the same way."""
+
+    def __init__(self, buf) -> None:
+        self._buf, self._np = buf, None
+
+    def __getitem__(self, name: str):
+        at, kind, shape = HEADER_AT[name]
+        if not shape and isinstance(kind, str):
+            if kind in _SCALAR:
+                return struct.unpack_from(_SCALAR[kind], self._buf, at)[0]
+            return bytes(self._buf[at:at + itemsize(kind)]).rstrip(b"\0")
+        return self.view()[name]
+
+    def __setitem__(self, name: str, value) -> None:
+        at, kind, shape = HEADER_AT[name]
+        if shape or kind not in _SCALAR:
+            self.view()[name] = value
+            return
+        struct.pack_into(_SCALAR[kind], self._buf, at, value)
+
+    def view(self):
+        """numpy's structured view of the whole header."""
+        if self._np is None:
+            import numpy as np
+            from heapsight.layout import HEADER_DTYPE
+            self._np = np.ndarray((), HEADER_DTYPE, buffer=self._buf, offset=0)
+        return self._np
+
+def settled(slots, tries: int = 100):
     """A copy of the slots in which no row was read while its owner was folding a countdown
     in (seq odd, or moved while the row was copied): such rows are read again, at first at
     once, then every half millisecond (an owner descheduled in the middle of a fold), up to
     `tries` times (the program is never waited on: past that the last copy stands)."""
+    import numpy as np
     got = np.empty_like(slots)
     todo = np.ones(len(slots), dtype=bool)
     for i in range(tries):
@@ -55,6 +95,8 @@ def profile_room() -> int:
 
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+# a pagemap entry's top byte -> 1 when it says present (bit 63) and shared (bit 61)
+_PRESENT_SHARED = bytes(1 if b & 0xa0 == 0xa0 else 0 for b in range(256))
 
 
 def open_pagemap(pid: int) -> int | None:
@@ -235,10 +277,11 @@ class Segment:
             # first write to it would kill the program with SIGBUS
             os.posix_fallocate(fd, 0, size)
             # what the library checks before it writes a byte (native/src/segment.c)
-            head = np.zeros((), HEADER_DTYPE)
-            head["magic"], head["version"], head["size_bytes"] = CREATED, VERSION, size
-            head["creator_pid"] = os.getpid()
-            os.pwrite(fd, head.tobytes(), 0)
+            head = bytearray(HEADER_BYTES)
+            for name, value in (("magic", CREATED), ("version", VERSION), ("size_bytes", size),
+                                ("creator_pid", os.getpid())):
+                struct.pack_into("<Q", head, HEADER_AT[name][0], value)
+            os.pwrite(fd, bytes(head), 0)
             # read, and written in one place: the answer to heapsight_snapshot (snapshot_ack)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
@@ -276,8 +319,32 @@ class Segment:
                              f"{int(self.header['version'])}, this one reads {VERSION})")
 
     def _views(self) -> None:
-        self.header = np.ndarray((), HEADER_DTYPE, buffer=self._map, offset=0)
-        self.slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
+        self.header = HeaderView(self._map)
+
+    @property
+    def slots(self):
+        """The slots as numpy's table (numpy imported on first use)."""
+        if self._slots is None:
+            import numpy as np
+            from heapsight.layout import SLOT_DTYPE
+            self._slots = np.ndarray((MAX_SLOTS,), SLOT_DTYPE, buffer=self._map, offset=SLOTS_OFFSET)
+        return self._slots
+
+    _slots = None
+
+    def address(self) -> int:
+        """Where the segment is mapped in this process, for the C reader (libhsread)."""
+        if self._anchor is None:
+            try:
+                self._anchor = ctypes.c_char.from_buffer(self._map)
+                self._address = ctypes.addressof(self._anchor)
+            except TypeError:   # mapped read-only (another process's segment): numpy's view
+                import numpy as np
+                self._anchor = np.frombuffer(self._map, dtype=np.uint8)
+                self._address = self._anchor.ctypes.data
+        return self._address
+
+    _anchor = None
 
     owned = True
     _lock_fd = -1
@@ -303,12 +370,17 @@ class Segment:
     def owners(self) -> list:
         """The objects that mapped anonymous memory themselves (mmap outside malloc): name,
         mapped now, peak, mmap calls; largest peak first."""
-        out = []
-        for o in self.header["owners"]:
-            if int(o["base"]):
-                out.append({"object": bytes(o["name"]).split(b"\0")[0].decode(errors="replace"),
-                            "mapped_bytes": max(0, int(o["mapped_bytes"])),
-                            "peak_bytes": int(o["peak_bytes"]), "mappings": int(o["mappings"])})
+        out, first = [], HEADER_AT["owners"][0]
+        for i in range(HEADER_AT["owners"][2][0]):
+            at = first + i * _OWNER_BYTES
+            f = {k: struct.unpack_from(_SCALAR[_OWNER_AT[k][1]], self._map, at + _OWNER_AT[k][0])[0]
+                 for k in ("base", "mapped_bytes", "peak_bytes", "mappings")}
+            if f["base"]:
+                name_at = at + _OWNER_AT["name"][0]
+                name = bytes(self._map[name_at:name_at + itemsize(_OWNER_AT["name"][1])])
+                out.append({"object": name.split(b"\0")[0].decode(errors="replace"),
+                            "mapped_bytes": max(0, f["mapped_bytes"]),
+                            "peak_bytes": f["peak_bytes"], "mappings": f["mappings"]})
         return sorted(out, key=lambda o: -o["peak_bytes"])
 
     def snapshot_request(self, seen: int) -> tuple | None:
@@ -342,27 +414,27 @@ class Segment:
                 raw = b""
             if len(raw) == n * 8:
                 # present (bit 63) and a shared page (61): the segment's, not anonymous
-                # memory of an image that replaced it
-                e = np.frombuffer(raw, "<u8") >> np.uint64(61)
-                return int(np.count_nonzero((e & np.uint64(5)) == 5)) * page
+                # memory of an image that replaced it (each entry's top byte, bits 7 and 5)
+                return raw[7::8].translate(_PRESENT_SHARED).count(1) * page
         return self.written_bytes() if addr else 0
 
     def written_bytes(self) -> int:
         """The bytes of the pages the library writes in the program: the header, the slots
         up to the last one used, and the used parts of the profile's regions."""
         pages = lambda lo, hi: (hi + PAGE_BYTES - 1) // PAGE_BYTES - lo // PAGE_BYTES if hi > lo else 0
-        n = pages(0, SLOTS_OFFSET + (self._used() + 1) * SLOT_DTYPE.itemsize)
+        n = pages(0, SLOTS_OFFSET + (self._used() + 1) * SLOT_BYTES)
         lay = profile_layout(self.size_bytes)
         if lay is not None:
-            head = np.frombuffer(self._map, PROFILE_HEADER_DTYPE, count=1, offset=PROFILE_OFFSET)[0]
-            if int(head["magic"]) == PROFILE_MAGIC:
+            head = {k: struct.unpack_from("<Q", self._map, PROFILE_OFFSET + _PROFILE_AT[k][0])[0]
+                    for k in ("magic", "events_used", "stack_words_used", "modules_used")}
+            if head["magic"] == PROFILE_MAGIC:
                 base = PROFILE_OFFSET
                 n += 1 + pages(base + lay.events_offset, base + lay.events_offset +
-                               min(int(head["events_used"]), lay.events) * EVENT_DTYPE.itemsize)
+                               min(head["events_used"], lay.events) * EVENT_BYTES)
                 n += pages(base + lay.stacks_offset, base + lay.stacks_offset +
-                           min(int(head["stack_words_used"]), lay.stack_words) * 8)
+                           min(head["stack_words_used"], lay.stack_words) * 8)
                 n += pages(base + lay.modules_offset, base + lay.modules_offset +
-                           min(int(head["modules_used"]), lay.modules) * MODULE_DTYPE.itemsize)
+                           min(head["modules_used"], lay.modules) * MODULE_BYTES)
         return n * PAGE_BYTES
 
     def allocator_name(self) -> str:
@@ -374,9 +446,12 @@ class Segment:
     def _used(self) -> int:
         return min(MAX_SLOTS, max(1, int(self.header["slots_used"])))
 
-    def counters(self) -> HeapCounters:
+    def counters(self):
         """Totals over the slots, exact but for the live requested bytes: estimated from the
         sampled size histogram (live_waste, docs/numbers.md)."""
+        import numpy as np
+        from heapsight.analysis import live_waste
+        from heapsight.model import HeapCounters
         s = settled(self.slots[:self._used()])
         f = {name: int(s[name].sum(dtype=np.uint64)) for name in SUMMED}
         alloc, freed = slot_usable(s)
@@ -394,15 +469,19 @@ class Segment:
     def mmapped_chunk_bytes(self) -> int:
         """glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted
         by the hooks): the slots' sums, as native/src/counters.c's _hs_mmapped_chunk_bytes."""
-        s = self.slots[:self._used()]
-        alloc = int(s["mmapped_alloc_bytes"].sum(dtype=np.uint64))
-        freed = int(s["mmapped_free_bytes"].sum(dtype=np.uint64))
+        alloc = freed = 0
+        a, f = _SLOT_AT["mmapped_alloc_bytes"][0], _SLOT_AT["mmapped_free_bytes"][0]
+        for i in range(self._used()):
+            at = SLOTS_OFFSET + i * SLOT_BYTES
+            alloc += struct.unpack_from("<Q", self._map, at + a)[0]
+            freed += struct.unpack_from("<Q", self._map, at + f)[0]
         return max(0, alloc - freed)
 
     def size_classes(self) -> list:
         """The size histogram, estimated from the sampled allocations: per usable-size class
         sampled, (smallest usable size of the class, allocations, blocks live now, mean
         bytes wasted per block, the live blocks' standard error)."""
+        import numpy as np
         h = self.header["hist"]
         alloc_w, live_w, waste_w, var = (np.array(h[k], dtype=np.float64)
                                          for k in ("alloc_w", "live_w", "waste_w", "live_var"))
@@ -412,19 +491,22 @@ class Segment:
                         round(float(waste_w[c] / alloc_w[c]), 2), int(round(max(0.0, var[c]) ** 0.5))))
         return out
 
-    def alloc_stats(self, field: str) -> AllocStats | None:
+    def alloc_stats(self, field: str):
         """The allocator's figures the exit probe took (field: exit_stats_before or
         exit_stats_after; written once, before the state is DONE), or None when it did not
         take them (exit_probe_why_not says why)."""
+        from heapsight.model import AllocStats
         rec = self.header[field].copy()
         if int(rec["time_ns"]) == 0:
             return None
         return AllocStats.from_record(rec)
 
-    def profile(self) -> Profile | None:
+    def profile(self):
         """The sampled allocations (profile.decode of the tables the library wrote), or None
         when it never set them up (an older library, a static program, a program that never
         started) or sampling was off. Read from the file, once the program has ended."""
+        from heapsight.layout import EVENT_DTYPE, MODULE_DTYPE, PROFILE_HEADER_DTYPE
+        from heapsight.profile import decode as decode_profile
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -444,8 +526,9 @@ class Segment:
         finally:
             os.close(fd)
 
-    def reading(self) -> Reading:
+    def reading(self):
         """The segment's figures, once, as the capture keeps them (summarize reads them)."""
+        from heapsight.capture import HEADER_FIELDS, Reading, stats_json
         scalars = {name: int(self.header[name]) for name in HEADER_FIELDS}
         attached = self.attached()
         stats = {"exit_stats_before": stats_json(self.alloc_stats("exit_stats_before"))}
@@ -466,8 +549,9 @@ class Segment:
         return PROBE_WHY_NOT.get(int(self.header["exit_probe_status"]), "")
 
 
-def _region(fd: int, offset: int, dtype, count: int) -> np.ndarray:
+def _region(fd: int, offset: int, dtype, count: int):
     """count rows of dtype at offset from the profile's start."""
+    import numpy as np
     want = count * np.dtype(dtype).itemsize
     raw = os.pread(fd, want, PROFILE_OFFSET + offset) if want else b""
     return np.frombuffer(raw, dtype=dtype, count=len(raw) // np.dtype(dtype).itemsize).copy()
