@@ -3,6 +3,7 @@ of the user: the names of the call sites asked for while the program runs."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -64,3 +65,46 @@ def test_verbose_says_where_the_time_went_and_it_adds_up():
     # the program's run is the phase that held for 0.5 s
     run_s = dict((n, ms) for ms, n in rows)["the program's run, sampled"] / 1000
     assert 0.5 <= run_s <= wall, (run_s, wall)
+
+
+START_CHECK = r"""
+import json, sys
+from heapsight.live import launch, measure
+real = launch.start
+seen = []
+def start(*a, **k):
+    seen.append(sorted(m for m in measure.END_MODULES if m in sys.modules))
+    return real(*a, **k)
+launch.start = start
+s, _ = measure.measure(sys.argv[1:], measure.Options(stdout=sys.stderr, warn=False))
+print(json.dumps({"at_start": seen, "after": sorted(m for m in measure.END_MODULES
+                                                   if m in sys.modules),
+                  "peak": s.heap.peak_live_usable_bytes if s.heap else None}))
+"""
+
+
+def test_the_program_starts_before_numpy_and_the_analysis_are_imported():
+    # GIVEN a fresh heapsight process (nothing imported yet)
+    # WHEN it measures a program that holds 32 MiB
+    p = subprocess.run([sys.executable, "-c", START_CHECK, scenario("hs-retention"), "--mb",
+                        "32", "--threads", "2"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    # THEN the program started with none of the modules the end needs imported (numpy and
+    # the analysis: 100-200 ms, imported while it ran) ...
+    assert got["at_start"] == [[]], got
+    # ... and the end had them all, and measured the program whole
+    assert got["after"] == sorted(measure.END_MODULES), got
+    assert got["peak"] >= 32 << 20, got
+
+
+def test_the_modules_the_program_starts_with_are_light():
+    # the command line and everything the program's start goes through import no numpy
+    # (a module that did would make every run wait for it again)
+    p = subprocess.run([sys.executable, "-c",
+                        "import sys, heapsight.cli, heapsight.commands.run, heapsight.live.measure;"
+                        "print(sorted(m for m in ('numpy', 'heapsight.analysis', "
+                        "'heapsight.summary', 'heapsight.capture', 'heapsight.model') "
+                        "if m in sys.modules))"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", p.stdout

@@ -153,27 +153,6 @@ def prefetch(lookups, tool: str | None = None) -> None:
         _session(tool, asked).send(asked)
 
 
-def libc_lookup() -> list:
-    """[(libc as this process's loader named it, the offset of malloc in it)]: asked first
-    (prefetch), it has the tool read libc's debug information (libc6-dbg's: 80-100 ms) while
-    the program runs; the program's loader names libc the same way (the same cache), and
-    its sampled stacks all pass through libc. [] when it cannot be told."""
-    import ctypes
-
-    class _DlInfo(ctypes.Structure):
-        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
-                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
-    try:
-        libc = ctypes.CDLL(None)
-        at = ctypes.cast(libc.malloc, ctypes.c_void_p).value
-        info = _DlInfo()
-        if not libc.dladdr(ctypes.c_void_p(at), ctypes.byref(info)) or not info.fname:
-            return []
-        return [(os.fsdecode(info.fname), at - info.fbase)]
-    except (OSError, AttributeError, TypeError):
-        return []
-
-
 def _askable(lookups: list) -> list:
     """The lookups a line can carry, of objects that exist."""
     return [(obj, address) for obj, address in lookups
