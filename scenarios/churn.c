@@ -27,12 +27,19 @@ static size_t pick_size(uint64_t *s)
     return hs_rand_range(s, 1025, 8192);
 }
 
-static void *worker(void *arg)
+/* A thread's ring of --slots blocks, all empty. */
+static char **new_ring(void)
 {
-    struct job *j = arg;
     char **ring = calloc(slots, sizeof *ring);
     if (!ring)
         abort();
+    return ring;
+}
+
+static void *worker(void *arg)
+{
+    struct job *j = arg;
+    char **ring = new_ring();
     /* The loop's state is local: the jobs sit side by side in one array, and a thread
      * writing its seed there would share a cache line with the other threads' (false
      * sharing that made the 2-thread figures depend on where calloc put the array). */
@@ -57,9 +64,7 @@ static void *worker(void *arg)
 static void *worker_mix(void *arg)
 {
     struct job *j = arg;
-    char **ring = calloc(slots, sizeof *ring);
-    if (!ring)
-        abort();
+    char **ring = new_ring();
     uint64_t seed = j->seed;
     for (long i = 0; i < j->ops; i++) {
         long k = (long)(hs_rand(&seed) % (uint64_t)slots);

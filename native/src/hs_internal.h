@@ -176,27 +176,29 @@ static inline uint64_t *_hs_blockmap_region(const void *p) {
   return i < HS_BM_REGIONS ? __atomic_load_n(&_hs_bm_regions[i], __ATOMIC_ACQUIRE) : 0;
 }
 static inline uint64_t _hs_blockmap_granule(const void *p) { return (uint32_t)(uintptr_t)p >> 3; }
-/* A block's start, set as its allocation is counted, cleared as its free is: a load and
- * one locked or/and on the common path (a word with no bit set yet may be the first on
- * its bitmap page: the slow path counts the page as heapsight's memory). */
-static inline void _hs_blockmap_set(void *p) {
-  uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);
-  if (HS_UNLIKELY(region == NULL)) { _hs_blockmap_set_slow(p, 0); return; }
-  uint64_t *w = region + HS_BM_HEADER_BYTES / 8 + (g >> 6), page = g >> 15; /* 512 words a page */
-  if (HS_UNLIKELY(__atomic_load_n(w, __ATOMIC_RELAXED) == 0) &&
-      !((__atomic_load_n(&region[page >> 6], __ATOMIC_RELAXED) >> (page & 63)) & 1))
-    _hs_blockmap_set_slow(p, 1);
-  __atomic_fetch_or(w, 1ull << (g & 63), __ATOMIC_RELAXED);
-}
-/* _hs_blockmap_set's common path alone, for a caller that must make no call (no register
- * saved): 0 when it needs the slow path (nothing was set; call _hs_blockmap_set then). */
+/* A block's start, set as its allocation is counted, cleared as its free is: loads and
+ * one locked or/and on the common path. The first bit set on a bitmap page (the word and
+ * the page's bit in the region's header both empty) takes the slow path, which counts the
+ * page as heapsight's memory; so does a region not mapped yet. try_set is the common path
+ * alone, for a caller that must make no call (no register saved): 0 when the slow path is
+ * needed (nothing was set then); _hs_blockmap_set does both. */
 static inline int _hs_blockmap_try_set(void *p) {
   uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);
   if (HS_UNLIKELY(region == NULL)) return 0;
-  uint64_t *w = region + HS_BM_HEADER_BYTES / 8 + (g >> 6);
-  if (HS_UNLIKELY(__atomic_load_n(w, __ATOMIC_RELAXED) == 0)) return 0;
+  uint64_t *w = region + HS_BM_HEADER_BYTES / 8 + (g >> 6), page = g >> 15; /* 512 words a page */
+  if (HS_UNLIKELY(__atomic_load_n(w, __ATOMIC_RELAXED) == 0) &&
+      !((__atomic_load_n(&region[page >> 6], __ATOMIC_RELAXED) >> (page & 63)) & 1))
+    return 0;
   __atomic_fetch_or(w, 1ull << (g & 63), __ATOMIC_RELAXED);
   return 1;
+}
+static inline void _hs_blockmap_set(void *p) {
+  if (HS_LIKELY(_hs_blockmap_try_set(p))) return;
+  uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);
+  if (region == NULL) { _hs_blockmap_set_slow(p, 0); return; } /* (it sets the bit) */
+  _hs_blockmap_set_slow(p, 1);
+  __atomic_fetch_or(region + HS_BM_HEADER_BYTES / 8 + (g >> 6), 1ull << (g & 63),
+                    __ATOMIC_RELAXED);
 }
 static inline void _hs_blockmap_clear(void *p) {
   uint64_t *region = _hs_blockmap_region(p), g = _hs_blockmap_granule(p);

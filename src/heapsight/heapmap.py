@@ -16,6 +16,7 @@ import numpy as np
 
 from heapsight import allocators
 from heapsight.fmt import human, printable
+from heapsight.layout import MAP_EXIT
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
 END = 0x4e4550414d485348     # "HSHMAPEN"
@@ -69,7 +70,7 @@ C_CONSTANTS = {"HS_MAP_MAGIC": MAGIC, "HS_MAP_END": END, "HS_MAP_VERSION": VERSI
 # A page is pinned when it stays resident after the release though fewer than this share
 # of its bytes are live.
 PIN_FRACTION = 0.25
-EXIT = "exit"
+EXIT = MAP_EXIT
 
 
 @dataclass

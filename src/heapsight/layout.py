@@ -19,6 +19,9 @@ STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
 # How long a heap map's copy may take before it ends itself, and the allocator's calls at
 # exit (HS_MAP_LIMIT_S, HS_PROBE_LIMIT_S): the CLI waits for each a little longer.
 MAP_LIMIT_S = 30
+# The heap map at exit is written to "<segment>.map.exit" (probe.c), a snapshot's to
+# "<segment>.map.<its number>"
+MAP_EXIT = "exit"
 PROBE_LIMIT_S = 30
 # exit_probe_status (HS_PROBE_*): only PROBE_DONE means the exit figures were measured
 PROBE_NOT_RUN, PROBE_DONE, PROBE_ALLOCATOR_LOCKED, PROBE_TIMED_OUT, PROBE_NO_HELPER = 0, 1, 2, 3, 4
@@ -134,28 +137,26 @@ SUMMED = ("n_alloc", "n_free", "req_alloc_bytes", "n_realloc", "n_large", "n_mma
 
 
 def itemsize(fields) -> int:
-    """The bytes of a struct (or a type) as numpy lays it out: packed, in order."""
+    """The bytes of a struct (a list of fields) or of a type, as numpy lays it out: packed,
+    in order."""
     if isinstance(fields, str):
         return int(fields[1:]) if fields[0] == "S" else int(fields[2:])
-    total = 0
-    for f in fields:
-        n = 1
-        for d in (f[2] if len(f) > 2 else ()):
-            n *= d
-        total += itemsize(f[1]) * n
-    return total
+    return sum(_field_bytes(f) for f in fields)
+
+
+def _field_bytes(f) -> int:
+    n = itemsize(f[1])
+    for d in (f[2] if len(f) > 2 else ()):
+        n *= d
+    return n
 
 
 def offsets(fields) -> dict:
     """name -> (offset, type, shape) of each field of a struct, numpy's layout."""
     out, at = {}, 0
     for f in fields:
-        shape = f[2] if len(f) > 2 else ()
-        out[f[0]] = (at, f[1], shape)
-        n = 1
-        for d in shape:
-            n *= d
-        at += itemsize(f[1]) * n
+        out[f[0]] = (at, f[1], f[2] if len(f) > 2 else ())
+        at += _field_bytes(f)
     return out
 
 

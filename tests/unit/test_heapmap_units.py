@@ -31,10 +31,3 @@ def test_another_allocators_unit_is_kept_whole_by_one_live_block():
     # a heap that starts inside a unit: the units are the addresses', not the heap's
     h = heap(0x40000 + 15 * PAGE, [0, 64] + [0] * 15, [H.AFTER] * 17)
     assert H.interleaved(h, PAGE, H.unit_bytes("jemalloc", PAGE)) == 16 * PAGE - 64
-
-
-def test_the_runs_name_of_the_exit_map_is_the_readers():
-    # the live side names the exit map without importing the reader (and numpy)
-    from heapsight import heapmap
-    from heapsight.live import heapmaps
-    assert heapmaps.EXIT == heapmap.EXIT

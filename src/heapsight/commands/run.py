@@ -258,15 +258,14 @@ def save_somewhere(path: str, summary, timeline) -> str | None:
     """The record at path, or, when it cannot be written there (a full disk, a directory
     gone), in a new private directory under $TMPDIR, saying so: a measured run is never
     lost to its output. The path written, or None when nowhere would take it."""
+    from heapsight import record   # (imported while the program ran)
     try:
-        from heapsight import record
         return record.save(path, summary, timeline)
     except HeapsightError as e:
         first = e.message
     import tempfile
     try:
         place = os.path.join(tempfile.mkdtemp(prefix="heapsight-"), os.path.basename(path))
-        from heapsight import record
         saved = record.save(place, summary, timeline)
     except (HeapsightError, OSError) as e:
         sys.stderr.write(f"heapsight: {first}; nor in $TMPDIR ({getattr(e, 'message', e)}): "
@@ -373,8 +372,7 @@ def execute(args) -> int:
         if args.json:
             output.write_json(args.json, summary.to_dict())
         if args.html:
-            from heapsight import report
-            from heapsight import record
+            from heapsight import record, report
             report.write_html(args.html, [(out or "this run", record.to_json_dict(summary, timeline))])
         if args.pprof:
             from heapsight.reporters import pprof

@@ -11,7 +11,7 @@ import os
 import stat
 import time
 
-from heapsight.layout import MAP_LIMIT_S
+from heapsight.layout import MAP_EXIT as EXIT, MAP_LIMIT_S
 
 # A map holds 5 bytes a page of heap and a few hundred thousand blocks: far below this
 MAP_MAX_BYTES = 1 << 30
@@ -37,14 +37,10 @@ def _read_own(path: str) -> bytes:
         os.close(fd)
 
 
-# heapsight.heapmap's name of the map at exit (that module, with numpy, is imported only
-# to read a map: the run sets the map up before numpy is imported)
-EXIT = "exit"
-
-
 def read(path: str):
     """A map file (heapmap.HeapMap); ValueError when it is not one or is cut short (a
-    stopped child)."""
+    stopped child). (The reader, with numpy, is imported here: the run sets its map up
+    before numpy is imported.)"""
     from heapsight.heapmap import parse
     return parse(_read_own(path), path)
 

@@ -244,9 +244,9 @@ class _Meanwhile:
     already (python3 building dicts: 0.26 s of waiting for them at the end, 0.01-0.1 s
     now). Only addresses not sent before are sent; a stack read torn while the library
     writes it at worst asks for an address no site uses. The main thread samples
-    meanwhile (in C, or in Python ticks that need none of those modules: a tick waits at
-    most the interpreter's switch interval, 5 ms, for its turn); it joins this one as the
-    program ends, before the analysis."""
+    meanwhile (in C, or in Python ticks that need none of those modules: while this thread
+    imports, a tick waits at most IMPORT_SWITCH_S for the interpreter's lock); it joins this
+    one as the program ends, before the analysis."""
 
     def __init__(self, segment, modules: tuple, names: bool) -> None:
         import threading

@@ -28,6 +28,9 @@ MAX_VMAS = 20000            # anonymous mappings kept per reading (mapped.py: wh
 
 
 WAKE = interrupts.WATCHED | interrupts.PASSED_ON | {signal.SIGCHLD}
+# where the C tick's columns go in a row, and its live usable and requested bytes
+_FAST_AT = [IDX[name] for name in readloop.COLUMNS]
+_FAST_USABLE, _FAST_REQ = readloop.COLUMNS.index("live_usable"), readloop.COLUMNS.index("live_req")
 
 
 def peak_kinds_above(tl) -> float:
@@ -268,14 +271,13 @@ class Sampler:
         """Appends the C ticks' rows, with the figures only the Python tick reads carried
         over; returns the most live usable bytes seen (the peak's requested/usable ratio is
         taken at it, from the row's live waste estimate)."""
-        at = [IDX[name] for name in readloop.COLUMNS]
-        usable, req = readloop.COLUMNS.index("live_usable"), readloop.COLUMNS.index("live_req")
+        usable, req = _FAST_USABLE, _FAST_REQ
         carried = ((IDX["hwm"], hwm), (IDX["threads"], threads), (IDX["pss"], pss),
                    (IDX["children_rss"], children_rss))
         full = []
         for r in rows:
             row = [math.nan] * len(COLUMNS)
-            for i, v in zip(at, r):
+            for i, v in zip(_FAST_AT, r):
                 row[i] = v
             for i, v in carried:
                 row[i] = v

@@ -33,22 +33,36 @@ _SLOT_AT = offsets(SLOT_FIELDS)
 _PROFILE_AT = offsets(PROFILE_HEADER_FIELDS)
 
 
-class HeaderView:
-    """The segment's header in place, as numpy's structured view of it reads (scalars as
-    ints, strings as bytes without their trailing NULs), with no numpy for those; its
-    records (the owners, the histogram, the allocator's statistics) come from numpy's view.
-    Scalars are written in place the same way."""
+class FieldsView:
+    """A struct's scalar and string fields in place, by their offsets (layout.offsets):
+    scalars as ints, strings as bytes without their trailing NULs, as numpy's structured
+    views read them, without numpy."""
 
-    def __init__(self, buf) -> None:
-        self._buf, self._np = buf, None
+    def __init__(self, buf, base: int, at: dict) -> None:
+        self._buf, self._base, self._at = buf, base, at
 
     def __getitem__(self, name: str):
-        at, kind, shape = HEADER_AT[name]
-        if not shape and isinstance(kind, str):
-            if kind in _SCALAR:
-                return struct.unpack_from(_SCALAR[kind], self._buf, at)[0]
-            return bytes(self._buf[at:at + itemsize(kind)]).rstrip(b"\0")
-        return self.view()[name]
+        at, kind, shape = self._at[name]
+        if shape or not isinstance(kind, str):
+            raise KeyError(f"{name} is a record: read it through numpy")
+        at += self._base
+        if kind in _SCALAR:
+            return struct.unpack_from(_SCALAR[kind], self._buf, at)[0]
+        return bytes(self._buf[at:at + itemsize(kind)]).rstrip(b"\0")
+
+
+class HeaderView(FieldsView):
+    """The segment's header in place: its scalars and strings read (and its scalars
+    written) without numpy; its records (the owners, the histogram, the allocator's
+    statistics) through numpy's view of it."""
+
+    def __init__(self, buf) -> None:
+        super().__init__(buf, 0, HEADER_AT)
+        self._np = None
+
+    def __getitem__(self, name: str):
+        _, kind, shape = HEADER_AT[name]
+        return self.view()[name] if shape or not isinstance(kind, str) else super().__getitem__(name)
 
     def __setitem__(self, name: str, value) -> None:
         at, kind, shape = HEADER_AT[name]
@@ -64,6 +78,7 @@ class HeaderView:
             from heapsight.layout import HEADER_DTYPE
             self._np = np.ndarray((), HEADER_DTYPE, buffer=self._buf, offset=0)
         return self._np
+
 
 def settled(slots, tries: int = 100):
     """A copy of the slots in which no row was read while its owner was folding a countdown
@@ -370,17 +385,12 @@ class Segment:
     def owners(self) -> list:
         """The objects that mapped anonymous memory themselves (mmap outside malloc): name,
         mapped now, peak, mmap calls; largest peak first."""
-        out, first = [], HEADER_AT["owners"][0]
-        for i in range(HEADER_AT["owners"][2][0]):
-            at = first + i * _OWNER_BYTES
-            f = {k: struct.unpack_from(_SCALAR[_OWNER_AT[k][1]], self._map, at + _OWNER_AT[k][0])[0]
-                 for k in ("base", "mapped_bytes", "peak_bytes", "mappings")}
-            if f["base"]:
-                name_at = at + _OWNER_AT["name"][0]
-                name = bytes(self._map[name_at:name_at + itemsize(_OWNER_AT["name"][1])])
-                out.append({"object": name.split(b"\0")[0].decode(errors="replace"),
-                            "mapped_bytes": max(0, f["mapped_bytes"]),
-                            "peak_bytes": f["peak_bytes"], "mappings": f["mappings"]})
+        out, first, count = [], HEADER_AT["owners"][0], HEADER_AT["owners"][2][0]
+        for o in (FieldsView(self._map, first + i * _OWNER_BYTES, _OWNER_AT) for i in range(count)):
+            if o["base"]:
+                out.append({"object": o["name"].split(b"\0")[0].decode(errors="replace"),
+                            "mapped_bytes": max(0, o["mapped_bytes"]),
+                            "peak_bytes": o["peak_bytes"], "mappings": o["mappings"]})
         return sorted(out, key=lambda o: -o["peak_bytes"])
 
     def snapshot_request(self, seen: int) -> tuple | None:
@@ -425,8 +435,7 @@ class Segment:
         n = pages(0, SLOTS_OFFSET + (self._used() + 1) * SLOT_BYTES)
         lay = profile_layout(self.size_bytes)
         if lay is not None:
-            head = {k: struct.unpack_from("<Q", self._map, PROFILE_OFFSET + _PROFILE_AT[k][0])[0]
-                    for k in ("magic", "events_used", "stack_words_used", "modules_used")}
+            head = FieldsView(self._map, PROFILE_OFFSET, _PROFILE_AT)
             if head["magic"] == PROFILE_MAGIC:
                 base = PROFILE_OFFSET
                 n += 1 + pages(base + lay.events_offset, base + lay.events_offset +
@@ -469,13 +478,9 @@ class Segment:
     def mmapped_chunk_bytes(self) -> int:
         """glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted
         by the hooks): the slots' sums, as native/src/counters.c's _hs_mmapped_chunk_bytes."""
-        alloc = freed = 0
-        a, f = _SLOT_AT["mmapped_alloc_bytes"][0], _SLOT_AT["mmapped_free_bytes"][0]
-        for i in range(self._used()):
-            at = SLOTS_OFFSET + i * SLOT_BYTES
-            alloc += struct.unpack_from("<Q", self._map, at + a)[0]
-            freed += struct.unpack_from("<Q", self._map, at + f)[0]
-        return max(0, alloc - freed)
+        slots = [FieldsView(self._map, SLOTS_OFFSET + i * SLOT_BYTES, _SLOT_AT)
+                 for i in range(self._used())]
+        return max(0, sum(s["mmapped_alloc_bytes"] - s["mmapped_free_bytes"] for s in slots))
 
     def size_classes(self) -> list:
         """The size histogram, estimated from the sampled allocations: per usable-size class
