@@ -4,7 +4,7 @@
 #include <sys/mman.h>
 #include "scenario.h"
 
-static long nthreads = 8, mb = 256, block = 1024, keep_every = 64, hold_ms = 200;
+static long nthreads = 8, mb = 256, block = 1024, keep_every = 64, hold_ms = 200, peak_ms = 0;
 static long per_thread, kept_per_thread; /* blocks allocated, and kept, by each thread */
 static pthread_barrier_t barrier; static unsigned long *kept_pages; /* see main */
 
@@ -22,8 +22,10 @@ static void *worker(void *arg)
         memset(ptrs[i], 0x5a, block); /* make it resident */
         KEEP(ptrs[i]);
     }
-    /* Everyone holds their peak at the same time before freeing. */
+    /* Everyone holds their peak at the same time before freeing (for --peak-ms). */
     pthread_barrier_wait(&barrier);
+    if (peak_ms > 0)
+        hs_sleep_ms(peak_ms);
     /* Keep every keep_every-th block: the survivors pin the arena's pages. */
     for (long i = 0; i < per_thread; i++) {
         if (i % keep_every != 0) {
@@ -48,6 +50,7 @@ int main(int argc, char **argv)
     const struct hs_opt opts[] = {
         {"threads", &nthreads, NULL}, {"mb", &mb, NULL},           {"block", &block, NULL},
         {"keep-every", &keep_every, NULL}, {"hold-ms", &hold_ms, NULL},
+        {"peak-ms", &peak_ms, NULL},
     };
     hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
     if (nthreads < 1 || block < 1 || keep_every < 1) {

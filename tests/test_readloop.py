@@ -157,3 +157,29 @@ def test_the_programs_exit_and_snapshot_requests_return(idle_program):
     rows, why, _ = fast.loop(statm.fd, now, now + 5_000_000_000, asked)
     assert why == readloop.GONE
     assert time.monotonic() - t0 < 1.0
+
+
+def test_rss_that_moved_while_the_counters_were_read_is_read_again_with_them(idle_program, tmp_path):
+    p, seg, statm = idle_program
+    page = os.sysconf("SC_PAGE_SIZE")
+    # GIVEN a statm that reads 10,000 pages resident, 1,000 of them shared
+    fake = tmp_path / "statm"
+    fake.write_text("20000 10000 1000 1 0 500 0\n")
+    fd = os.open(fake, os.O_RDONLY)
+    try:
+        lib, row = readloop._load(), (ctypes.c_double * len(readloop.COLUMNS))()
+        for before, again in ((10000, 0), (10000 + (1 << 20) // page, 0), (2000, 1)):
+            rss, shared = ctypes.c_uint64(before), ctypes.c_uint64(0)
+            # WHEN the tick read `before` pages ahead of the counters
+            n = lib.hs_read_steady(fd, seg.address(), float(page), ctypes.byref(rss),
+                                   ctypes.byref(shared), row)
+            # THEN a reading within 1 MiB (and 1%) of the one after them stands; one further
+            # off is read again with the counters once (then the two agree)
+            assert n == again, (before, n)
+            assert (rss.value, shared.value) == (10000, 1000)
+        # AND the counters are the program's; the Python side gives RSS and anonymous RSS
+        counts, after = readloop.steady_counters(seg, fd, 2000 * page)
+        assert counts == readloop.counters(seg)
+        assert after == (10000 * page, 9000 * page)
+    finally:
+        os.close(fd)

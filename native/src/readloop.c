@@ -131,6 +131,28 @@ static void read_counters(const hs_segment_t *seg, double *row) {
  * figures as the loop's ticks, without numpy on that side). */
 void hs_read_counters(const hs_segment_t *seg, double *row) { read_counters(seg, row); }
 
+/* The counters into row's columns 3 to 6, of the same moment as RSS: statm is read again
+ * after them, and while RSS moved by more than HS_STEADY_BYTES and 1% since the reading
+ * before (the reader was descheduled between the two, or waited on a slot while the program
+ * grew), both are read again, HS_STEADY_TRIES times at most (a program that grows that fast
+ * keeps the last pair). *rss_pages and *shared_pages: the reading before on entry, the one
+ * after the counters on return (kept when statm cannot be read). Returns the reads again. */
+int hs_read_steady(int statm_fd, const hs_segment_t *seg, double page_bytes,
+                   uint64_t *rss_pages, uint64_t *shared_pages, double *row) {
+  int again = 0;
+  for (;;) {
+    read_counters(seg, row);
+    uint64_t rss, shared;
+    if (statm_fd < 0 || !read_statm(statm_fd, &rss, &shared)) return again;
+    double moved = fabs(((double)rss - (double)*rss_pages) * page_bytes);
+    *rss_pages = rss;
+    *shared_pages = shared;
+    if (moved <= HS_STEADY_BYTES + 0.01 * (double)rss * page_bytes || again >= HS_STEADY_TRIES)
+      return again;
+    again++;
+  }
+}
+
 static int g_sfd = -1;
 static uint64_t g_sfd_mask;
 
@@ -224,18 +246,22 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     uint64_t rss, shared;
     if (!read_statm(statm_fd, &rss, &shared)) { *why = HS_READ_GONE; return rows; }
     row[0] = (double)(now - start_ns) / 1e9;
-    row[1] = (double)rss * page_bytes;
-    row[2] = (double)(rss - shared) * page_bytes;
     for (int i = 3; i < HS_READ_COLUMNS; i++) row[i] = NAN;
-    if (seg && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == HS_SEGMENT_MAGIC) {
+    int counted = seg && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == HS_SEGMENT_MAGIC;
+    double priv = 0;
+    if (counted) {
       double mine = own_resident(pagemap_fd, seg, page_bytes);
       if (mine >= 0) own[0] = mine;
       /* and its private memory (tables, the sampled-block map): anonymous */
-      double priv = (double)__atomic_load_n(&seg->own_private_bytes, __ATOMIC_RELAXED);
+      priv = (double)__atomic_load_n(&seg->own_private_bytes, __ATOMIC_RELAXED);
       if (own[0] + priv > own[1]) own[1] = own[0] + priv;
+      hs_read_steady(statm_fd, seg, page_bytes, &rss, &shared, row);
+    }
+    row[1] = (double)rss * page_bytes;
+    row[2] = (double)(rss - shared) * page_bytes;
+    if (counted) {
       row[1] = row[1] > own[0] + priv ? row[1] - own[0] - priv : 0; /* shared pages: never in row[2] */
       row[2] = row[2] > priv ? row[2] - priv : 0;
-      read_counters(seg, row);
       /* attached meanwhile (the check above): its counters are not statm_fd's process's */
       owner = __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE);
       if (owner && pid && owner != pid) { *why = HS_READ_OWNER; return rows; }

@@ -28,6 +28,15 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
 /* The poke (heapsight.h): every thread with counters takes its next allocation and free to
  * the library's slow path. */
 void hs_poke_slots(hs_segment_t *seg);
+/* RSS that moved by more than this (and 1%) while the counters were read is read again with
+ * them, this many times at most (hs_read_steady). */
+#define HS_STEADY_BYTES (1 << 20)
+#define HS_STEADY_TRIES 3
+
+/* The counters of the same moment as RSS (readloop.c): row[3..6]; *rss_pages and
+ * *shared_pages the statm reading before on entry, the one after on return. */
+int hs_read_steady(int statm_fd, const hs_segment_t *seg, double page_bytes,
+                   uint64_t *rss_pages, uint64_t *shared_pages, double *row);
 /* The counters alone, as a tick reads them: row[3..6] (live usable, live requested,
  * allocations, frees). */
 void hs_read_counters(const hs_segment_t *seg, double *row);

@@ -22,9 +22,15 @@ SIGNATURES = {
                             _u64]),
     "hs_poke_slots": (None, [_ptr]),
     "hs_read_counters": (None, [_ptr, _ptr]),
+    "hs_read_steady": (_int, [_int, _ptr, _double, ctypes.POINTER(_u64), ctypes.POINTER(_u64),
+                              _ptr]),
 }
 C_HEADER = "readloop.h"
-C_CONSTANTS = {"HS_READ_COLUMNS": len(COLUMNS), **{f"HS_READ_{w}": i for i, w in enumerate(WHY)}}
+# RSS that moved by more than this (and 1%) while the counters were read is read again with
+# them, STEADY_TRIES times at most
+STEADY_BYTES, STEADY_TRIES = 1 << 20, 3
+C_CONSTANTS = {"HS_READ_COLUMNS": len(COLUMNS), **{f"HS_READ_{w}": i for i, w in enumerate(WHY)},
+               "HS_STEADY_BYTES": STEADY_BYTES, "HS_STEADY_TRIES": STEADY_TRIES}
 ROWS = 512
 _lib = None
 
@@ -94,6 +100,22 @@ def counters(segment) -> tuple:
     _load().hs_read_counters(segment.address(), row)
     i = COLUMNS.index("live_usable")
     return tuple(row[i:i + 4])
+
+
+def steady_counters(segment, statm_fd: int, rss_bytes: int) -> tuple:
+    """(the counters, as counters() gives them; (RSS, anonymous RSS) in bytes read from
+    statm_fd right after them, or None when it could not be read): the counters and RSS of
+    one moment, for a tick that read RSS (rss_bytes) before it read the counters. While RSS
+    moved by more than STEADY_BYTES and 1% between the two readings (the reader was
+    descheduled between them while the program grew), both are read again."""
+    lib, page = _load(), os.sysconf("SC_PAGE_SIZE")
+    row = (ctypes.c_double * len(COLUMNS))()
+    rss, shared = ctypes.c_uint64(rss_bytes // page), ctypes.c_uint64(1 << 63)
+    lib.hs_read_steady(statm_fd, segment.address(), float(page), ctypes.byref(rss),
+                       ctypes.byref(shared), row)
+    i = COLUMNS.index("live_usable")
+    after = None if shared.value == 1 << 63 else (rss.value * page, (rss.value - shared.value) * page)
+    return tuple(row[i:i + 4]), after
 
 
 def poke(segment) -> None:

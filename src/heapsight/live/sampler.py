@@ -55,6 +55,8 @@ class _Carry:
         self.kinds = start + 0.05
         self.hwm = self.threads = self.children_rss = self.pss = math.nan
         self.best_usable = 0
+        # this tick's RSS as read, with heapsight's own resident and private bytes in it
+        self.rss_read: tuple | None = None
         self.exit_tried = self.early = self.retargeted = False
 
 
@@ -315,9 +317,9 @@ class Sampler:
             row = [math.nan] * len(COLUMNS)
             row[IDX["t"]] = now - start
             st, own, own_here = self._read_proc(row, now, c)
+            counted = live and self._read_library(row, now, c, req)
             self._read_mappings(row, now, start, c)
             self._read_slow(row, now, c)
-            counted = live and self._read_library(row, now, c, req)
             # a tick right after one the fast reader took (it stopped early for a new high of
             # RSS, or the program's exit, to read the mappings) adds no row a hair after its
             # last: two samples a few µs apart would make "the sample at t" ambiguous
@@ -368,6 +370,7 @@ class Sampler:
             st = self.statm.read()
         own, private = self._own_resident()
         own_here = self._segment_mapped()
+        c.rss_read = (st["rss"], own, private) if st is not None and "rss" in st else None
         if st is not None:
             for k, v in st.items():
                 if k in IDX:
@@ -442,7 +445,17 @@ class Sampler:
         if not c.retargeted or seg.get("owner_pid") != self.pid:
             self._retarget()
             c.retargeted = True
-        if readloop.available():   # the C tick's reading (no numpy while the program starts)
+        if readloop.available() and c.rss_read is not None and self.statm.fd is not None:
+            # the C tick's reading (no numpy while the program starts), of the same moment as
+            # the row's RSS: RSS is read again after the counters, and both again while it
+            # moved (the tick read the program's status, its segment's pages, before them)
+            (usable, requested, n_alloc, n_free), after = readloop.steady_counters(
+                seg, self.statm.fd, c.rss_read[0])
+            if after is not None and after[0] != c.rss_read[0]:
+                _, own, private = c.rss_read
+                row[IDX["rss"]] = _less(after[0], own + private)
+                row[IDX["anon"]] = _less(after[1], private)
+        elif readloop.available():
             usable, requested, n_alloc, n_free = readloop.counters(seg)
         else:
             n = seg.counters()
