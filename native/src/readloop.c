@@ -33,23 +33,35 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* statm's second and third fields (resident, shared) in pages; 0 when unreadable or a
- * zombie (its RSS reads 0). */
-static int read_statm(int fd, uint64_t *rss_pages, uint64_t *shared_pages) {
+/* statm's second, third and fourth fields (resident, shared, the executable's code) in
+ * pages (text_pages may be NULL); 0 when unreadable or a zombie (its RSS reads 0). */
+static int read_statm(int fd, uint64_t *rss_pages, uint64_t *shared_pages,
+                      uint64_t *text_pages) {
   char buf[256];
   ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
   if (n <= 0) return 0;
   buf[n] = 0;
-  uint64_t v[3] = {0, 0, 0};
+  uint64_t v[4] = {0, 0, 0, 0};
   const char *p = buf;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     while (*p == ' ') p++;
     if (*p < '0' || *p > '9') return 0;
     while (*p >= '0' && *p <= '9') v[i] = v[i] * 10 + (uint64_t)(*p++ - '0');
   }
   *rss_pages = v[1];
   *shared_pages = v[2];
+  if (text_pages) *text_pages = v[3];
   return v[1] != 0;
+}
+
+/* The program exec'd another image than exe (the one the caller saw last), by
+ * /proc/PID/exe (exe_link: its path). */
+static int exec_elsewhere(const char *exe_link, const char *exe) {
+  char now_exe[4096];
+  ssize_t n = readlink(exe_link, now_exe, sizeof now_exe - 1);
+  if (n <= 0) return 0;
+  now_exe[n] = 0;
+  return strcmp(now_exe, exe) != 0;
 }
 
 /* Each slot's usable bytes at the last reading that caught it between folds: a thread
@@ -143,7 +155,7 @@ int hs_read_steady(int statm_fd, const hs_segment_t *seg, double page_bytes,
   for (;;) {
     read_counters(seg, row);
     uint64_t rss, shared;
-    if (statm_fd < 0 || !read_statm(statm_fd, &rss, &shared)) return again;
+    if (statm_fd < 0 || !read_statm(statm_fd, &rss, &shared, NULL)) return again;
     double moved = fabs(((double)rss - (double)*rss_pages) * page_bytes);
     *rss_pages = rss;
     *shared_pages = shared;
@@ -205,6 +217,14 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
                  int pagemap_fd, double *own, uint64_t pid, int watch_exit,
                  double rss_above, const char *exe, int mem_fd, uint64_t fin_addr) {
   int rows = 0, sfd = signal_fd(wake_mask);
+  /* an exec: statm's code size changes with the image, and /proc/PID/exe is read then (and
+   * every HS_EXE_EVERY ticks, for an image of the same code size): reading that link each
+   * tick was a fifth of the loop's CPU */
+  char exe_link[64] = "";
+  if (exe && exe[0] && pid)
+    snprintf(exe_link, sizeof exe_link, "/proc/%llu/exe", (unsigned long long)pid);
+  uint64_t text_seen = UINT64_MAX;
+  unsigned ticks = 0;
   for (;;) {
     uint64_t now = now_ns(), due = *next_ns < until_ns ? *next_ns : until_ns;
     if (due > now) {
@@ -222,17 +242,6 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
     }
     if (now >= until_ns) { *why = HS_READ_UNTIL; return rows; }
     if (rows >= max_rows) { *why = HS_READ_FULL; return rows; }
-    /* the program exec'd another image (exe: the one the caller saw last): the caller
-     * notes it (a program that runs less than a Python tick would be missed) */
-    if (exe && exe[0] && pid) {
-      char path[64], now_exe[4096];
-      snprintf(path, sizeof path, "/proc/%llu/exe", (unsigned long long)pid);
-      ssize_t n = readlink(path, now_exe, sizeof now_exe - 1);
-      if (n > 0) {
-        now_exe[n] = 0;
-        if (strcmp(now_exe, exe) != 0) { *why = HS_READ_EXEC; return rows; }
-      }
-    }
     /* the counters are another process's than statm_fd's (a wrapper's program attached):
      * the caller reads that process from now on */
     uint64_t owner = seg ? __atomic_load_n(&seg->owner_pid, __ATOMIC_ACQUIRE) : 0;
@@ -243,8 +252,14 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
       return rows;
     }
     double *row = out + (size_t)rows * HS_READ_COLUMNS;
-    uint64_t rss, shared;
-    if (!read_statm(statm_fd, &rss, &shared)) { *why = HS_READ_GONE; return rows; }
+    uint64_t rss, shared, text;
+    if (!read_statm(statm_fd, &rss, &shared, &text)) { *why = HS_READ_GONE; return rows; }
+    /* the program exec'd another image: the caller notes it (a program that runs less than
+     * a Python tick would be missed) */
+    if (exe_link[0] && (text != text_seen || ticks++ % HS_EXE_EVERY == 0)) {
+      text_seen = text;
+      if (exec_elsewhere(exe_link, exe)) { *why = HS_READ_EXEC; return rows; }
+    }
     row[0] = (double)(now - start_ns) / 1e9;
     for (int i = 3; i < HS_READ_COLUMNS; i++) row[i] = NAN;
     int counted = seg && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == HS_SEGMENT_MAGIC;

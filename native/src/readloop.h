@@ -28,6 +28,9 @@ int hs_read_loop(int statm_fd, const hs_segment_t *seg, uint64_t start_ns, uint6
 /* The poke (heapsight.h): every thread with counters takes its next allocation and free to
  * the library's slow path. */
 void hs_poke_slots(hs_segment_t *seg);
+/* /proc/PID/exe is read when statm's code size changes, and every this many ticks. */
+#define HS_EXE_EVERY 16
+
 /* RSS that moved by more than this (and 1%) while the counters were read is read again with
  * them, this many times at most (hs_read_steady). */
 #define HS_STEADY_BYTES (1 << 20)

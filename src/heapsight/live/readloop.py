@@ -29,8 +29,11 @@ C_HEADER = "readloop.h"
 # RSS that moved by more than this (and 1%) while the counters were read is read again with
 # them, STEADY_TRIES times at most
 STEADY_BYTES, STEADY_TRIES = 1 << 20, 3
+# /proc/PID/exe is read when statm's code size changes (an exec), and every EXE_EVERY ticks
+EXE_EVERY = 16
 C_CONSTANTS = {"HS_READ_COLUMNS": len(COLUMNS), **{f"HS_READ_{w}": i for i, w in enumerate(WHY)},
-               "HS_STEADY_BYTES": STEADY_BYTES, "HS_STEADY_TRIES": STEADY_TRIES}
+               "HS_STEADY_BYTES": STEADY_BYTES, "HS_STEADY_TRIES": STEADY_TRIES,
+               "HS_EXE_EVERY": EXE_EVERY}
 ROWS = 512
 _lib = None
 
