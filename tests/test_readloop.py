@@ -3,6 +3,7 @@ at the rate asked, and it hands back at once on a signal, a snapshot request or 
 program's exit."""
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -183,3 +184,32 @@ def test_rss_that_moved_while_the_counters_were_read_is_read_again_with_them(idl
         assert after == (10000 * page, 9000 * page)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("other", ["/bin/sleep", "copy of the shell"])
+def test_an_exec_returns_whether_or_not_the_images_code_size_changed(tmp_path, other):
+    # GIVEN a shell that execs, after 0.3 s, another image: sleep (other code: statm's code
+    # size changes) or a copy of the shell itself at another path (the same code size: only
+    # the link read every EXE_EVERY ticks sees it)
+    shell = os.path.realpath("/bin/sh")
+    then = f"exec {other} 1"
+    if other != "/bin/sleep":
+        other = str(tmp_path / "sh-copy")
+        shutil.copy(shell, other)
+        then = f"exec {other} -c 'sleep 1; true'"
+    p = subprocess.Popen([shell, "-c", f"sleep 0.3; {then}"])
+    statm = procfs.Statm(p.pid)
+    try:
+        fast = readloop.FastReader(None, time.monotonic_ns(), 0.001, set())
+        now = time.monotonic_ns()
+        t0 = time.monotonic()
+        # WHEN the C loop ticks at 1 kHz, told the image it runs is the shell
+        rows, why, _ = fast.loop(statm.fd, now, now + 2_000_000_000, 0, pid=p.pid, exe=shell)
+        # THEN it returns for the exec, after the shell's 0.3 s and well before the program ends
+        assert why == readloop.EXEC, readloop.WHY[why]
+        assert 0.25 < time.monotonic() - t0 < 1.0
+        assert os.path.realpath(f"/proc/{p.pid}/exe") == os.path.realpath(other)
+    finally:
+        statm.close()
+        p.kill()
+        p.wait()
