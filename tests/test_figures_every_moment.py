@@ -198,3 +198,24 @@ def test_the_mappings_are_read_near_the_peak_not_only_when_the_clock_says(tmp_pa
     assert peak["anon"] >= 85 << 20, peak
     assert last["anon"] < 10 << 20 and last["at_s"] > peak["at_s"], last
     assert abs(peak["at_s"] - s["peak_rss_at_s"]) < 0.3
+
+
+def test_a_reading_of_the_mappings_far_below_peak_rss_is_not_called_the_peaks(tmp_path):
+    # GIVEN a program that allocates and writes 20 MiB and ends at once, sampled at 4 Hz: the
+    # sampler reads the mappings at its first tick, and most likely never again before the
+    # end (on a loaded machine a later reading may come near the peak: both are checked)
+    rec = tmp_path / "short.hsrun.json.gz"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-o", str(rec), "--hz", "4",
+                        "--", scenario("hs-leak"), "--mb", "20", "--hold-ms", "0"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(gzip.open(rec, "rt").read())["summary"]
+    reading = s["resident_by_kind_peak"]
+    resident = sum(v for k, v in reading.items() if k != "at_s")
+    line = " ".join(p.stderr.split()).split("by mapping ")[1].split(":")[0]
+    # THEN the terminal calls the reading the peak's only if it saw 90% of peak RSS resident;
+    # otherwise it says when it was read and what was resident then
+    if resident < 0.9 * s["peak_rss_bytes"]:
+        assert "near peak RSS" not in line and "before peak RSS" in line, line
+    else:
+        assert line.startswith("near peak RSS"), line

@@ -259,6 +259,11 @@ def _snapshot_lines(c: Console, s: Summary) -> None:
         _indent(c, line, 2)
 
 
+# The reading of the mappings called the peak's only when it saw at least this share of peak
+# RSS resident.
+PEAK_READING_SHARE = 0.9
+
+
 def _mapping_lines(c: Console, s: Summary) -> None:
     """Resident memory by kind of mapping, and what was mapped outside malloc, by whom."""
     peak_k, last_k = s.resident_by_kind_peak, s.resident_by_kind
@@ -274,12 +279,21 @@ def _mapping_lines(c: Console, s: Summary) -> None:
             k = dict(k)
             names = [("heap", "[heap]"), ("arena", "thread arenas"), ("stack", "stacks"),
                      ("file", "file-backed"), ("shared", "shared"), ("anon", "other anonymous")]
+            resident = sum(k.get(kind, 0) for kind, _ in names)
+            if key == "resident_peak" and resident < PEAK_READING_SHARE * s.peak_rss_bytes:
+                # the mappings are read on the sampler's Python ticks and at new highs of RSS:
+                # a program that reached its peak and ended within one tick has no reading near
+                # it, and this one is not to be taken for the peak's
+                when = (f"at {k['at_s']:.2f} s, the {'last reading' if same else 'reading nearest peak RSS'} "
+                        f"({human(resident)} resident then, before peak RSS)")
+            else:
+                when = f"{when} {k['at_s']:.2f} s"
             if own_heaps is not None and own_heaps.get(f"{key}_at_s") == k["at_s"]:
                 held = min(k.get("anon", 0), own_heaps.get(f"{key}_bytes", 0))
                 k["anon"] = k.get("anon", 0) - held
                 k["own"] = held
                 names.insert(-1, ("own", f"{s.heap.allocator}'s heaps"))
-            _indent(c, f"by mapping {when} {k['at_s']:.2f} s: " + ", ".join(
+            _indent(c, f"by mapping {when}: " + ", ".join(
                 f"{name} {human(k[kind])}" for kind, name in names if k.get(kind)), 2)
     big = [o for o in s.mapped_by if o["peak_bytes"] >= MiB]
     heaps = [o for o in big if o["owner"] == own]
