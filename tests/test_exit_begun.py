@@ -164,3 +164,47 @@ def test_the_earliest_of_the_library_and_cpython_and_none_seen():
     assert summary.end_begun_s(_Seg(exit_begun_ns=0, exit_begun_how=0), tl) == (None, "")
     assert summary.end_begun_s(_Seg(), tl) == (None, "")
     assert summary.end_begun_s(None, tl) == (None, "")
+
+
+FREES_IN_ITS_TEARDOWN = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define N 24000
+static char *blocks[N];
+/* frees all but every 64th block: glibc keeps the pages the survivors pin */
+static void teardown(void) {
+  for (int i = 0; i < N; i++) if (i % 64) free(blocks[i]);
+}
+int main(int argc, char **argv) {
+  for (int i = 0; i < N; i++) { blocks[i] = malloc(1024); memset(blocks[i], 1, 1024); }
+  struct timespec ts = {0, 200000000};
+  nanosleep(&ts, NULL);   /* the work: 24 MiB live, nothing retained */
+  if (argc > 1) teardown();   /* freed while it works */
+  else atexit(teardown);      /* freed in its exit handler */
+  nanosleep(&ts, NULL);
+  return 0;
+}
+"""
+
+
+def test_retention_made_by_the_programs_teardown_is_no_finding(tmp_path):
+    src, exe = tmp_path / "t.c", tmp_path / "t"
+    src.write_text(FREES_IN_ITS_TEARDOWN)
+    subprocess.run(["cc", "-O1", "-fno-builtin", "-o", str(exe), str(src)], check=True, timeout=60)
+    found = {}
+    for how in ((), ("working",)):
+        js = tmp_path / f"s{len(how)}.json"
+        p = subprocess.run([*HS, "--no-save", "--json", str(js), "--", str(exe), *how],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        s = __import__("json").loads(js.read_text())
+        # (either way the exit keeps 23 MiB of freed blocks' pages)
+        assert s["final"]["retained_bytes"] > 16 << 20, s["final"]
+        found[how] = [f["kind"] for f in s["findings"]]
+        if not how:   # the headline says where the exit's retention came from
+            assert "freed in its exit handlers or teardown" in s["verdict"], s["verdict"]
+    # THEN freed in its exit handler, the memory glibc keeps for the last moments of the
+    # process is not called retention; freed while it works, and kept after, it is
+    assert not {"retention", "fragmentation"} & set(found[()]), found
+    assert {"retention", "fragmentation"} & set(found[("working",)]), found

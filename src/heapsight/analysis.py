@@ -531,12 +531,18 @@ def _non_heap_finding(final, mapped_by: tuple, cmd: str) -> Finding:
 
 def findings(command: list, final: Breakdown | None, release: Release,
              heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
-             mapped: dict | None = None, mapped_by: tuple = (), settings: dict | None = None) -> list:
+             mapped: dict | None = None, mapped_by: tuple = (), settings: dict | None = None,
+             teardown: int | None = None) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size.
     sites: the sampled call sites (sites.build), which name where never-freed bytes came from;
     mapped: what the exit's heap map measured (summary.exit_map_bytes: "pinned",
     "thread_arenas_free" bytes, "reach"), which puts bytes on the reasons memory stayed;
-    mapped_by: the objects that mapped memory outside malloc (Summary.mapped_by)."""
+    mapped_by: the objects that mapped memory outside malloc (Summary.mapped_by).
+    teardown: the bytes freed after the program's exit began (summary.freed_in_teardown):
+    memory the allocator keeps is the program's when its work is done (moments.ABOUT), so
+    retention is found only if it is there without them: a program that frees its data in
+    its teardown (sqlite3 closing its database, CPython finalizing) leaves retention at exit
+    that it never held while it worked."""
     mapped = mapped or {}
     if final is None:
         return []
@@ -545,7 +551,8 @@ def findings(command: list, final: Breakdown | None, release: Release,
     heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
     out = _never_freed_findings(final, heap_total, mapped.get("reach") or {}, live_over_time,
                                 sites, cmd)
-    if final.retained_bytes >= MiB and final.retained_bytes >= 0.1 * rss:
+    working = final.retained_bytes - (teardown or 0)   # retained before the exit began
+    if working >= MiB and working >= 0.1 * rss:
         out.append(_retention_finding(final, release, heap, mapped, command, cmd, settings))
     if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * (final.live_bytes + final.waste_bytes):
         out.append(_waste_finding(final, heap))
@@ -714,12 +721,19 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
         (f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",))]
 
 
-def verdict(found: list, final: Breakdown | None, preload_active: bool) -> str:
+def verdict(found: list, final: Breakdown | None, preload_active: bool,
+            teardown: int | None = None) -> str:
+    """The headline: the first finding's, or healthy (teardown: as findings takes it)."""
     if final is None:
         return "no samples: the program ended before the first measurement"
     if not preload_active:
         return (f"heap figures unavailable ({NOT_ACTIVE}); RSS only: "
                 f"final {human(final.rss_bytes)}")
+    if not found and teardown and final.retained_bytes >= max(MiB, 0.1 * final.rss_bytes):
+        return (f"healthy: little memory left allocated or wasted; the "
+                f"{human(final.retained_bytes)} retained at exit was freed in its exit handlers "
+                f"or teardown (final RSS {human(final.rss_bytes)}, of which "
+                f"{human(final.live_bytes)} live)")
     if not found:
         return (f"healthy: little memory left allocated, retained or wasted (final RSS {human(final.rss_bytes)}, "
                 f"of which {human(final.live_bytes)} live)")

@@ -572,12 +572,28 @@ def _peak_rss(hwm: int, rows: _Rows, final) -> tuple:
     return peak_rss, peak_rss_at
 
 
+def freed_in_teardown(prof, tl: Timeline, end_s: float | None) -> int | None:
+    """The bytes the program freed after its exit began (end_s: main returned, exit() was
+    called or CPython began finalizing) and before heapsight's exit probe read the exit:
+    its exit handlers', static destructors' and interpreter's frees, estimated from the
+    sampled blocks freed then (sites.weights); None without samples or that moment."""
+    if prof is None or end_s is None or not tl.start_ns or not len(prof.allocs):
+        return None
+    a = prof.allocs
+    then = a[(a["free_ns"] != profile.NEVER)
+             & (a["free_ns"] >= np.uint64(tl.start_ns + int(end_s * 1e9)))]
+    return int(sites.weights(then["size"], prof.means(then))[0].sum()) if len(then) else 0
+
+
 def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
-              sampled_sites, hmaps, mapped_by, duration_s: float, settings: dict) -> tuple:
-    """(findings, holds): what the exit's figures say, and the moments memory was held
-    while the program ran, a hold the exit's findings already describe not repeated."""
+              sampled_sites, hmaps, mapped_by, duration_s: float, settings: dict,
+              teardown: int | None = None) -> tuple:
+    """(findings, holds): what the exit's figures say (teardown: the bytes freed after the
+    exit began, freed_in_teardown), and the moments memory was held while the program ran,
+    a hold the exit's findings already describe not repeated."""
     found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
-                              sampled_sites, exit_map_bytes(hmaps), mapped_by, settings)
+                              sampled_sites, exit_map_bytes(hmaps), mapped_by, settings,
+                              teardown)
     held = analysis.holds(rows.cols["t"], rows.parts, duration_s)
     kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
     news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
@@ -641,14 +657,16 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     mapped_by = owners_resident(tuple({**o, "owner": analysis.owner_of(o["object"])}
                                       for o in (segment.owners() if attached else [])), prof, tl,
                                 duration_s)
+    end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
+    teardown = freed_in_teardown(prof, tl, end_s)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
-                             sampled_sites, hmaps, mapped_by, duration_s, settings or {})
+                             sampled_sites, hmaps, mapped_by, duration_s, settings or {},
+                             teardown)
                    if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
                    key=lambda f: -f.bytes)
     found = analysis.fit_to_run(found, settings or {}, follow, argv)
-    end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
                           rows.last, final if done else None, end_s, end_how)
     return Summary(
@@ -663,7 +681,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         heap=heap, forks=segment.get("forks") if attached else 0,
         execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
-        findings=tuple(found), verdict=analysis.verdict(found, final, attached), holds=tuple(held),
+        findings=tuple(found), verdict=analysis.verdict(found, final, attached, teardown), holds=tuple(held),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
         stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4),
