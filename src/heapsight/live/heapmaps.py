@@ -173,6 +173,12 @@ def _copies() -> list:
     return out
 
 
+def request_pending(segment) -> bool:
+    """Whether the last map asked for is not answered yet: its copy is still to be made (at
+    the program's next allocator call), and will then be walked."""
+    return int(segment.header["heapmap_seq"]) > int(segment.header["heapmap_ack"])
+
+
 def copy_walking(segment) -> bool:
     """Whether a copy of the program is still being walked (its map not yet written): one
     of this process's children (the copies that ended are reaped), or the last one the

@@ -190,9 +190,13 @@ class _Callbacks:
                     f"{HEAP_MAP_EVERY_S:g} s (each copies the program); the snapshots between "
                     "have none", sys.stderr)
             self.maps_said = True
-        elif wanted and every and heapmaps.copy_walking(segment):
+        elif wanted and every and (heapmaps.request_pending(segment)
+                                   or heapmaps.copy_walking(segment)):
             # one copy at a time: copies walked side by side would take the machine from
-            # the program (each walks and marks its whole heap)
+            # the program (each walks and marks its whole heap); a copy asked for and not
+            # yet made is one (on a loaded machine the program's thread made the last one
+            # 100 ms after it was asked, and the next 17 ms after that, while the first was
+            # walked)
             if opts.warn and not self.walking_said:
                 say(f"snapshot {printable(label)} at {t:.2f} s has no heap map: the last one's "
                     "copy was still being walked (one at a time; the snapshots of --every "
