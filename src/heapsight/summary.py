@@ -576,13 +576,18 @@ def freed_in_teardown(prof, tl: Timeline, end_s: float | None) -> int | None:
     """The bytes the program freed after its exit began (end_s: main returned, exit() was
     called or CPython began finalizing) and before heapsight's exit probe read the exit:
     its exit handlers', static destructors' and interpreter's frees, estimated from the
-    sampled blocks freed then (sites.weights); None without samples or that moment."""
+    sampled blocks freed then (sites.weights), less twice the estimate's standard error (a
+    few samples must not explain away retention the program had while it worked); None
+    without samples or that moment."""
     if prof is None or end_s is None or not tl.start_ns or not len(prof.allocs):
         return None
     a = prof.allocs
     then = a[(a["free_ns"] != profile.NEVER)
              & (a["free_ns"] >= np.uint64(tl.start_ns + int(end_s * 1e9)))]
-    return int(sites.weights(then["size"], prof.means(then))[0].sum()) if len(then) else 0
+    if not len(then):
+        return 0
+    est, _, var = sites.weights(then["size"], prof.means(then))
+    return max(0, int(est.sum() - 2 * math.sqrt(var.sum())))
 
 
 def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
