@@ -182,6 +182,9 @@ def test_rss_that_moved_while_the_counters_were_read_is_read_again_with_them(idl
         counts, after = readloop.steady_counters(seg, fd, 2000 * page)
         assert counts == readloop.counters(seg)
         assert after == (10000 * page, 9000 * page)
+        # AND without a statm to read after them, the counters and no RSS (the row keeps its)
+        counts, after = readloop.steady_counters(seg, -1, 2000 * page)
+        assert counts == readloop.counters(seg) and after is None
     finally:
         os.close(fd)
 

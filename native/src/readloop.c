@@ -148,14 +148,15 @@ void hs_read_counters(const hs_segment_t *seg, double *row) { read_counters(seg,
  * before (the reader was descheduled between the two, or waited on a slot while the program
  * grew), both are read again, HS_STEADY_TRIES times at most (a program that grows that fast
  * keeps the last pair). *rss_pages and *shared_pages: the reading before on entry, the one
- * after the counters on return (kept when statm cannot be read). Returns the reads again. */
+ * after the counters on return. Returns the reads again, or -1 when statm could not be read
+ * after the counters (the process gone: both left as they were). */
 int hs_read_steady(int statm_fd, const hs_segment_t *seg, double page_bytes,
                    uint64_t *rss_pages, uint64_t *shared_pages, double *row) {
   int again = 0;
   for (;;) {
     read_counters(seg, row);
     uint64_t rss, shared;
-    if (statm_fd < 0 || !read_statm(statm_fd, &rss, &shared, NULL)) return again;
+    if (statm_fd < 0 || !read_statm(statm_fd, &rss, &shared, NULL)) return -1;
     double moved = fabs(((double)rss - (double)*rss_pages) * page_bytes);
     *rss_pages = rss;
     *shared_pages = shared;

@@ -37,7 +37,8 @@ void hs_poke_slots(hs_segment_t *seg);
 #define HS_STEADY_TRIES 3
 
 /* The counters of the same moment as RSS (readloop.c): row[3..6]; *rss_pages and
- * *shared_pages the statm reading before on entry, the one after on return. */
+ * *shared_pages the statm reading before on entry, the one after on return; -1 when statm
+ * could not be read after them. */
 int hs_read_steady(int statm_fd, const hs_segment_t *seg, double page_bytes,
                    uint64_t *rss_pages, uint64_t *shared_pages, double *row);
 /* The counters alone, as a tick reads them: row[3..6] (live usable, live requested,

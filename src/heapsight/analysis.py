@@ -529,6 +529,11 @@ def _non_heap_finding(final, mapped_by: tuple, cmd: str) -> Finding:
                    detail, (command.format(cmd=cmd),) if command and "{cmd}" in command else ())
 
 
+def retained_enough(retained: int, rss: int) -> bool:
+    """Whether freed memory the allocator keeps is worth a finding: 1 MiB and a tenth of RSS."""
+    return retained >= MiB and retained >= 0.1 * max(rss, 1)
+
+
 def findings(command: list, final: Breakdown | None, release: Release,
              heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
              mapped: dict | None = None, mapped_by: tuple = (), settings: dict | None = None,
@@ -541,8 +546,8 @@ def findings(command: list, final: Breakdown | None, release: Release,
     teardown: the bytes freed after the program's exit began (summary.freed_in_teardown):
     memory the allocator keeps is the program's when its work is done (moments.ABOUT), so
     retention is found only if it is there without them: a program that frees its data in
-    its teardown (sqlite3 closing its database, CPython finalizing) leaves retention at exit
-    that it never held while it worked."""
+    its teardown (an atexit handler, static destructors, CPython finalizing) leaves
+    retention at exit that it never held while it worked."""
     mapped = mapped or {}
     if final is None:
         return []
@@ -551,8 +556,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
     heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
     out = _never_freed_findings(final, heap_total, mapped.get("reach") or {}, live_over_time,
                                 sites, cmd)
-    working = final.retained_bytes - (teardown or 0)   # retained before the exit began
-    if working >= MiB and working >= 0.1 * rss:
+    if retained_enough(final.retained_bytes - (teardown or 0), rss):   # before the exit began
         out.append(_retention_finding(final, release, heap, mapped, command, cmd, settings))
     if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * (final.live_bytes + final.waste_bytes):
         out.append(_waste_finding(final, heap))
@@ -729,7 +733,7 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool,
     if not preload_active:
         return (f"heap figures unavailable ({NOT_ACTIVE}); RSS only: "
                 f"final {human(final.rss_bytes)}")
-    if not found and teardown and final.retained_bytes >= max(MiB, 0.1 * final.rss_bytes):
+    if not found and teardown and retained_enough(final.retained_bytes, final.rss_bytes):
         return (f"healthy: little memory left allocated or wasted; the "
                 f"{human(final.retained_bytes)} retained at exit was freed in its exit handlers "
                 f"or teardown (final RSS {human(final.rss_bytes)}, of which "

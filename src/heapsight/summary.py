@@ -572,18 +572,17 @@ def _peak_rss(hwm: int, rows: _Rows, final) -> tuple:
     return peak_rss, peak_rss_at
 
 
-def freed_in_teardown(prof, tl: Timeline, end_s: float | None) -> int | None:
+def freed_in_teardown(prof, tl: Timeline, end_s: float | None, exit_ns: int | None) -> int | None:
     """The bytes the program freed after its exit began (end_s: main returned, exit() was
-    called or CPython began finalizing) and before heapsight's exit probe read the exit:
-    its exit handlers', static destructors' and interpreter's frees, estimated from the
-    sampled blocks freed then (sites.weights), less twice the estimate's standard error (a
-    few samples must not explain away retention the program had while it worked); None
-    without samples or that moment."""
-    if prof is None or end_s is None or not tl.start_ns or not len(prof.allocs):
+    called or CPython began finalizing) and before heapsight's exit probe read the exit
+    (exit_ns): its exit handlers', static destructors' and interpreter's frees, estimated
+    from the sampled blocks freed then (sites.weights), less twice the estimate's standard
+    error (a few samples must not explain away retention the program had while it worked);
+    None without samples or those moments."""
+    if prof is None or end_s is None or not exit_ns or not tl.start_ns or not len(prof.allocs):
         return None
-    a = prof.allocs
-    then = a[(a["free_ns"] != profile.NEVER)
-             & (a["free_ns"] >= np.uint64(tl.start_ns + int(end_s * 1e9)))]
+    a, begun = prof.allocs, np.uint64(tl.start_ns + int(end_s * 1e9))
+    then = a[(a["free_ns"] >= begun) & (a["free_ns"] <= np.uint64(exit_ns))]
     if not len(then):
         return 0
     est, _, var = sites.weights(then["size"], prof.means(then))
@@ -663,7 +662,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                       for o in (segment.owners() if attached else [])), prof, tl,
                                 duration_s)
     end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
-    teardown = freed_in_teardown(prof, tl, end_s)
+    teardown = freed_in_teardown(prof, tl, end_s, end_ns)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
                              sampled_sites, hmaps, mapped_by, duration_s, settings or {},
                              teardown)

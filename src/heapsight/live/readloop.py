@@ -113,11 +113,11 @@ def steady_counters(segment, statm_fd: int, rss_bytes: int) -> tuple:
     descheduled between them while the program grew), both are read again."""
     lib, page = _load(), os.sysconf("SC_PAGE_SIZE")
     row = (ctypes.c_double * len(COLUMNS))()
-    rss, shared = ctypes.c_uint64(rss_bytes // page), ctypes.c_uint64(1 << 63)
-    lib.hs_read_steady(statm_fd, segment.address(), float(page), ctypes.byref(rss),
-                       ctypes.byref(shared), row)
+    rss, shared = ctypes.c_uint64(rss_bytes // page), ctypes.c_uint64(0)
+    read = lib.hs_read_steady(statm_fd, segment.address(), float(page), ctypes.byref(rss),
+                              ctypes.byref(shared), row) >= 0
     i = COLUMNS.index("live_usable")
-    after = None if shared.value == 1 << 63 else (rss.value * page, (rss.value - shared.value) * page)
+    after = (rss.value * page, (rss.value - shared.value) * page) if read else None
     return tuple(row[i:i + 4]), after
 
 

@@ -284,8 +284,9 @@ def _mapping_lines(c: Console, s: Summary) -> None:
                 # the mappings are read on the sampler's Python ticks and at new highs of RSS:
                 # a program that reached its peak and ended within one tick has no reading near
                 # it, and this one is not to be taken for the peak's
-                when = (f"at {k['at_s']:.2f} s, the {'last reading' if same else 'reading nearest peak RSS'} "
-                        f"({human(resident)} resident then, before peak RSS)")
+                which = "last reading" if same else "reading nearest peak RSS"
+                when = (f"at {k['at_s']:.2f} s, the {which} ({human(resident)} resident then, "
+                        "before peak RSS)")
             else:
                 when = f"{when} {k['at_s']:.2f} s"
             if own_heaps is not None and own_heaps.get(f"{key}_at_s") == k["at_s"]:
