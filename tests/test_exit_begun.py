@@ -208,3 +208,58 @@ def test_retention_made_by_the_programs_teardown_is_no_finding(tmp_path):
     # process is not called retention; freed while it works, and kept after, it is
     assert not {"retention", "fragmentation"} & set(found[()]), found
     assert {"retention", "fragmentation"} & set(found[("working",)]), found
+
+
+FREES_AS_ITS_WORK_ENDS = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define N 24000
+static char *blocks[N];
+int main(int argc, char **argv) {
+  for (int i = 0; i < N; i++) { blocks[i] = malloc(1024); memset(blocks[i], 1, 1024); }
+  struct timespec ts = {0, 300000000};
+  nanosleep(&ts, NULL);   /* 24 MiB live for 0.3 s: ticks see it */
+  /* then its last act frees all but every 64th block (glibc keeps the pages the
+   * survivors pin) and ends at once: no tick comes between the frees and the end */
+  for (int i = 0; i < N; i++) if (i % 64) free(blocks[i]);
+  if (argc > 1) exit(0);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("how", ["return", "exit"])
+def test_the_end_is_read_at_the_moment_the_exit_began(tmp_path, how):
+    # GIVEN a program whose last act, after 0.3 s holding 24 MiB, frees 23.6 MiB of it
+    # and returns from main (or calls exit()) at once
+    src, exe = tmp_path / "t.c", tmp_path / "t"
+    src.write_text(FREES_AS_ITS_WORK_ENDS)
+    subprocess.run(["cc", "-O1", "-fno-builtin", "-o", str(exe), str(src)], check=True, timeout=60)
+    out, js = tmp_path / "r.hsrun.json.gz", tmp_path / "s.json"
+    argv = [str(exe)] + (["exit"] if how == "exit" else [])
+    p = subprocess.run([*HS, "-o", str(out), "--json", str(js), "--", *argv],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    s = __import__("json").loads(js.read_text())
+    end = {m["name"]: m for m in s["moments"]}["end"]
+    # THEN the "end" moment is the library's reading of that instant (the last tick before
+    # it still saw 24 MiB live and nothing retained), at the time the exit began
+    assert end["how"] == ("read as main returned" if how == "return"
+                          else "read as the program called exit()"), end
+    b = end["breakdown"]
+    assert b["live_bytes"] < 1 << 20, b
+    assert b["retained_bytes"] > 16 << 20, b
+    doc = record.load(str(out))
+    seg = capture.Reading(doc["capture"]["segment"])
+    tl = capture._timeline(doc["capture"]["timeline"], doc["timeline"])
+    end_s, _ = summary.end_begun_s(seg, tl)
+    assert abs(end["at_s"] - end_s) < 0.002, (end, end_s)
+    # its RSS is the program's at that moment: within a few pages of the exit's, as no
+    # handler ran between them
+    assert abs(b["rss_bytes"] - s["final"]["rss_bytes"]) < 256 << 10, (b, s["final"])
+    # AND `heapsight report` reads the same end from the record
+    r = subprocess.run([sys.executable, "-m", "heapsight", "report", "--terminal", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"end: {end['how']}" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -428,6 +428,40 @@ uint64_t _hs_live_blocks(void) {
   return slots_net(offsetof(hs_slot_t, n_alloc), offsetof(hs_slot_t, n_free));
 }
 
+/* The reading as the program's exit begins (preload.c's exit_begins, once, in the owner):
+ * the slots' sums as the sampler reads them, each slot caught between folds if it can be
+ * in a few tries (a thread in the middle of one gives what it had: off by one fold), and
+ * RSS from statm, unless a seccomp filter is in (no system call of heapsight's then). No
+ * lock, no allocation: the sampler is not there at that instant, and the "end" the user
+ * reads is this moment, before exit handlers and destructors free what they free. */
+void _hs_exit_begun_read(hs_segment_t *seg) {
+  uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
+  used = used < 1 ? 1 : used > HS_MAX_SLOTS ? HS_MAX_SLOTS : used;
+  uint64_t ua = 0, uf = 0, req = 0, na = 0, nf = 0;
+  for (uint64_t i = 0; i < used; i++) {
+    const hs_slot_t *s = &seg->slots[i];
+    uint64_t a, f;
+    (void)hs_slot_usable(s, 100, &a, &f);
+    ua += a;
+    uf += f;
+    req += __atomic_load_n(&s->req_alloc_bytes, __ATOMIC_RELAXED);
+    na += __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED);
+    nf += __atomic_load_n(&s->n_free, __ATOMIC_RELAXED);
+  }
+  uint64_t rss = 0, anon = 0;
+  if (!__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED) && !_hs_statm_read(&rss, &anon))
+    rss = anon = 0;
+  seg->exit_begun_rss = rss;
+  seg->exit_begun_anon = anon;
+  seg->exit_begun_own_private = _hs_own_private();
+  seg->exit_begun_usable_alloc = ua;
+  seg->exit_begun_usable_free = uf;
+  seg->exit_begun_req_alloc = req;
+  seg->exit_begun_n_alloc = na;
+  seg->exit_begun_n_free = nf;
+  __atomic_store_n(&seg->exit_begun_read, 1, __ATOMIC_RELEASE);
+}
+
 /* The usable size of a block malloc or calloc just returned under jemalloc, tcmalloc or
  * mimalloc, by the request: each serves a request from the size class of its 8-byte
  * step (jemalloc's and tcmalloc's classes, mimalloc's bins are all multiples of 8), and

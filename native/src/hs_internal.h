@@ -80,6 +80,8 @@ int _hs_helper_running(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes); /* less heapsight's own */
 int _hs_status_read(uint64_t *rss_bytes, uint64_t *anon_bytes);  /* procself.c: as read */
+int _hs_statm_read(uint64_t *rss_bytes, uint64_t *anon_bytes);   /* procself.c: as read */
+void _hs_exit_begun_read(hs_segment_t *seg); /* counters.c: the reading as the exit begins */
 uint64_t _hs_now_ns(void);                                          /* procself.c */
 
 /* heapsight attach --track (attach.c): the library loaded into a running process, the

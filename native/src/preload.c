@@ -560,9 +560,10 @@ HS_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const hs_n
  * static destructors and an interpreter's teardown have freed what they free: the program's
  * work was done before. main's return (seen by a main of ours, which __libc_start_main is
  * given in its place) and a call of exit() are that moment; the first one writes it
- * (exit_begun_ns, _how), in the owner only (a forked child's segment is a copy, not the
- * run's). A compare-and-swap and the clock, which the vDSO reads without a system call
- * (a seccomp filter the program set does not see it): no lock, no allocation. Both real
+ * (exit_begun_ns, _how) and takes the reading of that moment (counters.c:
+ * _hs_exit_begun_read), in the owner only (a forked child's segment is a copy, not the
+ * run's). A compare-and-swap, the clock (the vDSO's: no system call), the slots' sums and
+ * one read of statm (none under a seccomp filter): no lock, no allocation. Both real
  * functions are looked up at start (hs_start), never from inside malloc. */
 typedef int (*hs_main_fn)(int, char **, char **);
 typedef void (*hs_fn)(void);
@@ -577,8 +578,10 @@ static void exit_begins(uint64_t how) {
   if (!seg || !_hs_is_owner()) return;
   uint64_t none = 0;
   if (__atomic_compare_exchange_n(&seg->exit_begun_ns, &none, _hs_now_ns(), 0, __ATOMIC_RELEASE,
-                                  __ATOMIC_RELAXED))
+                                  __ATOMIC_RELAXED)) {
     __atomic_store_n(&seg->exit_begun_how, how, __ATOMIC_RELEASE);
+    _hs_exit_begun_read(seg);
+  }
 }
 
 static void exit_hooks_setup(void) {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 24
+VERSION = 25
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -129,7 +129,11 @@ _HEADER_FIELDS = [
     ("exit_done_ns", U8), ("slot_claims", U8), ("own_private_bytes", U8),
     ("glibc_main_arena", U8), ("glibc_arena_next_off", U8), ("glibc_arena_sysmem_off", U8),
     ("threads_seen", U8), ("seccomp_at_ns", U8),
-    ("exit_begun_ns", U8), ("exit_begun_how", U8), ("py_finalizing_addr", U8),
+    ("exit_begun_ns", U8), ("exit_begun_how", U8),
+    ("exit_begun_read", U8), ("exit_begun_rss", U8), ("exit_begun_anon", U8),
+    ("exit_begun_own_private", U8), ("exit_begun_usable_alloc", U8),
+    ("exit_begun_usable_free", U8), ("exit_begun_req_alloc", U8),
+    ("exit_begun_n_alloc", U8), ("exit_begun_n_free", U8), ("py_finalizing_addr", U8),
     ("owners", OWNER_FIELDS, (MAX_OWNERS,)), ("hist", HIST_FIELDS),
 ]
 # The counters summed over the slots every reading.

@@ -6,9 +6,10 @@
         sits at, what a program keeps after its waves, never the climb to its peak (a
         climb is not steady); defined for any timeline, so a run under another allocator,
         or a bare one, has it too;
-  end   the last sample before the program's exit began (main returned, exit() was called,
-        or CPython began finalizing): what the program held when its work was done, before
-        exit handlers and an interpreter's teardown freed things;
+  end   the moment the program's exit began (main returned, exit() was called, or CPython
+        began finalizing): what the program held when its work was done, before exit
+        handlers and an interpreter's teardown freed things; the library's own reading of
+        that instant where it took one (main, exit()), else the last sample before it;
   exit  the exit probe's reading, after that teardown.
 
 The table, the page, diff, the gates and compare read these names and these figures; a
@@ -69,10 +70,13 @@ def held(t, rss, duration_s: float = 0.0) -> tuple | None:
 
 
 def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: int | None,
-          final: Breakdown | None, end_s: float | None, end_how: str) -> tuple:
+          final: Breakdown | None, end_s: float | None, end_how: str,
+          end_read: int | None = None) -> tuple:
     """The run's moments (model.Moment), in NAMES order, those that exist: breakdown_at(i)
     gives the split at sample i; peak_i the sample of most RSS; last_i the last sample;
-    final the exit probe's split; end_s when the exit began (None: not seen)."""
+    final the exit probe's split; end_s when the exit began (None: not seen); end_read the
+    row the library read at that very moment (None: it took none, and the end is the last
+    sample before it)."""
     t = np.asarray(t, dtype=float)
     out = []
     if peak_i is not None:
@@ -85,6 +89,8 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     before = np.flatnonzero((t < end_s) & ~np.isnan(np.asarray(rss, dtype=float))) \
         if end_s is not None else None
     end_i = (int(before[-1]) if before is not None and len(before) else last_i)
+    if end_read is not None:
+        end_i = end_read
     # held: while the program ran, so before its end
     stop = (end_i + 1) if end_i is not None else len(t)
     h = held(t[:stop], np.asarray(rss, dtype=float)[:stop], duration_s)
@@ -97,7 +103,10 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
         how = (f"the last sample before {end_how}" if end_s is not None and end_how
                else "the last sample")
         step = float(np.median(np.diff(t))) if len(t) > 1 else 0.01
-        if end_s is not None and final is not None and end_s - t[end_i] > 2 * step:
+        if end_read is not None:
+            out.append(Moment("end", float(t[end_i]), breakdown_at(end_i),
+                              how=f"read as {READ_AS.get(end_how, end_how)}"))
+        elif end_s is not None and final is not None and end_s - t[end_i] > 2 * step:
             # no sample near the end (a program shorter than a few samples): the exit's
             # reading is nearer to it than a sample of its start
             out.append(Moment("end", final.at_s, final,
@@ -107,6 +116,10 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     if final is not None:
         out.append(Moment("exit", final.at_s, final, how="after exit handlers and teardown"))
     return tuple(out)
+
+
+# the library's reading of the moment the exit began, by how it began (layout.EXIT_BEGUN_HOW)
+READ_AS = {"main returned": "main returned", "exit() called": "the program called exit()"}
 
 
 # Which moment a verdict is about, by its first finding's kind: a hold is while running;

@@ -578,7 +578,8 @@ def freed_in_teardown(prof, tl: Timeline, end_s: float | None, exit_ns: int | No
     (exit_ns): its exit handlers', static destructors' and interpreter's frees, estimated
     from the sampled blocks freed then (sites.weights), less twice the estimate's standard
     error (a few samples must not explain away retention the program had while it worked);
-    None without samples or those moments."""
+    None without samples or those moments. Only where the library took no reading as the
+    exit began (summarize counts it from that reading's live bytes where it did)."""
     if prof is None or end_s is None or not exit_ns or not tl.start_ns or not len(prof.allocs):
         return None
     a, begun = prof.allocs, np.uint64(tl.start_ns + int(end_s * 1e9))
@@ -662,7 +663,11 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                       for o in (segment.owners() if attached else [])), prof, tl,
                                 duration_s)
     end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
-    teardown = freed_in_teardown(prof, tl, end_s, end_ns)
+    end_i = end_reading(cols, end_s, end_how)
+    if end_i is not None and done:   # counted: the live bytes then less those at exit
+        teardown = max(0, int(rows.live[end_i]) - int(c.live_usable_bytes))
+    else:
+        teardown = freed_in_teardown(prof, tl, end_s, end_ns)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
                              sampled_sites, hmaps, mapped_by, duration_s, settings or {},
                              teardown)
@@ -672,7 +677,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                    key=lambda f: -f.bytes)
     found = analysis.fit_to_run(found, settings or {}, follow, argv)
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
-                          rows.last, final if done else None, end_s, end_how)
+                          rows.last, final if done else None, end_s, end_how, end_i)
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
@@ -700,6 +705,19 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         sites=sampled_sites,
         mapped_sites=mapped_by_stack,
         heapmaps=hmaps, moments=named, moment=moments.about(found))
+
+
+def end_reading(cols: dict, end_s: float | None, end_how: str) -> int | None:
+    """The row that is the library's own reading of the moment the exit began (main
+    returned or exit() was called: live/sampler.py's add_exit_begun_row puts it at that
+    moment's time exactly), None when the run has none (CPython's finalizing is seen by a
+    tick; a run under a seccomp filter, or recorded before the library took it)."""
+    from heapsight.layout import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
+    if end_s is None or end_how == EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]:
+        return None
+    t, rss = np.asarray(cols["t"], dtype=float), np.asarray(cols["rss"], dtype=float)
+    hit = np.flatnonzero((np.abs(t - end_s) < 1e-6) & ~np.isnan(rss))
+    return int(hit[-1]) if len(hit) else None
 
 
 def end_begun_s(segment, tl: Timeline) -> tuple:

@@ -67,6 +67,24 @@ class Timeline:
         if len(self.flat) > self.max_rows * len(COLUMNS):
             self.compact()
 
+    def row_before(self, t: float) -> list | None:
+        """The last row at or before t, None when none is."""
+        n = len(COLUMNS)
+        for k in range(len(self.flat) // n - 1, -1, -1):
+            if self.flat[k * n] <= t:
+                return list(self.flat[k * n:(k + 1) * n])
+        return None
+
+    def insert_row(self, row: list) -> None:
+        """A row read apart from the ticks (the library's own reading), in its place by
+        time: after every row at or before its t."""
+        n, t = len(COLUMNS), row[0]
+        k = len(self.flat) // n
+        while k > 0 and self.flat[(k - 1) * n] > t:
+            k -= 1
+        self.flat[k * n:k * n] = array("d", row)
+        self._columns = None
+
     def append_rows(self, rows) -> None:
         """Rows as sequences of len(COLUMNS) floats each."""
         for row in rows:

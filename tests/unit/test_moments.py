@@ -1,5 +1,6 @@
 """The named moments (moments.py): held is the most RSS kept through a stretch as long as
-the hold rule's, wherever it is in the run; end is the last sample before the exit began."""
+the hold rule's, wherever it is in the run; end is the moment the exit began: the library's
+reading of it, or the last sample before."""
 
 from __future__ import annotations
 
@@ -105,3 +106,21 @@ def test_a_program_shorter_than_its_samples_is_read_at_its_exit():
     assert found["peak"].breakdown.rss_bytes == 6 * MiB     # the most RSS read
     assert found["end"].breakdown is final                  # no sample near the end
     assert "held" not in found
+
+
+def test_the_librarys_reading_as_the_exit_began_is_the_end():
+    # ticks at 145 MiB until 2.49 s; the library's own row at 2.495 s (the program freed a
+    # cache as its last act: 60 MiB then), teardown after it
+    from heapsight.summary import end_reading
+    t, rss = series((0.5, 10), (2.0, 145))
+    t, rss = np.append(t, [2.495, 2.6]), np.append(rss, [60 * MiB, 400 * MiB])
+    end_i = end_reading({"t": t, "rss": rss}, 2.495, "main returned")
+    assert end_i == len(t) - 2
+    found = {m.name: m for m in moments.build(t, rss, at(rss), t[-1], int(np.argmax(rss)),
+                                              len(t) - 1, None, 2.495, "main returned", end_i)}
+    assert found["end"].at_s == 2.495 and found["end"].breakdown.rss_bytes == 60 * MiB
+    assert found["end"].how == "read as main returned"
+    # CPython's finalizing is a tick's own time: the end is the sample before it, never it
+    assert end_reading({"t": t, "rss": rss}, 2.495, "CPython began finalizing") is None
+    # a run without the library's row (a seccomp filter, an older record): no row at end_s
+    assert end_reading({"t": t[:-2], "rss": rss[:-2]}, 2.495, "main returned") is None

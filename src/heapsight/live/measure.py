@@ -22,7 +22,7 @@ from heapsight.live import heapmaps, launch, readloop
 from heapsight.fmt import printable
 from heapsight.progress import say
 from heapsight.errors import HeapsightError
-from heapsight.live.sampler import Sampler
+from heapsight.live.sampler import Sampler, add_exit_begun_row
 from heapsight.timeline import IDX
 from heapsight.live.segment import Segment, segment_dir
 
@@ -365,16 +365,18 @@ def measure(argv: list, opts: Options) -> tuple:
         names = opts.keep and _samples(opts) and segment is not None
         meanwhile = _Meanwhile(segment, END_MODULES + tuple(opts.warm), names)
         try:
-            timeline = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
-                               on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
-                               snapshot_at=tuple(opts.snapshot_at),
-                               snapshot_every_s=opts.snapshot_every_s, on_snapshot=cb.on_snapshot,
-                               on_tick=cb.on_tick if opts.exporter is not None else None,
-                               stats_hz=opts.stats_hz, on_first_tick=meanwhile.start).run()
+            sampler = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
+                              on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
+                              snapshot_at=tuple(opts.snapshot_at),
+                              snapshot_every_s=opts.snapshot_every_s, on_snapshot=cb.on_snapshot,
+                              on_tick=cb.on_tick if opts.exporter is not None else None,
+                              stats_hz=opts.stats_hz, on_first_tick=meanwhile.start)
+            timeline = sampler.run()
         finally:
             phases.mark("the program's run, sampled")
             meanwhile.stop()
             phases.mark("the end's imports, left when the program ended")
+        add_exit_begun_row(timeline, segment, sampler.segment_resident)
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(cb.forwarded) or bool(interrupts.drain())

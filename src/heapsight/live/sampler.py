@@ -89,6 +89,8 @@ class Sampler:
         self.pid = proc.pid
         self.timeline = Timeline()
         self._own = set()   # pids of heapsight's own processes among the program's children
+        # the segment's pages resident in the program at the last tick (they only grow)
+        self.segment_resident = 0.0
 
     def _reaped(self) -> bool:
         """waitpid with the program's resource usage (CPU time, faults) on the way."""
@@ -228,6 +230,7 @@ class Sampler:
         if not self._segment_mapped():
             return 0.0, 0.0
         own, private = float(seg.resident_in_owner(self.pagemap)), float(seg.get("own_private_bytes"))
+        self.segment_resident = max(self.segment_resident, own)
         self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own + private)
         return own, private
 
@@ -572,6 +575,7 @@ class Sampler:
                                         exe=tl.images[-1][1] if tl.images else "",
                                         finalizing=None if word is None else (word.fd, word.addr))
         own = fast.own[0]
+        self.segment_resident = max(self.segment_resident, own)
         tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
         c.tick = nxt / 1e9
         if len(rows):
@@ -588,3 +592,41 @@ class Sampler:
         elif why == readloop.GONE:
             c.poll = 0.0
         return True
+
+
+def add_exit_begun_row(tl: Timeline, seg: Segment | None, segment_resident: float) -> bool:
+    """The library's reading as the program's exit began (main returned or exit() was
+    called: native/src/counters.c, _hs_exit_begun_read) as a row of the timeline, in its
+    place by time: the "end" moment is then that instant, not the last tick before it (a
+    program that frees a cache just before main returns, or ends within a tick). RSS less
+    heapsight's own (the segment's pages as the last tick read them, its private bytes as
+    the library counted them then), the live requested bytes estimated as every row's;
+    what only the Python tick reads carried from the row before. True when a row was added
+    (the library took the reading, and read RSS: not under a seccomp filter)."""
+    if seg is None or not tl.start_ns or not seg.attached() or not seg.get("exit_begun_read"):
+        return False
+    h = seg.header
+    ns, rss = int(h["exit_begun_ns"]), float(h["exit_begun_rss"])
+    if not ns or not rss:
+        return False
+    from heapsight.analysis import live_waste
+    ua, uf = int(h["exit_begun_usable_alloc"]), int(h["exit_begun_usable_free"])
+    live = max(0, ua - uf)
+    waste, _ = live_waste(h["hist"], live, ua, int(h["exit_begun_req_alloc"]))
+    private = float(h["exit_begun_own_private"])
+    row = [math.nan] * len(COLUMNS)
+    t = max(0.0, (ns - tl.start_ns) / 1e9)   # as summary._since: the end moment's own time
+    before = tl.row_before(t)
+    if before is not None:
+        for c in ("hwm", "threads", "pss", "children_rss"):
+            row[IDX[c]] = before[IDX[c]]
+    row[IDX["t"]] = t
+    row[IDX["rss"]] = max(0.0, rss - segment_resident - private)
+    row[IDX["anon"]] = max(0.0, float(h["exit_begun_anon"]) - private)
+    if not math.isnan(row[IDX["hwm"]]):
+        row[IDX["hwm"]] = max(row[IDX["hwm"]], row[IDX["rss"]])
+    row[IDX["live_usable"]], row[IDX["live_req"]] = float(live), float(max(0, live - waste))
+    row[IDX["n_alloc"]] = float(h["exit_begun_n_alloc"])
+    row[IDX["n_free"]] = float(h["exit_begun_n_free"])
+    tl.insert_row(row)
+    return True
