@@ -2,13 +2,16 @@
  * slots of its own ring (70% 8..128 B, 25% 129..1024 B, 5% 1025..8192 B). Ends with nothing live.
  * --mix 1: a check of the counts rather than a benchmark: each op a malloc, a calloc or a
  * realloc of 1 to 20,000 bytes, and the rings stay live at the end; it prints their usable
- * bytes as malloc_usable_size gives them (live_usable=). */
+ * bytes as malloc_usable_size gives them (live_usable=).
+ * --ask-size 1: the loop also asks the allocator each block's usable size before its free
+ * (malloc_usable_size), as heapsight's hooks must under an allocator other than glibc:
+ * bench/overhead's measure of what that one question costs. */
 #include <malloc.h>
 #include <pthread.h>
 
 #include "scenario.h"
 
-static long nthreads = 1, ops = 5000000, slots = 4096, seed = 1, mix = 0;
+static long nthreads = 1, ops = 5000000, slots = 4096, seed = 1, mix = 0, ask_size = 0;
 
 struct job {
     pthread_t tid;
@@ -17,7 +20,9 @@ struct job {
     size_t live_usable; /* --mix: what the ring holds at the end */
 };
 
-static size_t pick_size(uint64_t *s)
+/* inlined in both loops, as it was in the one loop before --ask-size (a call costs 5
+ * instructions an op: the churn's counts would move) */
+static inline __attribute__((always_inline)) size_t pick_size(uint64_t *s)
 {
     unsigned r = (unsigned)(hs_rand(s) % 100);
     if (r < 70)
@@ -48,6 +53,30 @@ static void *worker(void *arg)
     for (long i = 0; i < n; i++) {
         long k = (long)(hs_rand(&seed) % (uint64_t)slots);
         free(ring[k]); /* free(NULL) is fine for empty slots */
+        ring[k] = malloc(pick_size(&seed));
+        if (!ring[k])
+            abort();
+        ring[k][0] = 1;
+        KEEP(ring[k]);
+    }
+    for (long k = 0; k < slots; k++)
+        free(ring[k]);
+    free(ring);
+    return NULL;
+}
+
+/* --ask-size: worker's loop with the question before each free (a loop of its own, so
+ * that the plain churn's instructions stay what they were) */
+static void *worker_ask(void *arg)
+{
+    struct job *j = arg;
+    char **ring = new_ring();
+    uint64_t seed = j->seed;
+    for (long i = 0; i < j->ops; i++) {
+        long k = (long)(hs_rand(&seed) % (uint64_t)slots);
+        if (ring[k])
+            KEEP(malloc_usable_size(ring[k]));
+        free(ring[k]);
         ring[k] = malloc(pick_size(&seed));
         if (!ring[k])
             abort();
@@ -101,7 +130,7 @@ int main(int argc, char **argv)
     const struct hs_opt opts[] = {
         {"threads", &nthreads, NULL}, {"ops", &ops, NULL},
         {"slots", &slots, NULL},      {"seed", &seed, NULL},
-        {"mix", &mix, NULL},
+        {"mix", &mix, NULL},          {"ask-size", &ask_size, NULL},
     };
     hs_parse(argc, argv, opts, sizeof opts / sizeof opts[0]);
     if (nthreads < 1 || slots < 1) {
@@ -117,7 +146,7 @@ int main(int argc, char **argv)
         jobs[t].seed = (uint64_t)seed * 0x9e3779b97f4a7c15ULL + (uint64_t)t + 1;
         if (!jobs[t].seed)
             jobs[t].seed = 1;
-        if (pthread_create(&jobs[t].tid, NULL, mix ? worker_mix : worker, &jobs[t]) != 0)
+        if (pthread_create(&jobs[t].tid, NULL, mix ? worker_mix : ask_size ? worker_ask : worker, &jobs[t]) != 0)
             abort();
     }
     for (long t = 0; t < nthreads; t++)
