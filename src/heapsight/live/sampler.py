@@ -89,7 +89,8 @@ class Sampler:
         self.pid = proc.pid
         self.timeline = Timeline()
         self._own = set()   # pids of heapsight's own processes among the program's children
-        # the segment's pages resident in the program at the last tick (they only grow)
+        # the segment's pages resident in the program at the last tick (they grow, but an
+        # exec starts them again)
         self.segment_resident = 0.0
 
     def _reaped(self) -> bool:
@@ -230,7 +231,7 @@ class Sampler:
         if not self._segment_mapped():
             return 0.0, 0.0
         own, private = float(seg.resident_in_owner(self.pagemap)), float(seg.get("own_private_bytes"))
-        self.segment_resident = max(self.segment_resident, own)
+        self.segment_resident = own
         self.timeline.own_rss_bytes = max(self.timeline.own_rss_bytes, own + private)
         return own, private
 
@@ -575,7 +576,7 @@ class Sampler:
                                         exe=tl.images[-1][1] if tl.images else "",
                                         finalizing=None if word is None else (word.fd, word.addr))
         own = fast.own[0]
-        self.segment_resident = max(self.segment_resident, own)
+        self.segment_resident = own
         tl.own_rss_bytes = max(tl.own_rss_bytes, fast.own[1])
         c.tick = nxt / 1e9
         if len(rows):
