@@ -36,6 +36,10 @@ def test_a_child_that_held_more_is_named_with_the_option_that_measures_it(tmp_pa
     truth = dict(kv.split("=") for kv in r2.stdout.split()[1:])
     assert s2["pid"] != s2["started_pid"]
     assert f"figures are for pid {s2['pid']}, a process started by pid {s2['started_pid']}" in s2["preload_note"]
+    # the process measured is not among those that ran beside it (it was a child of the
+    # shell until it took the segment)
+    assert s2["pid"] not in [ch["pid"] for ch in s2["children"]], s2["children"]
+    assert "ran beside it" not in s2["preload_note"], s2["preload_note"]
     leaked = int(truth["leaked_bytes"])
     assert abs(s2["heap"]["live_requested_bytes"] - leaked) <= 0.01 * leaked
     assert s2["verdict"].startswith("LEAK: ")

@@ -648,7 +648,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
             peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
 
     owner = segment.get("owner_pid") if attached else 0
-    children = _children(tl)
+    # (a record from before the sampler left the followed process out of the children)
+    children = [ch for ch in _children(tl) if ch["pid"] != owner]
     preload, note = _preload_note(segment, tl, linkage, attached, lost_at, owner, started_pid,
                                   follow, children)
     library_cpu = (segment.get("library_cpu_ns") / 1e9

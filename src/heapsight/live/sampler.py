@@ -262,6 +262,9 @@ class Sampler:
         if owner and owner != self.pid:
             self._close()
             self._open(owner)
+            # seen as a child of the one started before it took the segment: it is the
+            # process measured now, not one that ran beside it
+            self.timeline.children.pop(owner, None)
 
     def _next_snapshot_due(self, start: float) -> float:
         """When the next snapshot by time (--at, --every) is due, in monotonic seconds."""
