@@ -252,7 +252,9 @@ class Sampler:
         # library's .bss): "other anonymous" without them
         if self._segment_mapped():
             kinds["anon"] = max(0, kinds["anon"] - int(self.segment.get("own_private_bytes")))
-        anon = [(m.start, m.end, m.rss) for m in maps if m.kind == "anon"][:MAX_VMAS]
+        # (a mapping shaped like glibc's thread arena is another allocator's heap as often:
+        # jemalloc's and mimalloc's 64 MiB-aligned ones; the mmaps recorded say whose it is)
+        anon = [(m.start, m.end, m.rss) for m in maps if m.kind in ("anon", "arena")][:MAX_VMAS]
         return kinds, anon
 
     def _retarget(self) -> None:
@@ -413,19 +415,23 @@ class Sampler:
             return
         c.kinds = now + 1.0 / MAPPINGS_PER_S
         kinds, anon = self._kinds()
+        # the reading's time is when smaps was read through (a loaded tick reads it ms after
+        # the tick began): the mappings the program made meanwhile are in it, and the
+        # library's records of them must be too (mapped.live_ranges at this time)
+        t = time.monotonic() - start
         # once the program is past heapsight's exit probe its teardown unmaps as it goes: a
         # reading then is not kept
         torn = seg is not None and seg.attached() and seg.get("state") > STATE_EXITING
         if kinds is None or torn:
             return
-        tl.kinds = (tl.kinds + [(now - start, kinds)])[-2:]   # the last two: the last may be cut
-        tl.vmas = (tl.vmas + [(now - start, anon)])[-2:]
+        tl.kinds = (tl.kinds + [(t, kinds)])[-2:]   # the last two: the last may be cut
+        tl.vmas = (tl.vmas + [(t, anon)])[-2:]
         if peak_due:
-            tl.kinds_peak = (now - start, kinds, rss_now)
-            tl.vmas_peak = (now - start, anon)
+            tl.kinds_peak = (t, kinds, rss_now)
+            tl.vmas_peak = (t, anon)
         if exiting:
-            tl.kinds_exit = (now - start, kinds)
-            tl.vmas_exit = (now - start, anon)
+            tl.kinds_exit = (t, kinds)
+            tl.vmas_exit = (t, anon)
 
     def _read_slow(self, row: list, now: float, c: "_Carry") -> None:
         """The descendants' RSS and smaps_rollup's PSS, each at its own rate (the last
