@@ -27,6 +27,10 @@ def test_not_executable_exits_127(hs, tmp_path):
     assert r.rc == 127
     assert "not executable" in r.stderr and "chmod +x" in r.stderr
     assert not list(tmp_path.glob("heapsight-*.hsrun*"))
+    # a directory is not told to be made executable (it is, and is no program)
+    r = hs(str(tmp_path))
+    assert r.rc == 127
+    assert "is a directory: give the program to run" in r.stderr and "chmod" not in r.stderr
 
 
 def test_static_program_gets_proc_figures_only(hs):

@@ -47,7 +47,11 @@ def resolve_command(argv: list) -> str:
         hint = ("check the name, or give its path, e.g. ./" + printable(prog) if "/" not in prog
                 else "check the path")
         raise HeapsightError(f"command not found: {printable(prog)} ({hint})", EXIT_NOT_FOUND)
-    if os.path.isdir(path) or not os.access(path, os.X_OK):
+    if os.path.isdir(path):
+        raise HeapsightError(f"{printable(path)} is a directory: give the program to run, e.g. "
+                             f"`heapsight run -- {printable(path.rstrip('/'))}/PROGRAM`",
+                             EXIT_NOT_FOUND)
+    if not os.access(path, os.X_OK):
         raise HeapsightError(f"not executable: {printable(path)} (chmod +x it, or run it through its "
                              "interpreter, e.g. `heapsight run -- python3 script.py`)",
                              EXIT_NOT_FOUND)
