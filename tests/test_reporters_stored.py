@@ -25,8 +25,8 @@ from heapsight.reporters import pprof, terminal
 
 DATA = Path(__file__).resolve().parent / "data"
 CAPTURES, EXPECTED = DATA / "captures", DATA / "expected"
-RECORDS = ("leak-v1", "leak-v2", "leak-v3", "leak-v4", "retention-v1", "retention-v2",
-           "retention-v3", "retention-v4")
+RECORDS = ("leak-v1", "leak-v2", "leak-v3", "leak-v4", "leak-v5", "retention-v1",
+           "retention-v2", "retention-v3", "retention-v4", "retention-v5")
 UPDATE = os.environ.get("HEAPSIGHT_UPDATE_EXPECTED") == "1"
 
 
@@ -63,7 +63,7 @@ def test_the_terminal_summary_of_a_stored_run(name, width_80):
     check(f"{name}.terminal.txt", out.getvalue())
 
 
-@pytest.mark.parametrize("name", ("leak-v4", "retention-v4"))
+@pytest.mark.parametrize("name", ("leak-v4", "retention-v4", "leak-v5", "retention-v5"))
 def test_the_pprof_profile_of_a_stored_run(name):
     from google.protobuf import text_format
     summary = capture.rederive(record.load(stored(name))).to_dict()

@@ -290,6 +290,11 @@ typedef struct hs_segment_s {
   uint64_t allocator_id;
   char allocator_name[32];
   char allocator_version[32]; /* as the allocator gives it ("": it gives none) */
+  /* The object whose malloc the program's calls reach when it is not heapsight's (its last
+   * 127 bytes): an executable that carries an allocator of its own and exports malloc
+   * (Chromium's PartitionAlloc, a binary linked with tcmalloc) comes before every preloaded
+   * library, and its calls never pass through the hooks. "": heapsight's is reached. */
+  char malloc_elsewhere[128];
   uint64_t usable_by_header; /* 1: glibc chunk header read directly; 0: malloc_usable_size */
   uint64_t helper_mallocs;   /* allocations made by the exit thread (probe.c): must stay 0 */
   /* The release probe at exit (state DONE once written). */

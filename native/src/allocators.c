@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hs_internal.h"
 #include "hs_options.h"
@@ -403,7 +404,31 @@ static void allocator_version(char *out, size_t n) {
   out[k] = 0;
 }
 
+/* Whose malloc the program's own calls reach: the first definition in the global scope,
+ * where the executable comes before every preloaded library (heapsight's is first after
+ * it). "" when it is heapsight's; else the object's path, the executable's read from
+ * /proc/self/exe (the loader names the main program ""). */
+static void malloc_elsewhere(char *out, size_t n) {
+  out[0] = 0;
+  Dl_info bound = {0}, own = {0};
+  void *m = dlsym(RTLD_DEFAULT, "malloc");
+  if (!m || !dladdr(m, &bound) || !dladdr((void *)&malloc_elsewhere, &own) ||
+      bound.dli_fbase == own.dli_fbase)
+    return;
+  char exe[4096];
+  const char *path = bound.dli_fname;
+  if (!path || !*path) {
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[k > 0 ? k : 0] = 0;
+    path = k > 0 ? exe : "the executable";
+  }
+  size_t len = strlen(path), keep = len < n - 1 ? len : n - 1;
+  memcpy(out, path + len - keep, keep);
+  out[keep] = 0;
+}
+
 void _hs_allocator_describe(hs_segment_t *seg) {
+  malloc_elsewhere(seg->malloc_elsewhere, sizeof seg->malloc_elsewhere);
   seg->allocator_id = (uint64_t)g_alloc->id;
   strncpy(seg->allocator_name, g_alloc->name, sizeof seg->allocator_name - 1);
   allocator_version(seg->allocator_version, sizeof seg->allocator_version);

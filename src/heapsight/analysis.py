@@ -726,12 +726,13 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
 
 
 def verdict(found: list, final: Breakdown | None, preload_active: bool,
-            teardown: int | None = None) -> str:
-    """The headline: the first finding's, or healthy (teardown: as findings takes it)."""
+            teardown: int | None = None, inactive: str = NOT_ACTIVE) -> str:
+    """The headline: the first finding's, or healthy (teardown: as findings takes it;
+    inactive: why the library's figures are not the program's, when they are not)."""
     if final is None:
         return "no samples: the program ended before the first measurement"
     if not preload_active:
-        return (f"heap figures unavailable ({NOT_ACTIVE}); RSS only: "
+        return (f"heap figures unavailable ({inactive}); RSS only: "
                 f"final {human(final.rss_bytes)}")
     if not found and teardown and retained_enough(final.retained_bytes, final.rss_bytes):
         return (f"healthy: little memory left allocated or wasted; the "

@@ -33,7 +33,9 @@ from heapsight.model import AllocStats, HeapCounters
 #   3  the segment's header keeps only HEADER_FIELDS (it kept every field of the segment's,
 #      whose layout then changed the capture's shape); no in-run allocator statistics
 #   4  + the segment's "allocator_version"
-VERSION = 4
+#   5  + the segment's "malloc_elsewhere": whose malloc the program's calls reached when
+#      not heapsight's (an executable with an allocator of its own)
+VERSION = 5
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -70,7 +72,15 @@ def _from_3(cap: dict) -> dict:
             "segment": None if seg is None else {**seg, "allocator_version": ""}}
 
 
-UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3}
+def _from_4(cap: dict) -> dict:
+    """A version 4 capture as version 5: whose malloc the program reached was not read
+    (heapsight's taken as reached, as that version's analysis did)."""
+    seg = cap.get("segment")
+    return {**cap, "version": 5,
+            "segment": None if seg is None else {**seg, "malloc_elsewhere": ""}}
+
+
+UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4}
 
 
 class NewerCapture(ValueError):
@@ -117,6 +127,9 @@ class Reading:
 
     def allocator_version(self) -> str:
         return self.d["allocator_version"]
+
+    def malloc_elsewhere(self) -> str:
+        return self.d["malloc_elsewhere"]
 
     def owners(self) -> list:
         return [dict(o) for o in self.d["owners"]]

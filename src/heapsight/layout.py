@@ -115,7 +115,7 @@ _HEADER_FIELDS = [
     ("foreign_attaches", U8), ("slots_used", U8), ("slot_overflows", U8), ("start_ns", U8),
     ("start_rss_bytes", U8), ("start_anon_bytes", U8), ("live_usable_bytes", I8),
     ("peak_usable_bytes", U8), ("peak_ns", U8), ("allocator_id", U8), ("allocator_name", "S32"),
-    ("allocator_version", "S32"),
+    ("allocator_version", "S32"), ("malloc_elsewhere", "S128"),
     ("usable_by_header", U8), ("helper_mallocs", U8),
     ("exit_ns", U8), ("release_ns", U8), ("exit_rss_before", U8),
     ("exit_rss_after", U8), ("exit_anon_before", U8), ("exit_anon_after", U8),

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from heapsight import allocators, analysis, heapmap, mapped, moments, profile, sites, symbolize
+from heapsight.fmt import printable
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
 from heapsight.layout import FLUSH_TOTAL_BYTES, STATE_DONE
@@ -517,11 +518,18 @@ def _children(tl: Timeline) -> list:
 
 
 def _preload_note(segment, tl: Timeline, linkage: str, attached: bool, lost_at, owner: int,
-                  started_pid: int, follow: str, children: list) -> tuple:
+                  started_pid: int, follow: str, children: list, bypassed: str = "",
+                  elsewhere: str = "") -> tuple:
     """(preload, note): whether the library's figures are the program's, and whose they
-    are, in words."""
+    are, in words (bypassed: the object whose malloc answered every call of the program's,
+    none reaching the hooks; elsewhere: one that defines malloc, some calls reaching them)."""
     if linkage == "static":
         preload, note = "static", "statically linked: /proc figures only"
+    elif bypassed:
+        preload, note = "bypassed", (
+            f"its malloc is its own: {printable(bypassed)} defines malloc, and the program's "
+            "calls reach it before heapsight's hooks, which counted none of them (an allocator "
+            "built into the program, as Chromium's PartitionAlloc): /proc figures only")
     elif lost_at is not None:
         preload, note = "not-attached", (f"it exec'd into {lost_at[1]} at {lost_at[0]:.2f} s, "
                                          "which does not load the preload library (a static "
@@ -543,6 +551,9 @@ def _preload_note(segment, tl: Timeline, linkage: str, attached: bool, lost_at, 
                                    f"{started_pid}")
     else:
         preload, note = "active", f"figures are for pid {owner}"
+    if elsewhere and not bypassed:
+        note += (f"; {printable(os.path.basename(elsewhere))} defines malloc itself: the heap "
+                 "figures count the calls that reached heapsight's hooks")
     forks = segment.get("forks") if attached else 0
     if forks:
         note += f"; its {forks} forked child process(es) are not counted"
@@ -619,6 +630,14 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     heapmap.HeapMap) of the heap maps taken; release_wanted: False under --no-release (the
     exit map's copy releases all the same: its figure is not reported)."""
     attached, lost_at = _attachment(segment, tl, started_pid)
+    elsewhere = segment.malloc_elsewhere() if attached else ""
+    bypassed = ""
+    if elsewhere and segment.counters().n_alloc == 0:
+        # an allocator of the program's own answers its malloc before heapsight's hooks (the
+        # executable exports malloc): what the hooks counted is nothing of the program's
+        attached, bypassed = False, elsewhere
+    inactive = (f"its own malloc, in {os.path.basename(bypassed)}, answers its calls"
+                if bypassed else analysis.NOT_ACTIVE)
     allocator = segment.allocator_name() if attached else "unknown"
     baseline = segment.get("start_anon_bytes") if attached else 0
     done = attached and segment.get("state") == STATE_DONE
@@ -634,7 +653,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                     _since(tl, segment.get("peak_ns")) if peak_bytes else None, peak_bytes)
     peak, final = rows.breakdown(rows.peak_i), rows.breakdown(rows.last)
     heap, peak_ns = None, None
-    release = Release(False, "none", analysis.NOT_ACTIVE)
+    release = Release(False, "none", inactive)
     if attached:
         c = segment.counters()
         release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,
@@ -651,7 +670,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     # (a record from before the sampler left the followed process out of the children)
     children = [ch for ch in _children(tl) if ch["pid"] != owner]
     preload, note = _preload_note(segment, tl, linkage, attached, lost_at, owner, started_pid,
-                                  follow, children)
+                                  follow, children, bypassed, elsewhere)
     library_cpu = (segment.get("library_cpu_ns") / 1e9
                    if segment is not None and segment.get("owner_pid") else 0.0)
     end_ns = segment.get("exit_ns") if done else None
@@ -691,7 +710,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         heap=heap, forks=segment.get("forks") if attached else 0,
         execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
-        findings=tuple(found), verdict=analysis.verdict(found, final, attached, teardown), holds=tuple(held),
+        findings=tuple(found), verdict=analysis.verdict(found, final, attached, teardown, inactive),
+        holds=tuple(held),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
         stats_hz=stats_hz, smaps_hz=smaps_hz, exit_probe_s=round(probe_s, 4),

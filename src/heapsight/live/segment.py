@@ -452,6 +452,11 @@ class Segment:
     def allocator_version(self) -> str:
         return bytes(self.header["allocator_version"]).split(b"\0")[0].decode(errors="replace")
 
+    def malloc_elsewhere(self) -> str:
+        """The object whose malloc the program's calls reach when it is not heapsight's
+        (an executable with an allocator of its own), "" when heapsight's is reached."""
+        return bytes(self.header["malloc_elsewhere"]).split(b"\0")[0].decode(errors="surrogateescape")
+
     def _used(self) -> int:
         return min(MAX_SLOTS, max(1, int(self.header["slots_used"])))
 
@@ -540,7 +545,8 @@ class Segment:
         return Reading({
             "header": scalars, "attached": attached, "image": self.image(),
             "allocator_name": self.allocator_name(),
-            "allocator_version": self.allocator_version(), "owners": self.owners(),
+            "allocator_version": self.allocator_version(),
+            "malloc_elsewhere": self.malloc_elsewhere(), "owners": self.owners(),
             "written_bytes": self.written_bytes() if attached else 0,
             "exit_probe_why_not": self.exit_probe_why_not(),
             "counters": dataclasses.asdict(self.counters()),
