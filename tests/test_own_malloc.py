@@ -20,6 +20,7 @@ OWN = r"""
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 static char *top, *end;
 static void *bump(size_t n, size_t align) {
   if (!top) {
@@ -45,13 +46,15 @@ void *aligned_alloc(size_t a, size_t n) { return bump(n, a); }
 int posix_memalign(void **out, size_t a, size_t n) { *out = bump(n, a); return *out ? 0 : 12; }
 size_t malloc_usable_size(void *p) { return p ? ((size_t *)p)[-1] : 0; }
 static void *keep[10000];
-int main(void) {
+int main(int argc, char **argv) {
   for (int i = 0; i < 100000; i++) {
     char *p = malloc(100);
     memset(p, 1, 100);
     if (i % 10 == 0) keep[i / 10] = p; else free(p);
   }
   printf("done\n");
+  fflush(stdout);
+  if (argc > 1) pause();   /* to be attached to */
   return 0;
 }
 """
@@ -161,3 +164,28 @@ def test_a_shim_that_passes_malloc_on_is_counted_with_a_note(build, tmp_path):
     assert "shim defines malloc itself" in s["preload_note"], s["preload_note"]
     assert 20000 <= s["heap"]["live_blocks"] <= 20100, s["heap"]
     assert abs(s["heap"]["live_requested_bytes"] - 20000 * 1000) < 200_000, s["heap"]
+
+
+def test_attach_names_a_running_programs_own_malloc(build):
+    # GIVEN the same program, running (started bare)
+    exe = build("own", OWN)
+    p = subprocess.Popen([exe, "wait"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "done\n"
+        r = subprocess.run([sys.executable, "-m", "heapsight", "attach", str(p.pid)],
+                           capture_output=True, text=True, timeout=120)
+        err = " ".join(r.stderr.split())
+        # THEN attach names its allocator as its own, not glibc (whose heaps hold none of
+        # its blocks: "in use 16 KiB" read as healthy), and gives /proc figures only
+        assert r.returncode == 0, r.stderr
+        assert "allocator: its own malloc (own)" in err, err
+        assert "in use" not in err and "/proc figures only" in err, err
+        # AND --leaks says why it cannot mark its blocks, without sending the user to
+        # `heapsight run`, which cannot either
+        r = subprocess.run([sys.executable, "-m", "heapsight", "attach", "--leaks", str(p.pid)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0
+        assert "nor can `heapsight run`" in r.stderr, r.stderr
+    finally:
+        p.kill()
+        p.wait()

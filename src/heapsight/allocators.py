@@ -217,6 +217,8 @@ PRESETS = [
            "CPython's objects from jemalloc, returning freed pages at once", runtime="cpython"),
 ]
 PRESET = {c.name: c for c in PRESETS}
+# a process whose executable defines malloc (an allocator built in): attach names it so
+OWN_MALLOC = "its own malloc"
 BASELINE = "glibc"   # the configuration compare and lab measure the others against
 # mmap (one mapping per block) is a baseline, not a choice: on sqlite3 it took 15.75 s of
 # a 23 s compare and 412 MiB; it is in the lab, and in --configs for whom asks for it

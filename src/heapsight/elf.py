@@ -1,6 +1,7 @@
 """What an ELF file is, read from its headers: is a program dynamically linked (a preload
 library only reaches programs that the dynamic loader starts: an ELF file with a PT_INTERP
-header, or a script whose interpreter is one), and does a shared library define malloc."""
+header, or a script whose interpreter is one), and does a shared library (or an
+executable: an allocator built into the program) define malloc."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shutil
 import struct
 
 PT_INTERP = 3
-ET_DYN = 3
+ET_EXEC, ET_DYN = 2, 3
 SHT_DYNSYM = 11
 SHN_UNDEF = 0
 
@@ -60,49 +61,71 @@ def linkage(path: str, depth: int = 0) -> str:
 
 
 def defined_symbols(path: str, names: set) -> set:
-    """Which of names the ELF file defines in its dynamic symbol table (raises OSError,
-    ValueError for a file that is not a 64-bit little-endian ELF shared object)."""
-    return set(symbol_values(path, names))
+    """Which of names the ELF file (a shared object or an executable, PIE or not) defines in
+    its dynamic symbol table (raises OSError, ValueError for a file that is not a 64-bit
+    little-endian ELF file)."""
+    return set(_dynamic_symbols(path, names, executable=True))
 
 
 def symbol_values(path: str, names: set) -> dict:
     """The value (the offset from the object's load address) of each of names the ELF
-    shared object defines in its dynamic symbol table; errors as defined_symbols."""
+    shared object defines in its dynamic symbol table (raises OSError, ValueError for a file
+    that is not a 64-bit little-endian ELF shared object)."""
+    return _dynamic_symbols(path, names, executable=False)
+
+
+def _dynamic_symbols(path: str, names: set, executable: bool) -> dict:
+    """The value of each of names defined in the dynamic symbol table; a position-dependent
+    executable (whose values are addresses) only when executable is true. Reads the header,
+    the section headers and the two sections it needs, each at its offset (a browser's
+    executable is some 250 MB)."""
     with open(path, "rb") as f:
-        data = f.read(64 << 20)
-    if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or data[5] != 1:
-        raise ValueError("is not a 64-bit ELF file")
-    e_type, = struct.unpack_from("<H", data, 16)
-    if e_type != ET_DYN:
-        raise ValueError("is not a shared library")
-    shoff, = struct.unpack_from("<Q", data, 40)
-    shentsize, shnum = struct.unpack_from("<HH", data, 58)
-    found = {}
-    for i in range(shnum):
-        sh = shoff + i * shentsize
-        sh_type, = struct.unpack_from("<I", data, sh + 4)
-        if sh_type != SHT_DYNSYM:
-            continue
-        sym_off, sym_size, link, _info, _align, entsize = struct.unpack_from("<QQIIQQ", data, sh + 24)
-        str_sh = shoff + link * shentsize
-        str_off, = struct.unpack_from("<Q", data, str_sh + 24)
-        for j in range(sym_size // max(entsize, 1)):
-            st_name, _st_info, _other, st_shndx, st_value = struct.unpack_from(
-                "<IBBHQ", data, sym_off + j * entsize)
-            if st_shndx == SHN_UNDEF:
+        def at(offset: int, size: int) -> bytes:
+            f.seek(offset)
+            got = f.read(size)
+            if len(got) != size:
+                raise ValueError("is cut short")
+            return got
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or len(head) < 64 or head[4] != 2 or head[5] != 1:
+            raise ValueError("is not a 64-bit ELF file")
+        e_type, = struct.unpack_from("<H", head, 16)
+        if e_type != ET_DYN and not (executable and e_type == ET_EXEC):
+            raise ValueError("is not a shared library")
+        shoff, = struct.unpack_from("<Q", head, 40)
+        shentsize, shnum = struct.unpack_from("<HH", head, 58)
+        if not shnum or shentsize < 64 or shnum > 65535:
+            return {}
+        table = at(shoff, shentsize * shnum)
+        found = {}
+        for i in range(shnum):
+            sh = i * shentsize
+            sh_type, = struct.unpack_from("<I", table, sh + 4)
+            if sh_type != SHT_DYNSYM:
                 continue
-            end = data.index(b"\0", str_off + st_name)
-            name = data[str_off + st_name:end].decode(errors="replace")
-            if name in names:
-                found[name] = st_value
-    return found
+            sym_off, sym_size, link, _info, _align, entsize = struct.unpack_from(
+                "<QQIIQQ", table, sh + 24)
+            if link >= shnum or sym_size > 256 << 20:
+                raise ValueError("has a damaged symbol table")
+            str_off, str_size = struct.unpack_from("<QQ", table, link * shentsize + 24)
+            syms, strs = at(sym_off, sym_size), at(str_off, min(str_size, 256 << 20))
+            for j in range(sym_size // max(entsize, 1)):
+                st_name, _st_info, _other, st_shndx, st_value = struct.unpack_from(
+                    "<IBBHQ", syms, j * entsize)
+                if st_shndx == SHN_UNDEF:
+                    continue
+                end = strs.find(b"\0", st_name)
+                name = strs[st_name:end if end >= 0 else None].decode(errors="replace")
+                if name in names:
+                    found[name] = st_value
+        return found
 
 
 def not_an_allocator(path: str) -> str | None:
     """Why the file cannot serve as an allocator to preload, or None if it can (a shared
     library that defines malloc and free)."""
     try:
-        found = defined_symbols(path, {"malloc", "free"})
+        found = set(symbol_values(path, {"malloc", "free"}))
     except FileNotFoundError:
         return "does not exist"
     except IsADirectoryError:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import time
 from dataclasses import asdict, dataclass, field
 
-from heapsight import allocators, analysis, mappings
+from heapsight import allocators, analysis, elf, mappings
 from heapsight.live import gdbcall, procfs
 from heapsight.errors import HeapsightError
 from heapsight.fmt import MiB, human, pct
@@ -424,12 +425,14 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
     except PermissionError:
         raise HeapsightError(_smaps_refused(pid), gdbcall.EXIT_REFUSED) from None
     alloc = mappings.allocator_of(maps)
-    a = Attached(pid, command, alloc, sum(m.rss for m in maps), mappings.resident_by_kind(maps),
-                 taken_at=time.time())
     try:
         exe = [os.readlink(f"/proc/{pid}/exe")]
     except OSError:
         exe = []
+    own = own_malloc(pid, exe[0]) if exe and alloc != "static" else None
+    alloc = own or alloc
+    a = Attached(pid, command, alloc, sum(m.rss for m in maps), mappings.resident_by_kind(maps),
+                 taken_at=time.time())
     a.runtime = analysis.runtime_loaded(exe + [m.path for m in maps])
     seg = preloaded_segment(pid)
     if seg is not None:
@@ -440,6 +443,10 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
                        "their waste estimated from its sampled blocks")
     if alloc == "static":
         a.notes.append("a static binary (or a Go program): no allocator to call, /proc figures only")
+    elif own:
+        a.notes.append(f"its executable defines malloc: {own} answers its calls (an allocator "
+                       "built into the program, as Chromium's PartitionAlloc), whose figures "
+                       "heapsight does not read: /proc figures only")
     elif not use_gdb:
         a.notes.append("--no-gdb: /proc figures only")
     elif alloc == "glibc" and _from_copy(a, pid, maps):
@@ -465,6 +472,18 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
         a.release_estimate_bytes = min(a.release_estimate_bytes or 0, a.retained_bytes)
     a.verdict = verdict(a)
     return a
+
+
+def own_malloc(pid: int, exe: str) -> str | None:
+    """'its own malloc (NAME)' when the process's executable defines malloc itself: its
+    calls, and its libraries', reach that one before the C library's (the executable comes
+    first in the lookup order), so glibc's heaps hold none of its blocks. None otherwise, or
+    when the executable cannot be read."""
+    try:
+        defined = elf.defined_symbols(f"/proc/{pid}/exe", {"malloc"})
+    except (OSError, ValueError, struct.error):
+        return None
+    return f"{allocators.OWN_MALLOC} ({os.path.basename(exe)})" if defined else None
 
 
 def _from_copy(a: Attached, pid: int, maps: list) -> bool:

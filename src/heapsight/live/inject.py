@@ -208,6 +208,14 @@ def _lost_blocks(pid: int, reach: heapmap.Reach) -> tuple:
     return by_size, largest
 
 
+def _under_run(allocator: str, what: str) -> str:
+    """What `heapsight run` does instead under allocator, in a few words."""
+    if allocator.startswith(allocators.OWN_MALLOC):   # an allocator built into the executable
+        return ("nor can `heapsight run`: the program's calls reach its own malloc before any "
+                "preloaded library; its /proc figures are all there is")
+    return f"under {allocator}, {what}"
+
+
 def copy_map(pid: int, allocator: str, reach: bool = True) -> tuple:
     """A heap map of a copy of the running process (see the top): (heapmap.HeapMap, what
     hs-inject said, tries, the process's RSS right after the copy). Refusals and failures
@@ -215,8 +223,9 @@ def copy_map(pid: int, allocator: str, reach: bool = True) -> tuple:
     at = _loader(pid)
     if allocator != "glibc":
         raise HeapsightError(f"--leaks: the process's allocator is {allocator}; marking a running "
-                             "process's blocks is done for glibc's heaps only so far (under "
-                             f"{allocator}, `heapsight run` marks them at exit)", REFUSED)
+                             "process's blocks is done for glibc's heaps only so far "
+                             f"({_under_run(allocator, '`heapsight run` marks them at exit')})",
+                             REFUSED)
     _check(pid, loads=True)
     d = _private_dir(pid)
     try:
@@ -327,7 +336,7 @@ def track(pid: int, allocator: str, seconds: float, progress=None) -> Tracked:
     if allocator != "glibc":
         raise HeapsightError(f"--track: the process's allocator is {allocator}; following a "
                              "running process's allocations is done under glibc only so far "
-                             f"(under {allocator}, `heapsight run` follows them from the start)",
+                             f"({_under_run(allocator, '`heapsight run` follows them from the start')})",
                              REFUSED)
     _check(pid, loads=True)
     at = {k: f"{v:x}" for k, v in _loader(pid, "dlclose").items()}
