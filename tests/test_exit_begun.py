@@ -263,3 +263,34 @@ def test_the_end_is_read_at_the_moment_the_exit_began(tmp_path, how):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"end: {end['how']}" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+KEEPS_ERRNO = r"""
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+static void report(void) { int e = errno; printf("errno=%d\n", e); }
+int main(void) {
+  atexit(report);
+  struct rlimit rl = {3, 3};   /* no descriptor left for anyone's open() */
+  setrlimit(RLIMIT_NOFILE, &rl);
+  errno = 42;
+  return 0;
+}
+"""
+
+
+def test_the_reading_as_main_returns_leaves_errno_to_the_exit_handlers(tmp_path):
+    # GIVEN a program whose exit handler reads errno, left at 42 by main, with no file
+    # descriptor left (the library's read of statm as main returns fails: EMFILE)
+    src, exe = tmp_path / "e.c", tmp_path / "e"
+    src.write_text(KEEPS_ERRNO)
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True, timeout=60)
+    bare = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    under = subprocess.run([*HS, "--no-save", "--", str(exe)], capture_output=True, text=True,
+                           timeout=120)
+    # THEN the handler sees the program's errno under heapsight as bare (it saw 24)
+    assert bare.stdout == "errno=42\n", bare
+    assert under.returncode == 0, under.stderr
+    assert under.stdout == bare.stdout, under.stdout

@@ -1,6 +1,7 @@
 /* counters.c: the slow paths behind the inline hot path: a thread claims a slot on its
  * first allocation and gives it back when it exits; the global live figure and its peak. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <sys/syscall.h>
@@ -435,6 +436,7 @@ uint64_t _hs_live_blocks(void) {
  * lock, no allocation: the sampler is not there at that instant, and the "end" the user
  * reads is this moment, before exit handlers and destructors free what they free. */
 void _hs_exit_begun_read(hs_segment_t *seg) {
+  int saved_errno = errno; /* the program's, for its exit handlers */
   uint64_t used = __atomic_load_n(&seg->slots_used, __ATOMIC_RELAXED);
   used = used < 1 ? 1 : used > HS_MAX_SLOTS ? HS_MAX_SLOTS : used;
   uint64_t ua = 0, uf = 0, req = 0, na = 0, nf = 0;
@@ -460,6 +462,7 @@ void _hs_exit_begun_read(hs_segment_t *seg) {
   seg->exit_begun_n_alloc = na;
   seg->exit_begun_n_free = nf;
   __atomic_store_n(&seg->exit_begun_read, 1, __ATOMIC_RELEASE);
+  errno = saved_errno;
 }
 
 /* The usable size of a block malloc or calloc just returned under jemalloc, tcmalloc or
