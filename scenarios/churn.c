@@ -20,7 +20,7 @@ struct job {
     size_t live_usable; /* --mix: what the ring holds at the end */
 };
 
-/* inlined in both loops, as it was in the one loop before --ask-size (a call costs 5
+/* inlined in both workers, as it was in the one loop before --ask-size (a call costs 5
  * instructions an op: the churn's counts would move) */
 static inline __attribute__((always_inline)) size_t pick_size(uint64_t *s)
 {
@@ -41,9 +41,10 @@ static char **new_ring(void)
     return ring;
 }
 
-static void *worker(void *arg)
+/* The churn's loop; ask (--ask-size, a constant where it is inlined) asks each block's
+ * usable size before its free. */
+static inline __attribute__((always_inline)) void churn(struct job *j, int ask)
 {
-    struct job *j = arg;
     char **ring = new_ring();
     /* The loop's state is local: the jobs sit side by side in one array, and a thread
      * writing its seed there would share a cache line with the other threads' (false
@@ -52,6 +53,8 @@ static void *worker(void *arg)
     const long n = j->ops;
     for (long i = 0; i < n; i++) {
         long k = (long)(hs_rand(&seed) % (uint64_t)slots);
+        if (ask && ring[k])
+            KEEP(malloc_usable_size(ring[k]));
         free(ring[k]); /* free(NULL) is fine for empty slots */
         ring[k] = malloc(pick_size(&seed));
         if (!ring[k])
@@ -62,32 +65,10 @@ static void *worker(void *arg)
     for (long k = 0; k < slots; k++)
         free(ring[k]);
     free(ring);
-    return NULL;
 }
 
-/* --ask-size: worker's loop with the question before each free (a loop of its own, so
- * that the plain churn's instructions stay what they were) */
-static void *worker_ask(void *arg)
-{
-    struct job *j = arg;
-    char **ring = new_ring();
-    uint64_t seed = j->seed;
-    for (long i = 0; i < j->ops; i++) {
-        long k = (long)(hs_rand(&seed) % (uint64_t)slots);
-        if (ring[k])
-            KEEP(malloc_usable_size(ring[k]));
-        free(ring[k]);
-        ring[k] = malloc(pick_size(&seed));
-        if (!ring[k])
-            abort();
-        ring[k][0] = 1;
-        KEEP(ring[k]);
-    }
-    for (long k = 0; k < slots; k++)
-        free(ring[k]);
-    free(ring);
-    return NULL;
-}
+static void *worker(void *arg) { churn(arg, 0); return NULL; }
+static void *worker_ask(void *arg) { churn(arg, 1); return NULL; }
 
 /* --mix: the ring kept, its blocks made by malloc, calloc and realloc */
 static void *worker_mix(void *arg)

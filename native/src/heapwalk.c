@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "heapmap_copy.h"
-#include "hs_fd.h"
 #include "hs_options.h"
 
 
@@ -158,12 +157,8 @@ uint64_t _hs_start_brk(void) {
 
 static uint64_t stat_start_brk(void) {
   char buf[2048];
-  int fd = hs_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
+  ssize_t n = (ssize_t)_hs_proc_self_read("/proc/self/stat", buf, sizeof buf);
   if (n <= 0) return 0;
-  buf[n] = 0;
   const char *p = NULL;
   for (ssize_t i = n - 1; i >= 0; i--) {
     if (buf[i] == ')') { p = buf + i + 1; break; }

@@ -79,6 +79,7 @@ void _hs_map_poll(void);          /* probe.c: the same, if one was asked for (co
 int _hs_helper_running(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes); /* less heapsight's own */
+size_t _hs_proc_self_read(const char *path, char *buf, size_t size); /* procself.c */
 int _hs_status_read(uint64_t *rss_bytes, uint64_t *anon_bytes);  /* procself.c: as read */
 int _hs_statm_read(uint64_t *rss_bytes, uint64_t *anon_bytes);   /* procself.c: as read */
 void _hs_exit_begun_read(hs_segment_t *seg); /* counters.c: the reading as the exit begins */

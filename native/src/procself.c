@@ -25,15 +25,22 @@ static uint64_t field_kb(const char *buf, const char *key) {
   return v;
 }
 
-/* VmRSS and RssAnon, in bytes, as the kernel gives them. 1 when read. */
-int _hs_status_read(uint64_t *rss_bytes, uint64_t *anon_bytes) {
-  char buf[4096];
-  int fd = hs_open("/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
+/* A file of /proc/self into buf, NUL-ended (size - 1 bytes at most): its length, 0 when it
+ * could not be read. */
+size_t _hs_proc_self_read(const char *path, char *buf, size_t size) {
+  int fd = hs_open(path, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
+  ssize_t n = read(fd, buf, size - 1);
   close(fd);
   if (n <= 0) return 0;
   buf[n] = 0;
+  return (size_t)n;
+}
+
+/* VmRSS and RssAnon, in bytes, as the kernel gives them. 1 when read. */
+int _hs_status_read(uint64_t *rss_bytes, uint64_t *anon_bytes) {
+  char buf[4096];
+  if (!_hs_proc_self_read("/proc/self/status", buf, sizeof buf)) return 0;
   *rss_bytes = field_kb(buf, "\nVmRSS:") * 1024;
   *anon_bytes = field_kb(buf, "\nRssAnon:") * 1024;
   return 1;
@@ -44,12 +51,7 @@ int _hs_status_read(uint64_t *rss_bytes, uint64_t *anon_bytes) {
  * and parse). 1 when read. */
 int _hs_statm_read(uint64_t *rss_bytes, uint64_t *anon_bytes) {
   char buf[256];
-  int fd = hs_open("/proc/self/statm", O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
+  if (!_hs_proc_self_read("/proc/self/statm", buf, sizeof buf)) return 0;
   uint64_t v[3] = {0, 0, 0};
   const char *p = buf;
   for (int i = 0; i < 3; i++) {

@@ -78,7 +78,14 @@ def _dynamic_symbols(path: str, names: set, executable: bool) -> dict:
     """The value of each of names defined in the dynamic symbol table; a position-dependent
     executable (whose values are addresses) only when executable is true. Reads the header,
     the section headers and the two sections it needs, each at its offset (a browser's
-    executable is some 250 MB)."""
+    executable is some 250 MB). A table that does not hold together is a ValueError."""
+    try:
+        return _read_dynamic_symbols(path, names, executable)
+    except struct.error as e:
+        raise ValueError(f"has a damaged symbol table ({e})") from None
+
+
+def _read_dynamic_symbols(path: str, names: set, executable: bool) -> dict:
     with open(path, "rb") as f:
         def at(offset: int, size: int) -> bytes:
             f.seek(offset)

@@ -667,7 +667,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
             peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
 
     owner = segment.get("owner_pid") if attached else 0
-    # (a record from before the sampler left the followed process out of the children)
+    # the process measured was the started one's child until it took the segment (--follow,
+    # a wrapper): it did not run beside itself
     children = [ch for ch in _children(tl) if ch["pid"] != owner]
     preload, note = _preload_note(segment, tl, linkage, attached, lost_at, owner, started_pid,
                                   follow, children, bypassed, elsewhere)

@@ -67,21 +67,18 @@ class Timeline:
         if len(self.flat) > self.max_rows * len(COLUMNS):
             self.compact()
 
-    def row_before(self, t: float) -> list | None:
-        """The last row at or before t, None when none is."""
-        n = len(COLUMNS)
-        for k in range(len(self.flat) // n - 1, -1, -1):
-            if self.flat[k * n] <= t:
-                return list(self.flat[k * n:(k + 1) * n])
-        return None
-
-    def insert_row(self, row: list) -> None:
+    def insert_row(self, row: list, carried: tuple = ()) -> None:
         """A row read apart from the ticks (the library's own reading), in its place by
-        time: after every row at or before its t."""
+        time: after every row at or before its t; the columns named in carried taken from
+        the row before it (figures that reading does not have)."""
         n, t = len(COLUMNS), row[0]
         k = len(self.flat) // n
         while k > 0 and self.flat[(k - 1) * n] > t:
             k -= 1
+        row = list(row)
+        if k > 0:
+            for c in carried:
+                row[IDX[c]] = self.flat[(k - 1) * n + IDX[c]]
         self.flat[k * n:k * n] = array("d", row)
         self._columns = None
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -481,7 +480,7 @@ def own_malloc(pid: int, exe: str) -> str | None:
     when the executable cannot be read."""
     try:
         defined = elf.defined_symbols(f"/proc/{pid}/exe", {"malloc"})
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError):
         return None
     return f"{allocators.OWN_MALLOC} ({os.path.basename(exe)})" if defined else None
 

@@ -264,9 +264,6 @@ class Sampler:
         if owner and owner != self.pid:
             self._close()
             self._open(owner)
-            # seen as a child of the one started before it took the segment: it is the
-            # process measured now, not one that ran beside it
-            self.timeline.children.pop(owner, None)
 
     def _next_snapshot_due(self, start: float) -> float:
         """When the next snapshot by time (--at, --every) is due, in monotonic seconds."""
@@ -625,18 +622,11 @@ def add_exit_begun_row(tl: Timeline, seg: Segment | None, segment_resident: floa
     waste, _ = live_waste(h["hist"], live, ua, int(h["exit_begun_req_alloc"]))
     private = float(h["exit_begun_own_private"])
     row = [math.nan] * len(COLUMNS)
-    t = max(0.0, (ns - tl.start_ns) / 1e9)   # as summary._since: the end moment's own time
-    before = tl.row_before(t)
-    if before is not None:
-        for c in ("hwm", "threads", "pss", "children_rss"):
-            row[IDX[c]] = before[IDX[c]]
-    row[IDX["t"]] = t
-    row[IDX["rss"]] = max(0.0, rss - segment_resident - private)
-    row[IDX["anon"]] = max(0.0, float(h["exit_begun_anon"]) - private)
-    if not math.isnan(row[IDX["hwm"]]):
-        row[IDX["hwm"]] = max(row[IDX["hwm"]], row[IDX["rss"]])
+    row[IDX["t"]] = max(0.0, (ns - tl.start_ns) / 1e9)   # as summary._since: the end's time
+    row[IDX["rss"]] = _less(rss, segment_resident + private)
+    row[IDX["anon"]] = _less(float(h["exit_begun_anon"]), private)
     row[IDX["live_usable"]], row[IDX["live_req"]] = float(live), float(max(0, live - waste))
     row[IDX["n_alloc"]] = float(h["exit_begun_n_alloc"])
     row[IDX["n_free"]] = float(h["exit_begun_n_free"])
-    tl.insert_row(row)
+    tl.insert_row(row, carried=("hwm", "threads", "pss", "children_rss"))
     return True
