@@ -95,8 +95,8 @@ def _complete_values(parser: argparse.ArgumentParser, shtab) -> None:
 
 def build_parser(full: bool = False, command: str | None = None) -> argparse.ArgumentParser:
     """The parser. Only the command named (or all of them when full: the man page, shell
-    completion) is imported and given its options; the others are listed by name and
-    their one-line help."""
+    completion) is imported and given its options; with no command named, the others are
+    listed by name and their one-line help (for --help)."""
     p = argparse.ArgumentParser(prog="heapsight", description=DESCRIPTION,
                                 formatter_class=_Formatter)
     p.add_argument("-V", "--version", action="version", version=f"heapsight {__version__}")
@@ -107,6 +107,8 @@ def build_parser(full: bool = False, command: str | None = None) -> argparse.Arg
                    help="print a completion script for SHELL (bash, zsh, tcsh or fish) and exit")
     sub = p.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name in COMMAND_NAMES:
+        if not full and command is not None and name != command:
+            continue   # (their parsers only list them, in --help: a millisecond each)
         if not full and name != command:
             sub.add_parser(name, help=_first_line(name), add_help=False)
             continue

@@ -21,6 +21,7 @@ from collections import deque
 
 import numpy as np
 
+from heapsight.analysis import median
 from heapsight.model import Breakdown, Moment
 
 NAMES = ("peak", "held", "end", "exit")
@@ -64,7 +65,7 @@ def held(t, rss, duration_s: float = 0.0) -> tuple | None:
     if best is None:
         return None
     _, lo, hi = best
-    med = float(np.median(rss[lo:hi + 1]))
+    med = median(rss[lo:hi + 1])
     i = lo + int(np.argmin(np.abs(rss[lo:hi + 1] - med)))
     return int(ok[i]), int(ok[lo]), int(ok[hi])
 
@@ -102,7 +103,7 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     if end_i is not None:
         how = (f"the last sample before {end_how}" if end_s is not None and end_how
                else "the last sample")
-        step = float(np.median(np.diff(t))) if len(t) > 1 else 0.01
+        step = median(np.diff(t)) if len(t) > 1 else 0.01
         if end_read is not None:
             out.append(Moment("end", float(t[end_i]), breakdown_at(end_i),
                               how=f"read as {READ_AS.get(end_how, end_how)}"))
