@@ -10,6 +10,7 @@ import re
 import numpy as np
 
 from heapsight import allocators, remedies
+from heapsight.arrays import median
 from heapsight.fmt import MiB, human, pct, shell_join, shell_quote
 from heapsight.model import AllocStats, Breakdown, Finding, HeapFigures, Hold, Release
 
@@ -28,15 +29,6 @@ IN_THE_COPY = "measured in a copy of the program at its exit: the program kept i
 # glibc's thread heaps' free tops (the rule is in why_it_stayed, attach uses it too)
 THREAD_TOPS = "the free top of the threads' heaps, which malloc_trim does not shrink"
 
-
-def median(values) -> float:
-    """The median of values, NaN when one of them is NaN (as np.median, whose first call
-    imports numpy.ma: 22 ms of every run's end)."""
-    s = np.sort(np.asarray(values, dtype=float), axis=None)
-    if not len(s) or math.isnan(s[-1]):   # (NaN sorts last)
-        return math.nan
-    mid = len(s) // 2
-    return float(s[mid]) if len(s) % 2 else float((s[mid - 1] + s[mid]) / 2)
 
 
 def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:

@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 
 from heapsight import heapmap, profile as profile_mod, symbolize
+from heapsight.arrays import isin
 from heapsight.model import AllocStats, HeapCounters
 
 # The capture's version: raised whenever its shape changes (a key added, removed or
@@ -225,8 +226,8 @@ def _heapmap_json(hm, sampled_addrs: np.ndarray) -> dict:
     r = hm.reach
     if r is not None:
         u = r.unreached
-        keep = np.isin(u["addr"], sampled_addrs)
-        lost = np.flatnonzero(np.isin(u["state"].astype(np.int64), LOST))
+        keep = isin(u["addr"], sampled_addrs)
+        lost = np.flatnonzero(isin(u["state"].astype(np.int64), LOST))
         keep[lost[np.argsort(-u["usable"][lost].astype(np.int64), kind="stable")[:5]]] = True
         out["reach"] = {**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)
                            if f.name != "unreached"}, "unreached": _array(u[keep])}

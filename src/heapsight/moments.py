@@ -21,7 +21,7 @@ from collections import deque
 
 import numpy as np
 
-from heapsight.analysis import median
+from heapsight.arrays import median
 from heapsight.model import Breakdown, Moment
 
 NAMES = ("peak", "held", "end", "exit")

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from heapsight import allocators, analysis, heapmap, mapped, moments, profile, sites, symbolize
+from heapsight.arrays import isin
 from heapsight.fmt import printable
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
@@ -298,10 +299,10 @@ def reach_sites(hm, prof, sampled_sites) -> dict:
     if prof is not None and sampled_sites is not None:
         sampled = sites.live_blocks(prof, hm.time_ns)
         cls = r.classes_of(sampled["addr"])
-        out["lost_sites"] = sites.by_site(sampled_sites, sampled[np.isin(cls, LOST)])
+        out["lost_sites"] = sites.by_site(sampled_sites, sampled[isin(cls, LOST)])
         out["possibly_lost_sites"] = sites.by_site(sampled_sites, sampled[cls == POSSIBLY])
         out["reachable_sites"] = sites.by_site(sampled_sites, sampled[cls == REACHABLE])
-    lost = r.unreached[np.isin(r.unreached["state"].astype(np.int64), LOST)]
+    lost = r.unreached[isin(r.unreached["state"].astype(np.int64), LOST)]
     largest = lost[np.argsort(-lost["usable"].astype(np.int64), kind="stable")[:5]]
     rows = []
     for b in largest:

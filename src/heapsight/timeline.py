@@ -96,6 +96,7 @@ class Timeline:
         where RSS, live bytes and the allocator's mapped memory are lowest and highest. Every extreme of the run stays exact (it is an extreme of its
         stretch) and the kept samples are real ones, so their columns still agree."""
         import numpy as np
+        from heapsight.arrays import isin
         n = len(COLUMNS)
         rows = len(self.flat) // n
         half = rows // 2 // THIN_BUCKET * THIN_BUCKET
@@ -104,7 +105,7 @@ class Timeline:
         old = np.frombuffer(self.flat, dtype=float, count=half * n).reshape(half, n)
         keep = np.zeros(half, dtype=bool)
         keep[::THIN_BUCKET] = True
-        keep |= np.isin(old[:, IDX["t"]], [t for _, t in self.snapshots])   # snapshots stay
+        keep |= isin(old[:, IDX["t"]], [t for _, t in self.snapshots])   # snapshots stay
         base = np.arange(0, half, THIN_BUCKET)
         for c in ("rss", "live_usable", "alloc_mapped"):
             col = old[:, IDX[c]].reshape(-1, THIN_BUCKET)

@@ -124,3 +124,4 @@ def test_the_librarys_reading_as_the_exit_began_is_the_end():
     assert end_reading({"t": t, "rss": rss}, 2.495, "CPython began finalizing") is None
     # a run without the library's row (a seccomp filter, an older record): no row at end_s
     assert end_reading({"t": t[:-2], "rss": rss[:-2]}, 2.495, "main returned") is None
+

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heapsight import allocators, elf, heapmap, interrupts, native
+from heapsight.arrays import isin
 from heapsight.errors import HeapsightError
 from heapsight.live import gdbcall, procfs
 
@@ -412,8 +413,8 @@ def lost_sites(t: Tracked, k: Leaks) -> dict | None:
     if t.blocks is None or not len(t.blocks) or k.marks is None:
         return None
     cls = k.marks.classes_of(t.blocks["addr"])
-    lost = np.isin(cls, [heapmap.REACH_CLASSES.index("definitely_lost"),
-                         heapmap.REACH_CLASSES.index("indirectly_lost")])
+    lost = isin(cls, [heapmap.REACH_CLASSES.index("definitely_lost"),
+                      heapmap.REACH_CLASSES.index("indirectly_lost")])
     if not lost.any():
         return None
     from heapsight import sites
