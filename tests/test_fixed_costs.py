@@ -41,3 +41,23 @@ def test_a_full_runs_end_leaves_numpy_ma_unimported(tmp_path):
             "rc = m.main()\n"
             "assert rc == 0, rc\n"
             "assert 'numpy.ma' not in sys.modules, 'numpy.ma was imported'\n")
+
+
+def test_the_program_starts_before_heapsight_imports_what_only_the_analysis_needs():
+    # what is imported when the program is started is what it waited for: numpy, the
+    # dataclasses module (with inspect and ast: 10-25 ms here), subprocess, json and gzip
+    # come after it, while it runs
+    _python("import sys\n"
+            "import heapsight.__main__ as m\n"
+            "from heapsight.live import launch\n"
+            "seen = []\n"
+            "real = launch.start\n"
+            "def start(*a, **k):\n"
+            "    seen.append(set(sys.modules))\n"
+            "    return real(*a, **k)\n"
+            "launch.start = start\n"
+            "sys.argv = ['heapsight', 'run', '-q', '--no-save', '--', 'true']\n"
+            "assert m.main() == 0\n"
+            "early = seen[0] & {'numpy', 'dataclasses', 'inspect', 'subprocess', 'json', 'gzip',\n"
+            "                   'heapsight.allocators', 'heapsight.summary', 'heapsight.model'}\n"
+            "assert not early, f'imported before the program started: {sorted(early)}'\n")

@@ -172,7 +172,8 @@ def _unarray(d: dict) -> np.ndarray:
 
 def _timeline_json(tl) -> dict:
     skip = {"flat", "_columns", "max_rows", "capture"}
-    out = {f.name: getattr(tl, f.name) for f in dataclasses.fields(tl) if f.name not in skip}
+    from heapsight.timeline import FIELDS
+    out = {name: getattr(tl, name) for name in FIELDS if name not in skip}
     out["children"] = [[pid, name, peak] for pid, (name, peak) in tl.children.items()]
     return out
 

@@ -5,7 +5,6 @@ executable: an allocator built into the program) define malloc."""
 
 from __future__ import annotations
 
-import shutil
 import struct
 
 PT_INTERP = 3
@@ -24,6 +23,7 @@ def _interpreter_of_script(path: str) -> str | None:
         return None
     interp = parts[0].decode(errors="replace")
     if interp.endswith("/env") and len(parts) > 1:
+        import shutil
         found = shutil.which(parts[1].decode(errors="replace"))
         return found
     return interp

@@ -15,9 +15,6 @@ The layout rules (glibc 2.36, x86-64):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-
-from heapsight import allocators
 
 HEAP_MAX = 64 << 20   # glibc's HEAP_MAX_SIZE on 64-bit: a thread arena's heap (heapmap.c too)
 GUARD_MAX = 1 << 20
@@ -27,16 +24,26 @@ KIND_NAMES = {"heap": "main heap ([heap])", "arena": "glibc thread arenas",
               "shared": "shared memory", "anon": "other anonymous"}
 
 
-@dataclass
 class Mapping:
-    start: int
-    end: int
-    perms: str
-    path: str
-    rss: int = 0
-    anonymous: int = 0
-    swap: int = 0
-    kind: str = "anon"
+    """One mapping of smaps: its range, permissions and path, resident, anonymous and swapped
+    bytes, and its kind (KINDS). (A plain class: the sampler's first tick reads smaps, where
+    the dataclasses module would cost 10-25 ms.)"""
+
+    __slots__ = ("start", "end", "perms", "path", "rss", "anonymous", "swap", "kind")
+
+    def __init__(self, start: int, end: int, perms: str, path: str, rss: int = 0,
+                 anonymous: int = 0, swap: int = 0, kind: str = "anon") -> None:
+        self.start, self.end, self.perms, self.path = start, end, perms, path
+        self.rss, self.anonymous, self.swap, self.kind = rss, anonymous, swap, kind
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return "Mapping(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
     @property
     def size(self) -> int:
@@ -98,6 +105,7 @@ def resident_by_kind(maps: list) -> dict:
 def allocator_of(maps: list) -> str:
     """The allocator that answers malloc: a known allocator's library if one is mapped,
     else glibc's when libc is mapped, else 'static' (nothing from the dynamic loader)."""
+    from heapsight import allocators
     paths = {os.path.basename(m.path) for m in maps if m.kind == "file"}
     for a in allocators.ALLOCATORS.values():
         if a.object_prefix and any(p.startswith(a.object_prefix) for p in paths):

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import gzip as gzip_module
-import json
 import os
 import re
 import stat
@@ -237,6 +235,7 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> str:
     if gzip is None:
         gzip = path.endswith(".gz")
     if gzip:
+        import gzip as gzip_module
         data = gzip_module.compress(data, compresslevel=6, mtime=0)
     if path == "-":
         sys.stdout.flush()
@@ -407,6 +406,7 @@ def dumps(doc, indent: int | None = None) -> str:
     """Strict JSON (what record.load reads back): a NaN or an infinity, which JSON has no
     word for, is written as null (not measured); strings that hold undecodable bytes
     (surrogate escapes) as \\udcXX escapes, which load back as the same strings."""
+    import json   # (not before the program starts)
     seps = (",", ":") if indent is None else None
     try:
         return json.dumps(doc, indent=indent, separators=seps, allow_nan=False)

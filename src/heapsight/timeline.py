@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field
 
 COLUMNS = ("t", "rss", "hwm", "anon", "file", "shmem", "pss", "live_usable", "live_req",
            "n_alloc", "n_free", "alloc_in_use", "alloc_free", "alloc_mapped", "arenas", "threads",
@@ -20,46 +19,54 @@ MAX_ROWS = 100_000
 THIN_BUCKET = 8
 
 
-@dataclass
 class Timeline:
     """Samples in one flat array (row after row: one extend per tick is the cheapest way
-    to record at 1 kHz); columns gives them column by column."""
-    flat: array = field(default_factory=lambda: array("d"))
-    sampler_cpu_s: float = 0.0
-    ticks: int = 0
-    duration_s: float = 0.0
-    # requested/usable of live blocks at the sample with the most live usable bytes,
-    # computed exactly there: it converts the library's exact usable peak to requested bytes
-    peak_req_ratio: float = 1.0
-    child_user_s: float = 0.0   # from wait4 when the program ended
-    child_sys_s: float = 0.0
-    child_minflt: int = 0
-    start_ns: int = 0           # CLOCK_MONOTONIC at the first sample (the library's clock too)
-    _columns: dict | None = None
+    to record at 1 kHz); columns gives them column by column. Its fields are FIELDS, each
+    given by name or left at its default (a plain class: the sampler makes one before the
+    program starts, where the dataclasses module would cost 10-25 ms)."""
 
-    thinned: int = 0            # samples dropped by thinning (see compact)
-    snapshots: list = field(default_factory=list)   # (label, t) of the samples asked for
-    images: list = field(default_factory=list)      # (t, executable): each image the program ran
-    # for each of images: when the one before it was last seen (-1 for the first), so the
-    # exec happened between that and its t (the executable is read on the Python ticks only)
-    image_before_s: list = field(default_factory=list)
-    children: dict = field(default_factory=dict)    # pid -> [name, peak RSS] of its descendants
-    kinds: list = field(default_factory=list)       # (t, resident bytes by mappings.KINDS)
-    kinds_peak: tuple | None = None  # (t, kinds, RSS) read when RSS was highest so far
-    kinds_exit: tuple | None = None  # (t, kinds) read as the program entered its exit
-    # (t, [(start, end, resident bytes)]) of the other anonymous mappings, at the readings of
-    # kinds above: the last two, the peak's and the exit's (mapped.py: whose are resident)
-    vmas: list = field(default_factory=list)
-    vmas_peak: tuple | None = None
-    vmas_exit: tuple | None = None
-    # heapsight's own pages resident in the program (the segment's), left out of every RSS
-    # figure above; the most seen at any tick
-    own_rss_bytes: float = 0.0
-    # when CPython began finalizing (_PyRuntime._finalizing set: its atexit callbacks done,
-    # its teardown begun): the first sample that read it so, None when none did
-    py_finalizing_s: float | None = None
-    max_rows: int = MAX_ROWS
-    capture: dict | None = None  # capture.take's: what the analysis read, for the record
+    def __init__(self, **given) -> None:
+        unknown = set(given) - set(FIELDS) if given else ()
+        if unknown:
+            raise TypeError(f"Timeline has no {', '.join(sorted(unknown))}")
+        self.flat = array("d")
+        self.sampler_cpu_s = 0.0
+        self.ticks = 0
+        self.duration_s = 0.0
+        # requested/usable of live blocks at the sample with the most live usable bytes,
+        # computed exactly there: it converts the library's exact usable peak to requested
+        # bytes
+        self.peak_req_ratio = 1.0
+        self.child_user_s = 0.0     # from wait4 when the program ended
+        self.child_sys_s = 0.0
+        self.child_minflt = 0
+        self.start_ns = 0           # CLOCK_MONOTONIC at the first sample (the library's clock too)
+        self._columns = None
+        self.thinned = 0            # samples dropped by thinning (see compact)
+        self.snapshots = []         # (label, t) of the samples asked for
+        self.images = []            # (t, executable): each image the program ran
+        # for each of images: when the one before it was last seen (-1 for the first), so the
+        # exec happened between that and its t (the executable is read on the Python ticks only)
+        self.image_before_s = []
+        self.children = {}          # pid -> [name, peak RSS] of its descendants
+        self.kinds = []             # (t, resident bytes by mappings.KINDS)
+        self.kinds_peak = None      # (t, kinds, RSS) read when RSS was highest so far
+        self.kinds_exit = None      # (t, kinds) read as the program entered its exit
+        # (t, [(start, end, resident bytes)]) of the other anonymous mappings, at the readings
+        # of kinds above: the last two, the peak's and the exit's (mapped.py: whose are resident)
+        self.vmas = []
+        self.vmas_peak = None
+        self.vmas_exit = None
+        # heapsight's own pages resident in the program (the segment's), left out of every RSS
+        # figure above; the most seen at any tick
+        self.own_rss_bytes = 0.0
+        # when CPython began finalizing (_PyRuntime._finalizing set: its atexit callbacks
+        # done, its teardown begun): the first sample that read it so, None when none did
+        self.py_finalizing_s = None
+        self.max_rows = MAX_ROWS
+        self.capture = None         # capture.take's: what the analysis read, for the record
+        for k, v in given.items():
+            setattr(self, k, v)
 
     def append_row(self, row: list) -> None:
         self.flat.extend(row)
@@ -142,3 +149,7 @@ class Timeline:
             if not math.isnan(v):
                 return v
         return default
+
+
+# every field of a Timeline, in order (the record keeps them: capture.py)
+FIELDS = tuple(vars(Timeline()))

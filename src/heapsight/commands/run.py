@@ -26,7 +26,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import signal
@@ -355,7 +354,7 @@ def execute(args) -> int:
         if args.openmetrics_port == 0:
             sys.stderr.write(f"heapsight: serving metrics on http://127.0.0.1:{exporter.port}"
                              "/metrics\n")
-        opts = dataclasses.replace(opts, exporter=exporter)
+        opts = opts.replace(exporter=exporter)
     # An interrupt after the program ended waits until the run is saved (then ends heapsight).
     with interrupts.deferred():
         summary, timeline = measure(argv, opts)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 
 from heapsight import interrupts, limits
 
@@ -54,6 +53,7 @@ class Program:
 def _redirect(fd: int, target) -> list:
     if target is None:
         return []
+    import subprocess   # (only for its DEVNULL: 4 ms before the program starts otherwise)
     if target == subprocess.DEVNULL:
         return [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0)]
     src = target if isinstance(target, int) else target.fileno()

@@ -6,13 +6,10 @@ compare and lab all measure the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
-import shutil
 import signal
 import sys
-from dataclasses import dataclass, field
 
 # What the program's start needs, and the sampler: no numpy, nothing of the analysis. The
 # program starts as soon as these are in; the modules the end needs (END_MODULES, with
@@ -42,6 +39,7 @@ def program_argv(words: list, command: str) -> list:
 
 def resolve_command(argv: list) -> str:
     prog = argv[0]
+    import shutil
     path = prog if "/" in prog else shutil.which(prog)
     if path is None or not os.path.exists(path):
         hint = ("check the name, or give its path, e.g. ./" + printable(prog) if "/" not in prog
@@ -85,38 +83,64 @@ def child_env(segment: Segment | None, opts: "Options") -> dict:
     return env
 
 
-@dataclass(frozen=True)
+# How to measure one run: each option and its default (Options)
+OPTIONS = dict(
+    hz=100.0,
+    smaps_hz=4.0,
+    stats_hz=10.0,
+    release=True,             # measure what the allocator's release gives back at exit
+    release_in_program=False,  # in the program itself (its RSS drops, it waits for it),
+                              # not in the exit map's copy
+    extra_env={},
+    extra_preload=(),         # libraries to preload after heapsight's (an allocator)
+    stdout=None,              # where the program's stdout goes (None: ours)
+    stderr=None,
+    warn=True,                # say on stderr when a static program limits the figures
+    snapshot_signal=None,     # a signal to heapsight takes a snapshot
+    snapshot_at=(),           # seconds from the start
+    snapshot_every_s=0.0,
+    release_at_snapshot=False,  # call the allocator's release there (through gdb)
+    exporter=None,            # reporters.openmetrics.Exporter: the latest split
+    sample_bytes=None,        # call sites: the sampling mean (0: off; None: the library's
+                              # default, or HEAPSIGHT_SAMPLE_BYTES as set)
+    heap_maps=True,           # map the heap at exit and at each snapshot
+    reach=True,               # mark which blocks are reachable in those maps (compare:
+                              # off, so that no configuration pays for a record of block
+                              # starts it does not use)
+    follow="",                # the program whose process is measured (its image name), ""
+                              # for the first one started
+    keep=True,                # something shows or saves the summary: names for the call
+                              # sites, and the capture for the record (run -q --no-save
+                              # with no other output: neither)
+    warm=(),                  # modules the end will import (its reporters): imported
+                              # while the program runs
+)
+
+
 class Options:
-    """How to measure one run (shared by run and compare)."""
-    hz: float = 100.0
-    smaps_hz: float = 4.0
-    stats_hz: float = 10.0
-    release: bool = True        # measure what the allocator's release gives back at exit
-    release_in_program: bool = False   # in the program itself (its RSS drops, it waits for
-                                       # it), not in the exit map's copy
-    extra_env: dict = field(default_factory=dict)
-    extra_preload: tuple = ()   # libraries to preload after heapsight's (an allocator)
-    stdout: object = None       # where the program's stdout goes (None: ours)
-    stderr: object = None
-    warn: bool = True           # say on stderr when a static program limits the figures
-    snapshot_signal: int | None = None   # a signal to heapsight takes a snapshot
-    snapshot_at: tuple = ()              # seconds from the start
-    snapshot_every_s: float = 0.0
-    release_at_snapshot: bool = False    # call the allocator's release there (through gdb)
-    exporter: object = None              # reporters.openmetrics.Exporter: the latest split
-    sample_bytes: int | None = None      # call sites: the sampling mean (0: off; None: the
-                                         # library's default, or HEAPSIGHT_SAMPLE_BYTES as set)
-    heap_maps: bool = True               # map the heap at exit and at each snapshot
-    reach: bool = True                   # mark which blocks are reachable in those maps
-                                         # (compare: off, so that no configuration pays
-                                         # for a record of block starts it does not use)
-    follow: str = ""                     # the program whose process is measured (its image
-                                         # name), "" for the first one started
-    keep: bool = True                    # something shows or saves the summary: names for
-                                         # the call sites, and the capture for the record
-                                         # (run -q --no-save with no other output: neither)
-    warm: tuple = ()                     # modules the end will import (its reporters):
-                                         # imported while the program runs
+    """How to measure one run (shared by run and compare): each of OPTIONS given by name or
+    left at its default; opts.replace(name=value) makes another. (A plain class: a dataclass
+    would have the program wait for the dataclasses module, 10-25 ms here, before it
+    starts.)"""
+
+    __slots__ = tuple(OPTIONS)
+
+    def __init__(self, **given) -> None:
+        unknown = set(given) - set(OPTIONS)
+        if unknown:
+            raise TypeError(f"Options has no {', '.join(sorted(unknown))}")
+        for k, v in OPTIONS.items():
+            object.__setattr__(self, k, given[k] if k in given else
+                               (dict(v) if isinstance(v, dict) else v))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Options are not changed: opts.replace(name=value) makes another")
+
+    def replace(self, **changes) -> "Options":
+        return Options(**{**{k: getattr(self, k) for k in OPTIONS}, **changes})
+
+    def __repr__(self) -> str:
+        return "Options(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in OPTIONS) + ")"
 
 
 def release_in_program(opts: Options) -> bool:
@@ -385,6 +409,7 @@ def measure(argv: list, opts: Options) -> tuple:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(cb.forwarded) or bool(interrupts.drain())
         summary = _after_the_run(argv, opts, segment, linkage, proc, timeline, cb)
+        import dataclasses
         return dataclasses.replace(summary, interrupted=interrupted), timeline
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

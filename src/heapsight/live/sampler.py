@@ -8,10 +8,9 @@ import math
 import os
 import re
 import signal
-import subprocess
 import time
 
-from heapsight import allocators, interrupts, mappings
+from heapsight import interrupts, mappings
 from heapsight.live import procfs, readloop
 from heapsight.layout import STATE_EXITING
 from heapsight.live.segment import Segment, open_pagemap
@@ -61,7 +60,7 @@ class _Carry:
 
 
 class Sampler:
-    def __init__(self, proc: subprocess.Popen, segment: Segment | None, hz: float = 100.0,
+    def __init__(self, proc, segment: Segment | None, hz: float = 100.0,
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
                  snapshot_at: tuple = (), snapshot_every_s: float = 0.0, on_snapshot=None,
                  on_tick=None, stats_hz: float = 10.0, on_first_tick=None):
@@ -530,6 +529,7 @@ class Sampler:
         if seg.get("glibc_main_arena"):
             self._read_glibc(row, seg.get("glibc_main_arena"))
             return
+        from heapsight import allocators   # (its dataclasses: not before the program starts)
         own = allocators.own_heaps_of(seg.allocator_name())
         if own is None:
             return

@@ -5,7 +5,6 @@ sampler calls every tick. The layout it reads is heapsight.layout's."""
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import errno
 import fnmatch
 import fcntl
@@ -538,6 +537,7 @@ class Segment:
 
     def reading(self):
         """The segment's figures, once, as the capture keeps them (summarize reads them)."""
+        import dataclasses
         from heapsight.capture import HEADER_FIELDS, Reading, stats_json
         scalars = {name: int(self.header[name]) for name in HEADER_FIELDS}
         attached = self.attached()

@@ -36,8 +36,8 @@ def candidates(s: Summary) -> list:
 def _light(opts: Options, env: dict) -> Options:
     preload = tuple(p for p in env.get("LD_PRELOAD", "").split(":") if p)
     rest = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
-    return dataclasses.replace(
-        opts, extra_env={**opts.extra_env, **rest}, extra_preload=preload, keep=False,
+    return opts.replace(
+        extra_env={**opts.extra_env, **rest}, extra_preload=preload, keep=False,
         release=False, heap_maps=False, sample_bytes=0, warn=False, exporter=None,
         snapshot_signal=None, snapshot_at=(), snapshot_every_s=0.0, release_at_snapshot=False,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
