@@ -230,8 +230,11 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> str:
     is UTF-8 with undecodable bytes (surrogate escapes) written back as those bytes, and
     any other lone surrogate as \\uNNNN. Raises HeapsightError (exit 1) when it cannot."""
     if isinstance(data, str):
-        data = OTHER_SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", data)
-        data = data.encode("utf-8", "surrogateescape")
+        try:   # the common case, with no surrogate at all: one pass in C (a record: 0.5 ms)
+            data = data.encode("utf-8")
+        except UnicodeEncodeError:
+            data = OTHER_SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", data)
+            data = data.encode("utf-8", "surrogateescape")
     if gzip is None:
         gzip = path.endswith(".gz")
     if gzip:
