@@ -239,7 +239,9 @@ def write(path: str, data: bytes | str, *, gzip: bool | None = None) -> str:
         gzip = path.endswith(".gz")
     if gzip:
         import gzip as gzip_module
-        data = gzip_module.compress(data, compresslevel=6, mtime=0)
+        # level 3: a record 9% larger than at 6, in half the time (perl's hash: 8.6 ms
+        # against 18.9 for 540 KB of JSON)
+        data = gzip_module.compress(data, compresslevel=3, mtime=0)
     if path == "-":
         sys.stdout.flush()
         try:
