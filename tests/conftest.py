@@ -152,3 +152,11 @@ def _terminal_width_of_a_pipe():
     module-scoped fixtures that start heapsight see it too."""
     os.environ.pop("COLUMNS", None)
     os.unsetenv("COLUMNS")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _a_names_cache_of_the_tests_own(tmp_path_factory):
+    """heapsight keeps the symbolizer's answers between runs under $XDG_CACHE_HOME: the
+    tests' runs keep theirs in a directory of the session's (each xdist worker its own),
+    never in the user's ~/.cache, and start from an empty one."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))

@@ -71,6 +71,10 @@ ENVIRONMENT = (
      "take it too"),
     ("HEAPSIGHT_SYMBOLIZER", "the llvm-symbolizer to name frames with (a path; empty: none, "
      "frames stay object+offset); default: llvm-symbolizer on PATH"),
+    ("HEAPSIGHT_NAMES_CACHE", "0: do not keep the symbolizer's answers between runs (by "
+     "default its complete answers, function, file and line, are kept per object file under "
+     "$XDG_CACHE_HOME/heapsight/names, else ~/.cache/heapsight/names, and a rebuilt object "
+     "is asked again)"),
     ("HEAPSIGHT_CHROMIUM", "the Chromium that report --png and the page's tests drive; "
      "default: chromium on PATH"),
     ("HEAPSIGHT_INTERP_FRAMES", "0: do not read Python's and Perl's own frames at the "

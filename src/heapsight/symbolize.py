@@ -125,6 +125,10 @@ def symbolize(lookups, tool: str | None = None) -> Result:
         return Result(frames, "none", f"{TOOL} not found (Debian: apt install llvm): functions "
                       "are shown as object+offset")
     asked = _askable(lookups)
+    kept = _kept(tool, asked)   # answered by this tool on an earlier run
+    for key, line in kept.items():
+        frames[key] = _frames(json.loads(line), *key)
+    asked = [key for key in asked if key not in kept]
     if not asked:
         return Result(frames, TOOL)
     import time
@@ -140,6 +144,7 @@ def symbolize(lookups, tool: str | None = None) -> Result:
             frames[key] = _frames(json.loads(answers[key]), *key)
         except (KeyError, ValueError, AttributeError, TypeError):
             pass
+    _keep(tool, answers)
     return Result(frames, TOOL)
 
 
@@ -149,8 +154,22 @@ def prefetch(lookups, tool: str | None = None) -> None:
     at the end finds them answered (python3's 375 addresses: 0.3 s of a 0.7 s run, before)."""
     tool = tool or find_tool()
     asked = _askable(list(dict.fromkeys(lookups))) if tool else []
+    kept = _kept(tool, asked) if asked else {}
+    asked = [key for key in asked if key not in kept]
     if asked:
         _session(tool, asked).send(asked)
+
+
+def warm_up(lookups, tool: str | None = None) -> None:
+    """Has the tool read these objects (their debug information: libc's takes it 90 ms)
+    while the program runs, so that the names asked at the end are answered at once; not
+    an object an earlier run kept answers for (the addresses asked at the end are most
+    likely among them, and the rest are asked then)."""
+    tool = tool or find_tool()
+    if tool:
+        files = {obj: _cache_file(tool, obj) for obj, _ in lookups}
+        prefetch([(obj, address) for obj, address in lookups
+                  if files[obj] is None or not _read_kept(files[obj])], tool)
 
 
 def _askable(lookups: list) -> list:
@@ -165,6 +184,110 @@ def _stamp(path: str) -> tuple | None:
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+# Answers kept between runs (the names cache): the tool's answer for an address of an object
+# is the same as long as the object and the tool are the files they were, so a complete
+# answer (every frame with its function, file and line) is kept under $XDG_CACHE_HOME/
+# heapsight/names (~/.cache/heapsight/names), one file per object as it was (its path, inode,
+# size and mtime) and tool, and the next run reads it instead of starting the tool: libc's
+# debug information alone is 90 ms of the tool's CPU (libc6-dbg), on the core the end's
+# imports need. An answer without a file and line (an object without debug information, an
+# unknown address) is asked again each run: debug information installed since would
+# complete it. HEAPSIGHT_NAMES_CACHE=0 turns it off. Never more than CACHE_FILES files
+# (the oldest go) of CACHE_ANSWERS answers each.
+CACHE_FILES, CACHE_ANSWERS = 256, 50_000
+_KEPT: dict = {}   # cache file -> {address: the tool's JSON line}, as read or written
+
+
+def _cache_file(tool: str, obj: str) -> str | None:
+    if os.environ.get("HEAPSIGHT_NAMES_CACHE", "1") == "0":
+        return None
+    st, tool_st = _stamp(obj), _stamp(tool)
+    if st is None or tool_st is None:
+        return None
+    import hashlib
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(repr((obj, st, tool, tool_st)).encode(errors="surrogateescape"))
+    return os.path.join(base, "heapsight", "names", key.hexdigest()[:32] + ".json")
+
+
+def _read_kept(path: str) -> dict:
+    if path not in _KEPT:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            _KEPT[path] = {int(a): line for a, line in doc["answers"].items()
+                           if isinstance(line, str)}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            _KEPT[path] = {}
+    return _KEPT[path]
+
+
+def _kept(tool: str | None, keys: list) -> dict:
+    """{key: the tool's JSON line} for the keys an earlier run kept the answer of."""
+    out, files = {}, {}
+    for obj, address in keys if tool else ():
+        if obj not in files:
+            files[obj] = _cache_file(tool, obj)
+        if files[obj] is not None:
+            line = _read_kept(files[obj]).get(address)
+            if line is not None:
+                out[(obj, address)] = line
+    return out
+
+
+def _complete(line: str) -> bool:
+    try:
+        symbols = json.loads(line).get("Symbol") or ()
+    except (ValueError, AttributeError):
+        return False
+    return bool(symbols) and all(
+        isinstance(x, dict) and x.get("FunctionName") not in (None, "", "??")
+        and x.get("FileName") not in (None, "", "??") and (x.get("Line") or 0) > 0
+        for x in symbols)
+
+
+def _keep(tool: str, answers: dict) -> None:
+    """Writes the complete answers among answers ({(object, address): line}) to the cache;
+    a cache that cannot be written is left alone (the names are the same without it)."""
+    by_obj: dict = {}
+    for (obj, address), line in answers.items():
+        if _complete(line):
+            by_obj.setdefault(obj, {})[address] = line
+    for obj, new in by_obj.items():
+        path = _cache_file(tool, obj)
+        if path is None:
+            continue
+        kept = _read_kept(path)
+        if all(kept.get(a) == line for a, line in new.items()):
+            continue
+        kept.update(new)
+        while len(kept) > CACHE_ANSWERS:
+            kept.pop(next(iter(kept)))
+        _write_kept(path, obj, kept)
+
+
+def _write_kept(path: str, obj: str, kept: dict) -> None:
+    import tempfile
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".names-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                json.dump({"object": obj, "answers": {str(a): line for a, line in kept.items()}}, f)
+            os.replace(tmp, path)   # whole or not at all: another run may read it meanwhile
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        files = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".json")]
+        if len(files) > CACHE_FILES:
+            files.sort(key=lambda f: os.stat(f).st_mtime_ns)
+            for old in files[:len(files) - CACHE_FILES]:
+                os.unlink(old)
+    except OSError:
+        pass
 
 
 class _Session:

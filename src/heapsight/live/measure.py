@@ -297,7 +297,7 @@ class _Meanwhile:
         import time
         from heapsight import symbolize
         if self.names:   # the tool reads libc's debug information meanwhile
-            symbolize.prefetch(_libc_lookup())
+            symbolize.warm_up(_libc_lookup())
         # The sampler's ticks take the interpreter's lock between their reads: while this
         # thread imports, it is handed over within IMPORT_SWITCH_S, not the default 5 ms
         # (a tick kept waiting would sample the program late: the peak's moment missed)

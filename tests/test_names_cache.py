@@ -1,0 +1,113 @@
+"""The symbolizer's complete answers are kept between runs ($XDG_CACHE_HOME/heapsight/names):
+a second run of the same program names its call sites the same without asking the tool
+again (libc's debug information alone is 90 ms of the tool's CPU), an object rebuilt at
+the same path is asked again, an answer without a file and line is never kept, and
+HEAPSIGHT_NAMES_CACHE=0 turns the cache off. The tool is a wrapper that logs what it is
+asked and passes it to llvm-symbolizer."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+PROGRAM = r"""
+#include <stdlib.h>
+#include <string.h>
+void *keep[20000];
+__attribute__((noinline)) void FUNC(int n) {
+  for (int i = 0; i < n; i++) { keep[i] = malloc(2000); memset(keep[i], 1, 2000); }
+}
+int main(void) { FUNC(20000); return 0; }
+"""
+
+
+@pytest.fixture
+def setup(tmp_path):
+    tool = shutil.which("llvm-symbolizer")
+    assert tool, "llvm-symbolizer is installed by make setup"
+    wrapper = tmp_path / "symbolizer"
+    log = tmp_path / "asked"
+    wrapper.write_text(f"#!/bin/sh\ntee -a {log} | {tool} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return tmp_path, wrapper, log
+
+
+def build(tmp_path, func: str):
+    src = tmp_path / "prog.c"
+    src.write_text(PROGRAM.replace("FUNC", func))
+    subprocess.run(["cc", "-g", "-O1", "-o", str(tmp_path / "prog"), str(src)], check=True)
+
+
+def run(tmp_path, wrapper, log, **env) -> tuple:
+    """(the run's frames' names, the lines the tool was asked)"""
+    log.write_text("")
+    out = tmp_path / "s.json"
+    r = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save",
+                        "--sample-bytes", "4K", "--json", str(out), "--", str(tmp_path / "prog")],
+                       env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+                            "HEAPSIGHT_SYMBOLIZER": str(wrapper), **env},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    frames = json.loads(out.read_text())["sites"]["frames"]
+    names = {(f["object"], f["address"]): (f["function"], f["file"], f["line"]) for f in frames}
+    return names, log.read_text().splitlines()
+
+
+def libc_lines(asked: list) -> list:
+    return [a for a in asked if "/libc.so" in a]
+
+
+def test_a_second_run_names_its_sites_the_same_without_asking_again(setup):
+    tmp_path, wrapper, log = setup
+    build(tmp_path, "fill_the_table")
+    first, asked_first = run(tmp_path, wrapper, log)
+    assert any(n[0] == "fill_the_table" and n[2] for n in first.values()), first
+    assert libc_lines(asked_first), asked_first   # libc's debug information was read
+    second, asked_second = run(tmp_path, wrapper, log)
+    assert second == first
+    # what the first run's answers said completely is not asked again: libc's (libc6-dbg)
+    # and the program's own (-g); what is left is only what had no file and line
+    assert not libc_lines(asked_second), asked_second
+    assert not [a for a in asked_second if "prog " in a and a.split()[-1] in
+                {addr for (obj, addr), n in first.items() if obj.endswith("/prog") and n[2]}]
+
+
+def test_an_object_rebuilt_at_the_same_path_is_asked_again(setup):
+    tmp_path, wrapper, log = setup
+    build(tmp_path, "fill_the_table")
+    first, _ = run(tmp_path, wrapper, log)
+    assert any(n[0] == "fill_the_table" for n in first.values())
+    os.unlink(tmp_path / "prog")   # a new file: another inode, even within the same tick
+    build(tmp_path, "fill_another_table")
+    second, asked = run(tmp_path, wrapper, log)
+    assert any(n[0] == "fill_another_table" for n in second.values()), second
+    assert not any(n[0] == "fill_the_table" for n in second.values()), second
+    assert [a for a in asked if "prog " in a], asked
+
+
+def test_the_cache_can_be_turned_off(setup):
+    tmp_path, wrapper, log = setup
+    build(tmp_path, "fill_the_table")
+    first, _ = run(tmp_path, wrapper, log, HEAPSIGHT_NAMES_CACHE="0")
+    second, asked = run(tmp_path, wrapper, log, HEAPSIGHT_NAMES_CACHE="0")
+    assert second == first and libc_lines(asked), asked
+    assert not (tmp_path / "cache" / "heapsight").exists()
+
+
+def test_answers_without_a_file_and_line_are_not_kept(setup):
+    tmp_path, wrapper, log = setup
+    build(tmp_path, "fill_the_table")
+    subprocess.run(["strip", str(tmp_path / "prog")], check=True)   # no debug information
+    first, _ = run(tmp_path, wrapper, log)
+    second, asked = run(tmp_path, wrapper, log)
+    assert second == first
+    assert [a for a in asked if "prog " in a], asked   # asked again: never kept
+    kept = tmp_path / "cache" / "heapsight" / "names"
+    for f in kept.iterdir() if kept.exists() else ():
+        doc = json.loads(f.read_text())
+        assert not doc["object"].endswith("/prog"), doc
