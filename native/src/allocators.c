@@ -297,14 +297,14 @@ static void tcmalloc_init_early(void) {
  * free. Keep only those from malloc's own object; preload.c falls back on posix_memalign
  * and realloc for the others. */
 static void drop_foreign_entry_points(void) {
-  Dl_info m, f;
-  if (!dladdr((void *)_hs_real.malloc, &m)) return;
+  uint64_t m, f;
+  const char *name;
+  if (!_hs_object_of((void *)_hs_real.malloc, &m, &name)) return;
   void **optional[] = {(void **)&_hs_real.reallocarray, (void **)&_hs_real.aligned_alloc,
                        (void **)&_hs_real.memalign, (void **)&_hs_real.valloc,
                        (void **)&_hs_real.pvalloc};
   for (size_t i = 0; i < sizeof optional / sizeof *optional; i++)
-    if (*optional[i] && (!dladdr(*optional[i], &f) || f.dli_fbase != m.dli_fbase))
-      *optional[i] = NULL;
+    if (*optional[i] && (!_hs_object_of(*optional[i], &f, &name) || f != m)) *optional[i] = NULL;
 }
 
 /* ---- each allocator's init: its API comes from the objects after us, as malloc did.
@@ -351,9 +351,9 @@ static const hs_allocator_t g_unknown = {HS_ALLOC_UNKNOWN, "unknown", "", none_i
 static const hs_allocator_t *g_alloc = &g_unknown;
 
 void _hs_allocator_detect(void) {
-  Dl_info info = {0};
-  const char *file = "";
-  if (dladdr((void *)_hs_real.malloc, &info) && info.dli_fname) file = info.dli_fname;
+  uint64_t base = 0;
+  const char *file = NULL;
+  if (!_hs_object_of((void *)_hs_real.malloc, &base, &file) || !file) file = "";
   for (size_t i = 0; i < sizeof g_allocators / sizeof *g_allocators; i++) {
     if (strstr(file, g_allocators[i].soname_part)) {
       g_alloc = &g_allocators[i];
@@ -369,7 +369,7 @@ void _hs_allocator_detect(void) {
    * mappings are kept apart: the copy marks reachability from them (blockmap.c) */
   int other = g_alloc->id != HS_ALLOC_GLIBC && g_alloc->id != HS_ALLOC_UNKNOWN &&
               _hs_options_read_reach();
-  _hs_blockmap_allocator(other ? (uint64_t)(uintptr_t)info.dli_fbase : 0, other);
+  _hs_blockmap_allocator(other ? base : 0, other);
 }
 
 /* The allocator's version as it gives it, from a constant of its own (no lock, no
@@ -410,13 +410,13 @@ static void allocator_version(char *out, size_t n) {
  * /proc/self/exe (the loader names the main program ""). */
 static void malloc_elsewhere(char *out, size_t n) {
   out[0] = 0;
-  Dl_info bound = {0}, own = {0};
+  uint64_t bound, own;
+  const char *path = NULL, *ours;
   void *m = dlsym(RTLD_DEFAULT, "malloc");
-  if (!m || !dladdr(m, &bound) || !dladdr((void *)&malloc_elsewhere, &own) ||
-      bound.dli_fbase == own.dli_fbase)
+  if (!m || !_hs_object_of(m, &bound, &path) ||
+      !_hs_object_of((void *)&malloc_elsewhere, &own, &ours) || bound == own)
     return;
   char exe[4096];
-  const char *path = bound.dli_fname;
   if (!path || !*path) {
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[k > 0 ? k : 0] = 0;

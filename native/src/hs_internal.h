@@ -67,6 +67,9 @@ void _hs_allocator_describe(hs_segment_t *seg);
 void _hs_flush_current(void);
 void _hs_segment_remove_own(void); /* HEAPSIGHT_SEGMENT=auto: the segment made for attach */
 extern HS_TLS int _hs_t_helper;
+/* The object whose code is at pc: its load base and file name (the program's: argv[0]),
+ * without a symbol search (mappings.c). */
+int _hs_object_of(const void *pc, uint64_t *base, const char **name);
 int _hs_allocator_stats(hs_alloc_stats_t *out);
 int _hs_allocator_release(void);
 int _hs_allocator_release_on_caller(void);

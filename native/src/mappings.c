@@ -38,7 +38,7 @@ static void *real(void **slot, const char *name) {
  * was started by, as dladdr says it). _dl_find_object (glibc 2.35+) finds it from the
  * loader's sorted table without a lock; dladdr also looks for the nearest symbol, which
  * in a program with a huge symbol table (node exports V8's) took 55% of its time. */
-static int object_of(const void *pc, uint64_t *base, const char **name) {
+int _hs_object_of(const void *pc, uint64_t *base, const char **name) {
   struct dl_find_object fo;
   if (_dl_find_object((void *)pc, &fo) == 0 && fo.dlfo_link_map) {
     *base = (uint64_t)(uintptr_t)fo.dlfo_map_start;
@@ -59,9 +59,9 @@ static void account(const void *caller, int64_t bytes, int calls) {
   static uint64_t own_base; /* heapsight's own object: its mappings are not the program's */
   uint64_t base, self = __atomic_load_n(&own_base, __ATOMIC_RELAXED);
   const char *fname = NULL, *ignored;
-  if (!self && object_of((void *)account, &self, &ignored))
+  if (!self && _hs_object_of((void *)account, &self, &ignored))
     __atomic_store_n(&own_base, self, __ATOMIC_RELAXED);
-  if (!object_of(caller, &base, &fname) || base == self) return;
+  if (!_hs_object_of(caller, &base, &fname) || base == self) return;
   while (__atomic_exchange_n(&g_lock, 1, __ATOMIC_ACQUIRE)) {}
   hs_owner_t *o = NULL;
   for (int i = 0; i < HS_MAX_OWNERS && !o; i++) {
@@ -93,7 +93,7 @@ static int counted(int flags) { return (flags & MAP_ANONYMOUS) && !(flags & MAP_
 static void note(uint64_t lo, uint64_t hi, const void *caller) {
   uint64_t base;
   const char *name;
-  if (caller && _hs_blockmap_noting() && object_of(caller, &base, &name))
+  if (caller && _hs_blockmap_noting() && _hs_object_of(caller, &base, &name))
     _hs_blockmap_mapped(lo, hi, base);
 }
 
