@@ -64,7 +64,8 @@ class Sampler:
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
                  snapshot_at: tuple = (), snapshot_every_s: float = 0.0, on_snapshot=None,
                  on_tick=None, stats_hz: float = 10.0, on_first_tick=None):
-        """on_signal(siginfo) is called for each of interrupts.WATCHED that arrives while
+        """proc is the started program (launch.Program: its pid, poll and returncode).
+        on_signal(siginfo) is called for each of interrupts.WATCHED that arrives while
         the program runs; the caller blocks them (and SIGCHLD, which ends a wait at once
         when the program exits) before starting the program."""
         self.proc, self.segment = proc, segment
