@@ -21,7 +21,7 @@ static void **held;
 static void **cache;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t cache_next;
-static atomic_long leaked_blocks, served;
+static atomic_long leaked_blocks, leaks_done, served;
 static atomic_int stopping;
 
 __attribute__((noinline)) static void leak_request(long id)
@@ -82,7 +82,9 @@ static void *worker(void *arg)
         long limit = leak_kib * 1024 / LEAK_BYTES;
         if (atomic_load(&leaked_blocks) < limit && atomic_fetch_add(&leaked_blocks, 1) < limit) {
             leak_request(id);
-            if (atomic_load(&leaked_blocks) == limit) {
+            /* the thread that completes the last leak says so, once (two threads could
+             * both read leaked_blocks == limit, one of them before the last leak was made) */
+            if (atomic_fetch_add(&leaks_done, 1) + 1 == limit) {
                 printf("leaked %ld bytes in %ld blocks\n", limit * LEAK_BYTES, limit);
                 fflush(stdout);
             }
