@@ -280,10 +280,11 @@ class _Meanwhile:
     imports, a tick waits at most IMPORT_SWITCH_S for the interpreter's lock); it joins this
     one as the program ends, before the analysis."""
 
-    def __init__(self, segment, modules: tuple, names: bool) -> None:
+    def __init__(self, segment, modules: tuple, names: bool, program: str = "") -> None:
         import threading
         import time
         self.segment, self.modules, self.names = segment, modules, names
+        self.program = os.path.realpath(program) if program else ""
         self.done, self.t0 = threading.Event(), time.monotonic()
         self.thread = threading.Thread(target=self._run, name="heapsight-meanwhile", daemon=True)
 
@@ -297,7 +298,9 @@ class _Meanwhile:
         import time
         from heapsight import symbolize
         if self.names:   # the tool reads libc's debug information meanwhile
-            symbolize.warm_up(_libc_lookup())
+            # and the program's own file (its symbols, its debug information), as its
+            # stacks name it: unless an earlier run kept their answers (symbolize.warm_up)
+            symbolize.warm_up(_libc_lookup() + ([(self.program, 0)] if self.program else []))
         # The sampler's ticks take the interpreter's lock between their reads: while this
         # thread imports, it is handed over within IMPORT_SWITCH_S, not the default 5 ms
         # (a tick kept waiting would sample the program late: the peak's moment missed)
@@ -391,7 +394,7 @@ def measure(argv: list, opts: Options) -> tuple:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
         # names are asked only for sampled stacks
         names = opts.keep and _samples(opts) and segment is not None
-        meanwhile = _Meanwhile(segment, END_MODULES + tuple(opts.warm), names)
+        meanwhile = _Meanwhile(segment, END_MODULES + tuple(opts.warm), names, path)
         try:
             sampler = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
                               on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
