@@ -125,6 +125,15 @@ def scenario(name: str) -> str:
     return path
 
 
+def compile_c(directory, name: str, source: str, *flags: str) -> str:
+    """A C program built from source in directory (-O1, then flags: -g, -lpthread, ...);
+    its path."""
+    src, exe = Path(directory) / f"{name}.c", Path(directory) / name
+    src.write_text(source)
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src), *flags], check=True, timeout=120)
+    return str(exe)
+
+
 @pytest.fixture
 def hs(tmp_path):
     """hs(*command, opts=[...]) -> Result, run with cwd=tmp_path and --json to a file."""

@@ -28,10 +28,13 @@ def test_exit_handlers_run_and_buffered_output_is_written():
 
 
 def test_a_thread_that_is_not_a_daemon_is_waited_for():
-    r = _python("def late():\n    time.sleep(0.3)\n    print('the thread finished', flush=True)\n"
+    # (the thread ends only once it is told, after exit_now returned: no timing involved)
+    r = _python("told = threading.Event()\n"
+                "def late():\n    told.wait()\n    print('the thread finished', flush=True)\n"
                 "threading.Thread(target=late).start()\n"
                 "exit_now(0)\n"
-                "print('the ordinary exit', flush=True)\n")
+                "print('the ordinary exit', flush=True)\n"
+                "told.set()\n")
     assert r.returncode == 0, r
     assert r.stdout.splitlines() == ["the ordinary exit", "the thread finished"]
 

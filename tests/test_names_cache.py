@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import compile_c
 
 PROGRAM = r"""
 #include <stdlib.h>
@@ -38,9 +39,7 @@ def setup(tmp_path):
 
 
 def build(tmp_path, func: str):
-    src = tmp_path / "prog.c"
-    src.write_text(PROGRAM.replace("FUNC", func))
-    subprocess.run(["cc", "-g", "-O1", "-o", str(tmp_path / "prog"), str(src)], check=True)
+    compile_c(tmp_path, "prog", PROGRAM.replace("FUNC", func), "-g")
 
 
 def run(tmp_path, wrapper, log, **env) -> tuple:
@@ -111,3 +110,37 @@ def test_answers_without_a_file_and_line_are_not_kept(setup):
     for f in kept.iterdir() if kept.exists() else ():
         doc = json.loads(f.read_text())
         assert not doc["object"].endswith("/prog"), doc
+
+
+def test_a_cache_folder_others_can_write_is_not_used(setup):
+    # GIVEN a cache folder that another user could write names into (an XDG_CACHE_HOME
+    # shared with others)
+    tmp_path, wrapper, log = setup
+    build(tmp_path, "fill_the_table")
+    names = tmp_path / "cache" / "heapsight" / "names"
+    names.mkdir(parents=True)
+    names.chmod(0o777)
+    # WHEN the program runs twice
+    first, _ = run(tmp_path, wrapper, log)
+    second, asked = run(tmp_path, wrapper, log)
+    # THEN nothing was kept there, nor read: libc is asked again
+    assert second == first and libc_lines(asked), asked
+    assert not list(names.iterdir())
+
+
+def test_a_fifo_planted_where_the_answers_go_blocks_nothing(setup):
+    tmp_path, wrapper, log = setup
+    build(tmp_path, "fill_the_table")
+    first, asked = run(tmp_path, wrapper, log)   # (the folder is made, libc's file kept)
+    libc = next(a.split()[0] for a in libc_lines(asked))
+    from heapsight import symbolize
+    os.environ["XDG_CACHE_HOME"], old = str(tmp_path / "cache"), os.environ["XDG_CACHE_HOME"]
+    try:
+        kept = symbolize._cache_file(str(wrapper), libc)
+    finally:
+        os.environ["XDG_CACHE_HOME"] = old
+    os.unlink(kept)
+    os.mkfifo(kept)
+    second, asked = run(tmp_path, wrapper, log)   # (run() bounds it: 120 s)
+    assert second == first and libc_lines(asked), asked
+    assert os.path.exists(kept)

@@ -19,6 +19,7 @@ import sys
 import time
 
 import pytest
+from conftest import compile_c
 
 HS = [sys.executable, "-m", "heapsight", "run", "--no-save"]
 
@@ -140,10 +141,7 @@ def build(tmp_path_factory):
     d = tmp_path_factory.mktemp("no-thread")
 
     def make(name: str, source: str) -> str:
-        src, exe = d / f"{name}.c", d / name
-        src.write_text(source)
-        subprocess.run(["cc", "-O1", "-o", str(exe), str(src), "-lpthread"], check=True)
-        return str(exe)
+        return compile_c(d, name, source, "-lpthread")
     return make
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import compile_c
 
 HS = [sys.executable, "-m", "heapsight", "run", "--no-save"]
 
@@ -119,15 +120,12 @@ def build(tmp_path_factory):
     d = tmp_path_factory.mktemp("own-malloc")
 
     def make(name: str, src: str) -> str:
-        c, exe = d / f"{name}.c", d / name
-        c.write_text(src)
-        subprocess.run(["cc", "-O1", "-fno-builtin", "-o", str(exe), str(c), "-ldl"], check=True,
-                       timeout=60)
+        exe = compile_c(d, name, src, "-fno-builtin", "-ldl")
         # the executable exports malloc (libc refers to it): what puts it first
-        nm = subprocess.run(["nm", "-D", "--defined-only", str(exe)], capture_output=True,
+        nm = subprocess.run(["nm", "-D", "--defined-only", exe], capture_output=True,
                             text=True, check=True).stdout.split()
         assert "malloc" in nm, nm
-        return str(exe)
+        return exe
     return make
 
 

@@ -406,8 +406,8 @@ static void allocator_version(char *out, size_t n) {
 
 /* Whose malloc the program's own calls reach: the first definition in the global scope,
  * where the executable comes before every preloaded library (heapsight's is first after
- * it). "" when it is heapsight's; else the object's path, the executable's read from
- * /proc/self/exe (the loader names the main program ""). */
+ * it). "" when it is heapsight's; else the object's path (the executable's as it was
+ * started, argv[0]; /proc/self/exe when that is empty). */
 static void malloc_elsewhere(char *out, size_t n) {
   out[0] = 0;
   uint64_t bound, own;

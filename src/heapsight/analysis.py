@@ -30,7 +30,6 @@ IN_THE_COPY = "measured in a copy of the program at its exit: the program kept i
 THREAD_TOPS = "the free top of the threads' heaps, which malloc_trim does not shrink"
 
 
-
 def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:
     """(bytes, ± one standard error): the live blocks' waste (usable - requested bytes).
     The sampled live blocks give its share of the live usable bytes: each class's estimated

@@ -37,6 +37,15 @@ def script_interpreter(path: str) -> str | None:
         return None
 
 
+def is_elf(path: str) -> bool:
+    """Whether the file is an ELF file (what a symbolizer can read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def linkage(path: str, depth: int = 0) -> str:
     """'dynamic', 'static', or 'unknown' (not ELF, unreadable)."""
     try:

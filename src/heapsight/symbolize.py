@@ -212,15 +212,34 @@ def _cache_file(tool: str, obj: str) -> str | None:
     return os.path.join(base, "heapsight", "names", key.hexdigest()[:32] + ".json")
 
 
+def _ours(folder: str) -> bool:
+    """Whether the cache's folder, and heapsight's folder above it, are directories of this
+    user's that no one else can write (an XDG_CACHE_HOME shared with others is not used:
+    names planted there would be shown, and files kept there removed)."""
+    import stat
+    for d in (folder, os.path.dirname(folder)):
+        try:
+            st = os.lstat(d)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return False
+    return True
+
+
 def _read_kept(path: str) -> dict:
     if path not in _KEPT:
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-            _KEPT[path] = {int(a): line for a, line in doc["answers"].items()
-                           if isinstance(line, str)}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            _KEPT[path] = {}
+        _KEPT[path] = {}
+        if _ours(os.path.dirname(path)):
+            import stat
+            try:   # a regular file only: never a link, nor a FIFO that would block the run
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                with os.fdopen(fd, encoding="utf-8") as f:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        _KEPT[path] = {int(a): line for a, line in json.load(f)["answers"].items()
+                                       if isinstance(line, str)}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                pass
     return _KEPT[path]
 
 
@@ -273,6 +292,8 @@ def _write_kept(path: str, obj: str, kept: dict) -> None:
     folder = os.path.dirname(path)
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not _ours(folder):
+            return
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".names-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:

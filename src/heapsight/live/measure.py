@@ -283,8 +283,7 @@ class _Meanwhile:
     def __init__(self, segment, modules: tuple, names: bool, program: str = "") -> None:
         import threading
         import time
-        self.segment, self.modules, self.names = segment, modules, names
-        self.program = os.path.realpath(program) if program else ""
+        self.segment, self.modules, self.names, self.program = segment, modules, names, program
         self.done, self.t0 = threading.Event(), time.monotonic()
         self.thread = threading.Thread(target=self._run, name="heapsight-meanwhile", daemon=True)
 
@@ -298,9 +297,12 @@ class _Meanwhile:
         import time
         from heapsight import symbolize
         if self.names:   # the tool reads libc's debug information meanwhile
-            # and the program's own file (its symbols, its debug information), as its
-            # stacks name it: unless an earlier run kept their answers (symbolize.warm_up)
-            symbolize.warm_up(_libc_lookup() + ([(self.program, 0)] if self.program else []))
+            # and the program's own file (its symbols, its debug information; a script's
+            # interpreter), as its stacks name it: unless an earlier run kept their answers
+            # (symbolize.warm_up)
+            run = self.program and os.path.realpath(elf.script_interpreter(self.program)
+                                                    or self.program)
+            symbolize.warm_up(_libc_lookup() + ([(run, 0)] if run and elf.is_elf(run) else []))
         # The sampler's ticks take the interpreter's lock between their reads: while this
         # thread imports, it is handed over within IMPORT_SWITCH_S, not the default 5 ms
         # (a tick kept waiting would sample the program late: the peak's moment missed)
