@@ -394,6 +394,10 @@ def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_inc
         f, = analysis.findings(cmd, bd(retained_bytes=40 * MiB), released(30 * MiB),
                                heap(arenas=1, threads=1))
         assert f.suggestions[0].startswith(first), (cmd, f.suggestions)
+        # AND a setting that needs no code change follows for each, a one-shot script's too
+        # (a perl one-liner was told only to attach to a service it is not)
+        assert any(x.startswith("LD_PRELOAD=") and "libjemalloc" in x
+                   for x in f.suggestions[1:]), (cmd, f.suggestions)
 
 
 def owner(name, peak, at_exit, n=10):
