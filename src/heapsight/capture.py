@@ -265,7 +265,7 @@ class Recording:
 
     def to_json(self) -> dict:
         return {"tool": self.tool, "note": self.note,
-                "frames": [[path, addr, [dataclasses.asdict(f) for f in fs]]
+                "frames": [[path, addr, [f.as_dict() for f in fs]]
                            for (path, addr), fs in self.frames.items()]}
 
 
