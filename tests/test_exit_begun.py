@@ -145,6 +145,32 @@ def test_cpython_began_finalizing(tmp_path):
     assert_the_programs_end(r)
 
 
+# Its teardown is quick: no tick may see _finalizing set before the process is gone.
+QUICK_TEARDOWN = r"""
+import time
+keep = [bytearray(1000) for _ in range(4000)]   # 4 MB live while it works
+time.sleep(0.3)
+print(f"done_ns={time.monotonic_ns()}", flush=True)
+"""
+
+
+def test_cpython_finalizing_between_two_ticks_ends_at_the_last_sample(tmp_path):
+    # GIVEN a Python script holding 4 MB as its work ends, whose teardown (which frees them)
+    # may fall between two of the sampler's ticks
+    script = tmp_path / "quick_teardown.py"
+    script.write_text(QUICK_TEARDOWN)
+    out = tmp_path / "r.hsrun.json.gz"
+    p = subprocess.run([*HS, "-o", str(out), "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    s = capture.rederive(record.load(str(out)))
+    end = next(m for m in s.moments if m.name == "end")
+    # THEN the end is a sample before CPython began finalizing (seen or not), with the 4 MB
+    # still live; not the library's reading as main returned, after the teardown freed them
+    assert end.how == "the last sample before CPython began finalizing", end
+    assert end.breakdown.live_bytes >= 4_000_000, end
+
+
 class _Seg:
     def __init__(self, **fields):
         self.fields = fields
@@ -159,7 +185,23 @@ def test_the_earliest_of_the_library_and_cpython_and_none_seen():
     assert summary.end_begun_s(seg, tl) == (0.5, "main returned")
     tl.py_finalizing_s = 0.25
     assert summary.end_begun_s(seg, tl) == (0.25, "CPython began finalizing")
-    tl.py_finalizing_s = None
+    # CPython began finalizing after the last sample that read it running (0.2 s): where a
+    # tick saw _finalizing set before the library's reading, there (0.25 s, as before); where
+    # none did (the teardown between two ticks), or one only after that reading (0.6 s:
+    # set still after the teardown), just after the last sample that read it running
+    tl.py_running_s, tl.py_finalizing_s = 0.2, 0.25
+    assert summary.end_begun_s(seg, tl) == (0.25, "CPython began finalizing")
+    for tl.py_finalizing_s in (0.6, None):
+        end_s, how = summary.end_begun_s(seg, tl)
+        assert how == "CPython began finalizing" and 0.2 < end_s < 0.2 + 1e-9, tl.py_finalizing_s
+    # a sample read it running after the library's reading (exit() called from C code): the
+    # library's reading stands
+    tl.py_running_s = 0.55
+    assert summary.end_begun_s(seg, tl) == (0.5, "main returned")
+    tl.py_running_s = 0.2
+    tl.images = [(0.0, "/usr/bin/python3"), (0.4, "/bin/true")]   # it exec'd after: not so
+    assert summary.end_begun_s(seg, tl) == (0.5, "main returned")
+    tl.images, tl.py_running_s = [], None
     # nothing seen (os._exit, a signal), or a capture saved before the fields existed
     assert summary.end_begun_s(_Seg(exit_begun_ns=0, exit_begun_how=0), tl) == (None, "")
     assert summary.end_begun_s(_Seg(), tl) == (None, "")

@@ -414,11 +414,15 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str,
         # the lab's pattern: MALLOC_ARENA_MAX and the thresholds do little
         return remedies.suggestions("thread-arenas", cmd, remedies.language(command))
     if interpreted(command):
-        # a Perl or Python program cannot #include <malloc.h>: trim the running service; the
-        # settings below need no code and apply to a one-shot script as well (--verify
-        # measures them on it)
-        out = ["heapsight attach PID --trim   # for the running service: calls malloc_trim(0) "
-               "in it and measures what it gave back"]
+        # a Perl or Python program cannot #include <malloc.h>: Python calls malloc_trim
+        # through ctypes, and either is trimmed as a running service; the settings below
+        # need no code and apply to a one-shot script as well (--verify measures them on it)
+        out = []
+        if remedies.language(command) == "python":
+            code, why = remedies.IN_LANGUAGE["python"]
+            out.append(f"{code}   # {why}")
+        out.append("heapsight attach PID --trim   # for the running service: calls "
+                   "malloc_trim(0) in it and measures what it gave back")
     else:
         out = ["gdb -p PID -batch -ex 'call (int)malloc_trim(0)'   # now, in the running "
                "program; in its code: malloc_trim(0) after freeing a large structure "

@@ -36,7 +36,10 @@ from heapsight.model import AllocStats, HeapCounters
 #   4  + the segment's "allocator_version"
 #   5  + the segment's "malloc_elsewhere": whose malloc the program's calls reached when
 #      not heapsight's (an executable with an allocator of its own)
-VERSION = 5
+#   6  + the timeline's "py_running_s": the last sample that read CPython running (the end
+#      moment of a CPython program that finalized between two ticks is that sample, not the
+#      library's reading, which came after its teardown)
+VERSION = 6
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -81,7 +84,15 @@ def _from_4(cap: dict) -> dict:
             "segment": None if seg is None else {**seg, "malloc_elsewhere": ""}}
 
 
-UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4}
+def _from_5(cap: dict) -> dict:
+    """A version 5 capture as version 6: no sample's reading of CPython's _finalizing was
+    kept (the end moment is then as that version's analysis found it)."""
+    tl = cap.get("timeline")
+    return {**cap, "version": 6,
+            "timeline": None if tl is None else {**tl, "py_running_s": None}}
+
+
+UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5}
 
 
 class NewerCapture(ValueError):

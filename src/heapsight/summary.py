@@ -747,8 +747,9 @@ def end_begun_s(segment, tl: Timeline) -> tuple:
     """(seconds since the run's start, how) of the moment the program's exit began, before
     its exit handlers, static destructors and an interpreter's teardown: the earliest of
     the library's exit_begun_ns (main returned, or the program called exit()) and the first
-    sample that saw CPython finalizing (tl.py_finalizing_s); (None, "") when neither was
-    seen. Seconds on the timeline's "t" scale (_since)."""
+    sample that saw CPython finalizing (tl.py_finalizing_s), and for CPython just after the
+    last sample that read it running (tl.py_running_s); (None, "") when neither the library
+    nor a sample saw it. Seconds on the timeline's "t" scale (_since)."""
     from heapsight.layout import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
     seen = []
     try:   # (a capture saved before the segment had these fields has neither)
@@ -758,7 +759,20 @@ def end_begun_s(segment, tl: Timeline) -> tuple:
         ns, how = 0, 0
     if ns and tl.start_ns:
         seen.append((_since(tl, ns), EXIT_BEGUN_HOW.get(how, "")))
+    library = seen[0][0] if seen else None
     py = getattr(tl, "py_finalizing_s", None)
     if py is not None:
         seen.append((float(py), EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]))
+    running = getattr(tl, "py_running_s", None)
+    if (running is not None and library is not None and running < library
+            and (py is None or py > library)
+            and (not tl.images or tl.images[-1][0] <= running)):
+        # No tick saw CPython finalizing before the library's reading as main returned,
+        # which comes after its teardown (Py_FinalizeEx runs before exit): the teardown fell
+        # between two ticks, or the tick that saw _finalizing came after (it stays set).
+        # CPython began finalizing after the last sample that read it running: the exit
+        # began just after that sample. (A C extension calling exit() between two ticks reads
+        # so too: its end is then the sample before, at most a tick early.)
+        seen.append((math.nextafter(float(running), math.inf),
+                     EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]))
     return min(seen) if seen else (None, "")

@@ -63,6 +63,9 @@ class Timeline:
         # when CPython began finalizing (_PyRuntime._finalizing set: its atexit callbacks
         # done, its teardown begun): the first sample that read it so, None when none did
         self.py_finalizing_s = None
+        # the last sample that read CPython's _finalizing unset (None: no sample read it):
+        # when none saw it set, CPython finalized after this one, between two ticks
+        self.py_running_s = None
         self.max_rows = MAX_ROWS
         self.capture = None         # capture.take's: what the analysis read, for the record
         for k, v in given.items():

@@ -390,7 +390,9 @@ def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_inc
         assert f.suggestions[1].startswith(code), (cmd, f.suggestions)
         assert any("#include" in x for x in f.suggestions) == (cmd is CMD)
     for cmd, first in ((CMD, "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'"),
-                       (["perl", "app.pl"], "heapsight attach PID --trim   # for the running service")):
+                       (["perl", "app.pl"], "heapsight attach PID --trim   # for the running service"),
+                       # a Python script can call it itself (it was told only to attach)
+                       (["python3", "app.py"], 'ctypes.CDLL("libc.so.6").malloc_trim(0)   # in the script')):
         f, = analysis.findings(cmd, bd(retained_bytes=40 * MiB), released(30 * MiB),
                                heap(arenas=1, threads=1))
         assert f.suggestions[0].startswith(first), (cmd, f.suggestions)

@@ -490,9 +490,13 @@ class Sampler:
             c.stats = now + self.stats_period
             self._read_allocator(row)
         word = self._finalizing_word()
-        if word is not None and word.read():
-            tl.py_finalizing_s = row[IDX["t"]]
-            self._close_finalizing()
+        if word is not None:
+            finalizing = word.read()
+            if finalizing:
+                tl.py_finalizing_s = row[IDX["t"]]
+                self._close_finalizing()
+            elif finalizing is not None:
+                tl.py_running_s = row[IDX["t"]]
         return True
 
     def _finalizing_word(self):
@@ -592,6 +596,10 @@ class Sampler:
         if why == readloop.FINALIZING and len(rows):
             tl.py_finalizing_s = float(rows[-1][0])
             self._close_finalizing()
+        # each row read _finalizing (the last one set, when that ended the loop)
+        ran = len(rows) - (why == readloop.FINALIZING)
+        if word is not None and ran > 0:
+            tl.py_running_s = float(rows[ran - 1][0])
         c.early = why in (readloop.RSS, readloop.EXITING, readloop.EXEC, readloop.FINALIZING)
         if why == readloop.EXEC:
             c.status = 0.0   # the next tick reads the new image
