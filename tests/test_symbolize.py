@@ -175,8 +175,10 @@ def test_thousands_of_frames_take_well_under_a_second():
     assert found.tool == "llvm-symbolizer"
     named = sum(1 for k in addrs if found.frames[k][-1].function)
     assert named == len(addrs)
-    # measured 0.13-0.2 s for this; the bound leaves room for a loaded machine
-    assert took < 1.5, f"{len(addrs)} addresses took {took:.2f} s"
+    # measured 0.13-0.2 s for this on a quiet machine, 0.5-1.3 s on a slow day of this VM and
+    # 1.58 s beside a full suite's other worker; a process per address (what this guards
+    # against) would take 10 s or more
+    assert took < 3.0, f"{len(addrs)} addresses took {took:.2f} s"
 
 
 def test_addresses_sent_ahead_are_answered_once_and_the_same(sites_g, monkeypatch):
