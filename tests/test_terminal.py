@@ -129,3 +129,29 @@ def test_compare_fits_80_columns_with_a_long_configuration_name(tmp_path):
             if len(x) > 80 and not x.lstrip().startswith("try: ")] == []
     # the long name whole, on its row
     assert any(x.startswith("python-malloc-jemalloc-eager ") for x in p.stderr.splitlines())
+
+
+def test_a_findings_long_title_wraps_under_its_first_word(monkeypatch):
+    # GIVEN a stored run whose finding has a title longer than the width (xz -T2's "kept until
+    # exit ... never touched: address space, not RSS" was 104 characters)
+    import dataclasses
+    import io
+    from pathlib import Path
+
+    from heapsight import capture, record
+    from heapsight.reporters import terminal
+    doc = record.load(str(Path(__file__).parent / "data" / "captures" / "leak-v6.hsrun.json.gz"))
+    s = capture.rederive(doc)
+    title = "282.2 MiB kept until exit, still reachable (111.4 MiB of it never touched: " \
+            "address space, not RSS)"
+    s = dataclasses.replace(s, findings=(dataclasses.replace(s.findings[0], title=title),))
+    monkeypatch.setenv("COLUMNS", "60")
+    out = io.StringIO()
+    terminal.render_run(s, out)
+    lines = out.getvalue().splitlines()
+    # THEN it is on lines of the width, each after the first under the title's first word
+    first = next(i for i, line in enumerate(lines) if line.startswith("  * 282.2 MiB"))
+    rest = lines[first + 1:first + 1 + 2]
+    assert all(len(line) <= 60 for line in lines[first:first + 3]), lines[first:first + 3]
+    assert " ".join(x.strip() for x in [lines[first][4:], *rest]).startswith(title), rest
+    assert all(line.startswith("    ") for line in rest), rest

@@ -369,7 +369,12 @@ def _finding_lines(c: Console, s: Summary) -> None:
         c.print(Text("  why, and what to try:", style="bold"))
     for f in s.findings:
         c.print()
-        c.print(Text(f"  * {f.title}", style="bold"))
+        # the title wrapped under its first word, as the detail below it (rich's own wrap
+        # put a long title's last words at the margin)
+        title = textwrap.wrap(f.title, max(20, c.width - 4), break_on_hyphens=False) or [""]
+        c.print(Text("  * " + title[0], style="bold"), no_wrap=True, overflow="ignore")
+        for more in title[1:]:
+            c.print(Text("    " + more, style="bold"), no_wrap=True, overflow="ignore")
         _indent(c, f.detail, 4)
         for sug in f.suggestions:
             _command(c, sug, 6)
