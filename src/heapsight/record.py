@@ -347,8 +347,10 @@ HEAPMAP = fields(required={"moment": string, "status": string, "arenas": list_of
 
 NAMED_MOMENT = schema_of(Moment, required=("name", "at_s"), breakdown=BREAKDOWN)
 VERIFIED = fields(required={"setting": string},
-                  optional={"moment": string, "error": string, **{k: maybe(number) for k in (
-                      "rss_bytes", "wall_s", "change", "time_change")}})
+                  optional={"moment": string, "error": string, "as_end": boolean,
+                            **{k: maybe(number) for k in (
+                                "rss_bytes", "wall_s", "change", "time_change",
+                                "against_bytes")}})
 
 
 SUMMARY = schema_of(

@@ -133,7 +133,10 @@ def _verified_lines(c: Console, s: Summary) -> None:
         if r.get("error") or "change" not in r:
             _indent(c, f"not measured: {r.get('error') or 'the run without a setting failed'}", 8)
         else:
-            _indent(c, f"{r['change'] * 100:+.0f}% {title} RSS ({human(r['rss_bytes'])}), "
+            figure = (f"no {title} moment under it: end RSS {human(r['rss_bytes'])}, against "
+                      f"{human(r['against_bytes'])} at the end without" if r.get("as_end")
+                      else human(r["rss_bytes"]))
+            _indent(c, f"{r['change'] * 100:+.0f}% {title} RSS ({figure}), "
                        f"{r['time_change'] * 100:+.0f}% time", 8,
                     style="green" if r["change"] <= -0.10 else "dim")
 
