@@ -256,9 +256,9 @@ class Summary:
     moments: tuple = ()         # Moment: peak, held, end, exit (those that exist)
     moment: str = ""            # the one the verdict is about (moments.about)
     verified: tuple = ()        # run --verify: {setting, moment, rss_bytes, wall_s, change,
-                                # time_change, error, as_end} per setting measured ("none"
-                                # first; as_end: no held moment in its run, measured at
-                                # end against_bytes, the end RSS without a setting)
+                                # time_change, error, stretch} per setting measured ("none"
+                                # first; stretch: no held moment in its run, its RSS where
+                                # the run without a setting held: moments.rss_over)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -147,6 +147,31 @@ def rss_of(moments, name: str) -> int | None:
     return None
 
 
+def held_share(moments, duration_s: float) -> tuple | None:
+    """(start, end) of a run's held stretch as shares of its duration (Moment objects or
+    their JSON dicts); None when it has no held moment."""
+    for m in moments:
+        d = m if isinstance(m, dict) else {"name": m.name, "start_s": m.start_s, "end_s": m.end_s}
+        if d["name"] == "held" and duration_s > 0:
+            return d["start_s"] / duration_s, d["end_s"] / duration_s
+    return None
+
+
+def rss_over(t, rss, duration_s: float, share: tuple) -> int | None:
+    """The median RSS a run sampled over a stretch given as shares of its duration (t and
+    rss: its timeline's columns): where a run that held nothing sat while another run of the
+    same program held memory (the stretch of that run's held moment, held_share). Its peak
+    would count the live bytes of the program's work; its end, a moment the stretch may not
+    be. The nearest sample when none falls inside; None without samples."""
+    lo, hi = share[0] * duration_s, share[1] * duration_s
+    pairs = [(float(a), float(b)) for a, b in zip(t, rss) if b is not None and b == b]
+    inside = [b for a, b in pairs if lo <= a <= hi]
+    if not inside and pairs:
+        mid = (lo + hi) / 2
+        inside = [min(pairs, key=lambda p: abs(p[0] - mid))[1]]
+    return int(median(inside)) if inside else None
+
+
 def words(m) -> str:
     """A moment in a few words: "held 0.31-3.02 s", "end 2.98 s", "peak RSS 0.97 s"."""
     d = m if isinstance(m, dict) else {"name": m.name, "at_s": m.at_s, "start_s": m.start_s,

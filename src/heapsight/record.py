@@ -347,10 +347,9 @@ HEAPMAP = fields(required={"moment": string, "status": string, "arenas": list_of
 
 NAMED_MOMENT = schema_of(Moment, required=("name", "at_s"), breakdown=BREAKDOWN)
 VERIFIED = fields(required={"setting": string},
-                  optional={"moment": string, "error": string, "as_end": boolean,
+                  optional={"moment": string, "error": string, "stretch": boolean,
                             **{k: maybe(number) for k in (
-                                "rss_bytes", "wall_s", "change", "time_change",
-                                "against_bytes")}})
+                                "rss_bytes", "wall_s", "change", "time_change")}})
 
 
 SUMMARY = schema_of(

@@ -1,6 +1,7 @@
 """run --verify's arithmetic (live/verify.py), on runs made up here: a setting is measured at
 the verdict's moment against the run without a setting at the same moment; a setting under
-which the program held nothing (no held moment in its run) is measured at the end of both."""
+which the program held nothing (no held moment in its run) is measured where the run without
+a setting held (its median RSS over that stretch, by share of the run)."""
 
 from __future__ import annotations
 
@@ -22,31 +23,42 @@ def summary(**given) -> Summary:
                              forks=0, execs=0, other_processes=0), **given})
 
 
-def run(**rss) -> Summary:
-    """A run whose moments have these RSS ({name: MiB})."""
-    return summary(moments=tuple(
-        Moment(name, 0.5, Breakdown(0.5, mib * MiB, *[0] * 9)) for name, mib in rss.items()))
+class _Timeline:
+    def __init__(self, samples):
+        self.columns = {"t": [t for t, _ in samples], "rss": [r * MiB for _, r in samples]}
 
 
-def test_a_setting_that_leaves_no_hold_is_measured_at_the_end_of_both(monkeypatch):
-    # GIVEN a program that held 400 MiB (412 at its held moment, 410 at its end); under
-    # jemalloc no held moment at all (94 MiB at its end, but its peak 440: the work's live
-    # bytes), under arena_max=2 a hold of 356
+def run(samples=((0.5, 1),), held=None, **rss) -> tuple:
+    """A run (summary, timeline) whose moments have these RSS ({name: MiB}), held its
+    (start, end, MiB) when given, and whose timeline is samples ((t, MiB), ...)."""
+    ms = [Moment(name, 0.5, Breakdown(0.5, mib * MiB, *[0] * 9)) for name, mib in rss.items()]
+    if held:
+        ms.append(Moment("held", held[0], Breakdown(held[0], held[2] * MiB, *[0] * 9),
+                         start_s=held[0], end_s=held[1]))
+    return summary(moments=tuple(ms)), _Timeline(samples)
+
+
+def test_a_setting_that_leaves_no_hold_is_measured_where_the_run_without_it_held(monkeypatch):
+    # GIVEN a program that holds 400 MiB from 0.6 to 0.9 s of its 1 s (412 MiB RSS) and then
+    # ends at 410; under jemalloc no held moment at all (its peak 440 MiB, the work's live
+    # bytes at 0.3 s; 90-100 MiB from 0.6 s on); under arena_max=2 a hold of 356
     held = summary(moment="held", findings=(
         Finding("hold", 400 * MiB, "held", "", (ARENAS, JEMALLOC)),))
-    runs = iter([run(peak=413, held=412, end=410), run(peak=413, held=356, end=356),
-                 run(peak=440, end=94)])   # (in the order suggested: arena_max, jemalloc)
-    monkeypatch.setattr(verify, "measure", lambda argv, opts: (next(runs), None))
+    jemalloc = [(0.1, 200), (0.3, 440), (0.5, 300), (0.6, 100), (0.7, 94), (0.8, 92), (0.9, 90)]
+    runs = iter([run(held=(0.6, 0.9, 412), peak=413, end=410),
+                 run(held=(0.6, 0.9, 356), peak=413, end=356),
+                 run(jemalloc, peak=440, end=90)])   # (in the order suggested)
+    monkeypatch.setattr(verify, "measure", lambda argv, opts: next(runs))
     results = verify.measure_all(["./app"], held, verify.Options())
     base, arenas, jem = results
-    # THEN jemalloc's is its end against the end without a setting: -77%, not "not measured"
-    # (nor its peak's +7%)
-    assert jem["as_end"] and not jem["error"]
-    assert round(jem["change"], 2) == round(94 / 410 - 1, 2)
-    assert "no held moment under it: end RSS 94.0 MiB, against 410.0 MiB at the end without" \
+    # THEN jemalloc's is its median RSS over 0.6-0.9 s against the 412 held without: -77%,
+    # not "not measured" (nor its peak's +7%)
+    assert jem["stretch"] and not jem["error"] and jem["rss_bytes"] == 93 * MiB
+    assert round(jem["change"], 3) == round(93 / 412 - 1, 3)
+    assert "no held moment under it: 93.0 MiB where the run without it held" \
         in verify.words(jem, "held")
     # and a setting with a held moment is measured there, against the held RSS without
-    assert not arenas["as_end"] and round(arenas["change"], 2) == round(356 / 412 - 1, 2)
+    assert not arenas["stretch"] and round(arenas["change"], 3) == round(356 / 412 - 1, 3)
     # AND the suggestions are ordered by it: jemalloc's first
     s = verify.apply(held, results)
     assert s.findings[0].suggestions[0].startswith("LD_PRELOAD=") and \
@@ -58,6 +70,6 @@ def test_a_moment_missing_from_a_run_is_said_so(monkeypatch):
     end = summary(moment="end", findings=(
         Finding("retention", 40 * MiB, "kept", "", (ARENAS,)),))
     runs = iter([run(peak=100, end=90), run(peak=100)])
-    monkeypatch.setattr(verify, "measure", lambda argv, opts: (next(runs), None))
+    monkeypatch.setattr(verify, "measure", lambda argv, opts: next(runs))
     _, arenas = verify.measure_all(["./app"], end, verify.Options())
     assert arenas["error"] == "no end moment in its run" and "change" not in arenas

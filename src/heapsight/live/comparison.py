@@ -8,7 +8,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from heapsight import allocators, record
+from heapsight import allocators, moments, record
 from heapsight.allocators import Config, library_for
 from heapsight.live.measure import Options, measure
 from heapsight.moments import rss_of
@@ -34,13 +34,10 @@ def one_run(argv: list, cfg: Config, lib: str | None, show_output: bool,
         how = (f"was killed by signal {summary.exit_signal}" if summary.exit_signal
                else f"exited with code {summary.exit_code}")
         return summary, timeline, None, f"the program {how}"
-    def at(name):   # the RSS at a named moment (moments.py); held: the peak when the run
-        v = rss_of(summary.moments, name)   # was too short to hold anything for a stretch
-        return v if v is not None or name != "held" else summary.peak_rss_bytes
     metrics = {
         "peak_rss": summary.peak_rss_bytes,
-        "held_rss": at("held"),
-        "end_rss": at("end"),
+        "held_rss": rss_of(summary.moments, "held"),   # None: held nothing (run_all's)
+        "end_rss": rss_of(summary.moments, "end"),
         "moment": summary.moment,
         "final_rss": summary.final_rss_bytes,
         "retained": summary.final.retained_bytes if summary.final else 0,
@@ -132,9 +129,33 @@ def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
                     row["runs"].append(metrics)
     except KeyboardInterrupt:
         cmp.interrupted = True  # the run in progress is dropped; the finished ones count
+    _held_where_none(cmp)
     for r in cmp.rows:
         if r["ok"] and r["runs"]:
             r["stats"] = stats_of(r["runs"])
         elif r["ok"]:
             r["ok"], r["error"] = False, "interrupted before its first run finished"
     return cmp
+
+
+def _held_where_none(cmp: Comparison) -> None:
+    """A run that held nothing (no held moment: its RSS stayed near its live bytes) gets as
+    its held RSS its median RSS over the stretch glibc's first run that held memory held it,
+    by share of the run (moments.rss_over): where that run kept memory, what this one had;
+    its peak when no glibc run held anything (a program too short to hold for a stretch).
+    held_by says which: "moment", "stretch" or "peak"."""
+    recs: dict = {}
+    for rec in cmp.records:
+        recs.setdefault(rec["config"], []).append(rec)
+    share = next((sh for rec in recs.get(allocators.BASELINE, ())
+                  if (sh := moments.held_share(rec["summary"]["moments"],
+                                               rec["summary"]["duration_s"]))), None)
+    for row in cmp.rows:
+        for m, rec in zip(row["runs"], recs.get(row["name"], ())):
+            if m["held_rss"] is not None:
+                m["held_by"] = "moment"
+                continue
+            tl = rec.get("timeline") or {}
+            v = (moments.rss_over(tl.get("t", ()), tl.get("rss", ()), rec["summary"]["duration_s"],
+                                  share) if share else None)
+            m["held_rss"], m["held_by"] = (v, "stretch") if v is not None else (m["peak_rss"], "peak")

@@ -53,7 +53,7 @@ def measure_all(argv: list, s: Summary, opts: Options, progress=lambda msg: None
     envs = candidates(s)
     if not envs:
         return []
-    out = []
+    out, share = [], None
     for i, env in enumerate([{}] + envs):
         what = "without a setting" if not env else " ".join(f"{k}={v}" for k, v in env.items())
         progress(f"[{i + 1}/{len(envs) + 1}] {what}")
@@ -61,27 +61,29 @@ def measure_all(argv: list, s: Summary, opts: Options, progress=lambda msg: None
         if missing:
             out.append({"env": env, "error": f"{missing[0]} is not installed"})
             continue
-        run, _ = measure(argv, _light(opts, env))
-        rss, end = _moment_rss(run, s.moment), _moment_rss(run, "end")
+        run, tl = measure(argv, _light(opts, env))
+        rss = _moment_rss(run, s.moment)
+        if not env:   # the stretch the program held memory through, without a setting
+            share = moments.held_share(run.moments, run.duration_s)
         # a setting under which the program held nothing (no held moment in its run) is
-        # measured at its end, the work done, against the run without a setting at its end
-        # (its peak would count the live bytes of its work; the held RSS without a setting,
-        # live bytes of a moment the end may not have)
-        as_end = rss is None and s.moment == "held" and end is not None
+        # measured where the run without a setting held: its median RSS over that stretch
+        # (moments.rss_over), against the held RSS without
+        stretch = (rss is None and s.moment == "held" and bool(env) and share is not None
+                   and tl is not None)
+        if stretch:
+            cols = tl.columns
+            rss = moments.rss_over(cols["t"], cols["rss"], run.duration_s, share)
         err = (f"exited with code {run.exit_code}" if run.exit_code else
                "the run was interrupted" if run.interrupted else
-               f"no {s.moment} moment in its run" if rss is None and not as_end else "")
-        out.append({"env": env, "rss_bytes": end if as_end else rss, "end_bytes": end,
-                    "wall_s": run.duration_s, "error": err, "as_end": as_end})
+               f"no {s.moment} moment in its run" if rss is None else "")
+        out.append({"env": env, "rss_bytes": rss, "wall_s": run.duration_s, "error": err,
+                    "stretch": stretch})
         if run.interrupted:
             break
     base = out[0]
     for r in out[1:]:
-        against = base.get("end_bytes") if r.get("as_end") else base.get("rss_bytes")
-        if not r.get("error") and not base.get("error") and against:
-            r["change"] = r["rss_bytes"] / against - 1
-            if r.get("as_end"):
-                r["against_bytes"] = against
+        if not r.get("error") and not base.get("error") and base["rss_bytes"]:
+            r["change"] = r["rss_bytes"] / base["rss_bytes"] - 1
             r["time_change"] = r["wall_s"] / base["wall_s"] - 1 if base["wall_s"] else 0.0
     return out
 
@@ -94,9 +96,8 @@ def words(r: dict, moment: str) -> str:
         return "not measured: the run without it failed"
     title = moments.TITLE[moment]
     verdict = "" if r["change"] <= -LOWERS_BY else ": does not help here"
-    figure = (f"no {title} moment under it: end RSS {human(r['rss_bytes'])}, against "
-              f"{human(r['against_bytes'])} at the end without"
-              if r.get("as_end") else human(r["rss_bytes"]))
+    figure = (f"no {title} moment under it: {human(r['rss_bytes'])} where the run without it "
+              "held" if r.get("stretch") else human(r["rss_bytes"]))
     return (f"{r['change'] * 100:+.0f}% {title} RSS ({figure}), "
             f"{r['time_change'] * 100:+.0f}% time, measured{verdict}")
 
@@ -130,8 +131,7 @@ def apply(s: Summary, results: list) -> Summary:
         found.append(Finding(f.kind, f.bytes, f.title, f.detail, sugg))
     table = tuple({"setting": " ".join(f"{k}={v}" for k, v in r["env"].items()) or "none",
                    "moment": s.moment, **{k: r[k] for k in ("rss_bytes", "wall_s", "change",
-                                                           "time_change", "error", "as_end",
-                                                           "against_bytes")
+                                                           "time_change", "error", "stretch")
                                          if k in r}}
                   for r in results)
     return dataclasses.replace(s, findings=tuple(found), verified=table)

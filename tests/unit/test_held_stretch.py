@@ -1,0 +1,53 @@
+"""A run that held nothing beside one that held memory: its RSS where the other held
+(moments.held_share, moments.rss_over), and compare's held RSS column for it
+(comparison._held_where_none)."""
+
+from __future__ import annotations
+
+from heapsight import moments
+from heapsight.live import comparison
+
+MiB = 1 << 20
+
+
+def test_the_stretch_is_taken_by_share_of_each_runs_duration():
+    held = [{"name": "peak", "at_s": 0.3}, {"name": "held", "at_s": 0.7, "start_s": 0.6, "end_s": 0.9}]
+    assert moments.held_share(held, 1.0) == (0.6, 0.9)
+    assert moments.held_share(held[:1], 1.0) is None
+    # a run twice as long: the same shares, twice the seconds; the median of those inside
+    t, rss = [0.2, 0.6, 1.2, 1.4, 1.6, 1.8, 1.9], [9, 440, 100, 94, 92, 90, 5]
+    assert moments.rss_over(t, rss, 2.0, (0.6, 0.9)) == 93
+    # none inside: the nearest to the stretch's middle; a NaN reading is no reading
+    assert moments.rss_over([0.1, 0.5, 0.95], [1, float("nan"), 7], 1.0, (0.6, 0.7)) == 7
+    assert moments.rss_over([], [], 1.0, (0.6, 0.7)) is None
+
+
+def _run(config, duration, samples, held=None):
+    ms = [{"name": "peak", "at_s": 0.1}]
+    if held:
+        ms.append({"name": "held", "at_s": held[0], "start_s": held[0], "end_s": held[1]})
+    record = {"config": config, "summary": {"moments": ms, "duration_s": duration},
+              "timeline": {"t": [t for t, _ in samples], "rss": [r * MiB for _, r in samples]}}
+    metrics = {"peak_rss": max(r for _, r in samples) * MiB,
+               "held_rss": 400 * MiB if held else None}
+    return record, metrics
+
+
+def test_compare_gives_a_run_that_held_nothing_its_rss_where_glibc_held():
+    cmp = comparison.Comparison(["./app"], 1)
+    glibc = _run("glibc", 1.0, [(0.3, 413), (0.7, 412), (0.8, 412)], held=(0.6, 0.9))
+    jem = _run("jemalloc", 2.0, [(0.6, 440), (1.3, 94), (1.7, 90)])
+    for name, (rec, m) in (("glibc", glibc), ("jemalloc", jem)):
+        cmp.records.append(rec)
+        cmp.rows.append({"name": name, "ok": True, "runs": [m]})
+    comparison._held_where_none(cmp)
+    assert glibc[1]["held_by"] == "moment" and glibc[1]["held_rss"] == 400 * MiB
+    # 0.6-0.9 of jemalloc's 2 s: 1.2-1.8 s, its samples there 94 and 90 MiB (not its 440 peak)
+    assert jem[1]["held_by"] == "stretch" and jem[1]["held_rss"] == 92 * MiB
+    # AND where no glibc run held anything: the peak, as before
+    cmp = comparison.Comparison(["./app"], 1)
+    rec, m = _run("jemalloc", 2.0, [(0.6, 440), (1.3, 94)])
+    cmp.records.append(rec)
+    cmp.rows.append({"name": "jemalloc", "ok": True, "runs": [m]})
+    comparison._held_where_none(cmp)
+    assert m["held_by"] == "peak" and m["held_rss"] == 440 * MiB
