@@ -187,3 +187,33 @@ def test_attach_names_a_running_programs_own_malloc(build):
     finally:
         p.kill()
         p.wait()
+
+
+# a position-dependent program that takes malloc's address: its dynamic symbol malloc is
+# undefined but carries the address of a PLT entry of its own (a canonical PLT entry, as
+# Debian's python3.11 has), which dlsym("malloc") returns; it defines no malloc
+ADDRESS_TAKEN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+void *(*volatile alloc)(size_t);
+static void *keep[20000];
+int main(void) {
+  alloc = malloc;   /* its address taken in code */
+  for (int i = 0; i < 20000; i++) { keep[i] = alloc(1000); memset(keep[i], 1, 1000); }
+  printf("done\n");
+  return 0;
+}
+"""
+
+
+def test_a_program_that_only_takes_mallocs_address_is_not_said_to_define_it(tmp_path):
+    exe = compile_c(tmp_path, "taken", ADDRESS_TAKEN, "-no-pie", "-fno-pie")
+    syms = subprocess.run(["readelf", "--dyn-syms", "-W", exe], capture_output=True, text=True,
+                          check=True).stdout
+    line = next(x for x in syms.splitlines() if " malloc@" in x)
+    assert " UND " in line and int(line.split()[1], 16) != 0, line   # the canonical PLT entry
+    s, _ = run(tmp_path, exe)
+    # THEN heapsight's hooks count its calls, and nothing says it defines malloc
+    assert s["preload"] == "active" and "defines malloc" not in s["preload_note"], s["preload_note"]
+    assert 20000 <= s["heap"]["live_blocks"] <= 20100, s["heap"]

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
+#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -415,6 +416,14 @@ static void malloc_elsewhere(char *out, size_t n) {
   void *m = dlsym(RTLD_DEFAULT, "malloc");
   if (!m || !_hs_object_of(m, &bound, &path) ||
       !_hs_object_of((void *)&malloc_elsewhere, &own, &ours) || bound == own)
+    return;
+  /* A position-dependent executable that takes malloc's address has a canonical PLT entry:
+   * its dynamic symbol malloc is undefined (SHN_UNDEF) and has that entry's address, which
+   * dlsym returns (Debian's python3.11); its calls reach the malloc after it, heapsight's.
+   * dladdr counts such a symbol (glibc's dl-addr.c) and names it: only here, once. */
+  Dl_info info;
+  const ElfW(Sym) *sym = NULL;
+  if (dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_shndx == SHN_UNDEF)
     return;
   char exe[4096];
   if (!path || !*path) {
