@@ -196,3 +196,22 @@ def test_the_diff_fits_80_columns_with_long_call_site_names(tmp_path):
     assert [x for x in lines if len(x) > 80] == []
     assert any("worker (retention.c:19)" in x for x in lines)
     assert "(samples: A at" in r.stdout
+
+
+def test_a_figure_a_run_does_not_have_is_no_figure_not_zero():
+    # GIVEN two runs without a held moment (their RSS never sat beyond live bytes), one of
+    # them with a release measured at exit and one without
+    from heapsight import diffing
+    moments = [{"name": "peak", "at_s": 0.1, "breakdown": {"rss_bytes": 50 << 20}},
+               {"name": "end", "at_s": 0.2, "breakdown": {"rss_bytes": 40 << 20}}]
+    a = {"peak_rss_bytes": 50 << 20, "moments": moments, "release": {"gave_back_bytes": 1 << 20}}
+    b = {"peak_rss_bytes": 60 << 20, "moments": moments, "release": None}
+    rows = {r["figure"]: r for r in diffing.figures(a, b)}
+    # THEN "held RSS" is no figure on either side ("0 B" read as a measured nothing), the
+    # release none on B's, and neither is a change; the figures both have are compared
+    held, release = rows["held RSS"], rows["release at exit gave back"]
+    assert (held["a"], held["b"], held["change"]) == (None, None, None)
+    assert (release["a"], release["b"], release["change"]) == (1 << 20, None, None)
+    assert diffing.amount(held["a"]) == "-" and diffing.change_text(held) == ""
+    assert rows["end RSS"]["change"] == 0 and diffing.change_text(rows["end RSS"]) == "="
+    assert rows["peak RSS"]["change"] == 10 << 20

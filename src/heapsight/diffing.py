@@ -51,6 +51,15 @@ def _row(a, b) -> dict:
     return {"a": a, "b": b, "change": b - a, "percent": round(100.0 * (b - a) / a, 1) if a else None}
 
 
+def _figure_row(a, b) -> dict:
+    """A figure of both runs; None on the side of a run that has no such figure (no held
+    moment, no release measured: "0 B" would read as a measured nothing), and then no
+    change."""
+    if a is None or b is None:
+        return {"a": a, "b": b, "change": None, "percent": None}
+    return _row(a, b)
+
+
 def split(a: dict, b: dict, at: str) -> list:
     pa, pb = a.get(at) or {}, b.get(at) or {}
     return [{"row": name, **_row(pa.get(key), pb.get(key))} for key, name in SPLIT_ROWS]
@@ -110,7 +119,7 @@ def figures(a: dict, b: dict) -> list:
     ra, rb = reach(a), reach(b)
     if ra and rb:
         rows += [(c.replace("_", " ") + " at exit", ra[c + "_bytes"], rb[c + "_bytes"]) for c in REACH]
-    return [{"figure": name, **_row(x, y)} for name, x, y in rows]
+    return [{"figure": name, **_figure_row(x, y)} for name, x, y in rows]
 
 
 def _moment(s: dict, name: str) -> dict | None:
@@ -192,7 +201,10 @@ def sites_moment_text(got: dict) -> str:
 
 def change_text(r: dict) -> str:
     """A row's change as people read it: "+1.2 MiB (+3.4%)", "-8.0 KiB", or "=" for none;
-    a call site's with its interval: "+20.0 MiB (±1.5 MiB)"."""
+    a call site's with its interval: "+20.0 MiB (±1.5 MiB)"; "" where a run has no such
+    figure."""
+    if r["change"] is None:
+        return ""
     if not r["change"]:
         return "="
     text = f"{'+' if r['change'] > 0 else '-'}{human(abs(r['change']))}"
@@ -203,3 +215,8 @@ def change_text(r: dict) -> str:
 
 def changed_sites(d: dict, moment: str) -> list:
     return [r for r in (d["sites"].get(moment) or {}).get("rows", ()) if r["how"] != "no change"]
+
+
+def amount(v) -> str:
+    """A figure's cell: its bytes, or "-" where the run has none."""
+    return "-" if v is None else human(v)

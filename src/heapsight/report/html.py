@@ -17,7 +17,7 @@ from pathlib import Path
 from heapsight import __version__, allocators, analysis, heapmap, ranking
 from heapsight.moments import words as moment_words
 from heapsight.ranking import METRICS
-from heapsight.diffing import change_text, read_at_text, sites_moment_text
+from heapsight.diffing import amount, change_text, read_at_text, sites_moment_text
 from heapsight.fmt import cell, human, metric, pct
 from heapsight.output import OTHER_SURROGATES
 from heapsight.report import charts as ch
@@ -412,7 +412,7 @@ def diff_section(sid: str, source: str, doc: dict) -> tuple:
                            [[r["row"], human(r["a"]), human(r["b"]), change_text(r)]
                             for r in d["split"][at]], f"the split {title}{' ' + read if read else ''}"))
     parts.append(table(["", "A", "B", "change"],
-                       [[r["figure"], human(r["a"]), human(r["b"]), change_text(r)]
+                       [[r["figure"], amount(r["a"]), amount(r["b"]), change_text(r)]
                         for r in d["figures"]], "figures"))
     for moment, got in d["sites"].items():
         moved = [r for r in got["rows"] if r["how"] != "no change"]
