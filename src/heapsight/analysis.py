@@ -431,9 +431,9 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str,
         out.append(f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
     if heap.n_large_heap:
         out.append(f"GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 heapsight run -- {cmd}")
-    out.append("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 "
-               "MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 "
-               f"heapsight run -- {cmd}   # apt install libjemalloc2")
+    # (what it does; how to install it only where it is not)
+    out.append(f"{remedies.setting('jemalloc-eager')} heapsight run -- {cmd}   "
+               f"# {remedies.PRESET['jemalloc-eager'].about}{remedies.missing('jemalloc-eager')}")
     return tuple(out)
 
 

@@ -544,3 +544,17 @@ def test_free_tops_of_thread_heaps_are_retention_with_the_threshold_to_fix():
     # and without the tops it stays fragmentation
     f = _retention_finding(final, release, heap, {}, ["prog"], "prog")
     assert f.kind == "fragmentation"
+
+
+def test_jemalloc_is_said_to_need_installing_only_where_it_is_missing(monkeypatch):
+    # GIVEN retention in a C program, with jemalloc's library installed, then not
+    from heapsight import remedies
+    for err, tail in ((None, "# jemalloc returning freed pages at once"),
+                      ("not installed", "# jemalloc returning freed pages at once; apt-get "
+                                        "install libjemalloc2")):
+        monkeypatch.setattr(remedies, "library_for", lambda cfg, e=err: (None, e))
+        f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB),
+                               heap(arenas=1, threads=1))
+        line, = [x for x in f.suggestions if x.startswith("LD_PRELOAD=") and "jemalloc" in x]
+        # THEN the command says what the setting does, and "apt-get install" only when missing
+        assert line.endswith(tail), line
