@@ -115,7 +115,9 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
         else:
             out.append(Moment("end", float(t[end_i]), breakdown_at(end_i), how=how))
     if final is not None:
-        out.append(Moment("exit", final.at_s, final, how="after exit handlers and teardown"))
+        # (the split's time is rounded to the ms: the exit never reads as before the end)
+        at = max(final.at_s, out[-1].at_s) if out and out[-1].name == "end" else final.at_s
+        out.append(Moment("exit", at, final, how="after exit handlers and teardown"))
     return tuple(out)
 
 
