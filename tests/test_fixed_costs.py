@@ -65,7 +65,7 @@ def test_the_program_starts_before_heapsight_imports_what_only_the_analysis_need
 
 def test_a_frame_saved_as_dataclasses_would_save_it():
     # the record's frames are written by Frame.as_dict (dataclasses.asdict's deep copies took
-    # 45 ms of saving node's 1,243 frames): the same keys in the same order, the same values
+    # 13.6 ms of saving node's 1,243 frames): the same keys in the same order, the same values
     import dataclasses
     from heapsight.symbolize import Frame
     for f in (Frame("parse_row", "x.c", 12, "/usr/bin/x", 0x1234),

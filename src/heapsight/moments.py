@@ -22,6 +22,7 @@ from collections import deque
 import numpy as np
 
 from heapsight.arrays import median
+from heapsight.layout import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
 from heapsight.model import Breakdown, Moment
 
 NAMES = ("peak", "held", "end", "exit")
@@ -107,9 +108,11 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
         if end_read is not None:
             out.append(Moment("end", float(t[end_i]), breakdown_at(end_i),
                               how=f"read as {READ_AS.get(end_how, end_how)}"))
-        elif end_s is not None and final is not None and end_s - t[end_i] > 2 * step:
+        elif (end_s is not None and final is not None and end_s - t[end_i] > 2 * step
+              and end_how != EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]):
             # no sample near the end (a program shorter than a few samples): the exit's
-            # reading is nearer to it than a sample of its start
+            # reading is nearer to it than a sample of its start (not CPython's: its exit
+            # reading follows its teardown, which freed what its work held)
             out.append(Moment("end", final.at_s, final,
                               how="the exit reading (no sample near the end of the work)"))
         else:

@@ -51,3 +51,28 @@ def test_compare_gives_a_run_that_held_nothing_its_rss_where_glibc_held():
     cmp.rows.append({"name": "jemalloc", "ok": True, "runs": [m]})
     comparison._held_where_none(cmp)
     assert m["held_by"] == "peak" and m["held_rss"] == 440 * MiB
+
+
+def test_compare_says_under_its_table_how_a_held_column_was_filled(monkeypatch):
+    import io
+
+    from heapsight.ranking import stats_of
+    from heapsight.reporters import terminal
+    cmp = comparison.Comparison(["./app"], 1, rank_by="held")
+    for name, (rec, m) in (("glibc", _run("glibc", 1.0, [(0.3, 413), (0.7, 412)], held=(0.6, 0.9))),
+                           ("jemalloc", _run("jemalloc", 2.0, [(0.6, 440), (1.3, 94)]))):
+        m.update(wall_s=1.0, end_rss=m["peak_rss"], final_rss=m["peak_rss"])
+        cmp.records.append(rec)
+        cmp.rows.append({"name": name, "allocator": name, "about": "", "env": {}, "ok": True,
+                         "error": None, "runs": [m], "how": "./app"})
+    comparison._held_where_none(cmp)
+    for r in cmp.rows:
+        r["stats"] = stats_of(r["runs"])
+    monkeypatch.setenv("COLUMNS", "200")
+    out = io.StringIO()
+    terminal.render_compare(cmp.doc(with_runs=False), out)
+    # THEN jemalloc's held cell is its RSS over glibc's held stretch, and the table says so
+    text = " ".join(out.getvalue().split())
+    assert "held RSS of a run that held nothing" in text and "over the stretch glibc's run held" \
+        in text, text
+    assert "94.0MiB" in text.replace(" MiB", "MiB") or "94MiB" in text, text

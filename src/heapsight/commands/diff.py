@@ -159,8 +159,9 @@ def render(d: dict, path_a: str, path_b: str, out) -> None:
             w(f"    {r['row']:<22}{human(r['a']):>12}{human(r['b']):>12}  {diffing.change_text(r)}\n")
         w("\n")
     for r in d["figures"]:
-        w(f"  {r['figure']:<26}{diffing.amount(r['a']):>12}{diffing.amount(r['b']):>12}  "
-          f"{diffing.change_text(r)}\n".rstrip(" \n") + "\n")
+        line = (f"  {r['figure']:<26}{diffing.amount(r['a']):>12}{diffing.amount(r['b']):>12}"
+                f"  {diffing.change_text(r)}")
+        w(line.rstrip() + "\n")
     for moment, title in (("peak", "call sites at peak live"),
                           ("never freed", "call sites of the bytes never freed")):
         got = d["sites"].get(moment)
