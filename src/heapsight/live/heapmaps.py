@@ -184,8 +184,9 @@ def copy_walking(segment) -> bool:
     of this process's children (the copies that ended are reaped), or the last one the
     library made, which is the program's own child where heapsight did not start it
     (--follow's program)."""
-    reap_copies()
-    if any(state != b"Z" for _, state in _copies()):
+    copies = _copies()
+    _reap(copies)   # the ones this listing saw ended: one that ends after it is seen next time
+    if any(state != b"Z" for _, state in copies):
         return True
     pid = segment.get("heapmap_copy_pid")
     try:
@@ -205,8 +206,12 @@ def wait_copies(segment, timeout_s: float) -> None:
 
 def reap_copies() -> int:
     """Reaps the copies that have ended. How many."""
+    return _reap(_copies())
+
+
+def _reap(copies) -> int:
     reaped = 0
-    for pid, state in _copies():
+    for pid, state in copies:
         if state != b"Z":
             continue
         try:
