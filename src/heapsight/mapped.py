@@ -30,7 +30,7 @@ def live_ranges(prof, t_ns: int) -> list:
     rows = maps[live]
     if not len(rows):
         return []
-    callers = [caller_module(prof, r) for r in rows]
+    callers = caller_modules(prof, rows)
     # a sweep over the boundaries: each elementary range goes to the latest mapping over it
     events = sorted([(int(r["addr"]), 0, i) for i, r in enumerate(rows)]
                     + [(int(r["addr"]) + int(r["size"]), 1, i) for i, r in enumerate(rows)])
@@ -55,18 +55,24 @@ def live_ranges(prof, t_ns: int) -> list:
     return out
 
 
-def caller_module(prof, row) -> str:
-    """The path of the object that called mmap: the first frame of the mapping's stack
-    outside heapsight's library ("" when the stack was not unwound)."""
-    frames = prof.stack(int(row["stack"]))
-    if not len(frames):
-        return ""
-    idx = prof.module_index(frames, np.full(len(frames), row["index"], dtype=np.uint64))
-    for k in idx:
-        path = prof.modules[k].path if k >= 0 else ""
-        if OWN_LIBRARY not in path.rsplit("/", 1)[-1]:
-            return path
-    return ""
+def caller_modules(prof, rows) -> list:
+    """For each mapping's row, the path of the object that called mmap: the first frame of
+    its stack outside heapsight's library ("" when the stack was not unwound). The objects
+    of every stack are found at once (a search per row was 6 ms of a python3 run's end)."""
+    stacks = [prof.stack(int(s)) for s in rows["stack"]]
+    n = [len(s) for s in stacks]
+    if not sum(n):
+        return [""] * len(stacks)
+    idx = prof.module_index(np.concatenate(stacks),
+                            np.repeat(np.asarray(rows["index"], dtype=np.uint64), n)).tolist()
+    paths = [m.path for m in prof.modules]
+    own = [OWN_LIBRARY in p.rsplit("/", 1)[-1] for p in paths]
+    out, at = [], 0
+    for k in n:
+        out.append(next((paths[i] if i >= 0 else "" for i in idx[at:at + k]
+                         if i < 0 or not own[i]), ""))
+        at += k
+    return out
 
 
 def resident_by_object(ranges: list, vmas: list) -> dict:

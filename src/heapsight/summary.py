@@ -224,7 +224,7 @@ def mapped_sites(prof, tl: Timeline, end_ns: int | None,
         return None
     own = allocators.own_heaps_of(allocator)
     if own:
-        keep = np.array([not re.search(own, mapped.caller_module(prof, r)) for r in mp.allocs],
+        keep = np.array([not re.search(own, c) for c in mapped.caller_modules(prof, mp.allocs)],
                         dtype=bool)
         if not keep.any():
             return None

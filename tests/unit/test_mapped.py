@@ -49,3 +49,20 @@ def test_a_range_gets_its_share_of_an_entry_it_half_covers():
     assert mapped.resident_by_object([(0, 2 * MiB, JVM)], vmas) == {JVM: MiB}
     assert mapped.resident_by_object([], vmas) == {} and \
         mapped.resident_by_object([(0, 1, JVM)], []) == {}
+
+
+def test_the_caller_is_the_first_frame_outside_heapsights_library_for_every_row_at_once():
+    # stacks: the hook then the JVM; the hook only; none unwound; an address in no object
+    # first (the caller is not known: ""); the hook, Python, then the JVM
+    mods = (Module(0x1000, 0x2000, 0, 0, HS), Module(0x10000, 0x20000, 0, 0, JVM),
+            Module(0x30000, 0x40000, 0, 0, PY))
+    stacks = [[0x1010, 0x10010], [0x1010, 0x1020], [], [0x9999, 0x10010],
+              [0x1010, 0x30010, 0x10010]]
+    words, maps = [0], np.zeros(len(stacks), ALLOC_DTYPE)
+    for i, s in enumerate(stacks):
+        maps[i] = (i, 0x7f0000000000 + i * MiB, MiB, 1, len(words) if s else 0, NEVER, 0)
+        words += [len(s), *s] if s else []
+    p = Profile(1, np.zeros(0, ALLOC_DTYPE), 0, np.array(words, dtype=np.uint64), mods, 0,
+                maps=maps)
+    assert mapped.caller_modules(p, p.maps) == [JVM, "", "", "", PY]
+    assert mapped.caller_modules(p, p.maps[2:3]) == [""]
