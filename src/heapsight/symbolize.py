@@ -179,9 +179,12 @@ def warm_up(lookups, tool: str | None = None) -> None:
 
 
 def _askable(lookups: list) -> list:
-    """The lookups a line can carry, of objects that exist."""
-    return [(obj, address) for obj, address in lookups
-            if _quoted(obj) is not None and os.path.exists(obj)]
+    """The lookups a line can carry, of objects that exist (each object looked at once)."""
+    ok: dict = {}
+    for obj, _ in lookups:
+        if obj not in ok:
+            ok[obj] = _quoted(obj) is not None and os.path.exists(obj)
+    return [(obj, address) for obj, address in lookups if ok[obj]]
 
 
 def _stamp(path: str) -> tuple | None:
@@ -374,8 +377,8 @@ class _Session:
 
     def fresh(self, keys: list) -> bool:
         """Whether every object of keys is the file the tool read (or has not read yet)."""
-        return all(self.stamps.get(obj, st) == st
-                   for obj, st in {obj: _stamp(obj) for obj, _ in keys}.items())
+        objs = {obj for obj, _ in keys}
+        return all(obj not in self.stamps or self.stamps[obj] == _stamp(obj) for obj in objs)
 
     def send(self, keys: list) -> None:
         """Asks for the keys not asked before; returns once they are written (the reader
@@ -386,7 +389,8 @@ class _Session:
                 if not new or self.ended:
                     return
                 for obj, _ in new:
-                    self.stamps.setdefault(obj, _stamp(obj))
+                    if obj not in self.stamps:
+                        self.stamps[obj] = _stamp(obj)
                 self.sent.update(new)
                 self.pending.extend(new)
             text = "".join(f"{_quoted(obj)} {address:#x}\n" for obj, address in new).encode()
