@@ -165,10 +165,40 @@ def test_cpython_finalizing_between_two_ticks_ends_at_the_last_sample(tmp_path):
     assert p.returncode == 0, p.stderr
     s = capture.rederive(record.load(str(out)))
     end = next(m for m in s.moments if m.name == "end")
-    # THEN the end is a sample before CPython began finalizing (seen or not), with the 4 MB
-    # still live; not the library's reading as main returned, after the teardown freed them
-    assert end.how == "the last sample before CPython began finalizing", end
+    # THEN the end is the library's reading as CPython began finalizing (its first flush
+    # after it), or a sample before it, with the 4 MB still live; not the library's reading
+    # as main returned, after the teardown freed them
+    assert end.how in ("read as CPython began finalizing",
+                       "the last sample before CPython began finalizing"), end
     assert end.breakdown.live_bytes >= 4_000_000, end
+
+
+# The work's last act frees what it held, then CPython finalizes at once: within a tick.
+LAST_ACT_FREES = r"""
+import time
+keep = [bytearray(1000) for _ in range(40000)]   # 40 MB of malloc's blocks
+time.sleep(0.3)
+del keep[:]                                      # the work's last act
+print(f"done_ns={time.monotonic_ns()}", flush=True)
+"""
+
+
+def test_cpython_work_that_frees_as_its_last_act_ends_after_it(tmp_path):
+    # GIVEN a Python script that frees the 40 MB it held as its last statement; CPython
+    # begins finalizing at once (the sampler's last tick before that saw the 40 MB live:
+    # python3 closing an in-memory sqlite3 database so was said healthy in one run, its
+    # retention the teardown's, and retention in the next)
+    script = tmp_path / "last_act_frees.py"
+    script.write_text(LAST_ACT_FREES)
+    out = tmp_path / "r.hsrun.json.gz"
+    p = subprocess.run([*HS, "-o", str(out), "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    s = capture.rederive(record.load(str(out)))
+    end = next(m for m in s.moments if m.name == "end")
+    # THEN the end is the library's reading as CPython began finalizing: after the free
+    assert end.how == "read as CPython began finalizing", end
+    assert end.breakdown.live_bytes < 10_000_000, end
 
 
 class _Seg:
@@ -202,6 +232,18 @@ def test_the_earliest_of_the_library_and_cpython_and_none_seen():
     tl.images = [(0.0, "/usr/bin/python3"), (0.4, "/bin/true")]   # it exec'd after: not so
     assert summary.end_begun_s(seg, tl) == (0.5, "main returned")
     tl.images, tl.py_running_s = [], None
+    # the library's own reading as CPython began finalizing (its first flush after it) is
+    # the end, where no tick saw _finalizing set, one saw it after, or one saw it first
+    # within a tick before (the sample before that tick: a tick early, before the program's
+    # last act)
+    seg = _Seg(exit_begun_ns=10**9 + 500_000_000, exit_begun_how=3)
+    for tl.py_running_s, tl.py_finalizing_s in ((None, None), (0.45, 0.6), (0.49, 0.495)):
+        assert summary.end_begun_s(seg, tl) == (0.5, "CPython began finalizing")
+    # ... but not a reading long after the tick that saw it (a teardown that allocated
+    # nothing meanwhile: a slow __del__): that tick's
+    tl.py_running_s, tl.py_finalizing_s = 0.2, 0.25
+    assert summary.end_begun_s(seg, tl) == (0.25, "CPython began finalizing")
+    tl.py_running_s, tl.py_finalizing_s = None, None
     # nothing seen (os._exit, a signal), or a capture saved before the fields existed
     assert summary.end_begun_s(_Seg(exit_begun_ns=0, exit_begun_how=0), tl) == (None, "")
     assert summary.end_begun_s(_Seg(), tl) == (None, "")

@@ -33,8 +33,9 @@
 enum { HS_ALLOC_UNKNOWN = 0, HS_ALLOC_GLIBC = 1, HS_ALLOC_JEMALLOC = 2,
        HS_ALLOC_TCMALLOC = 3, HS_ALLOC_MIMALLOC = 4, HS_ALLOC_MMAP = 5 };
 
-/* How the program's exit began (hs_segment_t.exit_begun_how). The library writes 1 and 2;
- * 3 is the CLI's, which sees CPython's finalizing from outside (py_finalizing_addr). */
+/* How the program's exit began (hs_segment_t.exit_begun_how), as the library saw it: 3 at
+ * a flush of its counters once CPython's _PyRuntime._finalizing is set (the CLI's ticks
+ * also read that word from outside, py_finalizing_addr). */
 enum { HS_EXIT_BEGUN_NONE = 0, HS_EXIT_BEGUN_MAIN_RETURNED = 1, HS_EXIT_BEGUN_EXIT_CALLED = 2,
        HS_EXIT_BEGUN_PY_FINALIZING = 3 };
 
@@ -344,8 +345,8 @@ typedef struct hs_segment_s {
    * static destructors and an interpreter's teardown ran (exit_ns comes after them all),
    * and how (HS_EXIT_BEGUN_*): the first to see it writes both, the owner only */
   uint64_t exit_begun_ns, exit_begun_how;
-  /* The library's reading at that moment (main returned or exit() called: not CPython's
-   * finalizing, which the CLI sees), written after exit_begun_ns, then exit_begun_read set
+  /* The library's reading at that moment (main returned, exit() called, or the first flush
+   * after CPython began finalizing), written after exit_begun_ns, then exit_begun_read set
    * to 1 (0: none taken): RSS and anonymous RSS as /proc/self/statm gave them, heapsight's
    * own pages in them (0: not read, as under a seccomp filter), heapsight's private bytes
    * then, and the slots' sums as the sampler reads them (hs_slot_usable) */

@@ -350,7 +350,10 @@ void _hs_flush(hs_slot_t *s) {
   fold_enter();
   flush(s);
   fold_leave();
-  if (!t_own) _hs_map_poll();
+  if (!t_own) {
+    _hs_map_poll();
+    _hs_py_end_poll();
+  }
 }
 
 /* The main thread holds slot 1 from the first allocation on; at exit its pending bytes
@@ -381,6 +384,7 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   if (s == NULL) { /* past the slots: every call comes here */
     _hs_count_shared(1, u, req, hdr, p, caller);
     _hs_map_poll();
+    _hs_py_end_poll();
     return;
   }
   if (hs_add_alloc(s, u + HS_BLOCK_EXTRA, req)) _hs_counted_due(s, p, u + HS_BLOCK_EXTRA, req, caller);
@@ -398,6 +402,7 @@ void _hs_count_free_slow(void *p) {
   if (s == NULL) { /* past the slots: every call comes here */
     _hs_count_shared(0, u, 0, hdr, p, NULL);
     _hs_map_poll();
+    _hs_py_end_poll();
     return;
   }
   if (hdr & 2) s->mmapped_free_bytes += hdr & ~(size_t)7;
@@ -557,6 +562,9 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req, const voi
   if (s->sample_left < 0) _hs_sample_alloc(s, p, u, req, caller);
   flush(s);
   fold_leave();
-  if (!t_own) _hs_map_poll();
+  if (!t_own) {
+    _hs_map_poll();
+    _hs_py_end_poll();
+  }
   return p;
 }

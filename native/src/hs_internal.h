@@ -79,6 +79,7 @@ int _hs_glibc_publish_arena(void); /* arenas.c */
 int _hs_glibc_locks_free(void);
 int _hs_answer_map_request(void); /* probe.c: a map the CLI asked for, taken on this thread */
 void _hs_map_poll(void);          /* probe.c: the same, if one was asked for (counters.c) */
+void _hs_py_end_poll(void);       /* preload.c: CPython began finalizing: the end's reading */
 int _hs_helper_running(void);
 void _hs_exit_probe(void);
 int _hs_read_status(uint64_t *rss_bytes, uint64_t *anon_bytes); /* less heapsight's own */

@@ -38,8 +38,9 @@ PROBE_WHY_NOT = {
                    "call sites read from an interpreter's frames)",
 }
 
-# exit_begun_how (HS_EXIT_BEGUN_*): how the program's exit began; the library writes the
-# first two, the third is the sampler's (it reads CPython's _PyRuntime._finalizing)
+# exit_begun_how (HS_EXIT_BEGUN_*): how the program's exit began, as the library saw it
+# (the third at its first flush once CPython's _PyRuntime._finalizing is set; the sampler's
+# ticks read that word too)
 EXIT_BEGUN_MAIN_RETURNED, EXIT_BEGUN_EXIT_CALLED, EXIT_BEGUN_PY_FINALIZING = 1, 2, 3
 EXIT_BEGUN_HOW = {EXIT_BEGUN_MAIN_RETURNED: "main returned", EXIT_BEGUN_EXIT_CALLED: "exit() called",
                   EXIT_BEGUN_PY_FINALIZING: "CPython began finalizing"}

@@ -125,7 +125,8 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
 
 
 # the library's reading of the moment the exit began, by how it began (layout.EXIT_BEGUN_HOW)
-READ_AS = {"main returned": "main returned", "exit() called": "the program called exit()"}
+READ_AS = {"main returned": "main returned", "exit() called": "the program called exit()",
+           "CPython began finalizing": "CPython began finalizing"}
 
 
 # Which moment a verdict is about, by its first finding's kind: a hold is while running;

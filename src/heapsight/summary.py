@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from heapsight import allocators, analysis, heapmap, mapped, moments, profile, sites, symbolize
-from heapsight.arrays import isin
+from heapsight.arrays import isin, median
 from heapsight.fmt import printable
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
@@ -685,7 +685,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                       for o in (segment.owners() if attached else [])), prof, tl,
                                 duration_s)
     end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
-    end_i = end_reading(cols, end_s, end_how)
+    end_i = end_reading(cols, end_s, library_read_s(segment, tl) if attached else None)
     if end_i is not None and done:   # counted: the live bytes then less those at exit
         teardown = max(0, int(rows.live[end_i]) - int(c.live_usable_bytes))
     else:
@@ -730,23 +730,42 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         heapmaps=hmaps, moments=named, moment=moments.about(found))
 
 
-def end_reading(cols: dict, end_s: float | None, end_how: str) -> int | None:
+def end_reading(cols: dict, end_s: float | None, read_s: float | None) -> int | None:
     """The row that is the library's own reading of the moment the exit began (main
-    returned or exit() was called: live/sampler.py's add_exit_begun_row puts it at that
-    moment's time exactly), None when the run has none (CPython's finalizing is seen by a
-    tick; a run under a seccomp filter, or recorded before the library took it)."""
-    from heapsight.layout import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
-    if end_s is None or end_how == EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]:
+    returned, exit() was called, or its first flush once CPython began finalizing:
+    live/sampler.py's add_exit_begun_row puts it at that moment's time exactly), when the
+    end is that moment (read_s: library_read_s); None otherwise (the end a tick saw:
+    CPython's finalizing seen first from outside, a tick's own row), or when no row is
+    there (a run under a seccomp filter, or recorded before the library took it)."""
+    if end_s is None or read_s is None or end_s != read_s:
         return None
     t, rss = np.asarray(cols["t"], dtype=float), np.asarray(cols["rss"], dtype=float)
     hit = np.flatnonzero((np.abs(t - end_s) < 1e-6) & ~np.isnan(rss))
     return int(hit[-1]) if len(hit) else None
 
 
+def library_read_s(segment, tl: Timeline) -> float | None:
+    """When the library saw the exit begin (seconds on the timeline's "t" scale: the time of
+    its reading's row, where it took one), None when it did not."""
+    try:
+        ns = segment.get("exit_begun_ns")
+    except KeyError:   # a capture saved before the segment had these fields
+        return None
+    return _since(tl, ns) if ns and tl.start_ns else None
+
+
+def _tick_s(tl: Timeline) -> float:
+    """The sampler's step between two rows, the median (0.01 s with fewer than two)."""
+    t = tl.columns["t"] if len(tl) > 1 else []
+    return float(median(np.diff(np.asarray(t, dtype=float)))) if len(t) > 1 else 0.01
+
+
 def end_begun_s(segment, tl: Timeline) -> tuple:
     """(seconds since the run's start, how) of the moment the program's exit began, before
-    its exit handlers, static destructors and an interpreter's teardown: the earliest of
-    the library's exit_begun_ns (main returned, or the program called exit()) and the first
+    its exit handlers, static destructors and an interpreter's teardown: the library's
+    reading as CPython began finalizing where it took one within a tick of the first
+    sample that saw it; else the earliest of the
+    library's exit_begun_ns (main returned, or the program called exit()) and the first
     sample that saw CPython finalizing (tl.py_finalizing_s), and for CPython just after the
     last sample that read it running (tl.py_running_s); (None, "") when neither the library
     nor a sample saw it. Seconds on the timeline's "t" scale (_since)."""
@@ -761,6 +780,14 @@ def end_begun_s(segment, tl: Timeline) -> tuple:
         seen.append((_since(tl, ns), EXIT_BEGUN_HOW.get(how, "")))
     library = seen[0][0] if seen else None
     py = getattr(tl, "py_finalizing_s", None)
+    if library is not None and how == EXIT_BEGUN_PY_FINALIZING and (
+            py is None or library <= py + _tick_s(tl)):
+        # the library's own reading of CPython's finalizing (its first flush after it): its
+        # live bytes are those of that moment within a flush's bytes, where the sample before
+        # the tick that saw it is up to a tick early (before the program's last act: python3
+        # closing its sqlite3 database). Not a reading a tick or more after that tick: a
+        # teardown that allocated nothing for a while (a slow __del__) is not the end.
+        return seen[0]
     if py is not None:
         seen.append((float(py), EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]))
     running = getattr(tl, "py_running_s", None)

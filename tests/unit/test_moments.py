@@ -119,14 +119,21 @@ def test_the_librarys_reading_as_the_exit_began_is_the_end():
     from heapsight.summary import end_reading
     t, rss = series((0.5, 10), (2.0, 145))
     t, rss = np.append(t, [2.495, 2.6]), np.append(rss, [60 * MiB, 400 * MiB])
-    end_i = end_reading({"t": t, "rss": rss}, 2.495, "main returned")
+    end_i = end_reading({"t": t, "rss": rss}, 2.495, 2.495)
     assert end_i == len(t) - 2
     found = {m.name: m for m in moments.build(t, rss, at(rss), t[-1], int(np.argmax(rss)),
                                               len(t) - 1, None, 2.495, "main returned", end_i)}
     assert found["end"].at_s == 2.495 and found["end"].breakdown.rss_bytes == 60 * MiB
     assert found["end"].how == "read as main returned"
-    # CPython's finalizing is a tick's own time: the end is the sample before it, never it
-    assert end_reading({"t": t, "rss": rss}, 2.495, "CPython began finalizing") is None
+    # CPython's finalizing read by the library (its first flush after it): the same
+    found = {m.name: m for m in moments.build(t, rss, at(rss), t[-1], int(np.argmax(rss)),
+                                              len(t) - 1, None, 2.495, "CPython began finalizing",
+                                              end_i)}
+    assert found["end"].at_s == 2.495 and found["end"].how == "read as CPython began finalizing"
+    # CPython's finalizing seen by a tick is that tick's own time, not the library's reading:
+    # the end is the sample before it, never it
+    assert end_reading({"t": t, "rss": rss}, 2.49, 2.495) is None
+    assert end_reading({"t": t, "rss": rss}, 2.495, None) is None
     # a run without the library's row (a seccomp filter, an older record): no row at end_s
-    assert end_reading({"t": t[:-2], "rss": rss[:-2]}, 2.495, "main returned") is None
+    assert end_reading({"t": t[:-2], "rss": rss[:-2]}, 2.495, 2.495) is None
 
