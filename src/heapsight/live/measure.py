@@ -15,7 +15,7 @@ import sys
 # program starts as soon as these are in; the modules the end needs (END_MODULES, with
 # numpy: 100-200 ms) are imported meanwhile, on a thread of heapsight's (_Meanwhile).
 from heapsight import elf, interrupts, native, phases
-from heapsight.live import heapmaps, launch, priority, readloop
+from heapsight.live import heapmaps, launch, readloop
 from heapsight.fmt import printable
 from heapsight.progress import say
 from heapsight.errors import HeapsightError
@@ -278,8 +278,7 @@ class _Meanwhile:
     writes it at worst asks for an address no site uses. The main thread samples
     meanwhile (in C, or in Python ticks that need none of those modules: while this thread
     imports, a tick waits at most IMPORT_SWITCH_S for the interpreter's lock); it joins this
-    one as the program ends, before the analysis. This thread runs below the program's
-    priority while the program runs (live/priority.py: it took the program's core)."""
+    one as the program ends, before the analysis."""
 
     def __init__(self, segment, modules: tuple, names: bool, program: str = "") -> None:
         import threading
@@ -287,7 +286,6 @@ class _Meanwhile:
         self.segment, self.modules, self.names, self.program = segment, modules, names, program
         self.done, self.t0 = threading.Event(), time.monotonic()
         self.thread = threading.Thread(target=self._run, name="heapsight-meanwhile", daemon=True)
-        self.priority = priority.Helper()   # below the program's while it runs
 
     def start(self) -> None:
         """Starts it (after the sampler's first tick: the program's first moments first)."""
@@ -298,7 +296,6 @@ class _Meanwhile:
         import importlib
         import time
         from heapsight import symbolize
-        self.priority.lower()
         if self.names:   # the tool reads libc's debug information meanwhile
             # and the program's own file (its symbols, its debug information; a script's
             # interpreter), as its stacks name it: unless an earlier run kept their answers
@@ -338,7 +335,6 @@ class _Meanwhile:
     def stop(self) -> None:
         self.start()   # (a program gone before the first tick: the end needs the modules)
         self.done.set()
-        self.priority.restore()   # the end waits for what it still does
         self.thread.join()
 
 
