@@ -302,3 +302,56 @@ def test_a_thread_heaps_free_top_is_retention_not_fragmentation(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+MERGED_CHUNK = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(void) {
+  /* room for both, then a mapping of the program's own at its top: glibc's mapping for the
+   * block goes right below it (the kernel maps top-down), with the same flags, and the
+   * kernel merges the two into one mapping, the chunk at its start */
+  size_t n = 10u << 20, own = 1u << 20;
+  char *room = mmap(NULL, 64u << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (room == MAP_FAILED) return 2;
+  munmap(room, 64u << 20);
+  char *q = mmap(room + (64u << 20) - own, own, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (q == MAP_FAILED) return 3;
+  memset(q, 2, own);
+  char *p = malloc(n);                 /* glibc maps it: an mmapped chunk */
+  memset(p, 1, n);
+  char *chunk = p - 16;
+  size_t size = ((size_t *)chunk)[1] & ~(size_t)7;
+  printf("chunk=%p size=%zu own=%p\n", (void *)chunk, size, (void *)q);
+  fflush(stdout);
+  pause();
+  return 0;
+}
+"""
+
+
+def test_an_mmapped_chunk_merged_with_the_next_mapping_is_in_use(tmp_path):
+    # GIVEN a process whose 10 MiB malloc'd block (an mmapped chunk) shares one mapping with
+    # a mapping of its own the kernel merged after it
+    from conftest import compile_c
+    from heapsight.live import attach, procfs
+    exe = compile_c(tmp_path, "merged_chunk", MERGED_CHUNK)
+    p = subprocess.Popen([exe], stdout=subprocess.PIPE, text=True)
+    try:
+        said = dict(kv.split("=") for kv in p.stdout.readline().split())
+        chunk, size = int(said["chunk"], 16), int(said["size"])
+        assert chunk + size == int(said["own"], 16), said   # the kernel put them side by side
+        maps = procfs.smaps(p.pid)
+        m = next(m for m in maps if m.start == chunk)
+        assert m.size > size, m   # merged: the mapping is more than the chunk
+        # THEN the chunk is found (in use, not "other anonymous")
+        n, total = attach._mmapped_chunks(p.pid, maps)
+        assert (n, total) == (1, size)
+    finally:
+        p.kill()
+        p.wait()

@@ -182,9 +182,12 @@ def glibc_figures(pid: int) -> dict:
 # ---------------------------------------------------------------- glibc: from a copy
 
 def _mmapped_chunks(pid: int, maps: list) -> tuple:
-    """glibc's mmapped chunks, as the copy finds them at the start of an anonymous mapping
-    (prev_size 0, the mapping's size with IS_MMAPPED alone): (chunks, bytes), read through
-    /proc/PID/mem. One the kernel merged into a neighbouring mapping is not found."""
+    """glibc's mmapped chunks, as the copy finds them (heaproots.c): at the start of an
+    anonymous mapping (prev_size 0, a size of whole pages with IS_MMAPPED alone, inside the
+    mapping), then one after the other where the kernel merged their mappings (a python3
+    service's 10 MiB dict table sat at the start of a mapping merged with pymalloc's arenas,
+    and was counted "other anonymous"); (chunks, bytes), read through /proc/PID/mem. One
+    that does not start its mapping is not found."""
     n = total = 0
     try:
         mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
@@ -194,16 +197,20 @@ def _mmapped_chunks(pid: int, maps: list) -> tuple:
         for m in maps:
             if m.kind != "anon" or "w" not in m.perms or m.size < 2 * PAGE:
                 continue
-            try:
-                mem.seek(m.start)
-                head = mem.read(16)
-            except (OSError, ValueError, OverflowError):
-                continue
-            if len(head) != 16:
-                continue
-            prev, size = int.from_bytes(head[:8], "little"), int.from_bytes(head[8:], "little")
-            if prev == 0 and size & 7 == 2 and (size & ~7) == m.size:
-                n, total = n + 1, total + m.size
+            at = m.start
+            while at + PAGE <= m.end:
+                try:
+                    mem.seek(at)
+                    head = mem.read(16)
+                except (OSError, ValueError, OverflowError):
+                    break
+                if len(head) != 16:
+                    break
+                prev, word = int.from_bytes(head[:8], "little"), int.from_bytes(head[8:], "little")
+                size = word & ~7
+                if prev or word & 7 != 2 or size < PAGE or size % PAGE or size > m.end - at:
+                    break
+                n, total, at = n + 1, total + size, at + size
     return n, total
 
 
