@@ -81,3 +81,30 @@ def test_a_follow_name_that_never_runs_is_said_and_a_mistyped_command_is_guessed
     r = subprocess.run([sys.executable, "-m", "heapsight", "compare", "--rankby", "peak", "--",
                         "true"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "did you mean --rank-by?" in r.stderr, r.stderr
+
+
+SPIKE = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  size_t n = 64u << 20;
+  char *p = malloc(n);   /* mapped, written, unmapped: a spike of tens of ms */
+  memset(p, 1, n);
+  if (((volatile char *)p)[n - 1] != 1) return 1;   /* (kept: the compiler drops it else) */
+  free(p);
+  sleep(1);
+  return 0;
+}
+"""
+
+
+def test_a_childs_peak_is_its_high_water_mark_not_the_rss_last_read(tmp_path):
+    # GIVEN a shell whose child writes 64 MiB, frees it at once, then sleeps: its RSS, read
+    # a few times a second, mostly misses the spike
+    from conftest import compile_c
+    exe = compile_c(tmp_path, "spike", SPIKE)
+    s, _ = run(tmp_path, "--", "sh", "-c", f"{exe}; true")
+    # THEN its peak is the kernel's high-water mark for it, read while it slept
+    child = next(ch for ch in s["children"] if ch["name"] == "spike")
+    assert child["peak_rss_bytes"] >= 64 * MiB, s["children"]

@@ -32,6 +32,16 @@ _FAST_AT = [IDX[name] for name in readloop.COLUMNS]
 _FAST_USABLE, _FAST_REQ = readloop.COLUMNS.index("live_usable"), readloop.COLUMNS.index("live_req")
 
 
+def _hwm(pid: int) -> int:
+    """A process's peak RSS so far (VmHWM in /proc/PID/status, bytes); 0 if not said (a
+    kernel thread, a zombie)."""
+    with open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def peak_kinds_above(tl) -> float:
     """The RSS above which the mappings are read again as the peak's: 10% and 1 MiB above
     the last such reading (so a program that grows to N MiB is read about 25 + log1.1(N)
@@ -163,7 +173,9 @@ class Sampler:
     def _children(self) -> float:
         """The RSS of the program's descendants (compilers' cc1, a shell's commands: they
         run beside it with their own heaps and are not counted in its figures); each one's
-        peak is kept by pid with its name."""
+        peak is kept by pid with its name: its own high-water mark (VmHWM) as last read,
+        which a reading after a spike still sees (a child's RSS alone, read a few times a
+        second, missed one that came and went between two readings)."""
         total, seen, todo = 0, set(), [self.pid]
         page = os.sysconf("SC_PAGE_SIZE")
         while todo:
@@ -191,12 +203,13 @@ class Sampler:
                             continue
                         with open(f"/proc/{kid}/statm", "rb") as f:
                             rss = int(f.read().split()[1]) * page
+                        hwm = _hwm(kid)
                     except (OSError, ValueError, IndexError):
                         continue
                     total += rss
                     entry = self.timeline.children.setdefault(kid, [name, 0])
                     entry[0] = name   # after an exec, the new image's name
-                    entry[1] = max(entry[1], rss)
+                    entry[1] = max(entry[1], rss, hwm)
         return float(total) if seen else 0.0
 
     def _open(self, pid: int) -> None:
