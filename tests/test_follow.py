@@ -108,3 +108,48 @@ def test_a_childs_peak_is_its_high_water_mark_not_the_rss_last_read(tmp_path):
     # THEN its peak is the kernel's high-water mark for it, read while it slept
     child = next(ch for ch in s["children"] if ch["name"] == "spike")
     assert child["peak_rss_bytes"] >= 64 * MiB, s["children"]
+
+
+QUICK = r"""
+#include <stdlib.h>
+#include <string.h>
+int main(void) {
+  size_t n = 64u << 20;
+  char *p = malloc(n);   /* written and gone in tens of ms: between two readings */
+  memset(p, 1, n);
+  return ((volatile char *)p)[n - 1] != 1;
+}
+"""
+
+
+def test_a_child_between_two_readings_is_found_by_the_kernels_count(tmp_path):
+    # GIVEN a shell that runs a program that writes 64 MiB and exits at once, as gcc runs cc1
+    # on a small file (cc1 peaked at 30.8 MiB; the readings, a few a second, saw 6.4)
+    from conftest import compile_c
+    exe = compile_c(tmp_path, "quick", QUICK)
+    s, _ = run(tmp_path, "--", "sh", "-c", f"{exe}; true")
+    # THEN the kernel's count at the shell's end (wait4's ru_maxrss) says a process it
+    # started peaked at 64 MiB or more, whether or not a reading saw it
+    top = s["findings"][0]
+    assert top["kind"] == "child" and top["bytes"] >= 64 * MiB, s["findings"]
+    assert s["verdict"].startswith("IN A CHILD PROCESS: "), s["verdict"]
+    seen = [ch["name"] for ch in s["children"]]
+    if "quick" in seen:   # (read while it ran: named, with the option that measures it)
+        assert top["suggestions"][0].startswith("heapsight run --follow quick -- sh -c ")
+
+
+def test_the_kernels_count_is_the_programs_own_when_no_child_held_more():
+    # (summary.descendants_peak: ru_maxrss above the program's own high-water mark alone)
+    from heapsight.summary import descendants_peak
+    from heapsight.timeline import IDX, COLUMNS, Timeline
+    tl = Timeline(start_ns=1)
+    row = [float("nan")] * len(COLUMNS)
+    row[IDX["t"]], row[IDX["hwm"]] = 0.1, 40 * MiB
+    tl.append_row(row)
+    tl.child_maxrss = 41 * MiB           # its own peak (and heapsight's pages): no child's
+    assert descendants_peak(tl) == 0
+    tl.child_maxrss = 64 * MiB           # a child's
+    assert descendants_peak(tl) == 64 * MiB
+    assert descendants_peak(tl, follow="quick") == 0   # the count is the followed one's too
+    tl.child_maxrss = 0                  # not read (a record before version 7)
+    assert descendants_peak(tl) == 0

@@ -715,15 +715,33 @@ def interpreted(command: list) -> bool:
     return bool(command) and INTERPRETERS.match(os.path.basename(str(command[0]))) is not None
 
 
-def child_findings(children: list, peak_rss: int, command: list, follow: str = "") -> list:
+def child_findings(children: list, peak_rss: int, command: list, follow: str = "",
+                   waited_peak: int = 0) -> list:
     """A process the command started that held much more memory than the one measured
-    (a shell's or a build tool's child): named, with the option that measures it."""
-    if not children:
-        return []
-    top = children[0]
-    if top["peak_rss_bytes"] < max(16 * MiB, 2 * peak_rss) or top["name"] == follow:
+    (a shell's or a build tool's child): named, with the option that measures it.
+    waited_peak: the most a descendant held by the kernel's count at the program's end
+    (summary.descendants_peak), where the sampler's readings of them (a few a second) saw
+    less: one that came and went between two readings (gcc's cc1 on a small file)."""
+    top = children[0] if children else None
+    read = top["peak_rss_bytes"] if top else 0
+    if max(read, waited_peak) < max(16 * MiB, 2 * peak_rss) or (top and top["name"] == follow):
         return []
     measured = os.path.basename(str(command[0])) if command else "the command"
+    if waited_peak > read:
+        seen = (f"; of those heapsight read while they ran, {top['name']} (pid {top['pid']}) "
+                f"held the most, {human(read)} when read" if top else
+                "; heapsight read none of them while they ran")
+        return [Finding(
+            "child", waited_peak,
+            f"a process {measured} started peaked at {human(waited_peak)}: the figures here "
+            f"are {measured}'s",
+            f"heapsight measures one process: the one it started, here {measured} (peak RSS "
+            f"{human(peak_rss)}). A process it started held {human(waited_peak)} at its most "
+            f"(the kernel's count as {measured} ended: it came and went between heapsight's "
+            f"readings of the processes it started{seen}); --follow measures one of them "
+            "instead.",
+            (f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",)
+            if top else ())]
     return [Finding(
         "child", top["peak_rss_bytes"],
         f"{top['name']} (pid {top['pid']}), started by {measured}, peaked at "

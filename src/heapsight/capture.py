@@ -39,7 +39,10 @@ from heapsight.model import AllocStats, HeapCounters
 #   6  + the timeline's "py_running_s": the last sample that read CPython running (the end
 #      moment of a CPython program that finalized between two ticks is that sample, not the
 #      library's reading, which came after its teardown)
-VERSION = 6
+#   7  + the timeline's "child_maxrss": wait4's ru_maxrss for the program (the most RSS of
+#      it and of each descendant it waited for: gcc's cc1, which came and went between two
+#      readings of the descendants, peaked at 30.8 MiB where the readings saw 6.4)
+VERSION = 7
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -92,7 +95,16 @@ def _from_5(cap: dict) -> dict:
             "timeline": None if tl is None else {**tl, "py_running_s": None}}
 
 
-UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5}
+def _from_6(cap: dict) -> dict:
+    """A version 6 capture as version 7: the kernel's count of the program's and its
+    descendants' peak RSS was not kept (0: not read; the descendants' peaks are then the
+    sampler's readings alone, as that version's analysis took them)."""
+    tl = cap.get("timeline")
+    return {**cap, "version": 7,
+            "timeline": None if tl is None else {**tl, "child_maxrss": 0}}
+
+
+UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6}
 
 
 class NewerCapture(ValueError):

@@ -511,6 +511,20 @@ def _threads(segment, tl: Timeline) -> int:
     return max(1, threads - own, allocated)
 
 
+def descendants_peak(tl: Timeline, follow: str = "") -> int:
+    """The most RSS one of the program's descendants held, by the kernel's count (wait4's
+    ru_maxrss for the program: its own peak or that of a descendant it waited for, whichever
+    was more), when that is a descendant's: more than the program's own peak (its VmHWM as
+    last read, with heapsight's own pages and a twentieth to spare); 0 when not, when not
+    read, or when the process measured is not the one started (--follow: the count is then
+    the followed one's too)."""
+    maxrss, hwm = int(getattr(tl, "child_maxrss", 0) or 0), _num(tl.last("hwm"), 0)
+    if follow or not maxrss or not hwm:
+        return 0
+    spare = max(1 << 20, hwm / 20) + tl.own_rss_bytes
+    return maxrss if maxrss > hwm + spare else 0
+
+
 def _children(tl: Timeline) -> list:
     """The processes the program started that ran beside it, the largest peak first."""
     return sorted(({"pid": pid, "name": name, "peak_rss_bytes": peak}
@@ -695,7 +709,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                              teardown)
                    if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
-    found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow),
+    waited = descendants_peak(tl, follow)
+    found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow, waited),
                    key=lambda f: -f.bytes)
     found = analysis.fit_to_run(found, settings or {}, follow, argv)
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,

@@ -40,6 +40,10 @@ class Timeline:
         self.child_user_s = 0.0     # from wait4 when the program ended
         self.child_sys_s = 0.0
         self.child_minflt = 0
+        # the most RSS of the program and of each descendant it waited for (wait4's
+        # ru_maxrss, bytes; 0: not read): a child that came and went between two of the
+        # sampler's readings of the descendants is in it
+        self.child_maxrss = 0
         self.start_ns = 0           # CLOCK_MONOTONIC at the first sample (the library's clock too)
         self._columns = None
         self.thinned = 0            # samples dropped by thinning (see compact)

@@ -114,6 +114,7 @@ class Sampler:
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         tl = self.timeline
         tl.child_user_s, tl.child_sys_s, tl.child_minflt = ru.ru_utime, ru.ru_stime, ru.ru_minflt
+        tl.child_maxrss = ru.ru_maxrss * 1024
         return True
 
     def _wait(self, seconds: float) -> bool:
