@@ -727,7 +727,7 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
     if max(read, waited_peak) < max(16 * MiB, 2 * peak_rss) or (top and top["name"] == follow):
         return []
     measured = os.path.basename(str(command[0])) if command else "the command"
-    if waited_peak > read:
+    if waited_peak > 1.1 * read:   # (within a tenth: the child read, at its high-water mark)
         seen = (f"; of those heapsight read while they ran, {top['name']} (pid {top['pid']}) "
                 f"held the most, {human(read)} when read" if top else
                 "; heapsight read none of them while they ran")
