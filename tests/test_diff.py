@@ -215,3 +215,12 @@ def test_a_figure_a_run_does_not_have_is_no_figure_not_zero():
     assert diffing.amount(held["a"]) == "-" and diffing.change_text(held) == ""
     assert rows["end RSS"]["change"] == 0 and diffing.change_text(rows["end RSS"]) == "="
     assert rows["peak RSS"]["change"] == 10 << 20
+
+
+def test_a_change_past_tenfold_says_no_percentage():
+    from heapsight import diffing
+    # jemalloc's metadata against glibc's at exit: 368 B -> 3.0 MiB
+    r = diffing._row(368, 3 << 20)
+    assert diffing.change_text(r) == "+3.0 MiB" and r["percent"] > 1000   # (the JSON keeps it)
+    assert diffing.change_text(diffing._row(10 << 20, 11 << 20)) == "+1.0 MiB (+10.0%)"
+    assert diffing.change_text(diffing._row(1 << 20, 0)) == "-1.0 MiB (-100.0%)"
