@@ -424,9 +424,12 @@ def _retention_suggestions(heap: HeapFigures, command: list, cmd: str,
         out.append("heapsight attach PID --trim   # for the running service: calls "
                    "malloc_trim(0) in it and measures what it gave back")
     else:
-        out = ["gdb -p PID -batch -ex 'call (int)malloc_trim(0)'   # now, in the running "
-               "program; in its code: malloc_trim(0) after freeing a large structure "
-               "(#include <malloc.h>)"]
+        # the change in its code, then heapsight's own call in a running one (no gdb: a
+        # gdb that cannot restore a thread's registers here would corrupt it)
+        p = remedies.PATTERNS["thread-arenas"]
+        out = [f"{p.code}   # {p.code_why}",
+               "heapsight attach PID --trim   # for the running program: calls "
+               "malloc_trim(0) in it and measures what it gave back"]
     if heap.arenas > 2:   # two arenas or one: MALLOC_ARENA_MAX=2 changes nothing
         out.append(f"MALLOC_ARENA_MAX=2 heapsight run -- {cmd}")
     if heap.n_large_heap:

@@ -227,14 +227,16 @@ def test_glibc_retention_names_arenas_and_large_heap_blocks():
     # one arena: the release in the program first (no lab rule for one thread)
     one, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB),
                              heap(arenas=1, threads=1, n_large_heap=3))
-    assert one.suggestions[0].startswith("gdb -p PID -batch -ex 'call (int)malloc_trim(0)'")
+    assert one.suggestions[0].startswith("malloc_trim(0);   # in the program")
+    assert one.suggestions[1].startswith("heapsight attach PID --trim   # for the running program")
     assert ("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 heapsight run -- ./server --port 80"
             in one.suggestions)
     assert one.suggestions[-1].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ")
     # one arena and no large heap block: neither is named nor suggested
     f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), released(30 * MiB), heap())
     assert "malloc arenas" not in f.detail and "came from the heap" not in f.detail
-    assert len(f.suggestions) == 2
+    assert len(f.suggestions) == 3   # the code change, heapsight's own call, jemalloc's
+    assert not any("ARENA" in x or "TUNABLES" in x for x in f.suggestions)
 
 
 def test_other_allocators_retention_has_their_own_advice_not_glibcs():
@@ -389,7 +391,7 @@ def test_a_perl_or_python_program_is_told_to_trim_the_running_service_not_to_inc
         # include malloc.h
         assert f.suggestions[1].startswith(code), (cmd, f.suggestions)
         assert any("#include" in x for x in f.suggestions) == (cmd is CMD)
-    for cmd, first in ((CMD, "gdb -p PID -batch -ex 'call (int)malloc_trim(0)'"),
+    for cmd, first in ((CMD, "malloc_trim(0);   # in the program, after the work"),
                        (["perl", "app.pl"], "heapsight attach PID --trim   # for the running service"),
                        # a Python script can call it itself (it was told only to attach)
                        (["python3", "app.py"], 'ctypes.CDLL("libc.so.6").malloc_trim(0)   # in the script')):
