@@ -778,12 +778,12 @@ def _tick_s(tl: Timeline) -> float:
 def end_begun_s(segment, tl: Timeline) -> tuple:
     """(seconds since the run's start, how) of the moment the program's exit began, before
     its exit handlers, static destructors and an interpreter's teardown: the library's
-    reading as CPython began finalizing where it took one within a tick of the first
-    sample that saw it; else the earliest of the
-    library's exit_begun_ns (main returned, or the program called exit()) and the first
-    sample that saw CPython finalizing (tl.py_finalizing_s), and for CPython just after the
-    last sample that read it running (tl.py_running_s); (None, "") when neither the library
-    nor a sample saw it. Seconds on the timeline's "t" scale (_since)."""
+    reading as CPython began finalizing where it took one within a tick of the first sample
+    that saw it; else the earliest of the library's exit_begun_ns (main returned, or the
+    program called exit()) and the first sample that saw CPython finalizing
+    (tl.py_finalizing_s), and for CPython just after the last sample that read it running
+    (tl.py_running_s); (None, "") when neither the library nor a sample saw it. Seconds on
+    the timeline's "t" scale (_since)."""
     from heapsight.layout import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
     seen = []
     try:   # (a capture saved before the segment had these fields has neither)
