@@ -579,7 +579,7 @@ def _preload_note(segment, tl: Timeline, linkage: str, attached: bool, lost_at, 
         top = ", ".join(f"{ch['name']} {ch['peak_rss_bytes'] / (1 << 20):.1f} MiB"
                         for ch in children[:3])
         note += (f"; {len(children)} process(es) it started (fork, vfork, posix_spawn) ran beside "
-                 f"it, not counted in these figures; largest peaks: {top}")
+                 f"it, not counted in these figures; largest peaks as read (VmHWM): {top}")
     return preload, note
 
 
