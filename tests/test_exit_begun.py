@@ -154,17 +154,22 @@ print(f"done_ns={time.monotonic_ns()}", flush=True)
 """
 
 
-def test_cpython_finalizing_between_two_ticks_ends_at_the_last_sample(tmp_path):
-    # GIVEN a Python script holding 4 MB as its work ends, whose teardown (which frees them)
-    # may fall between two of the sampler's ticks
-    script = tmp_path / "quick_teardown.py"
-    script.write_text(QUICK_TEARDOWN)
+def end_of_script(tmp_path, source: str):
+    """The end moment of a Python script's saved run, as `heapsight report` derives it."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
     out = tmp_path / "r.hsrun.json.gz"
     p = subprocess.run([*HS, "-o", str(out), "--", sys.executable, str(script)],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     s = capture.rederive(record.load(str(out)))
-    end = next(m for m in s.moments if m.name == "end")
+    return next(m for m in s.moments if m.name == "end")
+
+
+def test_cpython_finalizing_between_two_ticks_ends_before_its_teardown(tmp_path):
+    # GIVEN a Python script holding 4 MB as its work ends, whose teardown (which frees them)
+    # may fall between two of the sampler's ticks
+    end = end_of_script(tmp_path, QUICK_TEARDOWN)
     # THEN the end is the library's reading as CPython began finalizing (its first flush
     # after it), or a sample before it, with the 4 MB still live; not the library's reading
     # as main returned, after the teardown freed them
@@ -188,14 +193,7 @@ def test_cpython_work_that_frees_as_its_last_act_ends_after_it(tmp_path):
     # begins finalizing at once (the sampler's last tick before that saw the 40 MB live:
     # python3 closing an in-memory sqlite3 database so was said healthy in one run, its
     # retention the teardown's, and retention in the next)
-    script = tmp_path / "last_act_frees.py"
-    script.write_text(LAST_ACT_FREES)
-    out = tmp_path / "r.hsrun.json.gz"
-    p = subprocess.run([*HS, "-o", str(out), "--", sys.executable, str(script)],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    s = capture.rederive(record.load(str(out)))
-    end = next(m for m in s.moments if m.name == "end")
+    end = end_of_script(tmp_path, LAST_ACT_FREES)
     # THEN the end is the library's reading as CPython began finalizing: after the free
     assert end.how == "read as CPython began finalizing", end
     assert end.breakdown.live_bytes < 10_000_000, end
@@ -234,10 +232,11 @@ def test_the_earliest_of_the_library_and_cpython_and_none_seen():
     tl.images, tl.py_running_s = [], None
     # the library's own reading as CPython began finalizing (its first flush after it) is
     # the end, where no tick saw _finalizing set, one saw it after, or one saw it first
-    # within a tick before (the sample before that tick: a tick early, before the program's
-    # last act)
+    # shortly before (the sample before that tick: a tick early, before the program's last
+    # act; 60 ms: the program kept off its core on a loaded machine)
     seg = _Seg(exit_begun_ns=10**9 + 500_000_000, exit_begun_how=3)
-    for tl.py_running_s, tl.py_finalizing_s in ((None, None), (0.45, 0.6), (0.49, 0.495)):
+    for tl.py_running_s, tl.py_finalizing_s in ((None, None), (0.45, 0.6), (0.49, 0.495),
+                                                (0.43, 0.44)):
         assert summary.end_begun_s(seg, tl) == (0.5, "CPython began finalizing")
     # ... but not a reading long after the tick that saw it (a teardown that allocated
     # nothing meanwhile: a slow __del__): that tick's

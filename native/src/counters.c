@@ -338,6 +338,13 @@ static void flush(hs_slot_t *s) {
   raise_peak(_hs_seg, __atomic_add_fetch(&_hs_seg->live_usable_bytes, d, __ATOMIC_RELAXED));
 }
 
+/* What a slow path looks at outside its fold: a heap map the CLI asked for, and whether
+ * CPython began finalizing (the end's reading). A load each when there is nothing to do. */
+static inline void polls(void) {
+  _hs_map_poll();
+  _hs_py_end_poll();
+}
+
 /* Move a thread's pending bytes into the global live figure, raise the peak, and start
  * the thread's countdowns again: the allocation countdown runs to the flush limit or the
  * next sample, whichever comes first, the free countdown to the limit. A thread flushes
@@ -350,10 +357,7 @@ void _hs_flush(hs_slot_t *s) {
   fold_enter();
   flush(s);
   fold_leave();
-  if (!t_own) {
-    _hs_map_poll();
-    _hs_py_end_poll();
-  }
+  if (!t_own) polls();
 }
 
 /* The main thread holds slot 1 from the first allocation on; at exit its pending bytes
@@ -383,8 +387,7 @@ void _hs_count_alloc_slow(void *p, size_t req, const void *caller) {
   if (_hs_blockmap_on && s != &g_own_slot) _hs_blockmap_set(p);
   if (s == NULL) { /* past the slots: every call comes here */
     _hs_count_shared(1, u, req, hdr, p, caller);
-    _hs_map_poll();
-    _hs_py_end_poll();
+    polls();
     return;
   }
   if (hs_add_alloc(s, u + HS_BLOCK_EXTRA, req)) _hs_counted_due(s, p, u + HS_BLOCK_EXTRA, req, caller);
@@ -401,8 +404,7 @@ void _hs_count_free_slow(void *p) {
   hs_slot_t *s = slot_slow();
   if (s == NULL) { /* past the slots: every call comes here */
     _hs_count_shared(0, u, 0, hdr, p, NULL);
-    _hs_map_poll();
-    _hs_py_end_poll();
+    polls();
     return;
   }
   if (hdr & 2) s->mmapped_free_bytes += hdr & ~(size_t)7;
@@ -562,9 +564,6 @@ void *_hs_counted_due(hs_slot_t *s, void *p, size_t chunk, size_t req, const voi
   if (s->sample_left < 0) _hs_sample_alloc(s, p, u, req, caller);
   flush(s);
   fold_leave();
-  if (!t_own) {
-    _hs_map_poll();
-    _hs_py_end_poll();
-  }
+  if (!t_own) polls();
   return p;
 }

@@ -769,6 +769,12 @@ def library_read_s(segment, tl: Timeline) -> float | None:
     return _since(tl, ns) if ns and tl.start_ns else None
 
 
+# How late the library's reading of CPython's finalizing may come after the first sample
+# that saw it and still be the end (at least two ticks): on a loaded machine the program
+# may be kept off its core between the two; a teardown that allocates nothing runs longer.
+PY_READING_LATE_S = 0.1
+
+
 def _tick_s(tl: Timeline) -> float:
     """The sampler's step between two rows, the median (0.01 s with fewer than two)."""
     t = tl.columns["t"] if len(tl) > 1 else []
@@ -778,8 +784,8 @@ def _tick_s(tl: Timeline) -> float:
 def end_begun_s(segment, tl: Timeline) -> tuple:
     """(seconds since the run's start, how) of the moment the program's exit began, before
     its exit handlers, static destructors and an interpreter's teardown: the library's
-    reading as CPython began finalizing where it took one within a tick of the first sample
-    that saw it; else the earliest of the library's exit_begun_ns (main returned, or the
+    reading as CPython began finalizing where it took one soon after the first sample that
+    saw it (PY_READING_LATE_S); else the earliest of the library's exit_begun_ns (main returned, or the
     program called exit()) and the first sample that saw CPython finalizing
     (tl.py_finalizing_s), and for CPython just after the last sample that read it running
     (tl.py_running_s); (None, "") when neither the library nor a sample saw it. Seconds on
@@ -796,12 +802,12 @@ def end_begun_s(segment, tl: Timeline) -> tuple:
     library = seen[0][0] if seen else None
     py = getattr(tl, "py_finalizing_s", None)
     if library is not None and how == EXIT_BEGUN_PY_FINALIZING and (
-            py is None or library <= py + _tick_s(tl)):
+            py is None or library <= py + max(2 * _tick_s(tl), PY_READING_LATE_S)):
         # the library's own reading of CPython's finalizing (its first flush after it): its
         # live bytes are those of that moment within a flush's bytes, where the sample before
         # the tick that saw it is up to a tick early (before the program's last act: python3
-        # closing its sqlite3 database). Not a reading a tick or more after that tick: a
-        # teardown that allocated nothing for a while (a slow __del__) is not the end.
+        # closing its sqlite3 database). Not a reading long after that tick: a teardown that
+        # allocated nothing for a while (a slow __del__) is not the end.
         return seen[0]
     if py is not None:
         seen.append((float(py), EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING]))
