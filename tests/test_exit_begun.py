@@ -249,6 +249,54 @@ def test_the_earliest_of_the_library_and_cpython_and_none_seen():
     assert summary.end_begun_s(None, tl) == (None, "")
 
 
+# The work's last act frees 63 in 64 of 40 MB of malloc's blocks (glibc keeps the pages the
+# rest pin) and a 64 MiB one (an mmapped chunk: given back) while 300,000 small objects sit
+# in pymalloc's arenas (mapped outside malloc); then CPython finalizes, and its teardown
+# gives the arenas back by munmap.
+PINS_BESIDE_ARENAS = r"""
+import ctypes, os, time
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks",
+                                               "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+small = [(i, str(i)) for i in range(300000)]
+keep = [bytearray(1000) for _ in range(40000)]
+big = b"x" * (64 << 20)
+time.sleep(0.3)
+keep[:] = keep[::64]
+del big
+mi = libc.mallinfo2()
+with open("/proc/self/statm") as f:
+    rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+with open("truth", "w") as f:
+    f.write(f"{mi.arena + mi.hblkhd} {rss}")
+"""
+
+
+def test_cpython_end_is_read_before_its_arenas_go_and_with_what_glibc_held(tmp_path):
+    # GIVEN a Python script whose last act leaves glibc holding the pages of 40 MB it freed
+    # (and gives back a 64 MiB block), beside 300,000 small objects in pymalloc's arenas;
+    # the script itself reads what glibc
+    # holds from the OS (mallinfo2's arena and hblkhd) and its RSS, after that act
+    end = end_of_script(tmp_path, PINS_BESIDE_ARENAS)
+    glibc_holds, rss = map(int, (tmp_path / "truth").read_text().split())
+    b = end.breakdown
+    assert end.how == "read as CPython began finalizing", end
+    # THEN the end is read before CPython's teardown gave pymalloc's arenas back (by munmap,
+    # with no free() that would flush: the reading was 44 MB below the script's RSS)
+    assert b.rss_bytes > rss - (4 << 20), (b, rss)
+    # AND the heap's part of it (live, waste, metadata, retained) is no more than glibc held
+    # then: the arenas are the non-heap part, not retention (the reading had no figure of
+    # glibc's, and the bound of the tick before, with the 64 MiB block, let them count as
+    # retained)
+    heap = b.live_bytes + b.waste_bytes + b.metadata_bytes + b.retained_bytes
+    assert heap < glibc_holds + (1 << 20), (b, glibc_holds)
+    assert b.retained_bytes > 30 << 20, b
+    assert b.non_heap_bytes > 30 << 20, b
+
+
 FREES_IN_ITS_TEARDOWN = r"""
 #include <stdlib.h>
 #include <string.h>

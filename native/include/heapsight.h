@@ -12,7 +12,7 @@
 
 #define HS_SEGMENT_MAGIC 0x3147455354485348ull   /* "HSHTSEG1": attached by its owner */
 #define HS_SEGMENT_CREATED 0x3157454e54485348ull /* "HSHTNEW1": made by the CLI, not yet attached */
-#define HS_SEGMENT_VERSION 25
+#define HS_SEGMENT_VERSION 26
 #define HS_MAX_SLOTS 256      /* slot 0 is shared (atomic updates); threads own slots 1..255 */
 #define HS_FINE_CLASSES 64    /* usable sizes below 1024 bytes: one class per 16 bytes */
 #define HS_SUBCLASSES 8       /* above 1024 bytes: 8 classes per power of two */
@@ -349,10 +349,13 @@ typedef struct hs_segment_s {
    * after CPython began finalizing), written after exit_begun_ns, then exit_begun_read set
    * to 1 (0: none taken): RSS and anonymous RSS as /proc/self/statm gave them, heapsight's
    * own pages in them (0: not read, as under a seccomp filter), heapsight's private bytes
-   * then, and the slots' sums as the sampler reads them (hs_slot_usable) */
+   * then, the slots' sums as the sampler reads them (hs_slot_usable), and what glibc held
+   * from the OS then (its arenas' system_mem and the mmapped chunks, read as the sampler
+   * reads them, and its arenas; HS_STATS_UNKNOWN and 0 under another allocator or a
+   * seccomp filter) */
   uint64_t exit_begun_read, exit_begun_rss, exit_begun_anon, exit_begun_own_private;
   uint64_t exit_begun_usable_alloc, exit_begun_usable_free, exit_begun_req_alloc;
-  uint64_t exit_begun_n_alloc, exit_begun_n_free;
+  uint64_t exit_begun_n_alloc, exit_begun_n_free, exit_begun_alloc_mapped, exit_begun_arenas;
   uint64_t py_finalizing_addr; /* CPython: &_PyRuntime._finalizing in the owner (0: not
                                  CPython, or a version not known), non-zero once
                                  Py_FinalizeEx began its teardown: the CLI reads it there */

@@ -164,11 +164,26 @@ static uint64_t find_main_arena(uint64_t heap_lo, uint64_t heap_hi) {
  * bytes, a thread arena's committed heaps; mallinfo2's `arena` field), read racily, each
  * word some value it had. Arenas are never freed, and a thread arena is read with peek: a
  * heap unmapped meanwhile reads as not an arena. 1 when main_arena was found, else 0. */
+static int ring_sum(uint64_t main_arena, uint64_t *arenas, uint64_t *system_mem);
+
 int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem) {
   uint64_t start_brk = _hs_start_brk(), brk = (uint64_t)syscall(SYS_brk, 0);
   if (!start_brk || brk < start_brk) return 0;
   uint64_t main_arena = find_main_arena(start_brk, brk + (64u << 20));
-  if (!main_arena) return 0;
+  return main_arena && ring_sum(main_arena, arenas, system_mem);
+}
+
+/* The same figures from main_arena as found before (0 when it never was): no search of
+ * libc's data, so no loader lock, for a reading taken inside the program's own allocator
+ * call (counters.c, the reading as the exit begins). main_arena is libc's static: it
+ * never moves once found. */
+int _hs_glibc_arenas_known(uint64_t *arenas, uint64_t *system_mem) {
+  uint64_t main_arena = __atomic_load_n(&g_main_arena, __ATOMIC_ACQUIRE);
+  return main_arena && ring_sum(main_arena, arenas, system_mem);
+}
+
+/* The ring from main_arena: how many arenas, and the sum of their system_mem. */
+static int ring_sum(uint64_t main_arena, uint64_t *arenas, uint64_t *system_mem) {
   uint64_t n = 1, sum = load(main_arena + G_MSTATE_SYSTEM_MEM);
   for (uint64_t a = load(main_arena + G_MSTATE_NEXT); a != main_arena && n < HS_ARENAS_MAX; n++) {
     uint64_t sys, next;

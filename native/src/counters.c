@@ -457,9 +457,15 @@ void _hs_exit_begun_read(hs_segment_t *seg) {
     na += __atomic_load_n(&s->n_alloc, __ATOMIC_RELAXED);
     nf += __atomic_load_n(&s->n_free, __ATOMIC_RELAXED);
   }
-  uint64_t rss = 0, anon = 0;
-  if (!__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED) && !_hs_statm_read(&rss, &anon))
-    rss = anon = 0;
+  uint64_t rss = 0, anon = 0, arenas = 0, system_mem = 0, mapped = HS_STATS_UNKNOWN;
+  if (!__atomic_load_n(&_hs_seccomp, __ATOMIC_RELAXED)) {
+    if (!_hs_statm_read(&rss, &anon)) rss = anon = 0;
+    /* what glibc held from the OS, as the sampler reads it (its peeks at thread arenas are
+     * system calls): the split's retained memory at this moment is bounded by it, not by
+     * the readings around it (another allocator's figures are its own calls: none here) */
+    if (seg->allocator_id == HS_ALLOC_GLIBC && _hs_glibc_arenas_known(&arenas, &system_mem))
+      mapped = system_mem + _hs_mmapped_chunk_bytes();
+  }
   seg->exit_begun_rss = rss;
   seg->exit_begun_anon = anon;
   seg->exit_begun_own_private = _hs_own_private();
@@ -468,6 +474,8 @@ void _hs_exit_begun_read(hs_segment_t *seg) {
   seg->exit_begun_req_alloc = req;
   seg->exit_begun_n_alloc = na;
   seg->exit_begun_n_free = nf;
+  seg->exit_begun_alloc_mapped = mapped;
+  seg->exit_begun_arenas = arenas;
   __atomic_store_n(&seg->exit_begun_read, 1, __ATOMIC_RELEASE);
   errno = saved_errno;
 }

@@ -124,6 +124,7 @@ int _hs_heapmap_write_refusal(const char *path, const char *why);
 __attribute__((noreturn)) void _hs_heapmap_in_copy(const char *path); /* copylib.c's */
 int _hs_heapmap_forking(void);          /* 1 while the helper is inside fork() */
 int _hs_glibc_arenas(uint64_t *arenas, uint64_t *system_mem); /* no lock, no walk */
+int _hs_glibc_arenas_known(uint64_t *arenas, uint64_t *system_mem); /* and no search */
 extern HS_HIDDEN uint64_t _hs_exit_sp; /* probe.c: the exiting thread's stack pointer, while
                                           the exit map's copy is made (0 otherwise) */
 extern HS_HIDDEN uint64_t _hs_helper_self; /* probe.c: the helper thread's pthread_self() */

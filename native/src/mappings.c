@@ -120,6 +120,9 @@ HS_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_
 
 HS_EXPORT int munmap(void *addr, size_t len) {
   hs_munmap_fn f = (hs_munmap_fn)real((void **)&g_munmap, "munmap");
+  /* before the pages go: CPython's teardown frees its object arenas by munmap, with no
+   * call of free() that would flush (preload.c, _hs_py_end_poll) */
+  _hs_py_end_poll();
   int rc = f(addr, len);
   if (rc == 0) {
     _hs_blockmap_unmapped((uint64_t)(uintptr_t)addr, (uint64_t)(uintptr_t)addr + len);

@@ -593,11 +593,14 @@ static void exit_hooks_setup(void) {
 /* CPython's exit begins when Py_FinalizeEx sets _PyRuntime._finalizing (interp.c), after
  * the program's atexit callbacks and its threads, before its modules and objects go: its
  * main() returns only after that teardown. The first flush of a thread's counters after it
- * (counters.c: at most a flush limit's bytes allocated or freed later) takes the reading
- * of that moment, where the CLI's ticks saw it within a tick: python3 closing an in-memory
- * sqlite3 database in its last line freed 48 MiB in that tick, and the run's verdict gave
- * CPython's teardown the retention it left (healthy in one run, retention in the next).
- * One load while not CPython; two per flush while it runs; none once taken. */
+ * (counters.c: at most a flush limit's bytes allocated or freed later), or the first munmap
+ * (mappings.c, before the pages go: pymalloc gives its arenas back by munmap, with no
+ * free() to flush: a script holding 40 MB of small objects was read after they had gone),
+ * takes the reading of that moment, where the CLI's ticks saw it within a tick: python3
+ * closing an in-memory sqlite3 database in its last line freed 48 MiB in that tick, and the
+ * run's verdict gave CPython's teardown the retention it left (healthy in one run,
+ * retention in the next). One load while not CPython; two per flush or munmap while it
+ * runs; none once taken. */
 static const uint64_t *g_py_finalizing;
 
 void _hs_py_end_poll(void) {

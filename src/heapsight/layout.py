@@ -12,7 +12,7 @@ from collections import namedtuple
 
 MAGIC = 0x3147455354485348      # attached by its owner
 CREATED = 0x3157454e54485348    # made here, not yet attached: what the library looks for
-VERSION = 25
+VERSION = 26
 MAX_SLOTS = 256
 CLASSES = 64 + (64 - 10) * 8
 STATE_EMPTY, STATE_RUNNING, STATE_EXITING, STATE_DONE = 0, 1, 2, 3
@@ -134,7 +134,8 @@ _HEADER_FIELDS = [
     ("exit_begun_read", U8), ("exit_begun_rss", U8), ("exit_begun_anon", U8),
     ("exit_begun_own_private", U8), ("exit_begun_usable_alloc", U8),
     ("exit_begun_usable_free", U8), ("exit_begun_req_alloc", U8),
-    ("exit_begun_n_alloc", U8), ("exit_begun_n_free", U8), ("py_finalizing_addr", U8),
+    ("exit_begun_n_alloc", U8), ("exit_begun_n_free", U8), ("exit_begun_alloc_mapped", U8),
+    ("exit_begun_arenas", U8), ("py_finalizing_addr", U8),
     ("owners", OWNER_FIELDS, (MAX_OWNERS,)), ("hist", HIST_FIELDS),
 ]
 # The counters summed over the slots every reading.

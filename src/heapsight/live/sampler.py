@@ -12,7 +12,7 @@ import time
 
 from heapsight import interrupts, mappings
 from heapsight.live import procfs, readloop
-from heapsight.layout import STATE_EXITING
+from heapsight.layout import STATE_EXITING, STATS_UNKNOWN
 from heapsight.live.segment import Segment, open_pagemap
 from heapsight.timeline import COLUMNS, IDX, Timeline
 
@@ -630,7 +630,9 @@ def add_exit_begun_row(tl: Timeline, seg: Segment | None, segment_resident: floa
     place by time: the "end" moment is then that instant, not the last tick before it (a
     program that frees a cache just before main returns, or ends within a tick). RSS less
     heapsight's own (the segment's pages as the last tick read them, its private bytes as
-    the library counted them then), the live requested bytes estimated as every row's;
+    the library counted them then), glibc's mapped memory as a tick reads it (under another
+    allocator: unknown, bounded by the readings around it), the live requested bytes
+    estimated as every row's;
     what only the Python tick reads carried from the row before. True when a row was added
     (the library took the reading, and read RSS: not under a seccomp filter)."""
     if seg is None or not tl.start_ns or not seg.attached() or not seg.get("exit_begun_read"):
@@ -651,5 +653,8 @@ def add_exit_begun_row(tl: Timeline, seg: Segment | None, segment_resident: floa
     row[IDX["live_usable"]], row[IDX["live_req"]] = float(live), float(max(0, live - waste))
     row[IDX["n_alloc"]] = float(h["exit_begun_n_alloc"])
     row[IDX["n_free"]] = float(h["exit_begun_n_free"])
+    if int(h["exit_begun_alloc_mapped"]) != STATS_UNKNOWN:   # glibc's, read then
+        row[IDX["alloc_mapped"]] = float(h["exit_begun_alloc_mapped"])
+        row[IDX["arenas"]] = float(h["exit_begun_arenas"])
     tl.insert_row(row, carried=("hwm", "threads", "pss", "children_rss"))
     return True
