@@ -383,3 +383,71 @@ def test_large_blocks_untouched_pages_are_skipped_and_their_pointers_found(tmp_p
     # the program's own blocks: the four large, the four they point to (and stdout's buffer)
     assert reach["still_reachable_blocks"] >= 8, reach
     assert reach["still_reachable_bytes"] >= 27 * (1 << 20), reach
+
+
+# Blocks whose marks race: 60,000 blocks of 504 bytes from a global array (still reachable),
+# each pointing at one of 16 shared blocks and into the middle of the next (a block first
+# reached through an interior pointer, then by its start); 20,000 blocks pointed to only in
+# their middle from a global array, each with a start pointer to a block of its own
+# (possibly lost, both: a possibly lost block's pointers give no more); an array of 10,000
+# blocks whose only pointer is dropped (one lost, the rest indirectly lost). 37 MB of
+# blocks: past the size where two processes mark at exit.
+RACES = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define FAN 60000
+#define SHARED 16
+#define INNER 20000
+#define DROPPED 10000
+void **volatile g_fan, **volatile g_inner;
+static void *drop(void) {
+  void **a = malloc(DROPPED * sizeof *a);
+  for (int i = 0; i < DROPPED; i++) { a[i] = malloc(104); memset(a[i], 7, 104); }
+  return a;
+}
+int main(void) {
+  void *shared[SHARED];
+  for (int i = 0; i < SHARED; i++) { shared[i] = malloc(200); memset(shared[i], 1, 200); }
+  void **fan = malloc(FAN * sizeof *fan);
+  for (int i = 0; i < FAN; i++) { fan[i] = malloc(504); memset(fan[i], 2, 504); }
+  for (int i = 0; i < FAN; i++) {
+    void **b = fan[i];
+    b[0] = shared[i % SHARED];
+    b[1] = (char *)fan[(i + 1) % FAN] + 64;
+  }
+  g_fan = fan;
+  void **inner = malloc(INNER * sizeof *inner);
+  for (int i = 0; i < INNER; i++) {
+    void **b = malloc(248);
+    memset(b, 3, 248);
+    b[0] = malloc(56);
+    memset(b[0], 4, 56);
+    inner[i] = (char *)b + 16;
+  }
+  g_inner = inner;
+  void *volatile lost = drop();
+  lost = NULL;
+  (void)lost;
+  memset(shared, 0, sizeof shared);
+  printf("ok\n");
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", "2", "auto"])
+def test_two_processes_mark_as_one(tmp_path, monkeypatch, workers):
+    # GIVEN a program whose blocks' marks race (many blocks pointing at the same few, blocks
+    # reached first through an interior pointer and then by their start), past the size at
+    # which two processes mark at exit; marked by one, by two, and as heapsight chooses
+    exe = build(tmp_path, "races", RACES)
+    monkeypatch.setenv("HEAPSIGHT_REACH_WORKERS", workers)
+    s, _ = run_json(tmp_path, exe)
+    reach = exit_reach(s)
+    # THEN the chosen number marked (two by default at this size)
+    assert reach.get("workers", 1) == (1 if workers == "1" else 2), reach
+    # AND the classes are the truth (and stdout's buffer, still reachable)
+    truth = {"still_reachable": 2 + 60000 + 16 + 1, "possibly_lost": 2 * 20000,
+             "definitely_lost": 1, "indirectly_lost": 10000}
+    assert {c: reach[f"{c}_blocks"] for c in CLASSES} == truth, reach

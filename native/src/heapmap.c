@@ -93,9 +93,15 @@ uint64_t _hs_copy_live_blocks, _hs_copy_mmapped_bytes;
 static int g_in_copy;
 
 void *_hs_copy_map(size_t bytes, int populate) {
+  return _hs_copy_map_flags(bytes, MAP_PRIVATE | (populate ? MAP_POPULATE : 0));
+}
+
+/* Memory that a process the copy forks shares with it (reach.c: the marks of two). */
+void *_hs_copy_map_shared(size_t bytes) { return _hs_copy_map_flags(bytes, MAP_SHARED); }
+
+void *_hs_copy_map_flags(size_t bytes, int flags) {
   void *p = (void *)syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
-                                (populate ? MAP_POPULATE : 0), -1, 0);
+                            flags | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if ((long)p < 0 && (long)p > -4096) return NULL;
   if (g_in_copy && _hs_copy_n_own < HS_OWN_MAX)
     _hs_copy_own[_hs_copy_n_own++] = (hs_chunk_t){(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)p + bytes};

@@ -70,7 +70,8 @@ typedef struct hs_map_reach_s {
   uint64_t bytes[4], blocks[4]; /* HS_REACH_LOST, _POSSIBLE, _REACHABLE, _INDIRECT */
   uint64_t n_listed, n_unlisted;
   uint64_t mmapped_missing_bytes; /* mmapped chunks the hooks counted live, not found */
-  uint64_t reserved[3];
+  uint64_t workers;             /* the processes that marked: 1, or 2 (at exit, reach.c) */
+  uint64_t reserved[2];
   char why[128];
 } hs_map_reach_t;
 /* A block's state (a listed block's, and the index of bytes[] and blocks[]); OWN, a block of

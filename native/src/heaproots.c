@@ -229,7 +229,14 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
       return;
     }
   }
-  uint8_t *state = _hs_copy_map(n + 1, 0);
+  /* two processes mark at exit, once the program is gone (reach.c), past a size of blocks
+   * to scan that pays for a fork: their states shared */
+  uint64_t block_bytes = 0;
+  for (size_t i = 0; i < n; i++) block_bytes += c->chunks[i].hi - c->chunks[i].lo;
+  int workers = _hs_opt.reach_workers;
+  int two = at_exit && workers != 1 && (workers == 2 || block_bytes >= HS_REACH_WORKERS_MIN_BYTES);
+  struct hs_reach_pool_s *pool = two ? _hs_copy_map_shared(_hs_reach_pool_bytes()) : NULL;
+  uint8_t *state = pool ? _hs_copy_map_shared(n + 1) : _hs_copy_map(n + 1, 0);
   uint32_t *stack = _hs_copy_map((2 * n + 1) * sizeof(uint32_t), 0);
   if (!state || !stack) {
     reach_why(rec, "no room in the copy for the marks");
@@ -270,6 +277,7 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   hs_reach_t r;
   _hs_reach_init(&r, c->chunks, n, state, stack);
   r.glibc_chunks = glibc;
+  r.defer = pool != NULL;
   unsigned shift = 0;
   size_t index_bytes = _hs_opt.reach_index ? _hs_reach_index_bytes(c->chunks, n, &shift) : 0;
   void *index = index_bytes ? _hs_copy_map(index_bytes, 0) : NULL;
@@ -306,6 +314,12 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   sigaction(SIGBUS, &old_bus, NULL);
   if (pm >= 0) close(pm);
   pm = -1;
+  int marked_by = _hs_reach_workers(&r, pool);
+  if (!marked_by) {
+    reach_why(rec, "the second process marking the blocks failed");
+    rec->reach_ns = _hs_now_ns() - r0;
+    return;
+  }
   /* heapsight's thread's DTV (glibc's, for it): its TCB's second word points inside it */
   if (_hs_helper_self) _hs_reach_own(&r, hs_rd(_hs_helper_self + 8));
   _hs_reach_finish(&r);
@@ -316,6 +330,7 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
     return;
   }
   rec->status = 0;
+  rec->workers = (uint64_t)marked_by;
   rec->root_bytes = r.root_bytes - skipped;
   rec->n_blocks = n;
   memcpy(rec->bytes, r.bytes, sizeof rec->bytes);

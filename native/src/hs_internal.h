@@ -154,6 +154,8 @@ typedef struct hs_reach_s {
   int late;
   int glibc_chunks;    /* the blocks are glibc's chunks (a word at a block's end is the
                           next chunk's header: reach.c's find) */
+  int defer;           /* the roots push what they reach and leave it for _hs_reach_workers */
+  struct hs_reach_pool_s *pool; /* while two processes mark: what they share (reach.c) */
 } hs_reach_t;
 void _hs_reach_sort(hs_chunk_t *chunks, size_t n);
 void _hs_reach_init(hs_reach_t *r, hs_chunk_t *chunks, size_t n, uint8_t *state, uint32_t *stack);
@@ -166,6 +168,9 @@ uint64_t _hs_resident_runs(int pm, uint64_t *buf, size_t entries, uint64_t page,
 #define HS_REACH_SPARSE_BYTES (64u << 10) /* blocks this large: their resident pages only */
 void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
 void _hs_reach_own(hs_reach_t *r, uint64_t addr);
+size_t _hs_reach_pool_bytes(void);
+int _hs_reach_workers(hs_reach_t *r, struct hs_reach_pool_s *pool);
+#define HS_REACH_WORKERS_MIN_BYTES (16ull << 20) /* fewer blocks' bytes: one process marks */
 void _hs_reach_finish(hs_reach_t *r);
 size_t _hs_profile_own(hs_chunk_t *out, size_t max); /* profile.c: its tables' mappings */
 /* Where each live block starts and which mappings are the allocator's, for the marking

@@ -13,6 +13,10 @@ typedef struct hs_options_s {
   int reach_index;      /* HEAPSIGHT_REACH_INDEX: the marking finds each word's block
                            through an index of the blocks (default 1; 0: a search over
                            them all, for bench/reach's comparison) */
+  int reach_workers;    /* HEAPSIGHT_REACH_WORKERS: the processes that mark at exit: 0 (the
+                           default): two past HS_REACH_WORKERS_MIN_BYTES of blocks, else one;
+                           1: one; 2: two whatever the count (reach.c; for the tests and
+                           bench/reach's comparison) */
   int maps_while_running; /* HEAPSIGHT_MAPS_WHILE_RUNNING: the CLI will ask for heap maps
                             while the program runs (snapshots): the program's threads look
                             for a request in the counters' slow path (probe.c; default 0) */

@@ -65,6 +65,9 @@ void _hs_options_read(void) {
   read_bool("HEAPSIGHT_REACH", &_hs_opt.reach);
   read_bool("HEAPSIGHT_REACH_INDEX", &_hs_opt.reach_index);
   read_bool("HEAPSIGHT_MAPS_WHILE_RUNNING", &_hs_opt.maps_while_running);
+  const char *w = getenv("HEAPSIGHT_REACH_WORKERS");
+  if (w && (!strcmp(w, "1") || !strcmp(w, "2"))) _hs_opt.reach_workers = *w - '0';
+  else if (w && strcasecmp(w, "auto")) warn("HEAPSIGHT_REACH_WORKERS", w, "auto, 1 or 2");
   const char *v = getenv("HEAPSIGHT_RELEASE_AT_EXIT");
   if (v && !strcasecmp(v, "copy")) _hs_opt.release_at_exit = HS_RELEASE_IN_COPY;
   else read_bool("HEAPSIGHT_RELEASE_AT_EXIT", &_hs_opt.release_at_exit);

@@ -40,7 +40,7 @@ HEAP_DTYPE = np.dtype([
 REACH_DTYPE = np.dtype([
     ("status", U8), ("reach_ns", U8), ("root_bytes", U8), ("n_blocks", U8),
     ("bytes", U8, (4,)), ("blocks", U8, (4,)), ("n_listed", U8), ("n_unlisted", U8),
-    ("mmapped_missing_bytes", U8), ("reserved", U8, (3,)), ("why", "S128"),
+    ("mmapped_missing_bytes", U8), ("workers", U8), ("reserved", U8, (2,)), ("why", "S128"),
 ])
 BLOCK_DTYPE = np.dtype([("addr", U8), ("usable", U8), ("state", U8)])
 # memcheck's words for them, by reach.c's state numbers
@@ -115,6 +115,7 @@ class Reach:
     # glibc's mmapped chunks the hooks counted live that the copy did not find (so not in
     # any class): 0 when every one was found
     mmapped_missing_bytes: int = 0
+    workers: int = 1          # the processes that marked (two at exit, past 16 MiB of blocks)
 
     def to_json(self) -> dict:
         if not self.marked:
@@ -124,7 +125,8 @@ class Reach:
                 **{f"{c}_bytes": self.bytes[c] for c in REACH_CLASSES},
                 **{f"{c}_blocks": self.blocks[c] for c in REACH_CLASSES},
                 **({"mmapped_missing_bytes": self.mmapped_missing_bytes}
-                   if self.mmapped_missing_bytes else {})}
+                   if self.mmapped_missing_bytes else {}),
+                **({"workers": self.workers} if self.workers > 1 else {})}
 
     def classes_of(self, addrs) -> np.ndarray:
         """The class (index in REACH_CLASSES) of blocks by their user address: a listed
@@ -209,7 +211,8 @@ def parse(data: bytes, path: str) -> HeapMap:
                          int(r["reach_ns"]), int(r["root_bytes"]), int(r["n_blocks"]),
                          {c: int(r["bytes"][i]) for i, c in enumerate(REACH_CLASSES)},
                          {c: int(r["blocks"][i]) for i, c in enumerate(REACH_CLASSES)},
-                         blocks, int(r["n_unlisted"]), int(r["mmapped_missing_bytes"]))
+                         blocks, int(r["n_unlisted"]), int(r["mmapped_missing_bytes"]),
+                         max(1, int(r["workers"])))
     if at + 8 != len(data):
         raise ValueError(f"{path}: {len(data) - at - 8} bytes unaccounted for")
     return hm
