@@ -42,7 +42,9 @@ from heapsight.model import AllocStats, HeapCounters
 #   7  + the timeline's "child_maxrss": wait4's ru_maxrss for the program (the most RSS of
 #      it and of each descendant it waited for: gcc's cc1, which came and went between two
 #      readings of the descendants, peaked at 30.8 MiB where the readings saw 6.4)
-VERSION = 7
+#   8  + each heap map's reach "workers": the processes that marked (two at exit past 16 MiB
+#      of blocks, native/src/reach.c)
+VERSION = 8
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -104,7 +106,15 @@ def _from_6(cap: dict) -> dict:
             "timeline": None if tl is None else {**tl, "child_maxrss": 0}}
 
 
-UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6}
+def _from_7(cap: dict) -> dict:
+    """A version 7 capture as version 8: every marking was one process's."""
+    maps = [[name, m if m.get("reach") is None else {**m, "reach": {**m["reach"], "workers": 1}}]
+            for name, m in cap.get("maps") or []]
+    return {**cap, "version": 8, **({"maps": maps} if "maps" in cap else {})}
+
+
+UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6,
+            7: _from_7}
 
 
 class NewerCapture(ValueError):
