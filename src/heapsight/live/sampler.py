@@ -23,6 +23,12 @@ STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fil
 # costs ~60 µs and more, 6% of a core at 1 kHz; the C tick a few µs. The Python tick still
 # reads /proc/PID/status (peak RSS, threads), smaps and the children at its own rate.
 PYTHON_TICKS_PER_S = 5
+# Reading /proc/PID/smaps (and smaps_rollup) walks the program's page tables under its
+# mmap lock: 8 ms at 400 MiB resident, and a brk or mmap of the program's waits for it (perl
+# growing a hash to 400 MiB was blocked 50-70 ms of 1.5 s by the readings at each new high).
+# A reading is taken again no sooner than this many times its own cost later (1%), but for
+# the one at a pause in the growth (the peak's), at exit and the first.
+LOCK_BUDGET = 100
 MAX_VMAS = 20000            # anonymous mappings kept per reading (mapped.py: whose are resident)
 
 
@@ -49,6 +55,19 @@ def peak_kinds_above(tl) -> float:
     return 0.5 if tl.kinds_peak is None else 1.1 * tl.kinds_peak[2] + (1 << 20)
 
 
+PAUSE_SAMPLES = 3
+
+
+def _pausing(tl, rss_now: float) -> bool:
+    """Whether RSS stopped growing: this reading within 0.1% of each of the PAUSE_SAMPLES
+    samples before it."""
+    n, flat = len(COLUMNS), tl.flat
+    if len(flat) < PAUSE_SAMPLES * n:
+        return False
+    before = [flat[len(flat) - k * n + IDX["rss"]] for k in range(1, PAUSE_SAMPLES + 1)]
+    return all(not math.isnan(b) and rss_now <= 1.001 * b for b in before)
+
+
 def _less(value: float, own: float) -> float:
     """A reading less heapsight's own bytes (NaN stays NaN: not read)."""
     return value if math.isnan(value) else max(0.0, value - own)
@@ -62,6 +81,8 @@ class _Carry:
         self.tick = self.status = self.smaps = start
         self.poll = self.children = self.stats = start
         self.kinds = start + 0.05
+        # when a reading of the mappings at a new high may come (LOCK_BUDGET)
+        self.kinds_free = start
         self.hwm = self.threads = self.children_rss = self.pss = math.nan
         self.best_usable = 0
         # this tick's RSS as read, with heapsight's own resident and private bytes in it
@@ -418,14 +439,20 @@ class Sampler:
         (10% above the last such reading) and as the program enters its exit."""
         tl, seg = self.timeline, self.segment
         rss_now = row[IDX["rss"]]
-        peak_due = not math.isnan(rss_now) and rss_now > peak_kinds_above(tl)
+        # a new high, while the budget allows, or as the growth pauses (RSS as it was for the
+        # last few samples: the peak may be this one)
+        peak_due = (not math.isnan(rss_now) and rss_now > peak_kinds_above(tl)
+                    and (now >= c.kinds_free or _pausing(tl, rss_now)))
         exiting = (not c.exit_tried and seg is not None and seg.attached()
                    and seg.get("state") >= STATE_EXITING)
         c.exit_tried = c.exit_tried or exiting
         if not (now >= c.kinds or peak_due or exiting):
             return
-        c.kinds = now + 1.0 / MAPPINGS_PER_S
+        t0 = time.monotonic()
         kinds, anon = self._kinds()
+        cost = time.monotonic() - t0
+        c.kinds = now + max(1.0 / MAPPINGS_PER_S, LOCK_BUDGET * cost)
+        c.kinds_free = now + LOCK_BUDGET * cost
         # the reading's time is when smaps was read through (a loaded tick reads it ms after
         # the tick began): the mappings the program made meanwhile are in it, and the
         # library's records of them must be too (mapped.live_ranges at this time)
@@ -455,10 +482,11 @@ class Sampler:
             c.children = now + 1.0 / CHILDREN_PER_S
         row[IDX["children_rss"]] = c.children_rss
         if now >= c.smaps:
+            t0 = time.monotonic()
             roll = self.rollup.read()
             if roll is not None:
                 c.pss = roll.get("pss", math.nan)
-            c.smaps = now + self.smaps_period
+            c.smaps = now + max(self.smaps_period, LOCK_BUDGET * (time.monotonic() - t0))
         row[IDX["pss"]] = c.pss
 
     def _read_library(self, row: list, now: float, c: "_Carry", req) -> bool:
