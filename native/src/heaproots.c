@@ -316,7 +316,7 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   pm = -1;
   int marked_by = _hs_reach_workers(&r, pool);
   if (!marked_by) {
-    reach_why(rec, "the second process marking the blocks failed");
+    reach_why(rec, "the second process that marked the blocks did not finish (killed, or it crashed)");
     rec->reach_ns = _hs_now_ns() - r0;
     return;
   }

@@ -286,6 +286,7 @@ void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
 typedef struct { uint64_t lo, hi, definite; } hs_reach_range_t;
 struct hs_reach_pool_s {
   int lock, idle, workers, late;
+  int child; /* the second process, as its parent knows it (0 in the child) */
   uint32_t count, n_ranges;
   uint32_t items[HS_REACH_POOL_ITEMS];
   hs_reach_range_t ranges[HS_REACH_POOL_RANGES];
@@ -360,6 +361,18 @@ static int take_locked(hs_reach_t *r, hs_reach_range_t *range) {
   return 1;
 }
 
+static int past_deadline(const hs_reach_t *r) {
+  return r->deadline_ns && _hs_now_ns() > r->deadline_ns;
+}
+
+/* Whether the second process ended (killed: its work is lost), left unreaped. */
+static int gone(int pid) {
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  return pid > 0 && syscall(SYS_waitid, P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT | __WALL, NULL) == 0 &&
+         info.si_pid == pid;
+}
+
 /* Work for r, which has none: 1 with a share on its stack or a piece of a block scanned;
  * 0 when every process waits and the pool is empty (nothing is left: only a process with
  * work fills the pool), or one is late. */
@@ -380,6 +393,10 @@ static int take(hs_reach_t *r) {
       return 0;
     } else if (spins % 64 == 63) {
       syscall(SYS_sched_yield); /* the other may be off its core (a loaded machine) */
+      if (spins % 4096 == 4095 && (past_deadline(r) || gone(p->child))) {
+        __atomic_store_n(&p->late, 1, __ATOMIC_RELAXED); /* the marks are not whole */
+        return 0;
+      }
     } else {
       __builtin_ia32_pause();
     }
@@ -429,8 +446,10 @@ int _hs_reach_workers(hs_reach_t *r, struct hs_reach_pool_s *pool) {
     syscall(SYS_exit_group, r->late ? 1 : 0);
   }
   if (pid < 0) pool->workers = 1; /* no second process: this one alone */
+  else __atomic_store_n(&pool->child, pid, __ATOMIC_RELAXED);
   drain_shared(r);
   r->pool = NULL;
+  if (__atomic_load_n(&pool->late, __ATOMIC_RELAXED)) r->late = 1; /* the other one was late */
   if (pid < 0) return 1;
   int status = 0;
   while (syscall(SYS_wait4, pid, &status, __WALL, NULL) < 0 && errno == EINTR) {}
