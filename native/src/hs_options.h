@@ -14,7 +14,8 @@ typedef struct hs_options_s {
                            through an index of the blocks (default 1; 0: a search over
                            them all, for bench/reach's comparison) */
   int reach_workers;    /* HEAPSIGHT_REACH_WORKERS: the processes that mark at exit: 0 (the
-                           default): two past HS_REACH_WORKERS_MIN_BYTES of blocks, else one;
+                           default): two past HS_REACH_WORKERS_MIN_BYTES of blocks, where the
+                           program is the command the CLI started, else one;
                            1: one; 2: two whatever the count (reach.c; for the tests and
                            bench/reach's comparison) */
   int maps_while_running; /* HEAPSIGHT_MAPS_WHILE_RUNNING: the CLI will ask for heap maps

@@ -84,8 +84,9 @@ ENVIRONMENT = (
     ("HEAPSIGHT_REACH_INDEX", "0: mark without the index of the blocks (a binary search "
      "over them all for each word: the same classes, slower; bench/reach compares them)"),
     ("HEAPSIGHT_REACH_WORKERS", "1: one process marks at exit; 2: two whatever the heap's "
-     "size; auto (the default): two once the blocks hold 16 MiB (the program is gone then, "
-     "and both cores are free; the same classes: bench/reach compares them)"),
+     "size; auto (the default): two once the blocks hold 16 MiB, where the program is the "
+     "command heapsight started (it is gone then, and both cores are free; the same "
+     "classes: bench/reach compares them)"),
     ("HEAPSIGHT_UNWIND_CHECK", "1: walk every sampled stack both with heapsight's cached "
      "rules and with libgcc's, and count where they differ (a check, slower)"),
     ("NO_COLOR", "set: no colour, even on a terminal"),
