@@ -6,8 +6,10 @@ pointer, pointers only in a thread's stack and in thread-local storage, mmapped 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -451,3 +453,82 @@ def test_two_processes_mark_as_one(tmp_path, monkeypatch, workers):
     truth = {"still_reachable": 2 + 60000 + 16 + 1, "possibly_lost": 2 * 20000,
              "definitely_lost": 1, "indirectly_lost": 10000}
     assert {c: reach[f"{c}_blocks"] for c in CLASSES} == truth, reach
+
+
+
+# A million 48-byte blocks, each pointing at four others at random, all reachable from a
+# global array: a marking long enough (a few hundred ms) to be caught in the act.
+DENSE = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+void **volatile g_all;
+int main(int argc, char **argv) {
+  long n = atol(argv[1]);
+  void **all = malloc(n * sizeof *all);
+  for (long i = 0; i < n; i++) all[i] = malloc(40);
+  uint64_t x = 88172645463325252ull;
+  for (long i = 0; i < n; i++)
+    for (int k = 0; k < 4; k++) {
+      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      ((void **)all[i])[k] = all[x % n];
+    }
+  g_all = all;
+  puts("held");
+  return 0;
+}
+"""
+
+
+def _kids(pid: int) -> list:
+    out = []
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(k) for k in f.read().split()]
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def test_a_second_marker_killed_mid_run_leaves_the_leak_answer_unsaid(tmp_path):
+    # GIVEN a run whose exit marking is done by two processes, the second killed from
+    # outside while it marks (the copy is a child of heapsight's process, the second
+    # marker the copy's child: both named hs-heapmap)
+    exe = build(tmp_path, "dense", DENSE)
+    for n in (1_000_000, 3_000_000):
+        js = tmp_path / "s.json"
+        proc = subprocess.Popen([*HS, "run", "--no-save", "--json", str(js), "--", exe, str(n)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "HEAPSIGHT_REACH_WORKERS": "2"})
+        killed = None
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and killed is None and time.monotonic() < deadline:
+            for copy in (k for k in _kids(proc.pid) if _comm(k) == "hs-heapmap"):
+                for marker in (k for k in _kids(copy) if _comm(k) == "hs-heapmap"):
+                    os.kill(marker, signal.SIGKILL)
+                    killed, at = marker, time.monotonic()
+            time.sleep(0.002)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        if killed is not None:
+            break
+    else:
+        pytest.fail("the second marker was never seen: the marking ended before a poll "
+                    "every 2 ms found it")
+    # THEN the run ends without waiting for a marker that is gone (the marking's own limit
+    # is 20 s), and says the leak answer is missing, and why, rather than giving the marks
+    # of half the work
+    assert time.monotonic() - at < 10, "the copy waited for the killed marker"
+    reach = [m["reach"] for m in json.loads(js.read_text())["heapmaps"] if m["moment"] == "exit"][0]
+    assert not reach["marked"], reach
+    assert "did not finish" in reach["why"], reach
+    assert "did not finish" in err
