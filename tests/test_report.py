@@ -187,15 +187,16 @@ def test_run_timeline_splits_samples_as_the_summary_does(page, inputs):
     rss = np.array(next(s["y"] for s in mem["series"] if s["name"] == "RSS"), dtype=float)
     peak = json.loads(gzip.open(inputs["run"], "rt").read())["summary"]["peak"]
     # THEN at the peak sample the bands are the summary's peak breakdown, byte for byte
-    i = int(np.argmin(np.abs(x - peak["at_s"])))
-    assert rss[i] == peak["rss_bytes"]
+    # (its time is given to the ms: of two samples less than a ms apart, the one it is; a
+    # sampler that fell behind once took two 0.1 ms apart, of the same RSS)
     # (the resident parts: what of live, waste and metadata was never touched is not in RSS)
     live, waste, metadata = resident(peak["live_bytes"], peak["waste_bytes"],
                                      peak["metadata_bytes"], peak["untouched_bytes"])
-    assert series["live"][i] == live
-    assert series["waste + metadata"][i] == waste + metadata
-    assert series["retained (freed, kept)"][i] == peak["retained_bytes"]
-    assert series["non-heap"][i] == peak["non_heap_bytes"]
+    bands = [(int(rss[i]), series["live"][i], series["waste + metadata"][i],
+              series["retained (freed, kept)"][i], series["non-heap"][i])
+             for i in np.flatnonzero(np.abs(x - peak["at_s"]) <= 0.0005 + 1e-9)]
+    assert (peak["rss_bytes"], live, waste + metadata, peak["retained_bytes"],
+            peak["non_heap_bytes"]) in bands, (peak, bands)
     # every sample's bands cover its RSS (above it only by live blocks never touched)
     assert np.all(np.sum(list(series.values()), axis=0) >= rss - 4)
     # and the release at exit is marked

@@ -384,7 +384,10 @@ class Sampler:
             c.tick += self.period
             delay = c.tick - time.monotonic()
             if delay <= 0:
-                c.tick = time.monotonic()  # fell behind: do not try to catch up in a burst
+                # fell behind: do not try to catch up in a burst, nor take the next sample a
+                # hair after this one (two samples 0.1 ms apart made "the sample at t"
+                # ambiguous: the report's test of the peak's bands picked the other one)
+                c.tick = max(time.monotonic(), now + 0.5 * self.period)
             if fast is not None and self.statm.fd is not None and \
                     self._fast_ticks(fast, now, start, own, own_here, c):
                 continue
@@ -616,8 +619,11 @@ class Sampler:
         """The ticks until the next Python tick is due, taken in C; False when none are
         (the Python tick is due first)."""
         tl = self.timeline
+        # while a new high may not be read yet (LOCK_BUDGET) the C ticks do not stop for one:
+        # the Python tick looks again when the budget allows, and at its own rate for a pause
+        waiting = c.kinds_free > now
         due = min(now + 1.0 / PYTHON_TICKS_PER_S, c.children, c.smaps, c.kinds, c.stats,
-                  self._next_snapshot_due(start))
+                  self._next_snapshot_due(start), c.kinds_free if waiting else math.inf)
         if due <= c.tick:
             return False
         word = self._finalizing_word()
@@ -625,7 +631,7 @@ class Sampler:
                                         self._asked,
                                         self.pagemap if own_here else None, own, self.pid,
                                         watch_exit=not c.exit_tried,
-                                        rss_above=peak_kinds_above(tl),
+                                        rss_above=math.inf if waiting else peak_kinds_above(tl),
                                         exe=tl.images[-1][1] if tl.images else "",
                                         finalizing=None if word is None else (word.fd, word.addr))
         own = fast.own[0]
