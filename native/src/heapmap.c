@@ -92,14 +92,7 @@ size_t _hs_copy_n_own;
 uint64_t _hs_copy_live_blocks, _hs_copy_mmapped_bytes;
 static int g_in_copy;
 
-void *_hs_copy_map(size_t bytes, int populate) {
-  return _hs_copy_map_flags(bytes, MAP_PRIVATE | (populate ? MAP_POPULATE : 0));
-}
-
-/* Memory that a process the copy forks shares with it (reach.c: the marks of two). */
-void *_hs_copy_map_shared(size_t bytes) { return _hs_copy_map_flags(bytes, MAP_SHARED); }
-
-void *_hs_copy_map_flags(size_t bytes, int flags) {
+static void *copy_map_flags(size_t bytes, int flags) {
   void *p = (void *)syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE,
                             flags | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if ((long)p < 0 && (long)p > -4096) return NULL;
@@ -107,6 +100,13 @@ void *_hs_copy_map_flags(size_t bytes, int flags) {
     _hs_copy_own[_hs_copy_n_own++] = (hs_chunk_t){(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)p + bytes};
   return p;
 }
+
+void *_hs_copy_map(size_t bytes, int populate) {
+  return copy_map_flags(bytes, MAP_PRIVATE | (populate ? MAP_POPULATE : 0));
+}
+
+/* Memory that a process the copy forks shares with it (reach.c: the marks of two). */
+void *_hs_copy_map_shared(size_t bytes) { return copy_map_flags(bytes, MAP_SHARED); }
 
 void _hs_copy_unmap(void *p, size_t bytes) {
   if (p) syscall(SYS_munmap, p, bytes);

@@ -233,13 +233,13 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
    * to scan that pays for a fork: their states shared. Only where the program was the
    * command heapsight started (the copy is then the CLI's child): a process followed
    * among others (--follow cc1 under make) ends while the rest of the command runs on */
-  uint64_t block_bytes = 0;
-  for (size_t i = 0; i < n; i++) block_bytes += c->chunks[i].hi - c->chunks[i].lo;
-  int workers = _hs_opt.reach_workers;
+  int workers = _hs_opt.reach_workers, two = at_exit && workers == 2;
   pid_t cli = _hs_seg ? (pid_t)__atomic_load_n(&_hs_seg->creator_pid, __ATOMIC_RELAXED) : 0;
-  int last = cli > 0 && getppid() == cli;
-  int two = at_exit && workers != 1 &&
-            (workers == 2 || (last && block_bytes >= HS_REACH_WORKERS_MIN_BYTES));
+  if (at_exit && workers == 0 && cli > 0 && getppid() == cli) {
+    uint64_t block_bytes = 0;
+    for (size_t i = 0; i < n; i++) block_bytes += c->chunks[i].hi - c->chunks[i].lo;
+    two = block_bytes >= HS_REACH_WORKERS_MIN_BYTES;
+  }
   struct hs_reach_pool_s *pool = two ? _hs_copy_map_shared(_hs_reach_pool_bytes()) : NULL;
   uint8_t *state = pool ? _hs_copy_map_shared(n + 1) : _hs_copy_map(n + 1, 0);
   uint32_t *stack = _hs_copy_map((2 * n + 1) * sizeof(uint32_t), 0);

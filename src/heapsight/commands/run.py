@@ -50,8 +50,9 @@ def add_arguments(p) -> None:
                    help="/proc/PID/status samples per second (default 100, at most 1000)")
     p.add_argument("--smaps-hz", type=float, default=4.0,
                    help="smaps_rollup samples per second (default 4), at most: a reading walks "
-                        "the program's page tables under its mmap lock, so the next comes no "
-                        "sooner than 100 times its cost (8 ms at 400 MiB resident: every 0.8 s)")
+                        "the program's page tables under its mmap lock (8 ms at 400 MiB "
+                        "resident), and with smaps' readings these walks hold it at most 1%% "
+                        "of the run's time and 10 ms more")
     p.add_argument("--stats-hz", type=float, default=10.0,
                    help="readings per second of what the allocator holds from the OS, taken "
                         "from outside the program, with no call into it (glibc: each arena's "

@@ -25,10 +25,16 @@ STATUS_PER_S = 100          # /proc/PID/status costs ~20 µs; statm (~4 µs) fil
 PYTHON_TICKS_PER_S = 5
 # Reading /proc/PID/smaps (and smaps_rollup) walks the program's page tables under its
 # mmap lock: 8 ms at 400 MiB resident, and a brk or mmap of the program's waits for it (perl
-# growing a hash to 400 MiB was blocked 50-70 ms of 1.5 s by the readings at each new high).
-# A reading is taken again no sooner than this many times its own cost later (1%), but for
-# the one at a pause in the growth (the peak's), at exit and the first.
-LOCK_BUDGET = 100
+# growing a hash to 400 MiB was blocked 50-78 ms of 1.5 s by the readings at each new high).
+# The walks may hold it LOCK_SHARE of the run's time, and LOCK_ALLOWANCE_S more: a short
+# program is read at each new high as before (one growing to 70 MiB in 0.6 s: 17
+# readings, 8.4 ms of walks). Past that, a reading waits until the run's time pays for
+# it (taken to cost what the last one did), but for the one at a pause in the growth (the
+# peak's) and at exit. A walk's length is taken from RSS: 20 us per MiB resident (smaps
+# and smaps_rollup read 7.5-10 ms at 400 MiB, the best of 5 each, from outside).
+LOCK_SHARE = 0.01
+LOCK_ALLOWANCE_S = 0.01
+LOCK_S_PER_MIB = 20e-6
 MAX_VMAS = 20000            # anonymous mappings kept per reading (mapped.py: whose are resident)
 
 
@@ -81,13 +87,24 @@ class _Carry:
         self.tick = self.status = self.smaps = start
         self.poll = self.children = self.stats = start
         self.kinds = start + 0.05
-        # when a reading of the mappings at a new high may come (LOCK_BUDGET)
-        self.kinds_free = start
+        # the seconds the walks of smaps and smaps_rollup held the program's mmap lock (as
+        # LOCK_S_PER_MIB puts them), and when the next may come (LOCK_SHARE)
+        self.start, self.held, self.kinds_free = start, 0.0, start
         self.hwm = self.threads = self.children_rss = self.pss = math.nan
         self.best_usable = 0
         # this tick's RSS as read, with heapsight's own resident and private bytes in it
         self.rss_read: tuple | None = None
         self.exit_tried = self.early = self.retargeted = False
+
+    def held_lock(self, rss: float) -> None:
+        """A read of smaps or smaps_rollup held the program's mmap lock, RSS being rss (its
+        walk's length, as LOCK_S_PER_MIB puts it: a time taken here would count the reader
+        waiting for the interpreter's lock too): the next may come once the run's time pays
+        for it, if it costs as much."""
+        seconds = 0.0 if math.isnan(rss) else rss / (1 << 20) * LOCK_S_PER_MIB
+        self.held += seconds
+        owed = self.held + seconds - LOCK_ALLOWANCE_S
+        self.kinds_free = self.start + max(0.0, owed) / LOCK_SHARE
 
 
 class Sampler:
@@ -449,13 +466,11 @@ class Sampler:
         exiting = (not c.exit_tried and seg is not None and seg.attached()
                    and seg.get("state") >= STATE_EXITING)
         c.exit_tried = c.exit_tried or exiting
-        if not (now >= c.kinds or peak_due or exiting):
+        if not ((now >= c.kinds and now >= c.kinds_free) or peak_due or exiting):
             return
-        t0 = time.monotonic()
         kinds, anon = self._kinds()
-        cost = time.monotonic() - t0
-        c.kinds = now + max(1.0 / MAPPINGS_PER_S, LOCK_BUDGET * cost)
-        c.kinds_free = now + LOCK_BUDGET * cost
+        c.held_lock(rss_now)
+        c.kinds = now + 1.0 / MAPPINGS_PER_S
         # the reading's time is when smaps was read through (a loaded tick reads it ms after
         # the tick began): the mappings the program made meanwhile are in it, and the
         # library's records of them must be too (mapped.live_ranges at this time)
@@ -484,12 +499,12 @@ class Sampler:
                 self.on_tick(tl.flat[-len(COLUMNS):])
             c.children = now + 1.0 / CHILDREN_PER_S
         row[IDX["children_rss"]] = c.children_rss
-        if now >= c.smaps:
-            t0 = time.monotonic()
+        if now >= c.smaps and now >= c.kinds_free:
             roll = self.rollup.read()
+            c.held_lock(row[IDX["rss"]])
             if roll is not None:
                 c.pss = roll.get("pss", math.nan)
-            c.smaps = now + max(self.smaps_period, LOCK_BUDGET * (time.monotonic() - t0))
+            c.smaps = now + self.smaps_period
         row[IDX["pss"]] = c.pss
 
     def _read_library(self, row: list, now: float, c: "_Carry", req) -> bool:
@@ -619,11 +634,13 @@ class Sampler:
         """The ticks until the next Python tick is due, taken in C; False when none are
         (the Python tick is due first)."""
         tl = self.timeline
-        # while a new high may not be read yet (LOCK_BUDGET) the C ticks do not stop for one:
+        # while a new high may not be read yet (LOCK_SHARE) the C ticks do not stop for one:
         # the Python tick looks again when the budget allows, and at its own rate for a pause
+        # (and the readings of smaps due meanwhile wait with it)
         waiting = c.kinds_free > now
-        due = min(now + 1.0 / PYTHON_TICKS_PER_S, c.children, c.smaps, c.kinds, c.stats,
-                  self._next_snapshot_due(start), c.kinds_free if waiting else math.inf)
+        due = min(now + 1.0 / PYTHON_TICKS_PER_S, c.children, max(c.smaps, c.kinds_free),
+                  max(c.kinds, c.kinds_free), c.stats, self._next_snapshot_due(start),
+                  c.kinds_free if waiting else math.inf)
         if due <= c.tick:
             return False
         word = self._finalizing_word()
