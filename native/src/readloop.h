@@ -45,4 +45,10 @@ int hs_read_steady(int statm_fd, const hs_segment_t *seg, double page_bytes,
  * allocations, frees). */
 void hs_read_counters(const hs_segment_t *seg, double *row);
 
+/* CPython's pymalloc pools in the ranges [ranges[2i], ranges[2i+1]) of process pid
+ * (pools.c): out[0] the bytes of the blocks in use, out[1] the pools' bytes, out[2] the
+ * pools, out[3] the headers read. 0, or -1 when the process could not be read. */
+int hs_read_pools(int pid, int pagemap_fd, const uint64_t *ranges, int n_ranges,
+                  uint64_t page_bytes, uint64_t *out);
+
 #endif

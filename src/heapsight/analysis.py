@@ -161,15 +161,46 @@ HOLD_MIN_SHARE = 0.05
 HOLD_GAP_S = 0.05
 
 
-def holds(t, parts: dict, duration_s: float) -> list:
+def pool_objects(t, other, readings: list, end_s: float | None = None) -> np.ndarray | None:
+    """Per sample, the part of `other` (anonymous memory malloc did not give) that was
+    CPython's objects in use, from the readings of pymalloc's pools (Timeline.pools: t,
+    objects' bytes, pools' bytes) up to end_s (the teardown frees them). At a reading, what
+    was not objects is `other` then less the objects (its pools' free space, the rest of its
+    arenas, the other mappings). Between two readings it is taken as the larger of the two:
+    a drop of objects counts from the reading before it, their reuse until the reading after
+    it (at most one reading's interval too much held, never hidden); growth between them is
+    objects (pymalloc maps an arena only for new objects). After the last reading it stays
+    (a drop after it is not seen); before the first nothing is known to be objects. None
+    without a reading."""
+    rs = [r for r in readings if end_s is None or r[0] <= end_s]
+    t = np.asarray(t, dtype=float)
+    if not rs or len(t) == 0:
+        return None
+    other = np.nan_to_num(np.asarray(other, dtype=float))
+    tr = np.array([r[0] for r in rs], dtype=float)
+    objects_then = np.array([r[1] for r in rs], dtype=float)
+    not_objects = np.maximum(0.0, np.interp(tr, t, other) - objects_then)
+    after = np.searchsorted(tr, t, side="right")   # the reading after each sample
+    before = np.maximum(after - 1, 0)
+    around = np.maximum(not_objects[before], not_objects[np.minimum(after, len(tr) - 1)])
+    objects = np.clip(other - around, 0.0, other)
+    objects[t < tr[0]] = 0.0
+    return objects
+
+
+def holds(t, parts: dict, duration_s: float, objects=None) -> list:
     """The stretches of the run that held much more memory than the live bytes, whatever
-    happened at exit. t and parts (timeline_split's arrays) are the run's samples."""
+    happened at exit. t and parts (timeline_split's arrays) are the run's samples; objects
+    (pool_objects), where known, the part of the anonymous memory malloc did not give that
+    was CPython's objects in use: live bytes too, so never held."""
     t = np.asarray(t, dtype=float)
     if len(t) == 0:
         return []
     rss = np.asarray(parts["rss_bytes"], dtype=float)
     retained = np.asarray(parts["retained_bytes"], dtype=float)
     other = np.asarray(parts["other_anon_bytes"], dtype=float)
+    objects = np.zeros(len(t)) if objects is None else np.asarray(objects, dtype=float)
+    other = np.maximum(0.0, other - objects)
     held = retained + other
     peak = np.nanmax(rss) if np.isfinite(rss).any() else 0.0
     holding = np.nan_to_num(held) >= max(HOLD_MIN_BYTES, HOLD_SHARE * peak)
@@ -190,7 +221,8 @@ def holds(t, parts: dict, duration_s: float) -> list:
                             int(median(held[sl])), int(np.max(held[sl])),
                             int(median(np.asarray(parts["live_bytes"], dtype=float)[sl])),
                             int(med_ret), int(med_other),
-                            "retained" if med_ret >= med_other else "non-heap"))
+                            "retained" if med_ret >= med_other else "non-heap",
+                            int(median(objects[sl]))))
         i = j + 1
     return out
 
@@ -235,12 +267,18 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
                     if allocator == "glibc" else ())
         else:
             whose, rule, how, _ = _whose_words(mapped_by, h.held_bytes, "resident_peak")
+            if h.objects_bytes:   # pymalloc's pools were read: what is free there is known
+                inside = (f"Its pools, read while it ran, held {human(h.objects_bytes)} of "
+                          "objects in use beside this (live, left out of it): the rest is free "
+                          "space pymalloc kept in its arenas, or other mappings.")
+                how = None
+            else:
+                inside = "Whether it holds live objects or free space cannot be told from outside."
             detail = " ".join(x for x in (
                 f"While the program ran, {human(h.held_bytes)} (up to {human(h.max_held_bytes)}) "
                 f"of anonymous memory that did not come from malloc was resident {when}, beside "
                 f"its {human(h.live_bytes)} of live malloc bytes.", whose,
-                f"{rule[0].upper()}{rule[1:]}." if rule else None,
-                "Whether it holds live objects or free space cannot be told from outside.",
+                f"{rule[0].upper()}{rule[1:]}." if rule else None, inside,
                 f"To find out: {how}." if how else None) if x)
             sugg = (remedies.suggestions("pymalloc", cmd)
                     if "pymalloc" in whose or interpreted(command) and "python" in cmd else ())
@@ -304,7 +342,9 @@ def owner_words(o: dict, when: str = "resident") -> str:
     if when == "resident" and (o.get("resident_peak_bytes") or 0) > max(2 * res, res + MiB):
         also = (f", {human(o['resident_peak_bytes'])} near peak RSS at "
                 f"{o['resident_peak_at_s']:.2f} s")
-    return (f"{o['owner']}: {human(res)} resident at {o[f'{when}_at_s']:.2f} s{also} "
+    objects = o.get(f"{when}_objects_bytes")
+    inside = "" if objects is None else f", {human(objects)} of it objects in use (its pools)"
+    return (f"{o['owner']}: {human(res)} resident at {o[f'{when}_at_s']:.2f} s{inside}{also} "
             f"({mapped}{reserved})")
 
 

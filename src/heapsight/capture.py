@@ -44,7 +44,7 @@ from heapsight.model import AllocStats, HeapCounters
 #      readings of the descendants, peaked at 30.8 MiB where the readings saw 6.4)
 #   8  + each heap map's reach "workers": the processes that marked (two at exit past 16 MiB
 #      of blocks, native/src/reach.c)
-VERSION = 8
+VERSION = 9
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -113,8 +113,14 @@ def _from_7(cap: dict) -> dict:
     return {**cap, "version": 8, **({"maps": maps} if "maps" in cap else {})}
 
 
+def _from_8(cap: dict) -> dict:
+    """A version 8 capture as version 9: pymalloc's pools were not read (Timeline.pools)."""
+    tl = cap.get("timeline")
+    return {**cap, "version": 9, **({"timeline": {**tl, "pools": []}} if tl is not None else {})}
+
+
 UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6,
-            7: _from_7}
+            7: _from_7, 8: _from_8}
 
 
 class NewerCapture(ValueError):
@@ -223,7 +229,7 @@ def _timeline(d: dict, columns: dict):
     for k, v in d.items():
         if k == "children":
             tl.children = {int(pid): [name, peak] for pid, name, peak in v}
-        elif k in ("snapshots", "images", "kinds", "vmas"):
+        elif k in ("snapshots", "images", "kinds", "vmas", "pools"):
             setattr(tl, k, [tuple(x) for x in v])
         elif k in ("kinds_peak", "kinds_exit", "vmas_peak", "vmas_exit"):
             setattr(tl, k, None if v is None else tuple(v))

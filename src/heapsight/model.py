@@ -142,6 +142,9 @@ class Hold:
     retained_bytes: int      # of held_bytes (median): freed, kept by the allocator
     other_anon_bytes: int    # of held_bytes (median): anonymous memory malloc did not give
     cause: str               # "retained" | "non-heap"
+    # CPython's objects in use in pymalloc's pools (median, analysis.pool_objects): live
+    # bytes outside malloc, left out of held_bytes and other_anon_bytes; 0 when not read
+    objects_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,12 @@ def owners_resident(owners: tuple, prof, tl: Timeline, end_s: float) -> tuple:
         for path, b in mapped.resident_by_object(ranges, vmas).items():
             who = analysis.owner_of(path)
             by_owner[who] = by_owner.get(who, 0) + b
+        # pymalloc's pools read with those mappings (Sampler._read_mappings): its objects
+        objects = next((r[1] for r in tl.pools if r[0] == t), None)
         for o in out:
             o[f"{key}_bytes"], o[f"{key}_at_s"] = by_owner.get(o["owner"], 0), round(t, 3)
+            if objects is not None and "pymalloc" in o["owner"]:
+                o[f"{key}_objects_bytes"] = int(objects)
     return tuple(out)
 
 
@@ -618,14 +622,17 @@ def freed_in_teardown(prof, tl: Timeline, end_s: float | None, exit_ns: int | No
 
 def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
               sampled_sites, hmaps, mapped_by, duration_s: float, settings: dict,
-              teardown: int | None = None) -> tuple:
+              teardown: int | None = None, end_s: float | None = None) -> tuple:
     """(findings, holds): what the exit's figures say (teardown: the bytes freed after the
-    exit began, freed_in_teardown), and the moments memory was held while the program ran,
-    a hold the exit's findings already describe not repeated."""
+    exit began, freed_in_teardown), and the moments memory was held while the program ran
+    (end_s: when its exit began, end_begun_s), a hold the exit's findings already describe
+    not repeated."""
     found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
                               sampled_sites, exit_map_bytes(hmaps), mapped_by, settings,
                               teardown)
-    held = analysis.holds(rows.cols["t"], rows.parts, duration_s)
+    objects = analysis.pool_objects(rows.cols["t"], rows.parts["other_anon_bytes"], tl.pools,
+                                    end_s)
+    held = analysis.holds(rows.cols["t"], rows.parts, duration_s, objects)
     kinds = {"retained": ("retention", "fragmentation"), "non-heap": ("non-heap",)}
     news = [h for h in held if not any(f.kind in kinds[h.cause] and f.bytes >= h.held_bytes / 2
                                        for f in found)]
@@ -706,7 +713,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         teardown = freed_in_teardown(prof, tl, end_s, end_ns)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
                              sampled_sites, hmaps, mapped_by, duration_s, settings or {},
-                             teardown)
+                             teardown, end_s)
                    if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     waited = descendants_peak(tl, follow)

@@ -61,6 +61,10 @@ class Timeline:
         self.vmas = []
         self.vmas_peak = None
         self.vmas_exit = None
+        # (t, objects' bytes, pools' bytes) of CPython's object allocator (pymalloc), read from
+        # its pools' headers at each reading of kinds above while it had pools (pools.c):
+        # how much of its arenas is objects in use
+        self.pools = []
         # heapsight's own pages resident in the program (the segment's), left out of every RSS
         # figure above; the most seen at any tick
         self.own_rss_bytes = 0.0

@@ -24,6 +24,7 @@ SIGNATURES = {
     "hs_read_counters": (None, [_ptr, _ptr]),
     "hs_read_steady": (_int, [_int, _ptr, _double, ctypes.POINTER(_u64), ctypes.POINTER(_u64),
                               _ptr]),
+    "hs_read_pools": (_int, [_int, _int, ctypes.POINTER(_u64), _int, _u64, ctypes.POINTER(_u64)]),
 }
 C_HEADER = "readloop.h"
 # RSS that moved by more than this (and 1%) while the counters were read is read again with
@@ -126,3 +127,17 @@ def poke(segment) -> None:
     its next allocation and free, where it takes a heap map asked for (heapsight.h: the
     poke). Costs the program one slow call per thread."""
     _load().hs_poke_slots(segment.address())
+
+
+def read_pools(pid: int, pagemap_fd: int, ranges: list) -> tuple | None:
+    """CPython's pymalloc pools in the anonymous ranges [(start, end), ...] of process pid
+    (native/src/pools.c): (the bytes of the objects in use, the pools' bytes, the pools),
+    or None when the process could not be read. Only resident pages are read."""
+    if not ranges:
+        return (0, 0, 0)
+    flat = (_u64 * (2 * len(ranges)))(*(x for r in ranges for x in r[:2]))
+    out = (_u64 * 4)()
+    if _load().hs_read_pools(pid, pagemap_fd, flat, len(ranges), os.sysconf("SC_PAGE_SIZE"),
+                             out) < 0:
+        return None
+    return out[0], out[1], out[2]

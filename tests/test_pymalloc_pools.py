@@ -1,0 +1,93 @@
+"""CPython's objects in use, read from outside in pymalloc's pools (native/src/pools.c), and
+what the hold rule does with them: a script that keeps its objects is not holding memory;
+one that dropped them while its arenas stayed is."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from heapsight import analysis
+from heapsight.live import procfs, readloop
+from heapsight.live.segment import open_pagemap
+
+MiB = 1 << 20
+PYTHON = "/usr/bin/python3"   # Debian's CPython 3.11 (pymalloc, 16 KiB pools)
+# builds objects, prints CPython's own count of pymalloc's blocks in use, then waits
+KEEPS = ("import sys, time\nxs = [{'a': i, 'b': str(i)} for i in range(300000)]\n"
+         "keep = xs[::{step}]\n{drop}\nsys._debugmallocstats()\nsys.stderr.flush()\n"
+         "time.sleep(30)\n")
+
+
+def pools_of(script: str) -> tuple:
+    """(heapsight's reading of the pools, CPython's bytes in allocated blocks) of a script
+    waiting after it printed its own statistics."""
+    p = subprocess.Popen([PYTHON, "-c", script], stderr=subprocess.PIPE, text=True)
+    try:
+        err, deadline = "", time.monotonic() + 60
+        while "# bytes in allocated blocks" not in err:
+            assert time.monotonic() < deadline and p.poll() is None, err
+            err += p.stderr.readline()
+        # the statistics end with their total line: read through it
+        while not re.search(r"^Total\s*=", err, re.M):
+            err += p.stderr.readline()
+        anon = [(m.start, m.end) for m in procfs.smaps(p.pid) if m.kind in ("anon", "arena")]
+        fd = open_pagemap(p.pid)
+        got = readloop.read_pools(p.pid, fd, anon)
+    finally:
+        p.kill()
+        p.wait()
+    truth = int(re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", err).group(1).replace(",", ""))
+    return got, truth
+
+
+def test_the_objects_in_use_are_cpythons_own_count():
+    # GIVEN a script holding 300k dicts, and one that kept 1 in 500 of them
+    for step, drop in ((1, ""), (500, "del xs")):
+        got, truth = pools_of(KEEPS.replace("{step}", str(step)).replace("{drop}", drop))
+        objects, pooled, pools = got
+        # THEN the pools' headers give CPython's own figure (the script is waiting: exact)
+        assert objects == truth, (got, truth)
+        assert pools > 0 and pooled >= objects
+    # and after the drop the pools are mostly free space
+    assert pooled > 20 * objects
+
+
+def run_json(tmp_path, script):
+    out = tmp_path / "s.json"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--json",
+                        str(out), "--", PYTHON, "-c", script], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())
+
+
+def test_a_script_that_keeps_its_objects_holds_nothing(tmp_path):
+    # GIVEN a script that builds 700k dicts (200 MiB of pymalloc's arenas) and keeps them
+    s = run_json(tmp_path, "import time\nxs = [{'a': i, 'b': str(i)} for i in range(700000)]\n"
+                           "time.sleep(1.0)\n")
+    # THEN its arenas were objects in use: no hold, and the verdict does not say one
+    assert s["peak_rss_bytes"] > 150 * MiB
+    assert s["holds"] == [], s["holds"]
+    assert not s["verdict"].startswith("HELD"), s["verdict"]
+
+
+def test_the_rule_takes_the_larger_of_the_free_space_around_each_sample():
+    t = np.arange(10) / 10.0
+    other = np.full(10, 100.0)
+    # readings at 0.2 s (90 of 100 objects) and at 0.6 s (10: a drop between them)
+    objects = analysis.pool_objects(t, other, [(0.2, 90, 100), (0.6, 10, 100)])
+    # before the first reading nothing is known; between the two the drop counts from the
+    # first (free space 90 from 0.2 s); after the last it stays
+    assert list(objects) == [0, 0, 10, 10, 10, 10, 10, 10, 10, 10]
+    # growth between two readings is objects (free space 0 at both)
+    grow = np.linspace(10, 100, 10)
+    objects = analysis.pool_objects(t, grow, [(0.0, 10, 10), (0.9, 100, 100)])
+    assert np.allclose(objects, grow)
+    # a reading after the end (the teardown's) is not used; none at all: not known
+    assert analysis.pool_objects(t, other, [(0.95, 0, 100)], end_s=0.9) is None
