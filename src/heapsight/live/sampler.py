@@ -387,7 +387,7 @@ class Sampler:
             st, own, own_here = self._read_proc(row, now, c)
             counted = live and self._read_library(row, now, c, req)
             self._read_mappings(row, now, start, c)
-            self._read_pools(now, start, c)
+            self._read_pools(row, now, start, c)
             self._read_slow(row, now, c)
             # a tick right after one the fast reader took (it stopped early for a new high of
             # RSS, or the program's exit, to read the mappings) adds no row a hair after its
@@ -505,12 +505,17 @@ class Sampler:
             tl.kinds_exit = (t, kinds)
             tl.vmas_exit = (t, anon)
 
-    def _read_pools(self, now: float, start: float, c: "_Carry") -> None:
+    def _read_pools(self, row: list, now: float, start: float, c: "_Carry") -> None:
         """pymalloc's objects and pools between the readings of the mappings, every
         POOLS_PERIOD_S while the budget allows, in the anonymous mappings of the last
-        reading (an arena mapped since is not read: its objects count as not known)."""
+        reading (an arena mapped since is not read: its objects count as not known). Not
+        while RSS climbs to a new high: the mappings' readings there read the pools too, and
+        the budget is theirs (the peak's reading needs it)."""
         tl = self.timeline
         if not (self.python and tl.vmas and now >= c.pools and now >= c.kinds_free):
+            return
+        rss_now = row[IDX["rss"]]
+        if math.isnan(rss_now) or rss_now > peak_kinds_above(tl):
             return
         seg = self.segment
         if seg is not None and seg.attached() and seg.get("state") > STATE_EXITING:
