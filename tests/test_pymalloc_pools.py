@@ -70,11 +70,17 @@ def run_json(tmp_path, script):
 def test_a_script_that_keeps_its_objects_holds_nothing(tmp_path):
     # GIVEN a script that builds 700k dicts (200 MiB of pymalloc's arenas) and keeps them
     s = run_json(tmp_path, "import time\nxs = [{'a': i, 'b': str(i)} for i in range(700000)]\n"
-                           "time.sleep(1.0)\n")
+                           "time.sleep(2.0)\n")
     # THEN its arenas were objects in use: no hold, and the verdict does not say one
     assert s["peak_rss_bytes"] > 150 * MiB
     assert s["holds"] == [], s["holds"]
     assert not s["verdict"].startswith("HELD"), s["verdict"]
+    # AND the moment it sat at shows them (at least, between two readings of the pools):
+    # most of its other anonymous memory, and never more than it
+    (held,) = [m["breakdown"] for m in s["moments"] if m["name"] == "held"]
+    assert 0.8 * held["other_anon_bytes"] <= held["objects_bytes"] <= held["other_anon_bytes"]
+    # the exit, after the last reading (CPython's teardown freed them): not known
+    assert [m["breakdown"]["objects_bytes"] for m in s["moments"] if m["name"] == "exit"] == [None]
 
 
 def test_the_rule_takes_the_larger_of_the_free_space_around_each_sample():

@@ -161,7 +161,8 @@ HOLD_MIN_SHARE = 0.05
 HOLD_GAP_S = 0.05
 
 
-def pool_objects(t, other, readings: list, end_s: float | None = None) -> np.ndarray | None:
+def pool_objects(t, other, readings: list, end_s: float | None = None,
+                 known: bool = False) -> np.ndarray | None:
     """Per sample, the part of `other` (anonymous memory malloc did not give) that was
     CPython's objects in use, from the readings of pymalloc's pools (Timeline.pools: t,
     objects' bytes, pools' bytes) up to end_s (the teardown frees them). At a reading, what
@@ -171,7 +172,10 @@ def pool_objects(t, other, readings: list, end_s: float | None = None) -> np.nda
     it (at most one reading's interval too much held, never hidden); growth between them is
     objects (pymalloc maps an arena only for new objects). After the last reading it stays
     (a drop after it is not seen); before the first nothing is known to be objects. None
-    without a reading."""
+    without a reading. known: only what is known, for a figure shown as the objects: NaN
+    before the first reading and after the last (the hold rule takes what comes after the
+    last as objects, so as not to see a hold in every stretch after it; a figure of the
+    objects must not claim it)."""
     rs = [r for r in readings if end_s is None or r[0] <= end_s]
     t = np.asarray(t, dtype=float)
     if not rs or len(t) == 0:
@@ -184,7 +188,9 @@ def pool_objects(t, other, readings: list, end_s: float | None = None) -> np.nda
     before = np.maximum(after - 1, 0)
     around = np.maximum(not_objects[before], not_objects[np.minimum(after, len(tr) - 1)])
     objects = np.clip(other - around, 0.0, other)
-    objects[t < tr[0]] = 0.0
+    objects[t < tr[0]] = np.nan if known else 0.0
+    if known:
+        objects[t > tr[-1]] = np.nan
     return objects
 
 

@@ -70,6 +70,9 @@ class Breakdown:
     baseline_anon_bytes: int  # anonymous memory before main() (static data, main stack)
     other_anon_bytes: int    # anonymous memory malloc does not explain: stacks, own mmaps
     untouched_bytes: int     # heap blocks counted live but not resident
+    # of other_anon_bytes, CPython's objects in use in pymalloc's pools, at least, read from
+    # outside between two readings of them (analysis.pool_objects, known=True); None: not known
+    objects_bytes: int | None = None
 
     def parts(self) -> dict:
         """The resident parts, which add up to rss_bytes (see resident())."""

@@ -368,6 +368,9 @@ class _Rows:
     valid: np.ndarray
     peak_i: int | None        # the peak of live bytes (of RSS without heap figures)
     peak_rss_i: int | None
+    # CPython's objects in use in pymalloc's pools at each row, where known
+    # (analysis.pool_objects, known=True); None: no reading of them
+    objects: np.ndarray | None = None
 
     @classmethod
     def of(cls, cols: dict, parts: dict, attached: bool, peak_s=None,
@@ -391,8 +394,11 @@ class _Rows:
     def breakdown(self, i: int | None):
         if i is None:
             return None
+        objects = (None if self.objects is None or math.isnan(self.objects[i])
+                   else int(self.objects[i]))
         return analysis.Breakdown(round(float(self.cols["t"][i]), 3),
-                                  **{f: int(self.parts[f][i]) for f in analysis.PART_FIELDS})
+                                  **{f: int(self.parts[f][i]) for f in analysis.PART_FIELDS},
+                                  objects_bytes=objects)
 
     @property
     def last(self) -> int | None:
@@ -673,6 +679,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     peak_bytes = segment.get("peak_usable_bytes") if attached else 0
     rows = _Rows.of(cols, parts, attached,
                     _since(tl, segment.get("peak_ns")) if peak_bytes else None, peak_bytes)
+    rows.objects = analysis.pool_objects(cols["t"], parts["other_anon_bytes"], tl.pools,
+                                         known=True)
     peak, final = rows.breakdown(rows.peak_i), rows.breakdown(rows.last)
     heap, peak_ns = None, None
     release = Release(False, "none", inactive)

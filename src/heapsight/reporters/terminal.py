@@ -230,6 +230,13 @@ def _moment_table(s: Summary, cols: list, shares: bool) -> Table:
     if s.preload == "active":
         for label, part in ROWS:
             t.add_row("  " + label, *row(part))
+        if any(b is not None and b.objects_bytes for _, b in cols):
+            # (where its pools were read before and after the moment: "-" elsewhere)
+            cells = []
+            for _, b in cols:
+                v = "-" if b is None or b.objects_bytes is None else human(b.objects_bytes)
+                cells += [v, ""] if shares else [v]
+            t.add_row("      of it CPython objects, at least", *cells, style="dim")
         if any(_untouched_shown(b) for _, b in cols):
             t.add_row("  allocated, never touched", *row("untouched_bytes", False), style="dim")
     else:
