@@ -79,8 +79,29 @@ def test_a_script_that_keeps_its_objects_holds_nothing(tmp_path):
     # most of its other anonymous memory, and never more than it
     (held,) = [m["breakdown"] for m in s["moments"] if m["name"] == "held"]
     assert 0.8 * held["other_anon_bytes"] <= held["objects_bytes"] <= held["other_anon_bytes"]
-    # the exit, after the last reading (CPython's teardown freed them): not known
-    assert [m["breakdown"]["objects_bytes"] for m in s["moments"] if m["name"] == "exit"] == [None]
+    # the end, after the last reading: not known (a script may drop its objects as its work
+    # ends); the exit, from the copy at exit, after CPython's teardown freed them: few
+    (end,) = [m["breakdown"] for m in s["moments"] if m["name"] == "end"]
+    (at_exit,) = [m["breakdown"] for m in s["moments"] if m["name"] == "exit"]
+    assert end["objects_bytes"] is None
+    assert at_exit["objects_bytes"] is not None and at_exit["objects_bytes"] < 8 * MiB
+
+
+def test_the_exit_copy_reads_the_pools_after_cpythons_teardown(tmp_path):
+    # GIVEN a script that imports a few hundred modules (their objects live in pymalloc's
+    # arenas) and exits: CPython's teardown frees most of its objects, and keeps each arena
+    # an object still lives in
+    s = run_json(tmp_path, "import pydoc, email.parser, http.client, xml.dom.minidom, "
+                           "argparse, unittest, asyncio, json, decimal, sqlite3\n")
+    (exit_map,) = [m for m in s["heapmaps"] if m["moment"] == "exit"]
+    objects, pools = exit_map["py_objects_bytes"], exit_map["py_pool_bytes"]
+    # THEN the copy at exit read the pools: free space mostly, a few objects
+    assert pools is not None and pools >= 4 * MiB and 0 < objects < pools / 2, exit_map
+    (at_exit,) = [m["breakdown"] for m in s["moments"] if m["name"] == "exit"]
+    assert at_exit["objects_bytes"] == min(objects, at_exit["other_anon_bytes"])
+    # AND what the teardown left in pymalloc's arenas is no finding: the verdict says it
+    assert not any(f["kind"] == "non-heap" for f in s["findings"]), s["findings"]
+    assert "pymalloc kept" in s["verdict"] and "after CPython's teardown" in s["verdict"]
 
 
 def test_the_rule_takes_the_larger_of_the_free_space_around_each_sample():

@@ -76,6 +76,7 @@
 #include <unistd.h>
 
 #include "heapmap_copy.h"
+#include "hs_pools.h"
 #include "hs_fd.h"
 #include "hs_options.h"
 
@@ -314,6 +315,38 @@ static void measure_release(child_t *c, hs_map_header_t *h) {
   h->released_pages = dropped;
 }
 
+/* CPython's pymalloc in the copy (the program's CPython: the library found its
+ * _PyRuntime): the pool headers (hs_pools.h) at every pool-aligned resident page of its
+ * private anonymous mappings, read in place. mincore says which pages are resident (the
+ * copy's pages are the program's), so no page is faulted in; a mapping it cannot tell is
+ * left out. */
+static void copy_pools(child_t *c, hs_map_header_t *h) {
+  if (!_hs_seg || !_hs_seg->py_finalizing_addr || !c->pm_buf || c->page > HS_POOL_SIZE ||
+      HS_POOL_SIZE % c->page)
+    return;
+  unsigned char *vec = (unsigned char *)c->pm_buf; /* a page's residency in each byte */
+  uint64_t vec_pages = HS_PM_ENTRIES * 8, step = HS_POOL_SIZE / c->page, out[3] = {0, 0, 0};
+  for (size_t i = 0; i < c->n_maps; i++) {
+    const map_t *m = &c->maps[i];
+    if (!m->r || !m->w || !m->anon || m->heap || m->dev || m->shared) continue;
+    uint64_t lo = (m->lo + HS_POOL_SIZE - 1) & ~(uint64_t)(HS_POOL_SIZE - 1);
+    while (lo + HS_POOL_OVERHEAD <= m->hi) {
+      uint64_t pages = (m->hi - lo + c->page - 1) / c->page;
+      if (pages > vec_pages) pages = vec_pages - vec_pages % step;
+      if (mincore((void *)(uintptr_t)lo, pages * c->page, vec) != 0) break;
+      for (uint64_t k = 0; k < pages; k += step) {
+        uint64_t at = lo + k * c->page;
+        if ((vec[k] & 1) && at + HS_POOL_OVERHEAD <= m->hi)
+          hs_pool_count((const hs_pool_header_t *)(uintptr_t)at, out);
+      }
+      lo += (pages + step - 1) / step * step * c->page;
+    }
+  }
+  h->py_objects_bytes = out[0];
+  h->py_pool_bytes = out[1];
+  h->py_pools = out[2];
+}
+
 /* glibc: the heaps walked after the release (a first walk finds the tcache key), and the
  * reach marked from their blocks. */
 static void map_glibc(child_t *c, int at_exit, hs_map_header_t *h, hs_map_reach_t *rec,
@@ -423,6 +456,7 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
   }
   if (!page_arrays(&c)) _exit(4);
   measure_release(&c, &h);
+  copy_pools(&c, &h);
   if (glibc) map_glibc(&c, at_exit, &h, &rec, &blocks);
   else map_other(&c, at_exit, &h, &rec, &blocks, no_heaps);
   struct rusage ru;

@@ -14,7 +14,8 @@
  *     (pagemap: resident before the release, not after, in the heaps), child_minflt (pages
  *     the child faulted: its copies, its buffers), child_cpu_ns (its CPU time, as it saw
  *     it before writing), reach_bytes (the reach section's size after the heaps, 0: none),
- *     reserved[6]; char why[160] (the reason when not mapped, else a note or empty).
+ *     py_objects_bytes, py_pool_bytes, py_pools (CPython's pymalloc, heapmap.c), reserved[3];
+ *     char why[160] (the reason when not mapped, else a note or empty).
  *   per heap (its pages: [heap] as mapped before the release; a thread heap's read-write
  *     part, mprotect_size; under another allocator, each of its mappings the hooks
  *     recorded, arena 0): u64 start, pages, arena (0 main, 1.. thread arenas in malloc_info's order),
@@ -52,7 +53,10 @@ typedef struct hs_map_header_s {
   uint64_t release_ns, walk_ns, fork_ns, child_ns, n_heaps, tcache_key_found;
   uint64_t released_pages, child_minflt, child_cpu_ns;
   uint64_t reach_bytes;         /* the reach section's size, after the heaps (0: none) */
-  uint64_t reserved[6];
+  /* CPython's pymalloc in the copy (heapmap.c: copy_pools): the bytes of its objects in
+   * use, its pools' bytes and its pools (0 pools: not CPython, or none found) */
+  uint64_t py_objects_bytes, py_pool_bytes, py_pools;
+  uint64_t reserved[3];
   char why[160];
 } hs_map_header_t;
 

@@ -31,72 +31,43 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "hs_pools.h"
 #include "readloop.h"
 
-#define POOL_SIZE (16u * 1024u)
-#define POOL_OVERHEAD 48u /* the header, rounded up to pymalloc's 16-byte alignment */
-#define SIZE_CLASSES 32u  /* blocks of 16 to 512 bytes */
 #define BATCH 512         /* headers a system call reads */
 #define PAGEMAP_BATCH 4096 /* pagemap entries a read takes */
 
-typedef struct {
-  uint64_t count, freeblock, nextpool, prevpool;
-  uint32_t arenaindex, szidx, nextoffset, maxnextoffset;
-} pool_header_t;
-
-/* The block size of a pool whose header this is, 0 when it is not a pool's header. */
-static uint32_t pool_block(const pool_header_t *h) {
-  if (h->szidx >= SIZE_CLASSES) return 0;
-  uint32_t size = (h->szidx + 1) * 16u;
-  if (h->maxnextoffset != POOL_SIZE - size) return 0;
-  if (h->nextoffset < POOL_OVERHEAD + size || h->nextoffset > h->maxnextoffset + size ||
-      (h->nextoffset - POOL_OVERHEAD) % size != 0)
-    return 0;
-  if (h->count > (h->nextoffset - POOL_OVERHEAD) / size) return 0;
-  return size;
-}
-
-/* The headers at `at` (n of them) counted into out. */
-static void count_headers(const pool_header_t *h, int n, uint64_t *out) {
-  for (int i = 0; i < n; i++) {
-    uint32_t size = pool_block(&h[i]);
-    if (!size) continue;
-    out[0] += h[i].count * size;
-    out[1] += POOL_SIZE;
-    out[2] += 1;
-  }
-}
 
 /* Reads the k headers queued; what came before a mapping that went meanwhile counts (the
  * read stops there). -1 when nothing could be read. */
-static int flush_batch(int pid, pool_header_t *got, struct iovec *local, struct iovec *remote,
+static int flush_batch(int pid, hs_pool_header_t *got, struct iovec *local, struct iovec *remote,
                        int k, uint64_t *out) {
   if (!k) return 0;
   ssize_t n = process_vm_readv(pid, local, (unsigned long)k, remote, (unsigned long)k, 0);
   if (n < 0) return -1;
   int whole = (int)(n / (ssize_t)sizeof got[0]);
-  count_headers(got, whole, out);
+  for (int i = 0; i < whole; i++) hs_pool_count(&got[i], out);
   out[3] += (uint64_t)whole;
   return 0;
 }
 
-/* Reads the pool headers at the resident POOL_SIZE-aligned pages of each range
+/* Reads the pool headers at the resident HS_POOL_SIZE-aligned pages of each range
  * [ranges[2i], ranges[2i+1]) of process pid: out[0] the bytes of the blocks in use, out[1]
  * the bytes of the pools found, out[2] their number, out[3] the headers read. Returns 0,
  * or -1 when the process could not be read (gone, or not ours to read). */
 int hs_read_pools(int pid, int pagemap_fd, const uint64_t *ranges, int n_ranges,
                   uint64_t page_bytes, uint64_t *out) {
-  static pool_header_t got[BATCH];
+  static hs_pool_header_t got[BATCH];
   static struct iovec local[BATCH], remote[BATCH];
   static uint64_t present[PAGEMAP_BATCH];
   memset(out, 0, 4 * sizeof *out);
-  if (pagemap_fd < 0 || page_bytes == 0 || POOL_SIZE % page_bytes) return -1;
-  uint64_t step = POOL_SIZE / page_bytes; /* pages a pool spans */
+  if (pagemap_fd < 0 || page_bytes == 0 || HS_POOL_SIZE % page_bytes) return -1;
+  uint64_t step = HS_POOL_SIZE / page_bytes; /* pages a pool spans */
   int k = 0;
   for (int r = 0; r < n_ranges; r++) {
-    uint64_t lo = (ranges[2 * r] + POOL_SIZE - 1) & ~(uint64_t)(POOL_SIZE - 1);
+    uint64_t lo = (ranges[2 * r] + HS_POOL_SIZE - 1) & ~(uint64_t)(HS_POOL_SIZE - 1);
     uint64_t hi = ranges[2 * r + 1];
-    while (lo + POOL_OVERHEAD <= hi) {
+    while (lo + HS_POOL_OVERHEAD <= hi) {
       /* the pagemap entries of the next pools: each pool's first page, resident or not */
       uint64_t pages = (hi - lo + page_bytes - 1) / page_bytes;
       if (pages > PAGEMAP_BATCH) pages = PAGEMAP_BATCH - PAGEMAP_BATCH % step;
@@ -105,7 +76,7 @@ int hs_read_pools(int pid, int pagemap_fd, const uint64_t *ranges, int n_ranges,
       uint64_t have = (uint64_t)n / 8;
       for (uint64_t i = 0; i < have; i += step) {
         uint64_t at = lo + i * page_bytes;
-        if (at + POOL_OVERHEAD > hi) break;
+        if (at + HS_POOL_OVERHEAD > hi) break;
         if (!(present[i] >> 63)) continue; /* not resident: nothing RSS counts is there */
         local[k] = (struct iovec){&got[k], sizeof got[k]};
         remote[k] = (struct iovec){(void *)(uintptr_t)at, sizeof got[k]};

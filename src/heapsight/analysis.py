@@ -575,15 +575,35 @@ def _waste_finding(final, heap: HeapFigures) -> Finding:
         "instead of one malloc each.", ())
 
 
-def _non_heap_finding(final, mapped_by: tuple, cmd: str) -> Finding:
-    """Anonymous memory malloc did not give, with the objects that mapped it named."""
+def non_heap_rest(final) -> int:
+    """The anonymous memory malloc did not give less CPython's objects in use in it, where
+    pymalloc's pools were read (Breakdown.objects_bytes): live bytes, not a finding."""
+    return final.other_anon_bytes - (final.objects_bytes or 0)
+
+
+def _non_heap_finding(final, mapped_by: tuple, cmd: str, pools_free: int = 0) -> Finding:
+    """Anonymous memory malloc did not give, with the objects that mapped it named (less
+    CPython's objects in use, and pools_free: pymalloc's free space after its teardown)."""
+    rest = non_heap_rest(final) - pools_free
     whose, rule, how, command = _whose_words(mapped_by, final.other_anon_bytes)
+    if final.objects_bytes is not None:
+        after = (f" and {human(pools_free)} of free space in its pools after CPython's "
+                 "teardown" if pools_free else "")
+        inside = (f"Of it, {human(final.objects_bytes)} was CPython's objects in use{after} "
+                  "(read from pymalloc's pools as the program exited), left out here: the "
+                  "rest is thread stacks, the program's own mappings or free space pymalloc "
+                  "keeps in its arenas; malloc settings will not change it.")
+        how = command = None
+    else:
+        inside = ("Whether it holds live objects or free space cannot be told from outside; "
+                  "malloc settings will not change it.")
     detail = " ".join(x for x in (
-        whose, f"{rule[0].upper()}{rule[1:]}." if rule else None,
-        "Whether it holds live objects or free space cannot be told from outside; "
-        "malloc settings will not change it.", f"To find out: {how}." if how else None) if x)
-    return Finding("non-heap", final.other_anon_bytes,
-                   f"{human(final.other_anon_bytes)} of anonymous memory did not come from malloc",
+        whose, f"{rule[0].upper()}{rule[1:]}." if rule else None, inside,
+        f"To find out: {how}." if how else None) if x)
+    beside = (f", beside {human(final.objects_bytes)} of CPython's objects"
+              if final.objects_bytes is not None else "")
+    return Finding("non-heap", rest,
+                   f"{human(rest)} of anonymous memory did not come from malloc{beside}",
                    detail, (command.format(cmd=cmd),) if command and "{cmd}" in command else ())
 
 
@@ -595,7 +615,7 @@ def retained_enough(retained: int, rss: int) -> bool:
 def findings(command: list, final: Breakdown | None, release: Release,
              heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
              mapped: dict | None = None, mapped_by: tuple = (), settings: dict | None = None,
-             teardown: int | None = None) -> list:
+             teardown: int | None = None, pools_free: int = 0) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size.
     sites: the sampled call sites (sites.build), which name where never-freed bytes came from;
     mapped: what the exit's heap map measured (summary.exit_map_bytes: "pinned",
@@ -605,7 +625,9 @@ def findings(command: list, final: Breakdown | None, release: Release,
     memory the allocator keeps is the program's when its work is done (moments.ABOUT), so
     retention is found only if it is there without them: a program that frees its data in
     its teardown (an atexit handler, static destructors, CPython finalizing) leaves
-    retention at exit that it never held while it worked."""
+    retention at exit that it never held while it worked. pools_free: likewise the free
+    space in pymalloc's pools at exit after CPython's teardown (it frees its objects and
+    keeps each arena an object still lives in): left out of the non-heap memory."""
     mapped = mapped or {}
     if final is None:
         return []
@@ -618,8 +640,9 @@ def findings(command: list, final: Breakdown | None, release: Release,
         out.append(_retention_finding(final, release, heap, mapped, command, cmd, settings))
     if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * (final.live_bytes + final.waste_bytes):
         out.append(_waste_finding(final, heap))
-    if final.other_anon_bytes >= 4 * MiB and final.other_anon_bytes >= 0.1 * rss:
-        out.append(_non_heap_finding(final, mapped_by, cmd))
+    rest = non_heap_rest(final) - pools_free
+    if rest >= 4 * MiB and rest >= 0.1 * rss:
+        out.append(_non_heap_finding(final, mapped_by, cmd, pools_free))
     out.sort(key=lambda f: -f.bytes)
     return out
 
@@ -802,22 +825,25 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
 
 
 def verdict(found: list, final: Breakdown | None, preload_active: bool,
-            teardown: int | None = None, inactive: str = NOT_ACTIVE) -> str:
-    """The headline: the first finding's, or healthy (teardown: as findings takes it;
-    inactive: why the library's figures are not the program's, when they are not)."""
+            teardown: int | None = None, inactive: str = NOT_ACTIVE, pools_free: int = 0) -> str:
+    """The headline: the first finding's, or healthy (teardown, pools_free: as findings
+    takes them; inactive: why the library's figures are not the program's, when they are
+    not)."""
     if final is None:
         return "no samples: the program ended before the first measurement"
     if not preload_active:
         return (f"heap figures unavailable ({inactive}); RSS only: "
                 f"final {human(final.rss_bytes)}")
+    pools = (f"; pymalloc kept {human(pools_free)} free in its arenas after CPython's teardown "
+             "freed its objects" if pools_free >= MiB else "")
     if not found and teardown and retained_enough(final.retained_bytes, final.rss_bytes):
         return (f"healthy: little memory left allocated or wasted; the "
                 f"{human(final.retained_bytes)} retained at exit was freed in its exit handlers "
-                f"or teardown (final RSS {human(final.rss_bytes)}, of which "
+                f"or teardown{pools} (final RSS {human(final.rss_bytes)}, of which "
                 f"{human(final.live_bytes)} live)")
     if not found:
-        return (f"healthy: little memory left allocated, retained or wasted (final RSS {human(final.rss_bytes)}, "
-                f"of which {human(final.live_bytes)} live)")
+        return (f"healthy: little memory left allocated, retained or wasted{pools} (final RSS "
+                f"{human(final.rss_bytes)}, of which {human(final.live_bytes)} live)")
     words = {"hold": "HELD WHILE RUNNING", "never-freed": "NEVER FREED", "leak": "LEAK",
              "child": "IN A CHILD PROCESS",
              "kept": "KEPT UNTIL EXIT", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",

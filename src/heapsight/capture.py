@@ -114,7 +114,8 @@ def _from_7(cap: dict) -> dict:
 
 
 def _from_8(cap: dict) -> dict:
-    """A version 8 capture as version 9: pymalloc's pools were not read (Timeline.pools)."""
+    """A version 8 capture as version 9: pymalloc's pools were not read (Timeline.pools;
+    a heap map's py_objects_bytes and py_pool_bytes stay None)."""
     tl = cap.get("timeline")
     return {**cap, "version": 9, **({"timeline": {**tl, "pools": []}} if tl is not None else {})}
 

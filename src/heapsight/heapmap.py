@@ -28,7 +28,8 @@ HEADER_DTYPE = np.dtype([
     ("rss_after", U8), ("anon_before", U8), ("anon_after", U8), ("release_ns", U8),
     ("walk_ns", U8), ("fork_ns", U8), ("child_ns", U8), ("n_heaps", U8),
     ("tcache_key_found", U8), ("released_pages", U8), ("child_minflt", U8),
-    ("child_cpu_ns", U8), ("reach_bytes", U8), ("reserved", U8, (6,)), ("why", "S160"),
+    ("child_cpu_ns", U8), ("reach_bytes", U8), ("py_objects_bytes", U8), ("py_pool_bytes", U8),
+    ("py_pools", U8), ("reserved", U8, (3,)), ("why", "S160"),
 ])
 HEAP_DTYPE = np.dtype([
     ("start", U8), ("pages", U8), ("arena", U8), ("kind", U8), ("walked", U8),
@@ -163,6 +164,10 @@ class HeapMap:
     note: str = ""
     heaps: list = field(default_factory=list)
     reach: "Reach | None" = None   # what the program could still reach (glibc only)
+    # CPython's objects in use in pymalloc's pools in the copy, and the pools' bytes (None:
+    # not CPython, or no pools found: native/src/heapmap.c copy_pools)
+    py_objects_bytes: int | None = None
+    py_pool_bytes: int | None = None
 
     @property
     def release_measured_bytes(self) -> int:
@@ -188,6 +193,8 @@ def parse(data: bytes, path: str) -> HeapMap:
                  int(h["walk_ns"]), int(h["fork_ns"]), int(h["child_ns"]),
                  bool(h["tcache_key_found"]), int(h["released_pages"]), int(h["child_minflt"]),
                  int(h["child_cpu_ns"]), why if int(h["status"]) == 0 else "")
+    if int(h["py_pools"]):
+        hm.py_objects_bytes, hm.py_pool_bytes = int(h["py_objects_bytes"]), int(h["py_pool_bytes"])
     at = HEADER_DTYPE.itemsize
     for _ in range(int(h["n_heaps"])):
         r = np.frombuffer(data, HEAP_DTYPE, count=1, offset=at)[0]
@@ -292,6 +299,7 @@ def to_json(hm: HeapMap, moment: str = EXIT, start_ns: int | None = None) -> dic
             "anon_before": hm.anon_before, "anon_after": hm.anon_after,
             "released_pages": hm.released_pages, "note": hm.note,
             "fork_ms": round(hm.fork_ns / 1e6, 2), "map_ms": round(hm.child_ns / 1e6, 1),
+            "py_objects_bytes": hm.py_objects_bytes, "py_pool_bytes": hm.py_pool_bytes,
             "reach": hm.reach.to_json() if hm.reach is not None else
             {"marked": False, "why": "the copy had no record of the blocks to mark (this "
                                      f"run's allocator: {hm.allocator}; HEAPSIGHT_REACH=0 "

@@ -21,7 +21,8 @@ from heapsight.arrays import isin, median
 from heapsight.fmt import printable
 from heapsight.model import HeapFigures, Release, Snapshot, Summary
 from heapsight.timeline import Timeline
-from heapsight.layout import FLUSH_TOTAL_BYTES, STATE_DONE
+from heapsight.layout import (EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING, FLUSH_TOTAL_BYTES,
+                              STATE_DONE)
 
 
 def exit_map_bytes(hmaps) -> dict:
@@ -628,14 +629,15 @@ def freed_in_teardown(prof, tl: Timeline, end_s: float | None, exit_ns: int | No
 
 def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
               sampled_sites, hmaps, mapped_by, duration_s: float, settings: dict,
-              teardown: int | None = None, end_s: float | None = None) -> tuple:
+              teardown: int | None = None, end_s: float | None = None,
+              pools_free: int = 0) -> tuple:
     """(findings, holds): what the exit's figures say (teardown: the bytes freed after the
     exit began, freed_in_teardown), and the moments memory was held while the program ran
     (end_s: when its exit began, end_begun_s), a hold the exit's findings already describe
-    not repeated."""
+    not repeated. pools_free: pymalloc's free space at exit, after CPython's teardown."""
     found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
                               sampled_sites, exit_map_bytes(hmaps), mapped_by, settings,
-                              teardown)
+                              teardown, pools_free)
     objects = analysis.pool_objects(rows.cols["t"], rows.parts["other_anon_bytes"], tl.pools,
                                     end_s)
     held = analysis.holds(rows.cols["t"], rows.parts, duration_s, objects)
@@ -679,11 +681,13 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     peak_bytes = segment.get("peak_usable_bytes") if attached else 0
     rows = _Rows.of(cols, parts, attached,
                     _since(tl, segment.get("peak_ns")) if peak_bytes else None, peak_bytes)
+    end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
     rows.objects = analysis.pool_objects(cols["t"], parts["other_anon_bytes"], tl.pools,
-                                         known=True)
+                                         end_s, known=True)
     peak, final = rows.breakdown(rows.peak_i), rows.breakdown(rows.last)
     heap, peak_ns = None, None
     release = Release(False, "none", inactive)
+    exit_map = dict(maps).get(heapmap.EXIT)
     if attached:
         c = segment.counters()
         release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,
@@ -691,6 +695,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                        _since(tl, segment.get("exit_ns")) if tl.start_ns
                                        else (segment.get("exit_ns") - segment.get("start_ns")) / 1e9,
                                        own_metadata)
+        if final is not None and exit_map is not None and exit_map.py_objects_bytes is not None:
+            # CPython's objects at exit: pymalloc's pools read in the exit's copy
+            final = dataclasses.replace(final, objects_bytes=min(final.other_anon_bytes,
+                                                                 exit_map.py_objects_bytes))
         heap, peak_ns = _heap_figures(segment, tl, c, rows, stats_before, allocator,
                                       mapped_before, done)
         if done and (rows.peak_i is None or c.live_usable_bytes > rows.live[rows.peak_i]):
@@ -713,15 +721,19 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     mapped_by = owners_resident(tuple({**o, "owner": analysis.owner_of(o["object"])}
                                       for o in (segment.owners() if attached else [])), prof, tl,
                                 duration_s)
-    end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
     end_i = end_reading(cols, end_s, library_read_s(segment, tl) if attached else None)
     if end_i is not None and done:   # counted: the live bytes then less those at exit
         teardown = max(0, int(rows.live[end_i]) - int(c.live_usable_bytes))
     else:
         teardown = freed_in_teardown(prof, tl, end_s, end_ns)
+    # pymalloc's free space at exit after CPython's teardown freed its objects: the
+    # teardown's, as the frees counted in teardown are for retention
+    pools_free = (exit_map.py_pool_bytes - exit_map.py_objects_bytes
+                  if exit_map is not None and exit_map.py_pool_bytes is not None
+                  and end_how == EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING] else 0)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
                              sampled_sites, hmaps, mapped_by, duration_s, settings or {},
-                             teardown, end_s)
+                             teardown, end_s, pools_free)
                    if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     waited = descendants_peak(tl, follow)
@@ -742,7 +754,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         heap=heap, forks=segment.get("forks") if attached else 0,
         execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
-        findings=tuple(found), verdict=analysis.verdict(found, final, attached, teardown, inactive),
+        findings=tuple(found), verdict=analysis.verdict(found, final, attached, teardown, inactive,
+                                                         pools_free),
         holds=tuple(held),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
@@ -805,7 +818,6 @@ def end_begun_s(segment, tl: Timeline) -> tuple:
     (tl.py_finalizing_s), and for CPython just after the last sample that read it running
     (tl.py_running_s); (None, "") when neither the library nor a sample saw it. Seconds on
     the timeline's "t" scale (_since)."""
-    from heapsight.layout import EXIT_BEGUN_HOW, EXIT_BEGUN_PY_FINALIZING
     seen = []
     try:   # (a capture saved before the segment had these fields has neither)
         ns, how = (segment.get("exit_begun_ns"), segment.get("exit_begun_how")) \
