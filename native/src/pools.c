@@ -54,7 +54,8 @@ static int flush_batch(int pid, hs_pool_header_t *got, struct iovec *local, stru
 /* Reads the pool headers at the resident HS_POOL_SIZE-aligned pages of each range
  * [ranges[2i], ranges[2i+1]) of process pid: out[0] the bytes of the blocks in use, out[1]
  * the bytes of the pools found, out[2] their number, out[3] the headers read. Returns 0,
- * or -1 when the process could not be read (gone, or not ours to read). */
+ * or -1 when the process could not be read (gone, or not ours to read). Its buffers are
+ * static (72 KiB, not on the sampler's stack): one caller at a time, the sampler's thread. */
 int hs_read_pools(int pid, int pagemap_fd, const uint64_t *ranges, int n_ranges,
                   uint64_t page_bytes, uint64_t *out) {
   static hs_pool_header_t got[BATCH];
