@@ -3,6 +3,8 @@ verdict for a run. How each figure is computed is written out in docs/numbers.md
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 import re
@@ -289,8 +291,11 @@ def hold_findings(found_holds: list, allocator: str, command: list, mapped_by: t
             sugg = (remedies.suggestions("pymalloc", cmd)
                     if "pymalloc" in whose or interpreted(command) and "python" in cmd else ())
         what = "held beyond live bytes" if h.cause == "retained" else "outside malloc"
+        # memory outside malloc whose content is not known (a runtime's own heap: live
+        # objects or free space) is not said to be held: only that it was there
+        word = "" if h.cause == "retained" or h.objects_bytes else "NON-HEAP WHILE RUNNING"
         out.append(Finding("hold", h.held_bytes, f"{human(h.held_bytes)} {what} {when}", detail,
-                           sugg))
+                           sugg, word))
     return out
 
 
@@ -676,7 +681,7 @@ def fit_to_run(found: list, settings: dict, follow: str, command: list = ()) -> 
                          .replace("heapsight run --verify -- ", f"heapsight run --verify {opt} -- ")
                          .replace("heapsight compare -- ", f"heapsight compare {opt} -- ")
                          for x in sugg)
-        out.append(Finding(f.kind, f.bytes, f.title, f.detail, sugg))
+        out.append(dataclasses.replace(f, suggestions=sugg))
     return out
 
 
@@ -849,8 +854,8 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool,
              "kept": "KEPT UNTIL EXIT", "retention": "RETENTION", "fragmentation": "FRAGMENTATION",
              "waste": "SMALL-OBJECT WASTE", "non-heap": "NON-HEAP MEMORY"}
     top = found[0]
-    rest = ", ".join(words[f.kind].lower() for f in found[1:])
-    return f"{words[top.kind]}: {top.title}" + (f" (also: {rest})" if rest else "")
+    rest = ", ".join((f.word or words[f.kind]).lower() for f in found[1:])
+    return f"{top.word or words[top.kind]}: {top.title}" + (f" (also: {rest})" if rest else "")
 
 
 def alloc_mapped_nan(stats: AllocStats | None) -> float:

@@ -117,6 +117,7 @@ class Finding:
     title: str
     detail: str
     suggestions: tuple = ()  # each a command or a concrete change
+    word: str = ""           # the verdict's word for it, where not its kind's (analysis.verdict)
 
 
 @dataclass(frozen=True)

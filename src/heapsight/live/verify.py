@@ -16,7 +16,7 @@ import subprocess
 from heapsight import moments, remedies
 from heapsight.fmt import human
 from heapsight.live.measure import Options, measure
-from heapsight.model import Finding, Summary
+from heapsight.model import Summary
 
 # a setting helps when it lowers the moment's RSS by at least this share
 LOWERS_BY = 0.10
@@ -128,7 +128,7 @@ def apply(s: Summary, results: list) -> Summary:
             else:
                 not_helped.append(text)
         sugg = tuple(t for _, t in sorted(helped)) + tuple(other) + tuple(not_helped)
-        found.append(Finding(f.kind, f.bytes, f.title, f.detail, sugg))
+        found.append(dataclasses.replace(f, suggestions=sugg))
     table = tuple({"setting": " ".join(f"{k}={v}" for k, v in r["env"].items()) or "none",
                    "moment": s.moment, **{k: r[k] for k in ("rss_bytes", "wall_s", "change",
                                                            "time_change", "error", "stretch")
