@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from heapsight import analysis
+from heapsight.fmt import human
 
 MiB = 1 << 20
 PYTHON = "/usr/bin/python3"   # Debian's CPython 3.11 (pymalloc)
@@ -40,6 +41,7 @@ def test_a_python_program_that_holds_pymalloc_arenas_while_it_works(tmp_path):
     assert hold["objects_bytes"] > 0 and hold["objects_bytes"] < hold["held_bytes"] / 20
     top = s["findings"][0]
     assert top["kind"] == "hold" and "pymalloc" in top["detail"]
+    assert f"held {human(hold['objects_bytes'])} of objects in use" in top["detail"], top
     assert any(x.startswith("PYTHONMALLOC=malloc heapsight run") for x in top["suggestions"])
 
 

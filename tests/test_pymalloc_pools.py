@@ -5,6 +5,7 @@ one that dropped them while its arenas stayed is."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 import numpy as np
 
 from heapsight import analysis
+from heapsight.fmt import human
 from heapsight.live import procfs, readloop
 from heapsight.live.segment import open_pagemap
 
@@ -59,18 +61,19 @@ def test_the_objects_in_use_are_cpythons_own_count():
 
 
 def run_json(tmp_path, script):
+    """The run's summary (--json) and what the terminal showed of it."""
     out = tmp_path / "s.json"
-    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--json",
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "--no-save", "--json",
                         str(out), "--", PYTHON, "-c", script], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=120)
+                       cwd=tmp_path, timeout=120, env={**os.environ, "COLUMNS": "100"})
     assert p.returncode == 0, p.stderr
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()), p.stdout + p.stderr
 
 
 def test_a_script_that_keeps_its_objects_holds_nothing(tmp_path):
     # GIVEN a script that builds 700k dicts (200 MiB of pymalloc's arenas) and keeps them
-    s = run_json(tmp_path, "import time\nxs = [{'a': i, 'b': str(i)} for i in range(700000)]\n"
-                           "time.sleep(2.0)\n")
+    s, shown = run_json(tmp_path, "import time\nxs = [{'a': i, 'b': str(i)} for i in range(700000)]\n"
+                                  "time.sleep(2.0)\n")
     # THEN its arenas were objects in use: no hold, and the verdict does not say one
     assert s["peak_rss_bytes"] > 150 * MiB
     assert s["holds"] == [], s["holds"]
@@ -79,6 +82,9 @@ def test_a_script_that_keeps_its_objects_holds_nothing(tmp_path):
     # most of its other anonymous memory, and never more than it
     (held,) = [m["breakdown"] for m in s["moments"] if m["name"] == "held"]
     assert 0.8 * held["other_anon_bytes"] <= held["objects_bytes"] <= held["other_anon_bytes"]
+    # the terminal's table has them under non-heap, in the held moment's column
+    (row,) = [line for line in shown.splitlines() if "of it CPython objects, at least" in line]
+    assert human(held["objects_bytes"]) in row, row
     # the end, after the last reading: not known (a script may drop its objects as its work
     # ends); the exit, from the copy at exit, after CPython's teardown freed them: few
     (end,) = [m["breakdown"] for m in s["moments"] if m["name"] == "end"]
@@ -91,8 +97,8 @@ def test_the_exit_copy_reads_the_pools_after_cpythons_teardown(tmp_path):
     # GIVEN a script that imports a few hundred modules (their objects live in pymalloc's
     # arenas) and exits: CPython's teardown frees most of its objects, and keeps each arena
     # an object still lives in
-    s = run_json(tmp_path, "import pydoc, email.parser, http.client, xml.dom.minidom, "
-                           "argparse, unittest, asyncio, json, decimal, sqlite3\n")
+    s, _ = run_json(tmp_path, "import pydoc, email.parser, http.client, xml.dom.minidom, "
+                              "argparse, unittest, asyncio, json, decimal, sqlite3\n")
     (exit_map,) = [m for m in s["heapmaps"] if m["moment"] == "exit"]
     objects, pools = exit_map["py_objects_bytes"], exit_map["py_pool_bytes"]
     # THEN the copy at exit read the pools: free space mostly, a few objects
@@ -101,7 +107,9 @@ def test_the_exit_copy_reads_the_pools_after_cpythons_teardown(tmp_path):
     assert at_exit["objects_bytes"] == min(objects, at_exit["other_anon_bytes"])
     # AND what the teardown left in pymalloc's arenas is no finding: the verdict says it
     assert not any(f["kind"] == "non-heap" for f in s["findings"]), s["findings"]
-    assert "pymalloc kept" in s["verdict"] and "after CPython's teardown" in s["verdict"]
+    free = human(pools - objects)
+    assert f"pymalloc kept {free} free in its arenas after CPython's teardown" in s["verdict"], \
+        (s["verdict"], free)
 
 
 def test_the_rule_takes_the_larger_of_the_free_space_around_each_sample():

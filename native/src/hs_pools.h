@@ -11,7 +11,8 @@
 #define HS_POOL_CLASSES 32u  /* blocks of 16 to 512 bytes */
 
 typedef struct {
-  uint64_t count, freeblock, nextpool, prevpool;
+  uint32_t count, count_pad; /* ref: a uint in a union with a pointer (little-endian) */
+  uint64_t freeblock, nextpool, prevpool;
   uint32_t arenaindex, szidx, nextoffset, maxnextoffset;
 } hs_pool_header_t;
 
@@ -32,7 +33,7 @@ static inline uint32_t hs_pool_block(const hs_pool_header_t *h) {
 static inline void hs_pool_count(const hs_pool_header_t *h, uint64_t *out) {
   uint32_t size = hs_pool_block(h);
   if (!size) return;
-  out[0] += h->count * size;
+  out[0] += (uint64_t)h->count * size;
   out[1] += HS_POOL_SIZE;
   out[2] += 1;
 }

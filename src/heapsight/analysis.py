@@ -4,7 +4,6 @@ verdict for a run. How each figure is computed is written out in docs/numbers.md
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import os
 import re

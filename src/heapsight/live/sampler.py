@@ -481,9 +481,6 @@ class Sampler:
             return
         kinds, anon = self._kinds()
         c.held_lock(rss_now)
-        pools = self._pools(anon, c) if kinds is not None else None
-        if pools is not None:
-            c.pools = now + POOLS_PERIOD_S
         c.kinds = now + 1.0 / MAPPINGS_PER_S
         # the reading's time is when smaps was read through (a loaded tick reads it ms after
         # the tick began): the mappings the program made meanwhile are in it, and the
@@ -495,8 +492,11 @@ class Sampler:
         if kinds is None or torn:
             return
         tl.kinds = (tl.kinds + [(t, kinds)])[-2:]   # the last two: the last may be cut
-        if pools is not None and len(tl.pools) < MAX_POOL_READINGS:
-            tl.pools.append((t, *pools))
+        pools = self._pools(anon, c)   # at the mappings' time t: owners_resident pairs them
+        if pools is not None:
+            c.pools = now + POOLS_PERIOD_S
+            if len(tl.pools) < MAX_POOL_READINGS:
+                tl.pools.append((t, *pools))
         tl.vmas = (tl.vmas + [(t, anon)])[-2:]
         if peak_due:
             tl.kinds_peak = (t, kinds, rss_now)
