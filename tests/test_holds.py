@@ -52,6 +52,43 @@ def test_with_pythonmalloc_malloc_the_hold_is_the_allocators(tmp_path):
     assert s["holds"][0]["retained_bytes"] > 40 * MiB
 
 
+# four threads build and drop 20 MB of bytearrays in rounds (keeping every 100th), then
+# the process idles for 1 s with the thread arenas trimmed: the idle end is the longest
+# steady stretch, the rounds are the hold
+ROUNDS = ("import threading, time\n"
+          "def work():\n"
+          "    keep = []\n"
+          "    for r in range(6):\n"
+          "        blk = [bytearray(1000) for _ in range(20000)]\n"
+          "        keep.append(blk[::100])\n"
+          "        del blk\n"
+          "        time.sleep(0.05)\n"
+          "ts = [threading.Thread(target=work) for _ in range(4)]\n"
+          "for t in ts: t.start()\n"
+          "for t in ts: t.join()\n"
+          "time.sleep(1.0)\n")
+
+
+def test_the_verdicts_moment_is_its_hold_where_the_process_sat_longer_elsewhere(tmp_path):
+    out = tmp_path / "s.json"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--json",
+                        str(out), "--", PYTHON, "-c", ROUNDS], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(out.read_text())
+    assert s["verdict"].startswith("HELD WHILE RUNNING"), s["verdict"]
+    hold = max(s["holds"], key=lambda h: h["held_bytes"])
+    assert hold["cause"] == "retained" and hold["held_bytes"] > 40 * MiB, hold
+    (held,) = [m for m in s["moments"] if m["name"] == "held"]
+    # THEN the column the verdict is about is the hold's stretch, and holds what it says
+    # (it was the idle end: 14 MiB RSS, 1 MiB retained, beside a 69 MiB hold)
+    assert s["moment"] == "held"
+    assert abs(held["start_s"] - hold["start_s"]) < 0.002, (held, hold)   # (a hold's: to the ms)
+    assert abs(held["end_s"] - hold["end_s"]) < 0.002, (held, hold)
+    assert held["breakdown"]["retained_bytes"] >= hold["held_bytes"] / 2, (held, hold)
+    assert "largest hold" in held["how"]
+
+
 def parts_of(held_mib, live_mib=1.0):
     held = np.asarray(held_mib, dtype=float) * MiB
     zero = np.zeros_like(held)

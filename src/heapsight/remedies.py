@@ -22,6 +22,8 @@ import shlex
 from dataclasses import dataclass
 
 from heapsight.allocators import ALLOCATORS, PRESET, library_for
+from heapsight.fmt import human
+from heapsight.moments import TITLE
 
 LAB = "heapsight lab remedies"
 # Below this much memory kept, another allocator's own start outweighs what it returns: a
@@ -201,3 +203,12 @@ def env_of(suggestion: str) -> dict | None:
 def annotate(suggestion: str, words: str) -> str:
     """The suggestion with its comment replaced by what was measured."""
     return suggestion.split("   # ", 1)[0] + f"   # {words}"
+
+
+def effect(r: dict, moment: str) -> str:
+    """A measured setting's change and cost: "-50% held RSS (46.0 MiB where the run without
+    it held), +38% time"."""
+    figure = (f"{human(r['rss_bytes'])} where the run without it held" if r.get("stretch")
+              else human(r["rss_bytes"]))
+    return (f"{r['change'] * 100:+.0f}% {TITLE.get(moment, moment)} RSS ({figure}), "
+            f"{r['time_change'] * 100:+.0f}% time")

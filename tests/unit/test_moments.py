@@ -137,3 +137,22 @@ def test_the_librarys_reading_as_the_exit_began_is_the_end():
     # a run without the library's row (a seccomp filter, an older record): no row at end_s
     assert end_reading({"t": t[:-2], "rss": rss[:-2]}, 2.495, 2.495) is None
 
+
+
+def test_a_hold_is_the_held_moment_where_the_process_sat_longer_elsewhere():
+    # GIVEN rounds that hold 100 MiB for 0.4 s, then 1 s idle at 14 MiB (the longest steady
+    # stretch), the hold rule's stretch being 0.1-0.5 s
+    t, rss = series((0.1, 5), (0.4, 100), (1.0, 14))
+    b = at(rss)
+    steady = {m.name: m for m in moments.build(t, rss, b, 1.5, 20, len(t) - 1, None, None, "")}
+    held = {m.name: m for m in moments.build(t, rss, b, 1.5, 20, len(t) - 1, None, None, "",
+                                             hold=(0.1, 0.5))}
+    # THEN without the hold, held is the idle end; with it, the hold's stretch at its RSS
+    assert steady["held"].breakdown.rss_bytes == 14 * MiB
+    assert held["held"].breakdown.rss_bytes == 100 * MiB
+    assert (held["held"].start_s, held["held"].end_s) == (0.1, 0.5)
+    assert held["held"].how == moments.HELD_HOW["hold"]
+    # AND a hold no sample falls in leaves held as it was
+    none = {m.name: m for m in moments.build(t, rss, b, 1.5, 20, len(t) - 1, None, None, "",
+                                             hold=(9.0, 9.5))}
+    assert none["held"].breakdown.rss_bytes == 14 * MiB

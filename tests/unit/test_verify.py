@@ -1,7 +1,7 @@
 """run --verify's arithmetic (live/verify.py), on runs made up here: a setting is measured at
-the verdict's moment against the run without a setting at the same moment; a setting under
-which the program held nothing (no held moment in its run) is measured where the run without
-a setting held (its median RSS over that stretch, by share of the run)."""
+the verdict's moment against the run without a setting at the same moment; for held, where
+the run without a setting held (its median RSS over that stretch, by share of the run),
+whether the setting's run held memory itself or not."""
 
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ def test_a_setting_that_leaves_no_hold_is_measured_where_the_run_without_it_held
     held = summary(moment="held", findings=(
         Finding("hold", 400 * MiB, "held", "", (ARENAS, JEMALLOC)),))
     jemalloc = [(0.1, 200), (0.3, 440), (0.5, 300), (0.6, 100), (0.7, 94), (0.8, 92), (0.9, 90)]
+    arena_max = [(0.3, 413), (0.6, 357), (0.7, 356), (0.8, 355), (0.95, 356)]
     runs = iter([run(held=(0.6, 0.9, 412), peak=413, end=410),
-                 run(held=(0.6, 0.9, 356), peak=413, end=356),
+                 run(arena_max, held=(0.6, 0.9, 356), peak=413, end=356),
                  run(jemalloc, peak=440, end=90)])   # (in the order suggested)
     monkeypatch.setattr(verify, "measure", lambda argv, opts: next(runs))
     results = verify.measure_all(["./app"], held, verify.Options())
@@ -55,10 +56,9 @@ def test_a_setting_that_leaves_no_hold_is_measured_where_the_run_without_it_held
     # not "not measured" (nor its peak's +7%)
     assert jem["stretch"] and not jem["error"] and jem["rss_bytes"] == 93 * MiB
     assert round(jem["change"], 3) == round(93 / 412 - 1, 3)
-    assert "no held moment under it: 93.0 MiB where the run without it held" \
-        in verify.words(jem, "held")
-    # and a setting with a held moment is measured there, against the held RSS without
-    assert not arenas["stretch"] and round(arenas["change"], 3) == round(356 / 412 - 1, 3)
+    assert "(93.0 MiB where the run without it held)" in verify.words(jem, "held")
+    # and a setting with a held moment is measured over the same stretch
+    assert arenas["stretch"] and round(arenas["change"], 3) == round(356 / 412 - 1, 3)
     # AND the suggestions are ordered by it: jemalloc's first
     s = verify.apply(held, results)
     assert s.findings[0].suggestions[0].startswith("LD_PRELOAD=") and \
@@ -73,3 +73,19 @@ def test_a_moment_missing_from_a_run_is_said_so(monkeypatch):
     monkeypatch.setattr(verify, "measure", lambda argv, opts: next(runs))
     _, arenas = verify.measure_all(["./app"], end, verify.Options())
     assert arenas["error"] == "no end moment in its run" and "change" not in arenas
+
+
+def test_a_setting_that_sits_longest_elsewhere_is_measured_where_the_run_without_it_held(
+        monkeypatch):
+    # GIVEN a program holding 412 MiB through its rounds (0.2-0.5 s of 1 s), then idle at 20;
+    # under a setting the rounds take 100 MiB and its idle end (15 MiB, 0.5 s) is the
+    # stretch it sat at longest: its own held moment
+    held = summary(moment="held", findings=(Finding("hold", 400 * MiB, "held", "", (ARENAS,)),))
+    setting = [(0.1, 30), (0.3, 100), (0.4, 102), (0.6, 15), (0.9, 15)]
+    runs = iter([run([(0.3, 412), (0.4, 410), (0.6, 20)], held=(0.2, 0.5, 411), peak=413),
+                 run(setting, held=(0.5, 1.0, 15), peak=102)])
+    monkeypatch.setattr(verify, "measure", lambda argv, opts: next(runs))
+    _, arenas = verify.measure_all(["./app"], held, verify.Options())
+    # THEN it is its RSS through the rounds (101 MiB: -75%), not its idle end's 15 (-96%)
+    assert arenas["stretch"] and arenas["rss_bytes"] == 101 * MiB
+    assert round(arenas["change"], 3) == round(101 / 411 - 1, 3)

@@ -129,7 +129,7 @@ def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
                     row["runs"].append(metrics)
     except KeyboardInterrupt:
         cmp.interrupted = True  # the run in progress is dropped; the finished ones count
-    _held_where_none(cmp)
+    _held_where_glibc_held(cmp)
     for r in cmp.rows:
         if r["ok"] and r["runs"]:
             r["stats"] = stats_of(r["runs"])
@@ -138,21 +138,23 @@ def run_all(argv: list, configs: list, repeat: int, show_output: bool = False,
     return cmp
 
 
-def _held_where_none(cmp: Comparison) -> None:
-    """A run that held nothing (no held moment: its RSS stayed near its live bytes) gets as
-    its held RSS its median RSS over the stretch glibc's first run that held memory held it,
-    by share of the run (moments.rss_over): where that run kept memory, what this one had;
-    its peak when no glibc run held anything (a program too short to hold for a stretch).
-    held_by says which: "moment", "stretch" or "peak"."""
+def _held_where_glibc_held(cmp: Comparison) -> None:
+    """Every run's held RSS where glibc's first run that held memory held it: its median RSS
+    over that stretch, by share of the run (moments.rss_over). A run's own held moment may
+    be another part of the run (its hold gone under a setting, it sat longest at its idle
+    end): against glibc's hold that would credit the setting with a drop it did not make.
+    Where no glibc run held anything (a program too short to hold for a stretch), a run's
+    own held moment, else its peak. held_by says which: "moment", "stretch" or "peak"."""
     recs: dict = {}
     for rec in cmp.records:
         recs.setdefault(rec["config"], []).append(rec)
-    share = next((sh for rec in recs.get(allocators.BASELINE, ())
-                  if (sh := moments.held_share(rec["summary"]["moments"],
-                                               rec["summary"]["duration_s"]))), None)
+    first, share = next(((rec, sh) for rec in recs.get(allocators.BASELINE, ())
+                         if (sh := moments.held_share(rec["summary"]["moments"],
+                                                      rec["summary"]["duration_s"]))),
+                        (None, None))
     for row in cmp.rows:
         for m, rec in zip(row["runs"], recs.get(row["name"], ())):
-            if m["held_rss"] is not None:
+            if rec is first or (share is None and m["held_rss"] is not None):
                 m["held_by"] = "moment"
                 continue
             tl = rec.get("timeline") or {}

@@ -14,7 +14,6 @@ import os
 import subprocess
 
 from heapsight import moments, remedies
-from heapsight.fmt import human
 from heapsight.live.measure import Options, measure
 from heapsight.model import Summary
 
@@ -65,11 +64,11 @@ def measure_all(argv: list, s: Summary, opts: Options, progress=lambda msg: None
         rss = _moment_rss(run, s.moment)
         if not env:   # the stretch the program held memory through, without a setting
             share = moments.held_share(run.moments, run.duration_s)
-        # a setting under which the program held nothing (no held moment in its run) is
-        # measured where the run without a setting held: its median RSS over that stretch
-        # (moments.rss_over), against the held RSS without
-        stretch = (rss is None and s.moment == "held" and bool(env) and share is not None
-                   and tl is not None)
+        # a setting is measured where the run without one held: its median RSS over that
+        # stretch, by share of the run (moments.rss_over), against the held RSS without.
+        # Its own held moment may be elsewhere: the rounds' hold gone, its idle end is what
+        # it sat at longest, and its end against the rounds would claim what it did not do
+        stretch = s.moment == "held" and bool(env) and share is not None and tl is not None
         if stretch:
             cols = tl.columns
             rss = moments.rss_over(cols["t"], cols["rss"], run.duration_s, share)
@@ -94,12 +93,9 @@ def words(r: dict, moment: str) -> str:
         return f"not measured: {r['error']}"
     if "change" not in r:
         return "not measured: the run without it failed"
-    title = moments.TITLE[moment]
     verdict = "" if r["change"] <= -LOWERS_BY else ": does not help here"
-    figure = (f"no {title} moment under it: {human(r['rss_bytes'])} where the run without it "
-              "held" if r.get("stretch") else human(r["rss_bytes"]))
-    return (f"{r['change'] * 100:+.0f}% {title} RSS ({figure}), "
-            f"{r['time_change'] * 100:+.0f}% time, measured{verdict}")
+    return f"{remedies.effect(r, moment)}, measured{verdict}"
+
 
 
 def apply(s: Summary, results: list) -> Summary:

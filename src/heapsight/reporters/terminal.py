@@ -19,7 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from heapsight import allocators, analysis, fmt, heapmap, moments
+from heapsight import allocators, analysis, fmt, heapmap, moments, remedies
 from heapsight.sites import CALLED_VIA
 from heapsight import ranking
 from heapsight.ranking import METRICS, baseline
@@ -133,10 +133,7 @@ def _verified_lines(c: Console, s: Summary) -> None:
         if r.get("error") or "change" not in r:
             _indent(c, f"not measured: {r.get('error') or 'the run without a setting failed'}", 8)
         else:
-            figure = (f"no {title} moment under it: {human(r['rss_bytes'])} where the run "
-                      "without it held" if r.get("stretch") else human(r["rss_bytes"]))
-            _indent(c, f"{r['change'] * 100:+.0f}% {title} RSS ({figure}), "
-                       f"{r['time_change'] * 100:+.0f}% time", 8,
+            _indent(c, remedies.effect(r, base["moment"]), 8,
                     style="green" if r["change"] <= -0.10 else "dim")
 
 
@@ -622,11 +619,10 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
             0, style="dim")
     by = {m.get("held_by") for r in rows if r.get("ok") for m in r.get("runs", ())}
     if "held_rss" in dict(metrics) and by & {"stretch", "peak"}:
-        _indent(c, "held RSS of a run that held nothing (no held moment: its RSS stayed near "
-                   "its live bytes): " + ("its median RSS over the stretch glibc's run held, by "
-                                          "share of the run" if "stretch" in by else
-                                          "its peak (glibc's runs held nothing either)"),
-                0, style="dim")
+        _indent(c, "held RSS: each run's median RSS over the stretch where glibc's first run "
+                   "held memory, taken by share of the run" if "stretch" in by else "held RSS of a run that held nothing (no held "
+                   "moment: its RSS stayed near its live bytes): its peak (glibc's runs held "
+                   "nothing either)", 0, style="dim")
     c.print()
     text, _, how = doc["recommendation"].partition("; run it with: ")
     text, _, lowest = text.partition("; lowest memory: ")
