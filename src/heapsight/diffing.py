@@ -36,7 +36,7 @@ GATE_FIGURES = {
     "rss": "RSS at exit", "non_heap": "non-heap at exit",
     "peak_live": "live at the peak (the library's exact peak)",
     "lost": "definitely and indirectly lost at exit",
-    "held_rss": "held RSS (the most kept through a stretch of the run)",
+    "held_rss": "held RSS (through its largest hold, else its longest steady stretch)",
     "end_rss": "RSS as the exit began",
 }
 

@@ -136,8 +136,9 @@ def add_arguments(p) -> None:
                        help="memory freed but kept by the allocator at exit")
     gates.add_argument("--fail-if-rss", metavar="SIZE", type=size_arg, help="peak RSS")
     gates.add_argument("--fail-if-held", metavar="SIZE", type=size_arg,
-                       help="held RSS: the most the program kept through a stretch of its run "
-                            "(what a service idles at)")
+                       help="held RSS: the RSS through the stretch the program held memory "
+                            "beyond its live bytes, else the one it sat at longest (what a "
+                            "service idles at)")
     gates.add_argument("--fail-if-never-freed", metavar="SIZE", type=size_arg,
                        help="bytes still allocated at exit (never freed): leaks and data kept "
                             "until exit alike")
