@@ -40,11 +40,12 @@ STEADY_MIN_BYTES = 1 << 20
 HOLD_MIN_S = 0.2
 
 
-def held(t, rss, duration_s: float = 0.0) -> tuple | None:
+def held(t, rss, duration_s: float = 0.0, exact=None) -> tuple | None:
     """(level index, first index, last index) of the longest steady stretch (its RSS within
-    STEADY of its lowest): the sample nearest the stretch's median RSS, and the stretch;
-    of stretches as long, the one at the most RSS; None when none lasts HOLD_MIN_S. One
-    pass (two pointers, monotonic queues for the window's min and max)."""
+    STEADY of its lowest): the sample that reads it (level()), and the stretch; of
+    stretches as long, the one at the most RSS; None when none lasts HOLD_MIN_S. One pass
+    (two pointers, monotonic queues for the window's min and max). exact: per sample,
+    whether the allocator's mapped memory was read there."""
     t, rss = np.asarray(t, dtype=float), np.asarray(rss, dtype=float)
     ok = np.flatnonzero(~np.isnan(rss))
     t, rss = t[ok], rss[ok]
@@ -70,21 +71,45 @@ def held(t, rss, duration_s: float = 0.0) -> tuple | None:
     if best is None:
         return None
     _, lo, hi = best
-    med = median(rss[lo:hi + 1])
-    i = lo + int(np.argmin(np.abs(rss[lo:hi + 1] - med)))
-    return int(ok[i]), int(ok[lo]), int(ok[hi])
+    ex = None if exact is None else np.asarray(exact, dtype=bool)[ok]
+    return int(ok[level(t, rss, np.arange(lo, hi + 1), ex)]), int(ok[lo]), int(ok[hi])
 
 
-def within(t, rss, start_s: float, end_s: float) -> tuple | None:
+# a sample this near a stretch's median RSS reads it as well as the nearest one does
+LEVEL_NEAR = 0.01
+LEVEL_NEAR_BYTES = 64 << 10
+
+
+def level(t, rss, inside, exact=None) -> int:
+    """The sample that reads a stretch (indices inside, in time order): of those whose RSS
+    is nearest its median (within LEVEL_NEAR, or LEVEL_NEAR_BYTES), one where the allocator's
+    mapped memory was read (exact, where given: the split there is not bounded by the
+    readings around it), the one nearest the stretch's middle. Not its first: after a big
+    free the first samples of a flat stretch are between a reading with the freed blocks
+    and one without, and read the whole of the anonymous memory malloc did not give as
+    retained (python3 with numpy: 7.0 MiB of pymalloc's arenas, against 0.3 MiB at the
+    next reading)."""
+    inside = np.asarray(inside)
+    r = rss[inside]
+    med = median(r)
+    off = np.abs(r - med)
+    near = inside[off <= max(off.min(), LEVEL_NEAR * med, LEVEL_NEAR_BYTES)]
+    if exact is not None and exact[near].any():
+        near = near[exact[near]]
+    middle = (t[inside[0]] + t[inside[-1]]) / 2
+    return int(near[np.argmin(np.abs(t[near] - middle))])
+
+
+def within(t, rss, start_s: float, end_s: float, exact=None) -> tuple | None:
     """(level index, first index, last index) of a given stretch of the run (a hold's): the
-    sample nearest its median RSS, as held() reads its own; None when no sample is in it."""
+    sample that reads it (level()), as held() reads its own; None when no sample is in it."""
     t, rss = np.asarray(t, dtype=float), np.asarray(rss, dtype=float)
     ms = 5e-4   # a hold's times are rounded to the ms
     inside = np.flatnonzero((t >= start_s - ms) & (t <= end_s + ms) & ~np.isnan(rss))
     if not len(inside):
         return None
-    med = median(rss[inside])
-    return int(inside[np.argmin(np.abs(rss[inside] - med))]), int(inside[0]), int(inside[-1])
+    ex = None if exact is None else np.asarray(exact, dtype=bool)
+    return level(t, rss, inside, ex), int(inside[0]), int(inside[-1])
 
 
 HELD_HOW = {"hold": "the stretch it held memory beyond its live bytes, its largest hold",
@@ -93,14 +118,15 @@ HELD_HOW = {"hold": "the stretch it held memory beyond its live bytes, its large
 
 def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: int | None,
           final: Breakdown | None, end_s: float | None, end_how: str,
-          end_read: int | None = None, hold: tuple | None = None) -> tuple:
+          end_read: int | None = None, hold: tuple | None = None, exact=None) -> tuple:
     """The run's moments (model.Moment), in NAMES order, those that exist: breakdown_at(i)
     gives the split at sample i; peak_i the sample of most RSS; last_i the last sample;
     final the exit probe's split; end_s when the exit began (None: not seen); end_read the
     row the library read at that very moment (None: it took none, and the end is the last
     sample before it); hold the (start, end) seconds of the run's largest hold, which is
     then the held moment (None: the run held nothing, and held is its longest steady
-    stretch)."""
+    stretch); exact, per sample, whether the allocator's mapped memory was read there
+    (level())."""
     t = np.asarray(t, dtype=float)
     out = []
     if peak_i is not None:
@@ -117,10 +143,11 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
         end_i = end_read
     # held: while the program ran, so before its end
     stop = (end_i + 1) if end_i is not None else len(t)
-    h = within(t, rss, *hold) if hold is not None else None
+    h = within(t, rss, *hold, exact=exact) if hold is not None else None
     kind = "hold" if h is not None else "steady"
     if h is None:
-        h = held(t[:stop], np.asarray(rss, dtype=float)[:stop], duration_s)
+        h = held(t[:stop], np.asarray(rss, dtype=float)[:stop], duration_s,
+                 None if exact is None else np.asarray(exact, dtype=bool)[:stop])
     if h is not None:
         i, lo, hi = h
         out.append(Moment("held", float(t[i]), breakdown_at(i), start_s=float(t[lo]),

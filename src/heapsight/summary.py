@@ -743,7 +743,8 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     largest = max(held, key=lambda h: h.held_bytes, default=None)
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
                           rows.last, final if done else None, end_s, end_how, end_i,
-                          (largest.start_s, largest.end_s) if largest else None)
+                          (largest.start_s, largest.end_s) if largest else None,
+                          ~np.isnan(np.asarray(cols["alloc_mapped"], dtype=float)))
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,

@@ -156,3 +156,17 @@ def test_a_hold_is_the_held_moment_where_the_process_sat_longer_elsewhere():
     none = {m.name: m for m in moments.build(t, rss, b, 1.5, 20, len(t) - 1, None, None, "",
                                              hold=(9.0, 9.5))}
     assert none["held"].breakdown.rss_bytes == 14 * MiB
+
+
+def test_a_stretch_is_read_where_the_allocator_was_read_near_its_middle():
+    # GIVEN a flat stretch of 11 samples, the allocator read at the 3rd and the 8th
+    t = np.arange(11) * 0.05
+    rss = np.full(11, 64.0 * MiB)
+    exact = np.zeros(11, dtype=bool)
+    exact[[2, 7]] = True
+    # THEN a read sample, the one nearer the middle (t = 0.25): 0.35, not 0.10 (nor the first)
+    assert moments.level(t, rss, np.arange(11), exact) == 7
+    # AND without readings, the middle; a sample far from the median is never taken
+    assert moments.level(t, rss, np.arange(11)) == 5
+    rss[5] = 80.0 * MiB
+    assert moments.level(t, rss, np.arange(11)) in (4, 6)
