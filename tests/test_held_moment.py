@@ -4,10 +4,6 @@ big free (moments.level)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 MiB = 1 << 20
 PYTHON = "/usr/bin/python3"   # Debian's CPython 3.11 (pymalloc)
 # 200k dicts kept (pymalloc's arenas: anonymous memory malloc did not give), a 64 MiB
@@ -21,13 +17,10 @@ FREE_THEN_IDLE = ("import time\n"
                   "time.sleep(1.0)\n")
 
 
-def test_the_held_column_after_a_big_free_is_not_read_as_retained(tmp_path):
-    out = tmp_path / "s.json"
-    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--json",
-                        str(out), "--", PYTHON, "-c", FREE_THEN_IDLE], capture_output=True,
-                       text=True, cwd=tmp_path, timeout=120)
-    assert p.returncode == 0, p.stderr
-    s = json.loads(out.read_text())
+def test_the_held_column_after_a_big_free_is_not_read_as_retained(hs):
+    r = hs(PYTHON, "-c", FREE_THEN_IDLE, opts=["-q", "--no-save"])
+    assert r.rc == 0, r.stderr
+    s = r.summary
     by = {m["name"]: m["breakdown"] for m in s["moments"]}
     held, end = by["held"], by["end"]
     assert held["rss_bytes"] < 100 * MiB < s["peak_rss_bytes"], (held, s["peak_rss_bytes"])

@@ -69,13 +69,10 @@ ROUNDS = ("import threading, time\n"
           "time.sleep(1.0)\n")
 
 
-def test_the_verdicts_moment_is_its_hold_where_the_process_sat_longer_elsewhere(tmp_path):
-    out = tmp_path / "s.json"
-    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--json",
-                        str(out), "--", PYTHON, "-c", ROUNDS], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=120)
-    assert p.returncode == 0, p.stderr
-    s = json.loads(out.read_text())
+def test_the_verdicts_moment_is_its_hold_where_the_process_sat_longer_elsewhere(hs):
+    r = hs(PYTHON, "-c", ROUNDS, opts=["-q", "--no-save"])
+    assert r.rc == 0, r.stderr
+    s = r.summary
     assert s["verdict"].startswith("HELD WHILE RUNNING"), s["verdict"]
     hold = max(s["holds"], key=lambda h: h["held_bytes"])
     assert hold["cause"] == "retained" and hold["held_bytes"] > 40 * MiB, hold
