@@ -401,9 +401,13 @@ void _hs_count_free_slow(void *p) {
   size_t hdr = _hs_usable_by_header ? hs_glibc_header(p) : 0;
   size_t u = _hs_usable_by_header ? hs_glibc_usable(hdr) : _hs_real.malloc_usable_size(p);
   if (_hs_blockmap_on) _hs_blockmap_clear(p);
+  _hs_count_free_read(hdr, u);
+}
+
+void _hs_count_free_read(size_t hdr, size_t u) {
   hs_slot_t *s = slot_slow();
   if (s == NULL) { /* past the slots: every call comes here */
-    _hs_count_shared(0, u, 0, hdr, p, NULL);
+    _hs_count_shared(0, u, 0, hdr, NULL, NULL);
     polls();
     return;
   }

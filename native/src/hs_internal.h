@@ -233,6 +233,9 @@ void _hs_unwind_forget(void);     /* after a dlclose: a new table (off after fou
 int _hs_unwind_ready(void);
 int _hs_unwind_fast(uint64_t *out, int max, uintptr_t skip_lo, uintptr_t skip_hi); /* -1: libgcc's */
 size_t _hs_unwind_own(hs_chunk_t *out, size_t max);
+/* A free counted from what was read of the block before it was freed (its glibc chunk header,
+ * 0 under another allocator, and its usable size): the block itself is not read. */
+void _hs_count_free_read(size_t hdr, size_t usable);
 uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */
 uint64_t _hs_live_blocks(void);          /* blocks live now, as the slots count them */
 const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */

@@ -211,12 +211,28 @@ HS_EXPORT void *malloc(size_t size) {
   return counted(p, size);
 }
 
+/* A chunk glibc serves by its own mmap is counted freed once its munmap has returned. Counted
+ * before, a sample during the munmap (1-2 ms for 32 MiB) read its pages still resident and
+ * the block gone: the peak column of a program that mallocs, writes and frees 32 MiB blocks
+ * read "retained 32.5 MiB" in 2 of 3 runs, memory glibc never keeps. Its header is read
+ * before the free; nothing of it after. */
+static int free_mmapped_chunk(void *p) {
+  if (!_hs_usable_by_header || _hs_tslot_other != NULL) return 0;
+  size_t hdr = hs_glibc_header(p);
+  if (!(hdr & 2)) return 0;
+  if (_hs_blockmap_on) _hs_blockmap_clear(p);
+  _hs_real.free(p);
+  _hs_count_free_read(hdr, hs_glibc_usable(hdr));
+  return 1;
+}
+
 /* The pool's blocks are marked in the sampled-block map (pool_alloc_aligned), so the one
  * byte load that looks for sampled blocks finds them too, and NULL (resolve_now). */
 __attribute__((noinline)) static void free_marked(void *p) {
   if (p == NULL || in_pool(p)) return;
   if (_hs_own_take(p)) { _hs_real.free(p); return; } /* heapsight's own: never counted */
   _hs_sample_free(p);
+  if (free_mmapped_chunk(p)) return;
   hs_count_free_unsampled(p);
   _hs_real.free(p);
 }
@@ -225,6 +241,7 @@ __attribute__((noinline)) static void free_slow(void *p) {
   if (p == NULL) return; /* before start-up, or on a thread without a slot */
   hs_slot_t *o = _hs_tslot_other; /* another allocator, a thread with its slot */
   if (o != NULL) _hs_count_free_other(o, p);
+  else if (free_mmapped_chunk(p)) return;
   else _hs_count_free_slow(p);
   _hs_real.free(p);
 }
