@@ -44,8 +44,8 @@ def held(t, rss, duration_s: float = 0.0, exact=None) -> tuple | None:
     """(level index, first index, last index) of the longest steady stretch (its RSS within
     STEADY of its lowest): the sample that reads it (level()), and the stretch; of
     stretches as long, the one at the most RSS; None when none lasts HOLD_MIN_S. One pass
-    (two pointers, monotonic queues for the window's min and max). exact: per sample,
-    whether the allocator's mapped memory was read there."""
+    (two pointers, monotonic queues for the window's min and max). exact: per sample, how
+    much of what its split is bounded by was read there (level())."""
     t, rss = np.asarray(t, dtype=float), np.asarray(rss, dtype=float)
     ok = np.flatnonzero(~np.isnan(rss))
     t, rss = t[ok], rss[ok]
@@ -71,7 +71,7 @@ def held(t, rss, duration_s: float = 0.0, exact=None) -> tuple | None:
     if best is None:
         return None
     _, lo, hi = best
-    ex = None if exact is None else np.asarray(exact, dtype=bool)[ok]
+    ex = None if exact is None else np.asarray(exact, dtype=float)[ok]
     return int(ok[level(t, rss, np.arange(lo, hi + 1), ex)]), int(ok[lo]), int(ok[hi])
 
 
@@ -82,20 +82,21 @@ LEVEL_NEAR_BYTES = 64 << 10
 
 def level(t, rss, inside, exact=None) -> int:
     """The sample that reads a stretch (indices inside, in time order): of those whose RSS
-    is nearest its median (within LEVEL_NEAR, or LEVEL_NEAR_BYTES), one where the allocator's
-    mapped memory was read (exact, where given: the split there is not bounded by the
-    readings around it), the one nearest the stretch's middle. Not its first: after a big
-    free the first samples of a flat stretch are between a reading with the freed blocks
-    and one without, and read the whole of the anonymous memory malloc did not give as
-    retained (python3 with numpy: 7.0 MiB of pymalloc's arenas, against 0.3 MiB at the
-    next reading)."""
+    is nearest its median (within LEVEL_NEAR, or LEVEL_NEAR_BYTES), those where the most was
+    read (exact, where given: per sample, how many of the readings a split is bounded by were
+    taken there, such as the allocator's mapped memory and pymalloc's pools), the one
+    nearest the stretch's middle. Not its first: after a big free the first samples of a
+    flat stretch are between a reading with the freed blocks and one without, and read the
+    whole of the anonymous memory malloc did not give as retained (python3 with numpy:
+    7.0 MiB of pymalloc's arenas, against 0.3 MiB at the next reading)."""
     inside = np.asarray(inside)
     r = rss[inside]
     med = median(r)
     off = np.abs(r - med)
     near = inside[off <= max(off.min(), LEVEL_NEAR * med, LEVEL_NEAR_BYTES)]
-    if exact is not None and exact[near].any():
-        near = near[exact[near]]
+    if exact is not None:
+        score = np.asarray(exact, dtype=float)[near]
+        near = near[score == score.max()]
     middle = (t[inside[0]] + t[inside[-1]]) / 2
     return int(near[np.argmin(np.abs(t[near] - middle))])
 
@@ -108,8 +109,7 @@ def within(t, rss, start_s: float, end_s: float, exact=None) -> tuple | None:
     inside = np.flatnonzero((t >= start_s - ms) & (t <= end_s + ms) & ~np.isnan(rss))
     if not len(inside):
         return None
-    ex = None if exact is None else np.asarray(exact, dtype=bool)
-    return level(t, rss, inside, ex), int(inside[0]), int(inside[-1])
+    return level(t, rss, inside, exact), int(inside[0]), int(inside[-1])
 
 
 HELD_HOW = {"hold": "the stretch it held memory beyond its live bytes, its largest hold",
@@ -125,7 +125,7 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     row the library read at that very moment (None: it took none, and the end is the last
     sample before it); hold the (start, end) seconds of the run's largest hold, which is
     then the held moment (None: the run held nothing, and held is its longest steady
-    stretch); exact, per sample, whether the allocator's mapped memory was read there
+    stretch); exact, per sample, how much of what its split is bounded by was read there
     (level())."""
     t = np.asarray(t, dtype=float)
     out = []
@@ -147,7 +147,7 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
     kind = "hold" if h is not None else "steady"
     if h is None:
         h = held(t[:stop], np.asarray(rss, dtype=float)[:stop], duration_s,
-                 None if exact is None else np.asarray(exact, dtype=bool)[:stop])
+                 None if exact is None else np.asarray(exact, dtype=float)[:stop])
     if h is not None:
         i, lo, hi = h
         out.append(Moment("held", float(t[i]), breakdown_at(i), start_s=float(t[lo]),

@@ -744,7 +744,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
                           rows.last, final if done else None, end_s, end_how, end_i,
                           (largest.start_s, largest.end_s) if largest else None,
-                          ~np.isnan(np.asarray(cols["alloc_mapped"], dtype=float)))
+                          known_at(cols, rows.objects))
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
@@ -774,6 +774,17 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         sites=sampled_sites,
         mapped_sites=mapped_by_stack,
         heapmaps=hmaps, moments=named, moment=moments.about(found))
+
+
+def known_at(cols: dict, objects) -> np.ndarray:
+    """Per row, how many of the readings its split is bounded by were taken there: the
+    allocator's mapped memory (else bounded by the readings around it), and where pymalloc's
+    pools were read, its objects known (between two readings of them): moments.level reads
+    a stretch where the most is known."""
+    known = (~np.isnan(np.asarray(cols["alloc_mapped"], dtype=float))).astype(float)
+    if objects is not None:
+        known += ~np.isnan(np.asarray(objects, dtype=float))
+    return known
 
 
 def end_reading(cols: dict, end_s: float | None, read_s: float | None) -> int | None:

@@ -166,6 +166,10 @@ def test_a_stretch_is_read_where_the_allocator_was_read_near_its_middle():
     exact[[2, 7]] = True
     # THEN a read sample, the one nearer the middle (t = 0.25): 0.35, not 0.10 (nor the first)
     assert moments.level(t, rss, np.arange(11), exact) == 7
+    # AND where more was read at one of them (the objects known too), that one
+    both = exact.astype(float)
+    both[2] += 1
+    assert moments.level(t, rss, np.arange(11), both) == 2
     # AND without readings, the middle; a sample far from the median is never taken
     assert moments.level(t, rss, np.arange(11)) == 5
     rss[5] = 80.0 * MiB
