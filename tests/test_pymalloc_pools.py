@@ -126,3 +126,41 @@ def test_the_rule_takes_the_larger_of_the_free_space_around_each_sample():
     assert np.allclose(objects, grow)
     # a reading after the end (the teardown's) is not used; none at all: not known
     assert analysis.pool_objects(t, other, [(0.95, 0, 100)], end_s=0.9) is None
+
+
+def attached(script: str, tmp_path) -> tuple:
+    """(heapsight attach's --json, CPython's bytes in allocated blocks) of a script waiting
+    after it printed its own statistics."""
+    p = subprocess.Popen([PYTHON, "-c", script], stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "a.json"
+    try:
+        err, deadline = "", time.monotonic() + 60
+        while not re.search(r"^Total\s*=", err, re.M):
+            assert time.monotonic() < deadline and p.poll() is None, err
+            err += p.stderr.readline()
+        r = subprocess.run([sys.executable, "-m", "heapsight", "attach", "--json", str(out),
+                            str(p.pid)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    finally:
+        p.kill()
+        p.wait()
+    truth = int(re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", err).group(1).replace(",", ""))
+    return json.loads(out.read_text()), truth
+
+
+def test_attach_reads_the_objects_in_use_in_a_running_process(tmp_path):
+    # GIVEN a running script holding 300k dicts (60 MiB of pymalloc's arenas)
+    a, truth = attached(KEEPS.replace("{step}", "1").replace("{drop}", ""), tmp_path)
+    # THEN attach reads CPython's own count from outside, and the process is healthy (it
+    # read "NON-HEAP MEMORY: 83.6 MiB of anonymous memory the allocator did not give")
+    assert a["py_objects_bytes"] == truth, (a["py_objects_bytes"], truth)
+    assert a["verdict"].startswith("healthy"), a["verdict"]
+    assert f"{human(truth)} of CPython's objects in pymalloc's pools" in a["verdict"], a["verdict"]
+    # AND one that kept 1 in 500 of them: pymalloc's free space is named, with its size
+    a, truth = attached(KEEPS.replace("{step}", "500").replace("{drop}", "del xs"), tmp_path)
+    assert a["py_objects_bytes"] == truth
+    assert a["verdict"].startswith("NON-HEAP MEMORY"), a["verdict"]
+    free = a["py_pool_bytes"] - a["py_objects_bytes"]
+    assert free > 20 * truth, a
+    assert f"{human(min(free, a['non_heap']['other anonymous'] - truth))} of it free in " \
+        "pymalloc's arenas" in a["verdict"], a["verdict"]

@@ -18,7 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from heapsight import allocators, analysis, elf, mappings
-from heapsight.live import gdbcall, procfs
+from heapsight.live import gdbcall, procfs, readloop
+from heapsight.live.segment import open_pagemap
 from heapsight.errors import HeapsightError
 from heapsight.fmt import MiB, human, pct
 from heapsight.fmt import share as fmt_share
@@ -53,6 +54,10 @@ class Attached:
     copy_pause_ms: float | None = None     # glibc's figures from a copy: the process's pause
     leaks: dict | None = None              # --leaks: inject.Leaks.to_dict(), marked in a copy
     track: dict | None = None              # --track: inject.Tracked.to_dict()
+    # CPython's pymalloc, its pools read from outside (read_pools): the objects in use in
+    # them and the pools' bytes; None when not read (not CPython, no pools, not readable)
+    py_objects_bytes: int | None = None
+    py_pool_bytes: int | None = None
 
     def to_dict(self) -> dict:
         return {"kind": "heapsight-attach", **asdict(self)}
@@ -410,15 +415,46 @@ def _verdict(a: Attached) -> str:
         return (f"{kind}: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} of RSS) "
                 f"freed by the program and kept by {a.allocator}" + release)
     other = a.non_heap.get("other anonymous", 0)
-    if other >= 4 * MiB and other >= 0.25 * a.rss_bytes:
+    objects = min(a.py_objects_bytes or 0, other)
+    beside = (f" beside CPython's {human(objects)} of objects in use (pymalloc's pools, read "
+              "from outside)" if a.py_objects_bytes is not None else "")
+    if other - objects >= 4 * MiB and other - objects >= 0.25 * a.rss_bytes:
         rule = analysis.runtime_rule(a.runtime) if a.runtime else None
+        if a.py_pool_bytes is not None and rule is not None:
+            free = min(other - objects, max(0, a.py_pool_bytes - (a.py_objects_bytes or 0)))
+            return (f"NON-HEAP MEMORY: {human(other - objects)} of anonymous memory the allocator "
+                    f"did not give{beside}: {human(free)} of it free in pymalloc's arenas (free "
+                    f"blocks and emptied pools), the rest other mappings; {rule[0]}. "
+                    "Started with PYTHONMALLOC=malloc, its objects go to malloc instead "
+                    "(heapsight run --verify measures what that changes)")
         if rule is None:
-            return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not "
-                    "give (a runtime's own heap, the program's mmap)")
+            return (f"NON-HEAP MEMORY: {human(other - objects)} of anonymous memory the allocator "
+                    f"did not give{beside} (a runtime's own heap, the program's mmap)")
         return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not give; "
                 f"the process runs {a.runtime}, its most likely owner: {rule[0]}. {rule[1]}")
-    return (f"healthy: {human(a.in_use_bytes)} in use by the program, {human(a.retained_bytes)} "
-            f"kept by {a.allocator} (RSS {human(a.rss_bytes)})")
+    return (f"healthy: {human(a.in_use_bytes)} in use by the program"
+            + (f", {human(objects)} of CPython's objects in pymalloc's pools" if beside else "")
+            + f", {human(a.retained_bytes)} kept by {a.allocator} (RSS {human(a.rss_bytes)})")
+
+
+def read_pools(a: Attached, pid: int, maps: list) -> None:
+    """CPython's objects in use in pymalloc's pools, read from outside as `heapsight run`'s
+    sampler reads them (readloop.read_pools: the pool headers on resident pages, by
+    process_vm_readv; no stop, no call into the process), into a.py_objects_bytes and
+    a.py_pool_bytes; left None when the process is not CPython, has no pools (PYTHONMALLOC=
+    malloc, CPython before 3.10) or cannot be read."""
+    if "pymalloc" not in a.runtime or not readloop.available():
+        return
+    fd = open_pagemap(pid)
+    if fd is None:
+        return
+    try:
+        got = readloop.read_pools(pid, fd, [(m.start, m.end, m.rss) for m in maps
+                                            if m.kind in ("anon", "arena")])
+    finally:
+        os.close(fd)
+    if got is not None and got[2]:
+        a.py_objects_bytes, a.py_pool_bytes = int(got[0]), int(got[1])
 
 
 def inspect(pid: int, use_gdb: bool = True) -> Attached:
@@ -474,6 +510,7 @@ def inspect(pid: int, use_gdb: bool = True) -> Attached:
     else:
         a.notes.append(f"{alloc}: heapsight does not read its figures in a running process yet")
     split(a)
+    read_pools(a, pid, maps)
     if a.release_measured and a.retained_bytes is not None:
         a.release_estimate_bytes = min(a.release_estimate_bytes or 0, a.retained_bytes)
     a.verdict = verdict(a)
