@@ -209,12 +209,32 @@ def test_a_figure_a_run_does_not_have_is_no_figure_not_zero():
     rows = {r["figure"]: r for r in diffing.figures(a, b)}
     # THEN "held RSS" is no figure on either side ("0 B" read as a measured nothing), the
     # release none on B's, and neither is a change; the figures both have are compared
-    held, release = rows["held RSS"], rows["release at exit gave back"]
+    held, release = rows["held RSS (A's stretch)"], rows["release at exit gave back"]
     assert (held["a"], held["b"], held["change"]) == (None, None, None)
     assert (release["a"], release["b"], release["change"]) == (1 << 20, None, None)
     assert diffing.amount(held["a"]) == "-" and diffing.change_text(held) == ""
     assert rows["end RSS"]["change"] == 0 and diffing.change_text(rows["end RSS"]) == "="
     assert rows["peak RSS"]["change"] == 10 << 20
+
+
+def test_bs_held_rss_is_read_where_a_held():
+    # GIVEN A holding 412 MiB through its work (0.2-0.5 s of 1 s) and idle at 20 after; B
+    # (another allocator) at 100 MiB through the same work and idle at 15 MiB from 0.5 s on,
+    # its own held moment
+    from heapsight import diffing
+
+    def held(rss, lo, hi):
+        return {"name": "held", "at_s": lo, "start_s": lo, "end_s": hi,
+                "breakdown": {"rss_bytes": rss << 20}}
+    a = {"duration_s": 1.0, "moments": [held(412, 0.2, 0.5)]}
+    b = {"duration_s": 1.0, "moments": [held(15, 0.5, 1.0)]}
+    tl_b = {"t": [0.1, 0.3, 0.4, 0.6, 0.9], "rss": [x << 20 for x in (30, 100, 102, 15, 15)]}
+    # THEN B's held RSS is its RSS through A's hold (101 MiB), not its idle 15 MiB (-96%)
+    assert diffing.held_in_b(a, b, tl_b) == 101 << 20
+    (row,) = [r for r in diffing.figures(a, b, tl_b) if r["figure"].startswith("held RSS")]
+    assert (row["a"], row["b"]) == (412 << 20, 101 << 20)
+    # AND without B's timeline, B's own held moment
+    assert diffing.held_in_b(a, b, None) == 15 << 20
 
 
 def test_a_change_past_tenfold_says_no_percentage():

@@ -23,7 +23,7 @@ import math
 import os
 
 from heapsight.fmt import human
-from heapsight.moments import rss_of
+from heapsight.moments import held_share, rss_of, rss_over
 
 Z95, Z999 = 1.96, 3.29
 SPLIT_ROWS = (("rss_bytes", "RSS"), ("live_bytes", "live"), ("waste_bytes", "waste"),
@@ -36,7 +36,8 @@ GATE_FIGURES = {
     "rss": "RSS at exit", "non_heap": "non-heap at exit",
     "peak_live": "live at the peak (the library's exact peak)",
     "lost": "definitely and indirectly lost at exit",
-    "held_rss": "held RSS (through its largest hold, else its longest steady stretch)",
+    "held_rss": "held RSS (A's, through its largest hold, else its longest steady stretch; "
+                "B's over the same stretch)",
     "end_rss": "RSS as the exit began",
 }
 
@@ -105,10 +106,27 @@ def figure(s: dict, name: str) -> int | None:
             "non_heap": fin.get("non_heap_bytes")}.get(name)
 
 
-def figures(a: dict, b: dict) -> list:
+def held_in_b(a: dict, b: dict, timeline_b: dict | None) -> int | None:
+    """B's held RSS, read where A held: B's median RSS over A's held stretch, by share of
+    each run (moments.rss_over), as compare and run --verify read a setting. B's own held
+    moment may be another part of its run (A held through its work and B, under another
+    allocator, did not: B's own is its idle end, and "held RSS -80%" would be a drop B did
+    not make). B's own held moment when A has none or B's timeline is not there."""
+    share = held_share(a.get("moments") or (), a.get("duration_s") or 0.0)
+    tl = timeline_b or {}
+    if share is not None and tl.get("t"):
+        got = rss_over(tl["t"], tl.get("rss", ()), b.get("duration_s") or 0.0, share)
+        if got is not None:
+            return got
+    return rss_of(b.get("moments") or (), "held")
+
+
+def figures(a: dict, b: dict, timeline_b: dict | None = None) -> list:
     rows = [("peak RSS", a.get("peak_rss_bytes"), b.get("peak_rss_bytes")),
-            *((f"{name} RSS", rss_of(a.get("moments") or (), name),
-               rss_of(b.get("moments") or (), name)) for name in ("held", "end")
+            *(((f"{name} RSS", rss_of(a.get("moments") or (), name),
+                rss_of(b.get("moments") or (), name)) if name == "end" else
+               ("held RSS (A's stretch)", rss_of(a.get("moments") or (), name),
+                held_in_b(a, b, timeline_b))) for name in ("held", "end")
               if a.get("moments") and b.get("moments")),
             ("peak live (exact)", exact_peak_live(a), exact_peak_live(b)),
             ("release at exit gave back", (a.get("release") or {}).get("gave_back_bytes"),
@@ -159,8 +177,9 @@ def sites(a: dict, b: dict, moment: str) -> dict | None:
             "a_bytes": ma.get("live_bytes"), "b_bytes": mb.get("live_bytes"), "rows": rows}
 
 
-def diff(a: dict, b: dict) -> dict:
-    """Everything that moved from run A to run B (summaries of run records)."""
+def diff(a: dict, b: dict, timeline_b: dict | None = None) -> dict:
+    """Everything that moved from run A to run B (summaries of run records; B's timeline,
+    where there is one, for its RSS where A held: held_in_b)."""
     out = {"a": {"command": a.get("command"), "pid": a.get("pid"), "verdict": a.get("verdict")},
            "b": {"command": b.get("command"), "pid": b.get("pid"), "verdict": b.get("verdict")},
            "split": {"peak": split(a, b, "peak"), "exit": split(a, b, "final")},
@@ -168,7 +187,7 @@ def diff(a: dict, b: dict) -> dict:
            # the library's exact moment, may fall between two)
            "at_s": {at: [(s.get(key) or {}).get("at_s") for s in (a, b)]
                     for at, key in (("peak", "peak"), ("exit", "final"))},
-           "figures": figures(a, b), "sites": {}}
+           "figures": figures(a, b, timeline_b), "sites": {}}
     for moment in ("peak", "never freed"):
         got = sites(a, b, moment)
         if got is not None:

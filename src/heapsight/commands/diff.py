@@ -107,10 +107,12 @@ def execute(args) -> int:
             if diffing.figure(s, name) is None:
                 raise HeapsightError(f"--fail-if-grew {name}: {path} has no "
                                      f"{diffing.GATE_FIGURES[name]} figure")
-    d = diffing.diff(a, b)
+    d = diffing.diff(a, b, db.get("timeline"))
     failed = []
     for name, limit in limits:
-        grew = diffing.figure(b, name) - diffing.figure(a, name)
+        after = (diffing.held_in_b(a, b, db.get("timeline")) if name == "held_rss"
+                 else diffing.figure(b, name))
+        grew = (after or 0) - diffing.figure(a, name)
         d.setdefault("gates", []).append({"figure": name, "grew": grew, "limit": limit,
                                           "failed": grew > limit})
         if grew > limit:
