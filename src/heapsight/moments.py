@@ -112,7 +112,7 @@ def within(t, rss, start_s: float, end_s: float, exact=None) -> tuple | None:
     return level(t, rss, inside, exact), int(inside[0]), int(inside[-1])
 
 
-HELD_HOW = {"hold": "the stretch it held memory beyond its live bytes, its largest hold",
+HELD_HOW = {"hold": "the stretch of its largest hold",
             "steady": "the RSS it sat at longest, steady within a tenth"}
 
 
