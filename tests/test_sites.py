@@ -365,7 +365,8 @@ def test_the_terminal_shows_the_top_sites_with_their_error_and_share(hs_sites):
     # the width of a pipe (commands to copy are one line whatever their length)
     assert max(len(x) for x in lines if not x.strip().startswith("try:")) <= 100
     # and the finding about never-freed bytes names its sites, not other tools
-    finding = " ".join(err[err.index("kept until exit, still reachable\n"):].split())
+    why = err[err.index("why, and what to try"):]
+    finding = " ".join(why[why.index("kept until exit, still reachable\n"):].split())
     assert "Where it was allocated (estimated from" in finding
     assert "leak_names (sites.c:" in finding.split("* ", 1)[0]
     assert "heaptrack" not in err and "valgrind" not in err

@@ -630,14 +630,14 @@ def freed_in_teardown(prof, tl: Timeline, end_s: float | None, exit_ns: int | No
 def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
               sampled_sites, hmaps, mapped_by, duration_s: float, settings: dict,
               teardown: int | None = None, end_s: float | None = None,
-              pools_free: int = 0) -> tuple:
+              pools_free: int = 0, retained_age_s: float | None = None) -> tuple:
     """(findings, holds): what the exit's figures say (teardown: the bytes freed after the
     exit began, freed_in_teardown), and the moments memory was held while the program ran
     (end_s: when its exit began, end_begun_s), a hold the exit's findings already describe
     not repeated. pools_free: pymalloc's free space at exit, after CPython's teardown."""
     found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
                               sampled_sites, exit_map_bytes(hmaps), mapped_by, settings,
-                              teardown, pools_free)
+                              teardown, pools_free, retained_age_s)
     objects = analysis.pool_objects(rows.cols["t"], rows.parts["other_anon_bytes"], tl.pools,
                                     end_s)
     held = analysis.holds(rows.cols["t"], rows.parts, duration_s, objects)
@@ -731,9 +731,13 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     pools_free = (exit_map.py_pool_bytes - exit_map.py_objects_bytes
                   if exit_map is not None and exit_map.py_pool_bytes is not None
                   and end_how == EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING] else 0)
+    age = (analysis.retention_age(cols["t"], rows.parts["retained_bytes"],
+                                  end_i if end_i is not None else last_before(cols, end_s),
+                                  final.retained_bytes - (teardown or 0))
+           if final is not None and done else None)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
                              sampled_sites, hmaps, mapped_by, duration_s, settings or {},
-                             teardown, end_s, pools_free)
+                             teardown, end_s, pools_free, age)
                    if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     waited = descendants_peak(tl, follow)
@@ -744,7 +748,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,
                           rows.last, final if done else None, end_s, end_how, end_i,
                           (largest.start_s, largest.end_s) if largest else None,
-                          known_at(cols, rows.objects))
+                          known_at(cols, rows.objects, mapped_before if done else math.nan))
     return Summary(
         command=tuple(argv), pid=owner or started_pid, started_pid=started_pid,
         exit_code=128 - rc if rc < 0 else rc, exit_signal=-rc if rc < 0 else 0,
@@ -758,7 +762,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         execs=segment.get("execs") if attached else 0,
         other_processes=segment.get("foreign_attaches") if attached else 0,
         findings=tuple(found), verdict=analysis.verdict(found, final, attached, teardown, inactive,
-                                                         pools_free),
+                                                         pools_free, age),
         holds=tuple(held),
         cpu_user_s=round(tl.child_user_s, 4), cpu_sys_s=round(tl.child_sys_s, 4),
         minor_faults=tl.child_minflt, peak_rss_at_s=round(peak_rss_at, 3),
@@ -776,12 +780,21 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         heapmaps=hmaps, moments=named, moment=moments.about(found))
 
 
-def known_at(cols: dict, objects) -> np.ndarray:
-    """Per row, how many of the readings its split is bounded by were taken there: the
-    allocator's mapped memory (else bounded by the readings around it), and where pymalloc's
-    pools were read, its objects known (between two readings of them): moments.level reads
-    a stretch where the most is known."""
-    known = (~np.isnan(np.asarray(cols["alloc_mapped"], dtype=float))).astype(float)
+def last_before(cols: dict, end_s: float | None) -> int | None:
+    """The last row with a reading before end_s (the end a tick saw), None without one."""
+    if end_s is None:
+        return None
+    t, rss = np.asarray(cols["t"], dtype=float), np.asarray(cols["rss"], dtype=float)
+    hit = np.flatnonzero((t < end_s) & ~np.isnan(rss))
+    return int(hit[-1]) if len(hit) else None
+
+
+def known_at(cols: dict, objects, final_mapped: float = math.nan) -> np.ndarray:
+    """Per row, how many of the figures its split is bounded by are known there: the
+    allocator's mapped memory (read there, or the same in the readings around it:
+    analysis.mapped_tight), and where pymalloc's pools were read, its objects (between two
+    readings of them): moments.level reads a stretch where the most is known."""
+    known = analysis.mapped_tight(cols["alloc_mapped"], final_mapped).astype(float)
     if objects is not None:
         known += ~np.isnan(np.asarray(objects, dtype=float))
     return known

@@ -174,3 +174,15 @@ def test_a_stretch_is_read_where_the_allocator_was_read_near_its_middle():
     assert moments.level(t, rss, np.arange(11)) == 5
     rss[5] = 80.0 * MiB
     assert moments.level(t, rss, np.arange(11)) in (4, 6)
+
+
+def test_the_allocators_figure_is_tight_between_two_readings_that_agree():
+    from heapsight import analysis
+    nan = float("nan")
+    # readings at 0, 3 and 6: 35 MiB, 5 MiB, 5 MiB; the exit's 5 MiB after the last sample
+    m = [35.0, nan, nan, 5.0, nan, nan, 5.0, nan]
+    # THEN between the first two (a free between them) only the readings themselves are
+    # tight; between the last two, and after the last (the exit's agrees), all are
+    assert analysis.mapped_tight(m, 5.0).tolist() == [True, False, False, True, True, True,
+                                                      True, True]
+    assert analysis.mapped_tight(m, 9.0).tolist()[-1] is False
