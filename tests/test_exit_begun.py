@@ -414,7 +414,7 @@ def test_retention_freed_as_the_work_ends_is_the_programs_own_cleanup(tmp_path):
     # malloc_trim(0)")
     assert s["final"]["retained_bytes"] > 16 << 20, s["final"]
     assert not {"retention", "fragmentation"} & {f["kind"] for f in s["findings"]}, s["findings"]
-    assert s["verdict"].startswith("healthy") and "freed in the program's last" in s["verdict"], \
+    assert s["verdict"].startswith("healthy") and "freed in the program's own cleanup" in s["verdict"], \
         s["verdict"]
 
 

@@ -635,26 +635,34 @@ def retained_enough(retained: int, rss: int) -> bool:
     return retained >= MiB and retained >= 0.1 * max(rss, 1)
 
 
-# Retention at the end that had been there for less than a hold must last (HOLD_MIN_S) was
-# freed in the program's last moments before its exit began, its own cleanup: jq freeing its
-# 160 MiB document from 0.88 to 0.98 s and returning from main at 1.04 s, a C++ program's
+# Retention at the end that had been there for less than a hold must last (HOLD_MIN_S) once
+# its frees were over was freed in the program's last moments before its exit began, its own
+# cleanup: jq freeing its 160 MiB document from 0.88 to 0.98 s and returning from main at
+# 1.04 s, a C++ program's
 # containers destroyed at the end of main. glibc kept it for those moments only, and no
 # setting or call would give anyone that memory sooner. Not a finding; the healthy verdict
 # says so. A program that goes on after such a free holds it, as a hold or at its end.
 RETENTION_MIN_AGE_S = HOLD_MIN_S
 
 
+# The retention at the end is there once the samples hold this share of it: the frees that
+# made it are over (jq's took 0.1 s for 160 MiB, a larger document's would take longer).
+RETENTION_SETTLED = 0.9
+
+
 def retention_age(t, retained, end_i: int | None, at_end: int) -> float | None:
     """How long the retention at the end (at_end bytes) had been there when the exit began
-    (row end_i): from the last sample before that held less than half of it, else from the
-    first sample. None without an end row. A sample's retained figure is bounded by the
-    readings of the allocator around it: after a big free it can read high early, which makes
-    the age longer, never shorter."""
+    (row end_i): from the last sample before that held less than RETENTION_SETTLED of it
+    (the frees that made it still going on), else from the first sample. None without an
+    end row. A sample's retained figure is bounded by the readings of the allocator around
+    it: after a big free it can read high early, which makes the age longer, never shorter;
+    a dip while the program reuses some of it makes it shorter, and the hold rule then sees
+    that stretch (a hold the retention finding no longer describes is reported)."""
     if end_i is None or at_end <= 0:
         return None
     t = np.asarray(t, dtype=float)[:end_i + 1]
     r = np.asarray(retained, dtype=float)[:end_i + 1]
-    below = np.flatnonzero(np.nan_to_num(r, nan=np.inf) < at_end / 2)
+    below = np.flatnonzero(np.nan_to_num(r, nan=np.inf) < RETENTION_SETTLED * at_end)
     return float(t[-1] - (t[below[-1]] if len(below) else t[0]))
 
 
@@ -894,9 +902,9 @@ def verdict(found: list, final: Breakdown | None, preload_active: bool,
     before = final.retained_bytes - (teardown or 0)
     if not found and young(retained_age_s) and retained_enough(before, final.rss_bytes):
         return (f"healthy: little memory left allocated or wasted; the {human(before)} "
-                f"retained at the end was freed in the program's last "
-                f"{retained_age_s * 1000:.0f} ms before its exit began (its own cleanup: "
-                f"kept for those ms only){pools} (final RSS {human(final.rss_bytes)}, of which "
+                f"retained at the end was freed in the program's own cleanup, "
+                f"{retained_age_s * 1000:.0f} ms before its exit began (kept for those ms "
+                f"only){pools} (final RSS {human(final.rss_bytes)}, of which "
                 f"{human(final.live_bytes)} live)")
     if not found and teardown and retained_enough(final.retained_bytes, final.rss_bytes):
         return (f"healthy: little memory left allocated or wasted; the "

@@ -560,3 +560,20 @@ def test_jemalloc_is_said_to_need_installing_only_where_it_is_missing(monkeypatc
         line, = [x for x in f.suggestions if x.startswith("LD_PRELOAD=") and "jemalloc" in x]
         # THEN the command says what the setting does, and "apt-get install" only when missing
         assert line.endswith(tail), line
+
+
+def test_the_age_of_the_retention_at_the_end_counts_from_when_its_frees_were_over():
+    # GIVEN jq's end: 160 MiB freed from 0.88 to 0.98 s (retained rising), main returning
+    # at 1.044 s with 181 MiB retained
+    t = [0.80, 0.85, 0.88, 0.90, 0.92, 0.94, 0.96, 0.98, 1.00, 1.02, 1.044]
+    r = [0.5, 0.5, 0.5, 30, 70, 110, 150, 176, 181, 181, 181]
+    age = analysis.retention_age(t, [x * MiB for x in r], len(t) - 1, 181 * MiB)
+    # THEN its age is from the last sample below 90% of it (0.96 s): 84 ms, its own cleanup
+    assert abs(age - 0.084) < 1e-9 and analysis.young(age)
+    # AND freed, then kept 0.2 s before the end (hs-retention): not young
+    t2 = [0.10, 0.117, 0.14, 0.2, 0.25, 0.3, 0.329]
+    r2 = [0.3, 64.6, 64.6, 64.6, 64.6, 64.6, 64.6]
+    age2 = analysis.retention_age(t2, [x * MiB for x in r2], len(t2) - 1, int(64.6 * MiB))
+    assert age2 > analysis.HOLD_MIN_S and not analysis.young(age2)
+    # (no end row, or nothing retained: no age, and never young)
+    assert analysis.retention_age(t, r, None, 181 * MiB) is None and not analysis.young(None)
