@@ -145,7 +145,8 @@ def mapped_tight(alloc_mapped, final_mapped: float = math.nan) -> np.ndarray:
     idx = np.arange(n)
     prev_i = np.maximum.accumulate(np.where(have, idx, -1))
     ext = np.append(m, final_mapped)
-    next_i = np.minimum.accumulate(np.where(~np.isnan(ext), np.arange(n + 1), n + 1)[::-1])[::-1][:n]
+    later = np.where(~np.isnan(ext), np.arange(n + 1), n + 1)
+    next_i = np.minimum.accumulate(later[::-1])[::-1][:n]
     prev = np.where(prev_i >= 0, m[np.maximum(prev_i, 0)], np.nan)
     nxt = np.where(next_i <= n, ext[np.minimum(next_i, n)], np.nan)
     return have | (prev == nxt)

@@ -2,7 +2,7 @@
 
   peak  the sample with the most RSS;
   held  where the run held memory beyond its live bytes: the stretch of its largest hold
-        (analysis.holds), read at the sample nearest its median RSS; in a run that held
+        (analysis.holds) before its end, read at one of its samples (level()); in a run that held
         nothing, the RSS the process sat at for the longest stretch of its run (a stretch
         where RSS stayed within STEADY of one level, at least HOLD_MIN_S long): what an
         idle service sits at, what a program keeps after its waves, never the climb to its
@@ -82,10 +82,10 @@ LEVEL_NEAR_BYTES = 64 << 10
 
 def level(t, rss, inside, exact=None) -> int:
     """The sample that reads a stretch (indices inside, in time order): of those whose RSS
-    is nearest its median (within LEVEL_NEAR, or LEVEL_NEAR_BYTES), those where the most was
-    read (exact, where given: per sample, how many of the readings a split is bounded by were
-    taken there, such as the allocator's mapped memory and pymalloc's pools), the one
-    nearest the stretch's middle. Not its first: after a big free the first samples of a
+    is nearest its median (within LEVEL_NEAR, or LEVEL_NEAR_BYTES), those where the most is
+    known (exact, where given: per sample, how many of the figures its split is bounded by
+    are known there, summary.known_at: the allocator's mapped memory, pymalloc's objects),
+    the one nearest the stretch's middle. Not its first: after a big free the first samples of a
     flat stretch are between a reading with the freed blocks and one without, and read the
     whole of the anonymous memory malloc did not give as retained (python3 with numpy:
     7.0 MiB of pymalloc's arenas, against 0.3 MiB at the next reading)."""
@@ -143,7 +143,9 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
         end_i = end_read
     # held: while the program ran, so before its end
     stop = (end_i + 1) if end_i is not None else len(t)
-    h = within(t, rss, *hold, exact=exact) if hold is not None else None
+    h = (within(t[:stop], np.asarray(rss, dtype=float)[:stop], *hold,
+                exact=None if exact is None else np.asarray(exact, dtype=float)[:stop])
+         if hold is not None else None)
     kind = "hold" if h is not None else "steady"
     if h is None:
         h = held(t[:stop], np.asarray(rss, dtype=float)[:stop], duration_s,

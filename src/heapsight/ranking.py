@@ -17,7 +17,8 @@ METRICS = (("peak_rss", "peak RSS"), ("held_rss", "held RSS"), ("end_rss", "end 
 # the moment compare ranks by (moments.py) and the figure of it
 RANK_KEY = {"peak": "peak_rss", "held": "held_rss", "end": "end_rss", "exit": "final_rss"}
 RANK_WORDS = {"peak": "peak RSS",
-              "held": "held RSS (through the stretch glibc held memory, else the longest steady one)",
+              "held": "held RSS (through the stretch glibc held memory, else the longest "
+                      "steady one)",
               "end": "end RSS (as the exit began)",
               "exit": "RSS at exit (after exit handlers and teardown)"}
 

@@ -619,10 +619,11 @@ def render_compare(doc: dict, out, spread: bool = False) -> None:
             0, style="dim")
     by = {m.get("held_by") for r in rows if r.get("ok") for m in r.get("runs", ())}
     if "held_rss" in dict(metrics) and by & {"stretch", "peak"}:
-        _indent(c, "held RSS: each run's median RSS over the stretch where glibc's first run "
-                   "held memory, taken by share of the run" if "stretch" in by else "held RSS of a run that held nothing (no held "
-                   "moment: its RSS stayed near its live bytes): its peak (glibc's runs held "
-                   "nothing either)", 0, style="dim")
+        stretch = ("held RSS: each run's median RSS over the stretch where glibc's first run "
+                   "held memory, taken by share of the run")
+        peak = ("held RSS of a run that held nothing (no held moment: its RSS stayed near its "
+                "live bytes): its peak (glibc's runs held nothing either)")
+        _indent(c, stretch if "stretch" in by else peak, 0, style="dim")
     c.print()
     text, _, how = doc["recommendation"].partition("; run it with: ")
     text, _, lowest = text.partition("; lowest memory: ")
