@@ -7,6 +7,7 @@ or teardown: the moment found must be the program's, not the teardown's end."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -416,6 +417,10 @@ def test_retention_freed_as_the_work_ends_is_the_programs_own_cleanup(tmp_path):
     assert not {"retention", "fragmentation"} & {f["kind"] for f in s["findings"]}, s["findings"]
     assert s["verdict"].startswith("healthy") and "freed in the program's own cleanup" in s["verdict"], \
         s["verdict"]
+    # (how long before the exit: the frees were its last act, so well under the 0.2 s a
+    # retention must last)
+    ms = int(re.search(r"own cleanup, (\d+) ms before its exit began", s["verdict"]).group(1))
+    assert ms < 200, s["verdict"]
 
 
 KEEPS_ERRNO = r"""

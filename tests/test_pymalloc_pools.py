@@ -129,8 +129,8 @@ def test_the_rule_takes_the_larger_of_the_free_space_around_each_sample():
 
 
 def attached(script: str, tmp_path) -> tuple:
-    """(heapsight attach's --json, CPython's bytes in allocated blocks) of a script waiting
-    after it printed its own statistics."""
+    """(heapsight attach's --json, CPython's bytes in allocated blocks, what the terminal
+    showed) of a script waiting after it printed its own statistics."""
     p = subprocess.Popen([PYTHON, "-c", script], stderr=subprocess.PIPE, text=True)
     out = tmp_path / "a.json"
     try:
@@ -139,25 +139,29 @@ def attached(script: str, tmp_path) -> tuple:
             assert time.monotonic() < deadline and p.poll() is None, err
             err += p.stderr.readline()
         r = subprocess.run([sys.executable, "-m", "heapsight", "attach", "--json", str(out),
-                            str(p.pid)], capture_output=True, text=True, timeout=120)
+                            str(p.pid)], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "100"})
         assert r.returncode == 0, r.stderr
     finally:
         p.kill()
         p.wait()
     truth = int(re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", err).group(1).replace(",", ""))
-    return json.loads(out.read_text()), truth
+    return json.loads(out.read_text()), truth, r.stdout + r.stderr
 
 
 def test_attach_reads_the_objects_in_use_in_a_running_process(tmp_path):
     # GIVEN a running script holding 300k dicts (60 MiB of pymalloc's arenas)
-    a, truth = attached(KEEPS.replace("{step}", "1").replace("{drop}", ""), tmp_path)
+    a, truth, shown = attached(KEEPS.replace("{step}", "1").replace("{drop}", ""), tmp_path)
     # THEN attach reads CPython's own count from outside, and the process is healthy (it
     # read "NON-HEAP MEMORY: 83.6 MiB of anonymous memory the allocator did not give")
     assert a["py_objects_bytes"] == truth, (a["py_objects_bytes"], truth)
     assert a["verdict"].startswith("healthy"), a["verdict"]
     assert f"{human(truth)} of CPython's objects in pymalloc's pools" in a["verdict"], a["verdict"]
+    # the table's row under other anonymous memory says the same
+    (row,) = [x for x in shown.splitlines() if "of it CPython objects (pymalloc's pools)" in x]
+    assert human(truth) in row, row
     # AND one that kept 1 in 500 of them: pymalloc's free space is named, with its size
-    a, truth = attached(KEEPS.replace("{step}", "500").replace("{drop}", "del xs"), tmp_path)
+    a, truth, _ = attached(KEEPS.replace("{step}", "500").replace("{drop}", "del xs"), tmp_path)
     assert a["py_objects_bytes"] == truth
     assert a["verdict"].startswith("NON-HEAP MEMORY"), a["verdict"]
     free = a["py_pool_bytes"] - a["py_objects_bytes"]

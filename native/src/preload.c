@@ -220,13 +220,21 @@ HS_EXPORT void *malloc(size_t size) {
  * after. 1 when it freed and counted p. */
 #define HS_TRIM_FREE (64u * 1024u)
 
-static int free_then_count(void *p) {
-  if (!_hs_usable_by_header || _hs_tslot_other != NULL) return 0;
-  size_t hdr = hs_glibc_header(p);
-  if (!(hdr & 2) && (hdr & ~(size_t)7) < HS_TRIM_FREE) return 0;
+static inline int gives_back(size_t hdr) {
+  return (hdr & 2) || (hdr & ~(size_t)7) >= HS_TRIM_FREE;
+}
+
+static void free_counted_after(void *p, size_t hdr) {
   if (_hs_blockmap_on) _hs_blockmap_clear(p);
   _hs_real.free(p);
   _hs_count_free_read(hdr, hs_glibc_usable(hdr));
+}
+
+static int free_then_count(void *p) {
+  if (!_hs_usable_by_header || _hs_tslot_other != NULL) return 0;
+  size_t hdr = hs_glibc_header(p);
+  if (!gives_back(hdr)) return 0;
+  free_counted_after(p, hdr);
   return 1;
 }
 
@@ -252,15 +260,15 @@ __attribute__((noinline)) static void free_slow(void *p) {
 
 __attribute__((noinline)) static void free_flush(hs_slot_t *s, void *p) {
   if (HS_UNLIKELY(_hs_own_slot(s))) { _hs_own_free(p); _hs_real.free(p); return; }
-  /* a large free (it always ends the countdown, which starts at 64 KiB or less): the count
-   * the hook made inline is taken back (this thread's own counters: a reader sees the state
-   * before the free) and made again after it (free_then_count) */
-  size_t chunk = hs_glibc_header(p) & ~(size_t)7;
-  if (chunk >= HS_TRIM_FREE) {
-    s->free_left += (int64_t)chunk;
+  /* a large free (it always ends the countdown, which starts at 64 KiB or less; a glibc heap
+   * chunk: the hook's fast path): the count the hook made inline is taken back (this
+   * thread's own counters: a reader sees the state before the free) and made again after it */
+  size_t hdr = hs_glibc_header(p);
+  if (gives_back(hdr)) {
+    s->free_left += (int64_t)(hdr & ~(size_t)7);
     s->n_free--;
-    if (free_then_count(p)) return;
-    (void)hs_add_free(s, chunk);   /* (cannot be: the slot is glibc's) */
+    free_counted_after(p, hdr);
+    return;
   }
   _hs_flush(s);
   _hs_real.free(p);

@@ -110,6 +110,19 @@ def breakdown(at_s: float, rss: int, anon: int, baseline_anon: int, live_req: in
     return Breakdown(round(at_s, 3), **{f: int(parts[f]) for f in PART_FIELDS})
 
 
+def _readings_around(alloc_mapped, final_mapped: float = math.nan) -> tuple:
+    """For each sample, the allocator's reading at or just before it and the one at or just
+    after it (final_mapped, taken at exit, after the last sample); NaN where there is none."""
+    m = np.asarray(alloc_mapped, dtype=float)
+    n = len(m)
+    prev_i = np.maximum.accumulate(np.where(~np.isnan(m), np.arange(n), -1))
+    prev = np.where(prev_i >= 0, m[np.maximum(prev_i, 0)], np.nan)
+    ext = np.append(m, final_mapped)
+    later = np.where(~np.isnan(ext), np.arange(n + 1), n + 1)
+    next_i = np.minimum.accumulate(later[::-1])[::-1][:n]
+    return prev, np.where(next_i <= n, ext[np.minimum(next_i, n)], np.nan)
+
+
 def mapped_bound(alloc_mapped, final_mapped: float = math.nan) -> np.ndarray:
     """For each sample, the most the allocator can have held from the OS at that moment:
     the larger of the statistics readings just before and just after it (the allocator's
@@ -118,38 +131,22 @@ def mapped_bound(alloc_mapped, final_mapped: float = math.nan) -> np.ndarray:
     whatever rate the library managed (it slows down when a reading gets expensive), and
     final_mapped, taken at exit, is the reading after the last sample."""
     m = np.asarray(alloc_mapped, dtype=float)
-    n = len(m)
-    if n == 0:
+    if len(m) == 0:
         return m
-    idx = np.arange(n)
-    have = ~np.isnan(m)
-    prev_i = np.maximum.accumulate(np.where(have, idx, -1))
-    prev = np.where(prev_i >= 0, m[np.maximum(prev_i, 0)], np.nan)
-    ext = np.append(m, final_mapped)
-    have_ext = ~np.isnan(ext)
-    next_i = np.minimum.accumulate(np.where(have_ext, np.arange(n + 1), n + 1)[::-1])[::-1][:n]
-    nxt = np.where(next_i <= n, ext[np.minimum(next_i, n)], np.nan)
+    prev, nxt = _readings_around(m, final_mapped)
     return np.fmax(prev, nxt)   # fmax: NaN only where neither reading exists
 
 
 def mapped_tight(alloc_mapped, final_mapped: float = math.nan) -> np.ndarray:
-    """For each sample, whether mapped_bound is its allocator's mapped memory itself: a
-    reading was taken there, or the readings just before and just after it agree (nothing
-    was given back or taken between them). After a big free the samples before the next
-    reading are bounded by the reading with the freed block: not tight."""
+    """For each sample, whether mapped_bound is its allocator's mapped memory itself: the
+    readings just before and just after it agree, or one was taken there (nothing was given
+    back or taken between them). After a big free the samples before the next reading are
+    bounded by the reading with the freed block: not tight."""
     m = np.asarray(alloc_mapped, dtype=float)
-    n = len(m)
-    if n == 0:
+    if len(m) == 0:
         return np.zeros(0, dtype=bool)
-    have = ~np.isnan(m)
-    idx = np.arange(n)
-    prev_i = np.maximum.accumulate(np.where(have, idx, -1))
-    ext = np.append(m, final_mapped)
-    later = np.where(~np.isnan(ext), np.arange(n + 1), n + 1)
-    next_i = np.minimum.accumulate(later[::-1])[::-1][:n]
-    prev = np.where(prev_i >= 0, m[np.maximum(prev_i, 0)], np.nan)
-    nxt = np.where(next_i <= n, ext[np.minimum(next_i, n)], np.nan)
-    return have | (prev == nxt)
+    prev, nxt = _readings_around(m, final_mapped)
+    return ~np.isnan(m) | (prev == nxt)
 
 
 def timeline_split(cols: dict, baseline_anon: int, allocator: str | None,
@@ -639,9 +636,8 @@ def retained_enough(retained: int, rss: int) -> bool:
 # Retention at the end that had been there for less than a hold must last (HOLD_MIN_S) once
 # its frees were over was freed in the program's last moments before its exit began, its own
 # cleanup: jq freeing its 160 MiB document from 0.88 to 0.98 s and returning from main at
-# 1.04 s, a C++ program's
-# containers destroyed at the end of main. glibc kept it for those moments only, and no
-# setting or call would give anyone that memory sooner. Not a finding; the healthy verdict
+# 1.04 s, a C++ program's containers destroyed at the end of main. glibc kept it for those
+# moments only, and no setting or call would give anyone that memory sooner. Not a finding; the healthy verdict
 # says so. A program that goes on after such a free holds it, as a hold or at its end.
 RETENTION_MIN_AGE_S = HOLD_MIN_S
 

@@ -116,6 +116,20 @@ HELD_HOW = {"hold": "the stretch of its largest hold",
             "steady": "the RSS it sat at longest, steady within a tenth"}
 
 
+def end_row(t, rss, end_s: float | None, last_i: int | None,
+            end_read: int | None = None) -> int | None:
+    """The row the end moment is read at: the library's own reading of the moment the exit
+    began (end_read), else the last sample with a reading before end_s, else last_i."""
+    if end_read is not None:
+        return end_read
+    if end_s is not None:
+        before = np.flatnonzero((np.asarray(t, dtype=float) < end_s)
+                                & ~np.isnan(np.asarray(rss, dtype=float)))
+        if len(before):
+            return int(before[-1])
+    return last_i
+
+
 def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: int | None,
           final: Breakdown | None, end_s: float | None, end_how: str,
           end_read: int | None = None, hold: tuple | None = None, exact=None) -> tuple:
@@ -136,11 +150,7 @@ def build(t, rss, breakdown_at, duration_s: float, peak_i: int | None, last_i: i
             out.append(Moment("peak", final.at_s, final, how="the most RSS read: at exit"))
         else:
             out.append(Moment("peak", float(t[peak_i]), at_peak, how="the most RSS sampled"))
-    before = np.flatnonzero((t < end_s) & ~np.isnan(np.asarray(rss, dtype=float))) \
-        if end_s is not None else None
-    end_i = (int(before[-1]) if before is not None and len(before) else last_i)
-    if end_read is not None:
-        end_i = end_read
+    end_i = end_row(t, rss, end_s, last_i, end_read)
     # held: while the program ran, so before its end
     stop = (end_i + 1) if end_i is not None else len(t)
     h = (within(t[:stop], np.asarray(rss, dtype=float)[:stop], *hold,

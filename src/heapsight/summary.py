@@ -731,8 +731,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     pools_free = (exit_map.py_pool_bytes - exit_map.py_objects_bytes
                   if exit_map is not None and exit_map.py_pool_bytes is not None
                   and end_how == EXIT_BEGUN_HOW[EXIT_BEGUN_PY_FINALIZING] else 0)
+    # (at the row the end moment is read at)
     age = (analysis.retention_age(cols["t"], rows.parts["retained_bytes"],
-                                  end_i if end_i is not None else last_before(cols, end_s),
+                                  moments.end_row(cols["t"], rows.rss, end_s, rows.last, end_i),
                                   final.retained_bytes - (teardown or 0))
            if final is not None and done else None)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
@@ -778,15 +779,6 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         sites=sampled_sites,
         mapped_sites=mapped_by_stack,
         heapmaps=hmaps, moments=named, moment=moments.about(found))
-
-
-def last_before(cols: dict, end_s: float | None) -> int | None:
-    """The last row with a reading before end_s (the end a tick saw), None without one."""
-    if end_s is None:
-        return None
-    t, rss = np.asarray(cols["t"], dtype=float), np.asarray(cols["rss"], dtype=float)
-    hit = np.flatnonzero((t < end_s) & ~np.isnan(rss))
-    return int(hit[-1]) if len(hit) else None
 
 
 def known_at(cols: dict, objects, final_mapped: float = math.nan) -> np.ndarray:

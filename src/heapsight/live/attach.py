@@ -420,16 +420,16 @@ def _verdict(a: Attached) -> str:
               "from outside)" if a.py_objects_bytes is not None else "")
     if other - objects >= 4 * MiB and other - objects >= 0.25 * a.rss_bytes:
         rule = analysis.runtime_rule(a.runtime) if a.runtime else None
-        if a.py_pool_bytes is not None and rule is not None:
-            free = min(other - objects, max(0, a.py_pool_bytes - (a.py_objects_bytes or 0)))
+        if rule is None:
+            return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not "
+                    "give (a runtime's own heap, the program's mmap)")
+        if a.py_pool_bytes is not None:   # (read only where the runtime is CPython's)
+            free = min(other - objects, max(0, a.py_pool_bytes - objects))
             return (f"NON-HEAP MEMORY: {human(other - objects)} of anonymous memory the allocator "
                     f"did not give{beside}: {human(free)} of it free in pymalloc's arenas (free "
                     f"blocks and emptied pools), the rest other mappings; {rule[0]}. "
                     "Started with PYTHONMALLOC=malloc, its objects go to malloc instead "
                     "(heapsight run --verify measures what that changes)")
-        if rule is None:
-            return (f"NON-HEAP MEMORY: {human(other - objects)} of anonymous memory the allocator "
-                    f"did not give{beside} (a runtime's own heap, the program's mmap)")
         return (f"NON-HEAP MEMORY: {human(other)} of anonymous memory the allocator did not give; "
                 f"the process runs {a.runtime}, its most likely owner: {rule[0]}. {rule[1]}")
     return (f"healthy: {human(a.in_use_bytes)} in use by the program"

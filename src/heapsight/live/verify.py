@@ -97,7 +97,6 @@ def words(r: dict, moment: str) -> str:
     return f"{remedies.effect(r, moment)}, measured{verdict}"
 
 
-
 def apply(s: Summary, results: list) -> Summary:
     """The summary with each finding's settings annotated with what was measured and
     ordered: the settings that lowered the moment's RSS by LOWERS_BY or more first (the

@@ -1033,7 +1033,7 @@ def render_attach(a, out) -> None:
                   pct(a.retained_bytes, a.rss_bytes))
     for name, v in a.non_heap.items():
         t.add_row(Text(f"  {name}"), human(v), pct(v, a.rss_bytes))   # "[heap]" is no markup
-        if name == "other anonymous" and getattr(a, "py_objects_bytes", None) is not None:
+        if name == "other anonymous" and a.py_objects_bytes is not None:
             objects = min(a.py_objects_bytes, v)
             t.add_row("    of it CPython objects (pymalloc's pools)", human(objects),
                       pct(objects, a.rss_bytes), style="dim")
