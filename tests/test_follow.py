@@ -48,6 +48,36 @@ def test_a_child_that_held_more_is_named_with_the_option_that_measures_it(tmp_pa
     assert 39 * MiB <= s2["peak"]["live_bytes"] <= s2["peak"]["rss_bytes"] + s2["peak"]["untouched_bytes"]
 
 
+BIG_PARENT = """
+import subprocess, sys, time
+big = bytearray(200 << 20)
+for i in range(0, len(big), 4096):
+    big[i] = 1
+time.sleep(1.0)
+subprocess.run([sys.argv[1], "--mb", "10", "--hold-ms", "200"], check=True)
+"""
+
+
+def test_a_followed_process_is_measured_from_when_it_is_found_none_of_its_parent_read_as_its(tmp_path):
+    # GIVEN a python3 parent that writes 200 MiB, then runs a program leaking 10 MiB (as
+    # rustc, 120 MiB, runs its linker, 49 MiB): the parent is read until the child appears
+    script = tmp_path / "parent.py"
+    script.write_text(BIG_PARENT)
+    s, _ = run(tmp_path, "--follow", "hs-leak", "--", "/usr/bin/python3", str(script),
+               scenario("hs-leak"))
+    # THEN every figure is the child's: its peak RSS (the parent's 200 MiB read as the
+    # child's peak before), its images, its page faults (the
+    # parent's 51,200 and more were the command's, from wait4)
+    assert s["pid"] != s["started_pid"]
+    assert s["peak_rss_bytes"] < 64 * MiB, s["peak_rss_bytes"]
+    assert [exe.rsplit("/", 1)[1] for _, exe in s["images"]] == ["hs-leak"], s["images"]
+    assert s["minor_faults"] < 20000, s["minor_faults"]
+    # and its time is counted from when it was found: the parent's 1 s is not in it (the
+    # child holds its leak 0.2 s, then ends)
+    assert s["duration_s"] < 0.9, s["duration_s"]
+    assert s["verdict"].startswith("LEAK: ")
+
+
 def test_follow_names_the_process_to_measure(tmp_path):
     # GIVEN the same command, the shell asked for by name
     s, _ = run(tmp_path, "--follow", "sh", "--", "sh", "-c", f"{scenario('hs-leak')} --mb 20; true")

@@ -79,6 +79,11 @@ class Timeline:
         for k, v in given.items():
             setattr(self, k, v)
 
+    def restart(self, start_ns: int) -> None:
+        """Every sample and reading so far goes, and the time starts again at start_ns: they
+        were of another process than the one measured from now on (sampler: --follow)."""
+        self.__init__(start_ns=start_ns, max_rows=self.max_rows)
+
     def append_row(self, row: list) -> None:
         self.flat.extend(row)
         self._columns = None

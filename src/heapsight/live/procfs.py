@@ -92,15 +92,22 @@ def running(pid: int) -> bool:
         return False
 
 
-def cpu_seconds(pid: int) -> tuple | None:
-    """(user, system) CPU seconds the process has used (/proc/PID/stat), or None when gone."""
+def usage(pid: int) -> tuple | None:
+    """(user, system) CPU seconds the process has used and its minor faults
+    (/proc/PID/stat), or None when gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
+
+
+def cpu_seconds(pid: int) -> tuple | None:
+    """(user, system) CPU seconds the process has used (/proc/PID/stat), or None when gone."""
+    got = usage(pid)
+    return None if got is None else got[:2]
 
 
 def smaps_rollup(pid: int) -> ProcFile:

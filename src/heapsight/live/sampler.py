@@ -162,7 +162,16 @@ class Sampler:
         tl = self.timeline
         tl.child_user_s, tl.child_sys_s, tl.child_minflt = ru.ru_utime, ru.ru_stime, ru.ru_minflt
         tl.child_maxrss = ru.ru_maxrss * 1024
+        if self.pid != self.proc.pid:
+            # the process measured is not the one started: wait4's figures are the command's
+            # (the started process and every descendant it waited for); the measured one's
+            # are its own as last read (/proc, CPU in clock ticks)
+            tl.child_user_s, tl.child_sys_s, tl.child_minflt = self._followed_usage
+            tl.child_maxrss = 0
         return True
+
+    # (user s, system s, minor faults) of the process measured when it is not our child
+    _followed_usage = (0.0, 0.0, 0)
 
     def _wait(self, seconds: float) -> bool:
         """Sleeps until the next tick, taking the signals the caller blocked; True when
@@ -319,13 +328,19 @@ class Sampler:
         anon = [(m.start, m.end, m.rss) for m in maps if m.kind in ("anon", "arena")][:MAX_VMAS]
         return kinds, anon
 
-    def _retarget(self) -> None:
-        """Follow the process that owns the segment when it is not the one we started
-        (a wrapper that forked the real program)."""
-        owner = self.segment.get("owner_pid") if self.segment else 0
-        if owner and owner != self.pid:
-            self._close()
-            self._open(owner)
+    def _follow_owner(self, c: "_Carry") -> tuple:
+        """The segment's owner is another process than the one read so far (--follow's
+        program, started by the command's own process): what was read until now was that
+        other process's (its RSS, mappings, images, children). The timeline starts again at
+        the owner, its time counted from now; (the new start in seconds, a new _Carry)."""
+        self._close()
+        self._open(self.segment.get("owner_pid"))
+        self.timeline.restart(time.monotonic_ns())
+        self._image_seen_s, self._every_n = -1.0, 0
+        start = self.timeline.start_ns / 1e9
+        fresh = _Carry(start)
+        fresh.retargeted, fresh.poll = True, c.poll
+        return start, fresh
 
     def _next_snapshot_due(self, start: float) -> float:
         """When the next snapshot by time (--at, --every) is due, in monotonic seconds."""
@@ -380,6 +395,11 @@ class Sampler:
             # waits in its call from the request on, so this row (taken after) is its moment;
             # one that comes during the tick is taken by the next (whose time follows it)
             live = c.retargeted or (seg is not None and seg.attached())
+            if live and seg.get("owner_pid") not in (0, self.pid):
+                start, c = self._follow_owner(c)
+                if fast is not None:
+                    fast.start_ns = tl.start_ns
+            c.retargeted = c.retargeted or live
             req = seg.snapshot_request(self._asked) if live else None
             now = time.monotonic()
             row = [math.nan] * len(COLUMNS)
@@ -437,6 +457,8 @@ class Sampler:
             if st is not None:
                 c.hwm, c.threads = st.get("hwm", math.nan), st.get("threads", math.nan)
                 self._image(now - tl.start_ns / 1e9)
+                if self.pid != self.proc.pid:   # not our child: its CPU from /proc, as it goes
+                    self._followed_usage = procfs.usage(self.pid) or self._followed_usage
                 self._publish_threads(c.threads)
         else:
             st = self.statm.read()
@@ -563,9 +585,6 @@ class Sampler:
         blocks), the allocator's statistics when they are new, and a snapshot the program
         asked for; True (the row has the library's figures)."""
         seg, tl = self.segment, self.timeline
-        if not c.retargeted or seg.get("owner_pid") != self.pid:
-            self._retarget()
-            c.retargeted = True
         if readloop.available() and c.rss_read is not None and self.statm.fd is not None:
             # the C tick's reading (no numpy while the program starts), of the same moment as
             # the row's RSS: RSS is read again after the counters, and both again while it
