@@ -55,6 +55,7 @@ for i in range(0, len(big), 4096):
     big[i] = 1
 time.sleep(1.0)
 subprocess.run([sys.argv[1], "--mb", "10", "--hold-ms", "200"], check=True)
+time.sleep(1.0)
 """
 
 
@@ -72,9 +73,11 @@ def test_a_followed_process_is_measured_from_when_it_is_found_none_of_its_parent
     assert s["peak_rss_bytes"] < 64 * MiB, s["peak_rss_bytes"]
     assert [exe.rsplit("/", 1)[1] for _, exe in s["images"]] == ["hs-leak"], s["images"]
     assert s["minor_faults"] < 20000, s["minor_faults"]
-    # and its time is counted from when it was found: the parent's 1 s is not in it (the
-    # child holds its leak 0.2 s, then ends)
+    # and its time is its own: from when it was found to its end, the parent's second before
+    # and after it not in it (the child holds its leak 0.2 s, then ends), nor read as its
+    # exit's time
     assert s["duration_s"] < 0.9, s["duration_s"]
+    assert s["exit_probe_s"] < 0.5, s["exit_probe_s"]
     assert s["verdict"].startswith("LEAK: ")
 
 

@@ -386,6 +386,7 @@ class Sampler:
         start = tl.start_ns / 1e9
         cpu0 = time.thread_time()
         c = _Carry(start)
+        gone = 0.0   # when the process followed ended, if it is not the one started
         fast = None
         if self.period < 1.0 / PYTHON_TICKS_PER_S and readloop.available():
             fast = readloop.FastReader(seg, tl.start_ns, self.period,
@@ -405,7 +406,11 @@ class Sampler:
             row = [math.nan] * len(COLUMNS)
             row[IDX["t"]] = now - start
             st, own, own_here = self._read_proc(row, now, c)
-            counted = live and self._read_library(row, now, c, req)
+            if self.pid != self.proc.pid and (st is None or not st.get("rss")):
+                # the process followed ended (or is a zombie) while the command goes on
+                # (gcc's next cc1, rustc after its linker): its time ends here
+                gone = gone or now
+            counted = live and not gone and self._read_library(row, now, c, req)
             self._read_mappings(row, now, start, c)
             self._read_pools(row, now, start, c)
             self._read_slow(row, now, c)
@@ -416,7 +421,7 @@ class Sampler:
             crowded = (c.early and req is None and not self.pending and len(tl.flat) >= n_cols
                        and row[IDX["t"]] - tl.flat[len(tl.flat) - n_cols] < 0.5 * self.period)
             c.early = False
-            if (st is not None or counted) and not crowded:
+            if (st is not None or counted) and not crowded and not gone:
                 tl.append_row(row)
                 self._snapshots(row[IDX["t"]])
             tl.ticks += 1
@@ -436,12 +441,12 @@ class Sampler:
                 # hair after this one (two samples 0.1 ms apart made "the sample at t"
                 # ambiguous: the report's test of the peak's bands picked the other one)
                 c.tick = max(time.monotonic(), now + 0.5 * self.period)
-            if fast is not None and self.statm.fd is not None and \
+            if fast is not None and self.statm.fd is not None and not gone and \
                     self._fast_ticks(fast, now, start, own, own_here, c):
                 continue
             if self._wait(max(0.0, delay)):
                 c.poll = 0.0  # the program (or a child of it) changed state: reap now
-        tl.duration_s = time.monotonic() - start
+        tl.duration_s = (gone or time.monotonic()) - start
         tl.sampler_cpu_s = time.thread_time() - cpu0
         self._close()
         return tl
