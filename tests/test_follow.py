@@ -81,6 +81,30 @@ def test_a_followed_process_is_measured_from_when_it_is_found_none_of_its_parent
     assert s["verdict"].startswith("LEAK: ")
 
 
+def test_the_commands_other_processes_are_named_beside_the_one_followed(tmp_path):
+    # GIVEN a shell that runs the program twice, the second run larger, then a python3 that
+    # writes 100 MiB (as gcc runs cc1 per file, then as)
+    leak = scenario("hs-leak")
+    big = "/usr/bin/python3 -c 'import time; b = bytearray(100 << 20); time.sleep(0.5)'"
+    cmd = f"{leak} --mb 5 --hold-ms 300; {leak} --mb 40 --hold-ms 300; {big}"
+    s, _ = run(tmp_path, "--follow", "hs-leak", "--", "sh", "-c", cmd)
+    # THEN the first hs-leak is measured, and the note says the other ran, with its peak
+    assert s["pid"] != s["started_pid"]
+    assert 5 * MiB <= s["heap"]["live_requested_bytes"] < 6 * MiB
+    note = s["preload_note"]
+    assert "other process(es) of the command ran beside it" in note, note
+    assert "--follow measures the first process of hs-leak: 1 more ran" in note, note
+    second = next(ch for ch in s["children"] if ch["name"] == "hs-leak")
+    assert second["peak_rss_bytes"] >= 40 * MiB and second["pid"] != s["pid"]
+    # and the process that held the most, another program, is a finding after the measured
+    # one's own (its leak: the verdict), with the option that measures it
+    assert s["verdict"].startswith("LEAK: "), s["verdict"]
+    top = s["findings"][-1]
+    assert top["kind"] == "child" and top["bytes"] >= 100 * MiB, s["findings"]
+    assert "the figures here are hs-leak's" in top["title"], top["title"]
+    assert top["suggestions"][0].startswith("heapsight run --follow python3 -- sh -c ")
+
+
 def test_follow_names_the_process_to_measure(tmp_path):
     # GIVEN the same command, the shell asked for by name
     s, _ = run(tmp_path, "--follow", "sh", "--", "sh", "-c", f"{scenario('hs-leak')} --mb 20; true")

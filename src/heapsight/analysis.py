@@ -858,6 +858,15 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
     if max(read, waited_peak) < max(16 * MiB, 2 * peak_rss) or (top and top["name"] == follow):
         return []
     measured = os.path.basename(str(command[0])) if command else "the command"
+    if follow:   # the command's other processes, beside the one --follow measures
+        return [Finding(
+            "child", read,
+            f"{top['name']} (pid {top['pid']}), another process of the command, peaked at "
+            f"{human(read)}: the figures here are {follow}'s",
+            f"heapsight measures one process: here the first process of {follow} (--follow "
+            f"{follow}, peak RSS {human(peak_rss)}). Another process of the command, "
+            f"{top['name']}, held much more memory; --follow measures that one instead.",
+            (f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",))]
     if waited_peak > 1.1 * read:   # (within a tenth: the child read, at its high-water mark)
         seen = (f"; of those heapsight read while they ran, {top['name']} (pid {top['pid']}) "
                 f"held the most, {human(read)} when read" if top else

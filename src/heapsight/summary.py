@@ -589,8 +589,14 @@ def _preload_note(segment, tl: Timeline, linkage: str, attached: bool, lost_at, 
     if children:
         top = ", ".join(f"{ch['name']} {ch['peak_rss_bytes'] / (1 << 20):.1f} MiB"
                         for ch in children[:3])
-        note += (f"; {len(children)} process(es) it started (fork, vfork, posix_spawn) ran beside "
-                 f"it, not counted in these figures; largest peaks as read (VmHWM): {top}")
+        whose = ("other process(es) of the command" if attached and owner != started_pid
+                 else "process(es) it started (fork, vfork, posix_spawn)")
+        note += (f"; {len(children)} {whose} ran beside it, not counted in these figures; "
+                 f"largest peaks as read (VmHWM): {top}")
+        same = [ch for ch in children if follow and ch["name"] == follow]
+        if same and attached and owner != started_pid:
+            note += (f"; --follow measures the first process of {follow}: {len(same)} more "
+                     f"ran (largest peak as read: {same[0]['peak_rss_bytes'] / (1 << 20):.1f} MiB)")
     return preload, note
 
 
@@ -742,8 +748,10 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                    if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     waited = descendants_peak(tl, follow)
+    # (under --follow the process measured was chosen: another process of the command comes
+    # after its own findings)
     found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow, waited),
-                   key=lambda f: -f.bytes)
+                   key=lambda f: (bool(follow) and f.kind == "child", -f.bytes))
     found = analysis.fit_to_run(found, settings or {}, follow, argv)
     largest = max(held, key=lambda h: h.held_bytes, default=None)
     named = moments.build(cols["t"], rows.rss, rows.breakdown, duration_s, rows.peak_rss_i,

@@ -232,8 +232,10 @@ class Sampler:
         run beside it with their own heaps and are not counted in its figures); each one's
         peak is kept by pid with its name: its own high-water mark (VmHWM) as last read,
         which a reading after a spike still sees (a child's RSS alone, read a few times a
-        second, missed one that came and went between two readings)."""
-        total, seen, todo = 0, set(), [self.pid]
+        second, missed one that came and went between two readings). They are the started
+        process's: under --follow, the command's other processes (the process measured is
+        walked through, not counted)."""
+        total, seen, todo = 0, set(), [self.proc.pid]
         page = os.sysconf("SC_PAGE_SIZE")
         while todo:
             parent = todo.pop()
@@ -252,6 +254,8 @@ class Sampler:
                         continue
                     seen.add(kid)
                     todo.append(kid)
+                    if kid == self.pid:
+                        continue
                     try:
                         with open(f"/proc/{kid}/comm", "rb") as f:
                             name = f.read().decode(errors="replace").strip()
@@ -332,10 +336,13 @@ class Sampler:
         """The segment's owner is another process than the one read so far (--follow's
         program, started by the command's own process): what was read until now was that
         other process's (its RSS, mappings, images, children). The timeline starts again at
-        the owner, its time counted from now; (the new start in seconds, a new _Carry)."""
+        the owner, its time counted from now (the command's other processes, read all along,
+        stay); (the new start in seconds, a new _Carry)."""
         self._close()
         self._open(self.segment.get("owner_pid"))
+        children = self.timeline.children   # the command's, read from the started process
         self.timeline.restart(time.monotonic_ns())
+        self.timeline.children = children
         self._image_seen_s, self._every_n = -1.0, 0
         start = self.timeline.start_ns / 1e9
         fresh = _Carry(start)
