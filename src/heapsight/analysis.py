@@ -569,11 +569,32 @@ def _retention_finding(final, release: Release, heap: HeapFigures, mapped: dict,
                        f"Freed memory the allocator still holds; {how}, yet live blocks keep "
                        f"no more than {human(interleaved)} of it (the exit's heap map): not "
                        f"fragmentation, but free memory {allocator} kept. " + why, suggestions)
-    return Finding("fragmentation" if release.measured else "retention", retained, title,
-                   f"Freed memory the allocator still holds; {how}. "
-                   + ("The free space is interleaved with live blocks, so whole pages cannot be "
-                      "returned (fragmentation). " if release.measured else "") + why,
-                   suggestions)
+    if not release.measured:
+        return Finding("retention", retained, title,
+                       f"Freed memory the allocator still holds; {how}. " + why, suggestions)
+    return Finding("fragmentation", retained, title,
+                   f"Freed memory the allocator still holds; {how}. The free space is "
+                   "interleaved with live blocks, so whole pages cannot be returned "
+                   "(fragmentation): no release returns a page that holds a live block. What "
+                   "helps is fewer such pages: the blocks that stay allocated apart from the "
+                   "ones that go (before them, or copied anew once they are freed, then a "
+                   "release). " + why,
+                   _fragmentation_suggestions(suggestions, given, retained, cmd))
+
+
+def _fragmentation_suggestions(suggestions: tuple, given: int, retained: int, cmd: str) -> tuple:
+    """Against fragmentation: the release was measured and gave back little, so the
+    suggestions that call it come last, with what it gave (a program that calls
+    malloc_trim(0) itself reads it here too: its own release left this); the settings,
+    whose effect on it no rule knows, measured first."""
+    measured = f" (measured at exit: it gives back {human(given)} of the {human(retained)})"
+    trims = tuple(x + measured for x in suggestions if "malloc_trim" in x)
+    settings = tuple(x for x in suggestions if "malloc_trim" not in x)
+    verify = ((f"heapsight run --verify -- {cmd}   # measures these settings on this program "
+               "at the moment that matters",)
+              if any(remedies.env_of(x) for x in settings) and remedies.LAB not in settings[0]
+              else ())
+    return verify + settings + trims
 
 
 def _waste_finding(final, heap: HeapFigures) -> Finding:

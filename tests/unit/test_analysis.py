@@ -204,6 +204,28 @@ def test_release_that_gave_back_half_is_retention_less_is_fragmentation():
     assert Release(True, "x", rss_before_bytes=MiB, rss_after_bytes=2 * MiB).gave_back_bytes == 0
 
 
+def test_fragmentation_puts_the_release_that_gave_little_last_with_what_it_gave():
+    # GIVEN 40 MiB retained of which a release gives back 10 MiB (a program that already
+    # called malloc_trim(0) itself: python3 keeping 1 of 100 1000-byte objects)
+    final = bd(retained_bytes=40 * MiB, live_bytes=MiB // 2, file_bytes=10 * MiB)
+    f, = analysis.fit_to_run(analysis.findings(CMD, final, released(10 * MiB), heap()), {}, "",
+                             ["./server", "--port", "80"])
+    assert f.kind == "fragmentation"
+    assert "no release returns a page that holds a live block" in f.detail
+    # THEN the settings come first, measured by --verify, and malloc_trim last, with what the
+    # release gave back
+    assert f.suggestions[0].startswith("heapsight run --verify -- ./server --port 80   #")
+    assert f.suggestions[1].startswith("LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ")
+    trims = [x for x in f.suggestions if "malloc_trim" in x]
+    assert trims == list(f.suggestions[-len(trims):]) and len(trims) == 2
+    assert all(x.endswith("(measured at exit: it gives back 10.0 MiB of the 40.0 MiB)")
+               for x in trims), trims
+    # where a release gives back half, retention: the release first, as before
+    r, = analysis.fit_to_run(analysis.findings(CMD, final, released(20 * MiB), heap()), {}, "",
+                             ["./server", "--port", "80"])
+    assert r.kind == "retention" and r.suggestions[0].startswith("malloc_trim(0);   # in the program")
+
+
 def test_unmeasured_release_is_retention_with_the_reason():
     f, = analysis.findings(CMD, bd(retained_bytes=40 * MiB), NOT_MEASURED, heap())
     assert f.kind == "retention"
