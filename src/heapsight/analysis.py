@@ -67,7 +67,7 @@ def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tup
 
 
 def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocator: str,
-          alloc_mapped, own_metadata=math.nan) -> dict:
+          alloc_mapped, own_metadata=math.nan, not_malloc=0.0) -> dict:
     """Split RSS into its parts, for one moment or a whole timeline at once (numbers or
     numpy arrays, element by element): {field of PART_FIELDS: value}. The one definition
     of the breakdown, used by the summary, the JSON and the charts (docs/numbers.md).
@@ -77,7 +77,10 @@ def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocato
     bounds what the allocator can hold: anonymous memory beyond it is not malloc's.
     own_metadata (NaN: unknown) is the allocator's own figure for its metadata, outside its
     mapped figure (jemalloc's stats.metadata, read at exit, bounded by the caller: summary's
-    _exit_release): the metadata then; else its block headers."""
+    _exit_release): the metadata then; else its block headers. not_malloc: anonymous memory
+    known not to be malloc's (CPython's objects in pymalloc's pools: objects_floor), never
+    counted as retained whatever alloc_mapped allows (glibc's figure counts pages it gave
+    back with madvise: after a malloc_trim(0) it bounds nothing)."""
     rss, anon = np.asarray(rss, dtype=float), np.asarray(anon, dtype=float)
     live_req, live_usable = np.asarray(live_req, dtype=float), np.asarray(live_usable, dtype=float)
     alloc_mapped = np.asarray(alloc_mapped, dtype=float)
@@ -92,6 +95,7 @@ def split(rss, anon, baseline_anon, live_req, live_usable, live_blocks, allocato
     held = np.maximum(0.0, alloc_mapped - live_usable - np.where(np.isnan(own), metadata, 0))
     retained = np.where(np.isnan(alloc_mapped), np.maximum(0, unexplained),
                         np.minimum(np.maximum(0, unexplained), np.nan_to_num(held, nan=0.0)))
+    retained = np.minimum(retained, np.maximum(0, unexplained - np.asarray(not_malloc, dtype=float)))
     other_anon = np.maximum(0, unexplained - retained)
     untouched = np.maximum(0, -unexplained)
     return {"rss_bytes": rss, "live_bytes": live_req, "waste_bytes": waste,
@@ -149,11 +153,49 @@ def mapped_tight(alloc_mapped, final_mapped: float = math.nan) -> np.ndarray:
     return ~np.isnan(m) | (prev == nxt)
 
 
+def objects_floor(t, readings) -> np.ndarray | float:
+    """Per sample, the least of CPython's objects in use that the readings of pymalloc's
+    pools just before and just after it saw (Timeline.pools: t, objects' bytes, pools'
+    bytes): memory malloc did not give. 0 before the first reading and after the last."""
+    t = np.asarray(t, dtype=float)
+    if not readings or len(t) == 0:
+        return 0.0
+    tr = np.array([r[0] for r in readings], dtype=float)
+    objects = np.array([r[1] for r in readings], dtype=float)
+    after = np.searchsorted(tr, t, side="left")    # the first reading at or after each sample
+    at = np.minimum(after, len(tr) - 1)
+    exact = (after < len(tr)) & (tr[at] == t)
+    before = np.where(exact, at, after - 1)
+    inside = (before >= 0) & (after < len(tr))
+    floor = np.minimum(objects[np.maximum(before, 0)], objects[at])
+    return np.where(inside, floor, 0.0)
+
+
+def resident_at_end(cols: dict, resident: float, end_s: float | None, n_alloc: int,
+                    n_free: int, exit_anon: float):
+    """Per sample, the allocator's resident memory at exit (summary.glibc_resident) where it
+    is known to be that sample's too, NaN elsewhere: from the end on (the program's exit
+    begun), the samples with no allocation or free between them and the exit (its counts:
+    n_alloc, n_free) and no anonymous memory given back since (exit_anon, bytes, at least
+    theirs: a malloc_trim in an exit handler would give some back). Their heaps are the
+    exit's, page for page."""
+    t = np.asarray(cols["t"], dtype=float)
+    if resident is None or math.isnan(resident) or end_s is None or not len(t):
+        return math.nan
+    same = ((t >= end_s - 1e-9) & (np.asarray(cols["n_alloc"], dtype=float) == n_alloc)
+            & (np.asarray(cols["n_free"], dtype=float) == n_free)
+            & (np.asarray(cols["anon"], dtype=float) <= exit_anon + 64 * 1024))
+    return np.where(same, float(resident), np.nan)
+
+
 def timeline_split(cols: dict, baseline_anon: int, allocator: str | None,
-                   final_mapped: float = math.nan) -> dict:
+                   final_mapped: float = math.nan, pools: list = (), resident=math.nan) -> dict:
     """Every sample of a timeline split (split() over the columns of a run record or a
     Timeline). allocator None: the library was not active, /proc figures only (each
-    sample's anonymous memory is its own baseline)."""
+    sample's anonymous memory is its own baseline). pools: the readings of pymalloc's pools
+    (Timeline.pools): CPython's objects then are not malloc's (objects_floor). resident: per
+    sample (NaN: unknown) the most the allocator held resident, a tighter bound than its
+    mapped figure where known (summary.resident_at_end)."""
     rss = np.asarray(cols["rss"], dtype=float)
     anon = np.asarray(cols["anon"], dtype=float)
     anon = np.where(np.isnan(anon), rss, anon)
@@ -165,7 +207,8 @@ def timeline_split(cols: dict, baseline_anon: int, allocator: str | None,
         return np.nan_to_num(np.asarray(cols[c], dtype=float), nan=0.0)
     return split(rss, anon, baseline_anon, counter("live_req"), counter("live_usable"),
                  counter("n_alloc") - counter("n_free"), allocator,
-                 mapped_bound(cols["alloc_mapped"], final_mapped))
+                 np.fmin(mapped_bound(cols["alloc_mapped"], final_mapped), resident),
+                 not_malloc=objects_floor(cols["t"], pools))
 
 
 # The hold rule (docs/numbers.md): a sample holds when its RSS beyond its resident live

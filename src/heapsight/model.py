@@ -198,6 +198,10 @@ class HeapFigures:
     kept_parts: tuple = ()
     allocator_version: str = ""  # as the allocator gives it ("": it gives none)
     version_note: str = ""       # what heapsight cannot vouch for under that version
+    # glibc's resident memory at exit (its heaps' resident pages in the exit's copy and its
+    # mmapped chunks: summary.glibc_resident; None: not known), which bounds retained at the
+    # exit and at the samples since the end that share its heap (analysis.resident_at_end)
+    resident_at_exit_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -86,9 +86,23 @@ def split_rows(doc: dict, rows: np.ndarray, cols: dict | None = None) -> dict:
     rows = np.asarray(rows, dtype=int)
     baseline = max((s.get(k) or {}).get("baseline_anon_bytes", 0) for k in ("peak", "final"))
     final_mapped = (heap or {}).get("mapped_at_exit_bytes")
+    pools = ((doc.get("capture") or {}).get("timeline") or {}).get("pools") or ()
     parts = analysis.timeline_split(cols, baseline, heap.get("allocator", "unknown") if heap else None,
-                                    math.nan if final_mapped is None else float(final_mapped))
+                                    math.nan if final_mapped is None else float(final_mapped),
+                                    pools, _resident_at_end(s, cols))
     return {f: np.asarray(v, dtype=float)[rows] for f, v in parts.items()} | {"t": cols["t"][rows]}
+
+
+def _resident_at_end(s: dict, cols: dict):
+    """analysis.resident_at_end from a summary's figures, as the summary applied it."""
+    heap, final = s.get("heap") or {}, s.get("final") or {}
+    end = next((m for m in s.get("moments") or () if m.get("name") == "end"), None)
+    if heap.get("resident_at_exit_bytes") is None or end is None or not final \
+            or not {"n_alloc", "n_free", "anon"} <= set(cols):
+        return math.nan
+    exit_anon = final["rss_bytes"] - final["file_bytes"]   # (the split's file: RSS less anon)
+    return analysis.resident_at_end(cols, heap["resident_at_exit_bytes"], end["at_s"],
+                                    heap["n_alloc"], heap["n_free"], exit_anon)
 
 
 def _fmt_release(rel: dict) -> str:
