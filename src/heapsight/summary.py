@@ -448,9 +448,12 @@ def glibc_resident(exit_map, segment) -> float:
             or not exit_map.heaps:
         return math.nan
     page = exit_map.page_bytes
-    pages = sum(int(np.count_nonzero(h.flags & heapmap.BEFORE)) for h in exit_map.heaps)
     stats = segment.alloc_stats("exit_stats_before")
-    return math.nan if stats is None else float(pages * page + stats.mmapped_bytes)
+    # (every heap found: their pages are glibc's system_mem, page for page)
+    if stats is None or sum(h.pages for h in exit_map.heaps) * page < stats.mapped_bytes - stats.mmapped_bytes:
+        return math.nan
+    pages = sum(int(np.count_nonzero(h.flags & heapmap.BEFORE)) for h in exit_map.heaps)
+    return float(pages * page + stats.mmapped_bytes)
 
 
 def _release_at_exit(segment, maps, call: str, allocator: str, release_wanted: bool,
