@@ -168,3 +168,28 @@ def test_attach_reads_the_objects_in_use_in_a_running_process(tmp_path):
     assert free > 20 * truth, a
     assert f"{human(min(free, a['non_heap']['other anonymous'] - truth))} of it free in " \
         "pymalloc's arenas" in a["verdict"], a["verdict"]
+
+
+TRIMMED = """
+import ctypes, sys, time
+keep, objs = [], []
+for i in range(100000):
+    objs.append(bytes(1000))
+    if i % 100 == 0:
+        keep.append(bytes(1000))
+del objs
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+sys._debugmallocstats()
+time.sleep(60)
+"""
+
+
+def test_attach_offers_no_release_where_a_release_gives_back_little(tmp_path):
+    # GIVEN a running script that kept 1 in 100 of its 1000-byte objects and trimmed its
+    # heap itself: 3 KiB free beside each one kept, on every page
+    a, _, shown = attached(TRIMMED, tmp_path)
+    # THEN it is fragmentation, and the verdict says why a release gives back little rather
+    # than offer one (it read "heapsight attach PID --trim makes it": 0 B)
+    assert a["verdict"].startswith("FRAGMENTATION: "), a["verdict"]
+    assert "--trim" not in a["verdict"], a["verdict"]
+    assert "(live blocks share the pages of the rest)" in a["verdict"], a["verdict"]

@@ -407,9 +407,11 @@ def _verdict(a: Attached) -> str:
                     f"{human(est)}); started with {analysis.THREAD_TOPS_ENV} (fixed "
                     "thresholds), a thread's heap shrinks on free")
         kind = "RETENTION" if est >= 0.5 * a.retained_bytes else "FRAGMENTATION"
+        # (a release measured to give back little is not offered: live blocks share the pages)
         release = ("" if a.trim else
                    f"; a release would give back {human(est)}, measured in a copy of the process "
-                   f"(heapsight attach {a.pid} --trim makes it)" if a.release_measured else
+                   + (f"(heapsight attach {a.pid} --trim makes it)" if kind == "RETENTION" else
+                      "(live blocks share the pages of the rest)") if a.release_measured else
                    f"; a release would give back about {human(est)} (heapsight attach {a.pid} "
                    "--trim does it and measures)")
         return (f"{kind}: {human(a.retained_bytes)} ({pct(a.retained_bytes, a.rss_bytes)} of RSS) "
