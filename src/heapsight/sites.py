@@ -34,7 +34,8 @@ from heapsight import symbolize
 # Functions that allocate for their caller: the call site is further out. The C allocator
 # and glibc's internals; libstdc++'s operator new and std::allocator; perl's safesys*;
 # CPython's PyMem_*, PyObject_Malloc family, _PyObject_* and pymalloc; SQLite's malloc
-# layer; GLib's g_malloc family; xmalloc and its kin (gnulib, libiberty, Ruby); strdup.
+# layer; GLib's g_malloc family; xmalloc and its kin (gnulib, libiberty, Ruby, git's
+# do_xmalloc and xmallocz); strdup.
 ALLOCATOR_NAMES = re.compile(r"""^(?:
     (?:__libc_|__GI___libc_|__GI_|__)?(?:malloc|calloc|realloc|reallocarray|free|cfree|
         posix_memalign|aligned_alloc|memalign|valloc|pvalloc|strdup|strndup)
@@ -47,7 +48,8 @@ ALLOCATOR_NAMES = re.compile(r"""^(?:
         DbMalloc\w*|DbRealloc\w*|DbStrDup|DbStrNDup) | mallocWithAlarm | dbMallocRawFinish
         | dbReallocFinish
   | g_(?:try_)?(?:malloc|malloc0|realloc)(?:_n)? | g_slice_alloc0? | g_strn?dup | g_memdup2?
-  | (?:ruby_)?x(?:malloc|calloc|realloc|zalloc|strdup|strndup|memdup|malloc2|realloc2)
+  | (?:ruby_|do_)?x(?:malloc|calloc|realloc|zalloc|strdup|strndup|memdup|malloc2|realloc2|
+        mallocz|memdupz)(?:_gently)?
 )$""", re.X)
 
 Z95 = 1.96
@@ -418,6 +420,7 @@ def build(prof: profile.Profile, moments: list, unwinder: str = "",
     if prof.unwind.get("checked"):   # HEAPSIGHT_UNWIND_CHECK=1: both walks, compared
         interp.update(unwind_checked=int(prof.unwind["checked"]),
                       unwind_mismatches=int(prof.unwind["mismatches"]))
+    estimates = [estimate(prof, stacks, m) for m in moments]
     return {
         "sample_bytes": prof.mean_bytes, "samples": int(len(prof.allocs)),
         # the finest and the coarsest mean drawn at (adaptive sampling starts finer and
@@ -431,10 +434,30 @@ def build(prof: profile.Profile, moments: list, unwinder: str = "",
         "frames_per_sample": round(prof.unwind_frames / per, 1) if per else 0.0,
         **interp,
         "symbolizer": stacks.symbolizer,
-        "note": "; ".join(n for n in (stacks.note, interp_note(prof)) if n),
+        "note": "; ".join(n for n in (stacks.note, interp_note(prof),
+                                      unnamed_note(stacks.frames, estimates)) if n),
         "frames": stacks.frame_dicts(), "stacks": stacks.stacks,
-        "moments": [estimate(prof, stacks, m) for m in moments],
+        "moments": estimates,
     }
+
+
+def unnamed_note(frames: list, estimates: list) -> str:
+    """Where the first moment's largest sites (a tenth of its bytes or more, of its top
+    three) are addresses in an object without symbols (a stripped binary: git, vim), how
+    to name them, in one line; else ""."""
+    first = estimates[0]["sites"][:3] if estimates else ()
+    objects = sorted({frames[x["frame"]].object for x in first
+                      if x.get("frame") is not None and x["share"] >= 0.1
+                      and frames[x["frame"]].function is None
+                      and not frames[x["frame"]].object.startswith("[")})
+    if not objects:
+        return ""
+    named = " and ".join(short_object(o) for o in objects)
+    has, its = ("has", "its") if len(objects) == 1 else ("have", "their")
+    return (f"{named} {has} no symbols (stripped), so {its} sites are addresses; {its} debug "
+            "symbols would name them: on Debian, install the -dbgsym package (from the debug "
+            f"archive) of the package `dpkg -S {objects[0]}` names; they are found under "
+            "/usr/lib/debug by build-id")
 
 
 # The block rows heapmap.pinners takes: address, usable size, sampling probability, the

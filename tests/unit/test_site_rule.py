@@ -38,3 +38,29 @@ def test_a_named_site_is_taken_as_it_is():
     stack = [f("operator new(unsigned long)", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
              f("parse_row", "/opt/app"), f(None, "/opt/app"), f("main", "/opt/app")]
     assert site(stack) == "parse_row (app)"
+
+
+def test_largest_sites_in_a_stripped_object_say_how_to_name_them():
+    # GIVEN the peak's sites: git's unnamed frames hold most, libz's named one the rest
+    git, libz = "/usr/bin/git", "/usr/lib/x86_64-linux-gnu/libz.so.1"
+    frames = [f(None, git, 0x28961b), f(None, git, 0x289718), f("inflate", libz)]
+    moment = {"sites": [{"frame": 0, "share": 0.91}, {"frame": 1, "share": 0.08},
+                        {"frame": 2, "share": 0.01}]}
+    note = sites.unnamed_note(frames, [moment])
+    # THEN the note names the object and the way to its symbols, once
+    assert note.startswith("git has no symbols (stripped), so its sites are addresses"), note
+    assert "`dpkg -S /usr/bin/git`" in note and "/usr/lib/debug by build-id" in note
+    # and says nothing where the unnamed sites are small, or named
+    moment["sites"][0]["share"] = 0.05
+    assert sites.unnamed_note(frames, [moment]) == ""
+    assert sites.unnamed_note([f("xmalloc_caller", git)] + frames[1:], [
+        {"sites": [{"frame": 0, "share": 0.9}]}]) == ""
+
+
+def test_gits_allocation_wrappers_are_stepped_over():
+    # git's wrapper.c (named with its debug symbols): malloc <- do_xmalloc <- xmallocz <- caller
+    git = "/usr/bin/git"
+    stack = [f("malloc", LIBC), f("do_xmalloc", git), f("xmallocz_gently", git),
+             f("xmallocz", git), f("read_object_file_extended", git)]
+    assert site(stack) == "read_object_file_extended (git)"
+    assert not sites.is_allocator(f("xmalloc_caller", git))
