@@ -64,7 +64,7 @@ def test_a_followed_process_is_measured_from_when_it_is_found_none_of_its_parent
     # rustc, 120 MiB, runs its linker, 49 MiB): the parent is read until the child appears
     script = tmp_path / "parent.py"
     script.write_text(BIG_PARENT)
-    s, _ = run(tmp_path, "--follow", "hs-leak", "--", "/usr/bin/python3", str(script),
+    s, r = run(tmp_path, "--follow", "hs-leak", "--", "/usr/bin/python3", str(script),
                scenario("hs-leak"))
     # THEN every figure is the child's: its peak RSS (the parent's 200 MiB read as the
     # child's peak before), its images, its page faults (the
@@ -79,6 +79,8 @@ def test_a_followed_process_is_measured_from_when_it_is_found_none_of_its_parent
     assert s["duration_s"] < 0.9, s["duration_s"]
     assert s["exit_probe_s"] < 0.5, s["exit_probe_s"]
     assert s["verdict"].startswith("LEAK: ")
+    # the exit status shown is the command's: the process followed is not heapsight's child
+    assert f"pid {s['pid']} ended after " in r.stderr and "(the command exited with code 0)" in r.stderr
 
 
 def test_the_commands_other_processes_are_named_beside_the_one_followed(tmp_path):

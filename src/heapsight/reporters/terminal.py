@@ -95,8 +95,11 @@ def _run_header(c: Console, s: Summary) -> None:
     # the command as it would be typed, on one line (the whole of it is in --json and the record)
     c.print(Text(fmt.clip(f"heapsight: {fmt.shell_join(s.command)}", c.width), style="bold"),
             soft_wrap=True)
-    _indent(c, f"pid {s.pid} {how} after {s.duration_s:.2f} s{probe}; {alloc}; {s.samples} "
-               f"samples at {s.sample_hz:g} Hz", 2)
+    # (a process followed among the command's is not heapsight's child: its own exit status
+    # is not known, the command's is)
+    line = (f"pid {s.pid} {how} after {s.duration_s:.2f} s" if s.pid == s.started_pid else
+            f"pid {s.pid} ended after {s.duration_s:.2f} s (the command {how})")
+    _indent(c, f"{line}{probe}; {alloc}; {s.samples} samples at {s.sample_hz:g} Hz", 2)
     if (s.preload != "active" or s.forks or s.other_processes or s.pid != s.started_pid
             or s.children or len(s.images) > 1):
         _indent(c, f"note: {s.preload_note}", 2, style="dim")
