@@ -180,7 +180,8 @@ def run_facts(s: dict) -> list:
                else "ended during the watch (its exit code went to its parent)")
     cpu = f"{s.get('cpu_user_s', 0) + s.get('cpu_sys_s', 0):.2f} s CPU"
     facts = [("command", f'<code class="cmd">{esc(shlex.join(s.get("command") or []))}</code>'),
-             ("exit code" if not attached else "the process", esc(how)),
+             ("the process" if attached else "exit code" if s.get("pid") == s.get("started_pid")
+              else "exit code (the command's)", esc(how)),
              ("duration", esc(f"{s.get('duration_s', 0):.2f} s wall, "
                               + (f"{cpu} (the process's, over the watch)" if attached else
                                  f"{cpu}, {s.get('minor_faults', 0):,} minor faults"))),
