@@ -212,3 +212,43 @@ def test_the_kernels_count_is_the_programs_own_when_no_child_held_more():
     assert descendants_peak(tl, follow="quick") == 0   # the count is the followed one's too
     tl.child_maxrss = 0                  # not read (a record before version 7)
     assert descendants_peak(tl) == 0
+
+
+DAEMON = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  char *a = malloc(1 << 20);
+  memset(a, 1, 1 << 20);
+  pid_t p = fork();
+  if (p > 0) { printf("daemon=%d\n", (int)p); fflush(stdout); _exit(0); }
+  setsid();
+  freopen("/dev/null", "w", stdout);   /* as a daemon does: the caller's pipes go */
+  freopen("/dev/null", "w", stderr);
+  for (int i = 0; i < 50; i++) { char *b = malloc(1 << 20); memset(b, 2, 1 << 20); usleep(100000); }
+  return 0;
+}
+"""
+
+
+def test_a_daemon_that_left_its_parent_is_named_still_running(tmp_path):
+    # GIVEN a program that forks and leaves at once, its child running on (a daemon)
+    import os
+    import signal
+    from conftest import compile_c
+    exe = compile_c(tmp_path, "daemon", DAEMON)
+    js = tmp_path / "s.json"
+    r = subprocess.run([*HS, "run", "--no-save", "--json", str(js), "--", exe],
+                       capture_output=True, text=True, timeout=120)
+    child = int(r.stdout.split("daemon=")[1].split()[0])
+    try:
+        s = json.loads(js.read_text())
+        # THEN the process that ran on is named, with heapsight's library in it, and how to
+        # measure it (the figures are the parent's, which left at once)
+        assert {"pid": child, "name": "daemon"} in s["outlived"], s["outlived"]
+        assert "1 process(es) it started still ran when it ended" in s["preload_note"]
+        assert "heapsight attach PID" in s["preload_note"]
+    finally:
+        os.kill(child, signal.SIGKILL)

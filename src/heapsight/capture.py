@@ -44,7 +44,10 @@ from heapsight.model import AllocStats, HeapCounters
 #      readings of the descendants, peaked at 30.8 MiB where the readings saw 6.4)
 #   8  + each heap map's reach "workers": the processes that marked (two at exit past 16 MiB
 #      of blocks, native/src/reach.c)
-VERSION = 9
+#   9  + the timeline's "pools": readings of pymalloc's pools (objects in use, pools' bytes)
+#  10  + the timeline's "outlived": the program's descendants still running when it ended,
+#      heapsight's library in them (a daemon that left its parent)
+VERSION = 10
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -120,8 +123,14 @@ def _from_8(cap: dict) -> dict:
     return {**cap, "version": 9, **({"timeline": {**tl, "pools": []}} if tl is not None else {})}
 
 
+def _from_9(cap: dict) -> dict:
+    """A version 9 capture as version 10: no process was seen outliving the program."""
+    tl = cap.get("timeline")
+    return {**cap, "version": 10, **({"timeline": {**tl, "outlived": []}} if tl is not None else {})}
+
+
 UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6,
-            7: _from_7, 8: _from_8}
+            7: _from_7, 8: _from_8, 9: _from_9}
 
 
 class NewerCapture(ValueError):

@@ -238,6 +238,8 @@ class Summary:
     snapshots: tuple = ()      # Snapshot: the moments the user asked for
     images: tuple = ()         # (t, executable) of each image the program ran (execve)
     children: tuple = ()       # {pid, name, peak_rss_bytes} of the processes it started
+    outlived: tuple = ()       # {pid, name} of those still running when it ended, heapsight's
+                               # library in them (a daemon that left its parent)
     resident_by_kind_peak: dict = field(default_factory=dict)  # the same, read near peak RSS
     resident_by_kind: dict = field(default_factory=dict)  # the last smaps reading, by mapping
                                # kind (heap, arena, stack, file, shared, anon), with its time at_s

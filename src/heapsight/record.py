@@ -359,7 +359,8 @@ SUMMARY = schema_of(
     snapshots=list_of(SNAPSHOT), sites=maybe(sites), heapmaps=list_of(HEAPMAP),
     mapped_sites=maybe(sites), moments=list_of(NAMED_MOMENT), verified=list_of(VERIFIED),
     # what only the terminal and the page's notes read, as written
-    images=list_of(anything), children=list_of(anything), mapped_by=list_of(anything),
+    images=list_of(anything), children=list_of(anything), outlived=list_of(anything),
+    mapped_by=list_of(anything),
     resident_by_kind=maybe(each_value(anything)), resident_by_kind_peak=maybe(each_value(anything)),
     # a run heapsight could not start has no process
     **{k: maybe(number) for k in ("pid", "started_pid", "exit_code", "exit_signal")})

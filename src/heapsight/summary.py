@@ -619,6 +619,11 @@ def _preload_note(segment, tl: Timeline, linkage: str, attached: bool, lost_at, 
         if same and attached and owner != started_pid:
             note += (f"; --follow measures the first process of {follow}: {len(same)} more "
                      f"ran (largest peak as read: {same[0]['peak_rss_bytes'] / (1 << 20):.1f} MiB)")
+    if tl.outlived:
+        names = ", ".join(f"{name} (pid {pid})" for pid, name in tl.outlived[:3])
+        note += (f"; {len(tl.outlived)} process(es) it started still ran when it ended, not "
+                 f"measured, heapsight's library in them: {names} (a daemon is measured in "
+                 "the foreground, by its option to stay there, or by heapsight attach PID)")
     return preload, note
 
 
@@ -810,6 +815,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
         program_cpu_s=round(max(0.0, tl.child_user_s + tl.child_sys_s - library_cpu), 4),
         snapshots=tuple(snapshots(tl, cols, parts, releases or {})),
         images=tuple(tl.images), children=tuple(children[:20]), mapped_by=mapped_by,
+        outlived=tuple({"pid": int(pid), "name": name} for pid, name in tl.outlived),
         resident_by_kind=glibc_kinds(last_kinds(tl, duration_s), allocator),
         resident_by_kind_peak=glibc_kinds(peak_kinds(tl), allocator),
         sites=sampled_sites,

@@ -53,6 +53,9 @@ class Timeline:
         # exec happened between that and its t (the executable is read on the Python ticks only)
         self.image_before_s = []
         self.children = {}          # pid -> [name, peak RSS] of its descendants
+        # [pid, name] of those still running once the program ended, heapsight's library in
+        # them (a daemon that left its parent: procfs.outliving)
+        self.outlived = []
         self.kinds = []             # (t, resident bytes by mappings.KINDS)
         self.kinds_peak = None      # (t, kinds, RSS) read when RSS was highest so far
         self.kinds_exit = None      # (t, kinds) read as the program entered its exit

@@ -15,7 +15,7 @@ import sys
 # program starts as soon as these are in; the modules the end needs (END_MODULES, with
 # numpy: 100-200 ms) are imported meanwhile, on a thread of heapsight's (_Meanwhile).
 from heapsight import elf, interrupts, native, phases
-from heapsight.live import heapmaps, launch, readloop
+from heapsight.live import heapmaps, launch, procfs, readloop
 from heapsight.fmt import printable
 from heapsight.progress import say
 from heapsight.errors import HeapsightError
@@ -436,6 +436,10 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
         # a snapshot's, made at the program's last calls
         heapmaps.wait_copies(segment, heapmaps.EXIT_MAP_WAIT_S)
     collected = collect_maps(segment)
+    if attached and (segment.get("forks") or segment.get("foreign_attaches")):
+        # the descendants that loaded the library and run on without it (heapsight's copies,
+        # its children too, are collected by now)
+        timeline.outlived = [list(x) for x in procfs.outliving(segment.path)]
     phases.mark("the exit: the library's figures, the heap map's copy")
     maps = [(cb.maps_asked.get(name, heapmap.EXIT if name == heapmap.EXIT else None), hm)
             for name, hm in sorted(collected.items(),   # snapshots, then exit

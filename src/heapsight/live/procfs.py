@@ -210,3 +210,32 @@ class Word:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def outliving(segment_path: str, limit: int = 20) -> list:
+    """[(pid, name)] of the processes of ours whose environment names the run's segment
+    (HEAPSIGHT_SEGMENT: the program's descendants, heapsight's library in them) still
+    running once the program ended: a daemon that forked and left its parent, a job a
+    shell put in the background. heapsight's copies of the program (hs-heapmap) are not
+    among them. At most limit."""
+    want = b"\0HEAPSIGHT_SEGMENT=" + os.fsencode(segment_path) + b"\0"
+    uid, me, out = os.getuid(), os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = b"\0" + f.read()
+            if want not in env + b"\0" or not running(int(name)):
+                continue
+            with open(f"/proc/{name}/comm", "rb") as f:
+                comm = f.read().decode(errors="replace").strip()
+        except OSError:
+            continue
+        if comm != "hs-heapmap":
+            out.append((int(name), comm))
+            if len(out) >= limit:
+                break
+    return sorted(out)
