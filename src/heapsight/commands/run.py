@@ -85,9 +85,10 @@ def add_arguments(p) -> None:
                    help="measure the process of the program named NAME (its executable's "
                         "name, or the name it was started by: perl, python3, cc1) among those "
                         "the command starts: `heapsight run --follow perl -- sh -c 'perl x.pl; "
-                        "true'` measures perl, not the shell. By default the process started "
-                        "is measured, and a child that held much more memory is named, with "
-                        "this option to follow it")
+                        "true'` measures perl, not the shell: the first process of that name, "
+                        "from its start to its end. By default the process started is "
+                        "measured, and a child that held much more memory is named, with this "
+                        "option to follow it")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="at the end, say where heapsight's time went: its start-up, the "
                         "program's run, the exit's copy, the capture, the summary (and the "
