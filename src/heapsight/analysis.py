@@ -438,10 +438,11 @@ def _whose_words(mapped_by: tuple, held: int, when: str = "resident") -> tuple:
 
 
 def _never_freed_findings(final, heap_total: int, reach: dict, live_over_time: tuple,
-                          sites, cmd: str) -> list:
+                          sites, cmd: str, killed: int = 0) -> list:
     """Blocks still allocated when the program ended. With the exit's heap map marked
     (glibc), exactly which the program lost and which it still pointed to; else a leak or
-    data kept until exit on purpose, told apart by how live bytes grew."""
+    data kept until exit on purpose, told apart by how live bytes grew. killed: the signal
+    that ended it (0: none), before it could free anything."""
     grew = ""
     if len(live_over_time) >= 2:
         steps = ", ".join(f"{human(v)} at {t:.2f} s" for t, v in live_over_time)
@@ -459,9 +460,12 @@ def _never_freed_findings(final, heap_total: int, reach: dict, live_over_time: t
     where, suggestions = where_allocated(sites, cmd)
     return [Finding(
         "never-freed", final.live_bytes,
-        f"{human(final.live_bytes)} still allocated at exit"
+        f"{human(final.live_bytes)} still allocated "
+        + (f"when it was killed (signal {killed})" if killed else "at exit")
         + _untouched_words(final, final.live_bytes),
-        "These blocks were allocated and not freed before the program ended. "
+        (f"The program was killed (signal {killed}): these blocks were allocated and not "
+         "freed when it was, its work cut short, so what it would have freed is among them. "
+         if killed else "These blocks were allocated and not freed before the program ended. ")
         + untouched + grew
         + "That is a leak if it grows with the work (run it on a larger input: a leak grows "
         "with it, a working set levels off) or if the program lost every pointer to it; "
@@ -731,7 +735,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
              heap: HeapFigures, live_over_time: tuple = (), sites: dict | None = None,
              mapped: dict | None = None, mapped_by: tuple = (), settings: dict | None = None,
              teardown: int | None = None, pools_free: int = 0,
-             retained_age_s: float | None = None) -> list:
+             retained_age_s: float | None = None, killed: int = 0) -> list:
     """Each finding names what holds the memory, how much, and what to try. Sorted by size.
     sites: the sampled call sites (sites.build), which name where never-freed bytes came from;
     mapped: what the exit's heap map measured (summary.exit_map_bytes: "pinned",
@@ -745,7 +749,8 @@ def findings(command: list, final: Breakdown | None, release: Release,
     space in pymalloc's pools at exit after CPython's teardown (it frees its objects and
     keeps each arena an object still lives in): left out of the non-heap memory.
     retained_age_s: how long that retention had been there when the exit began
-    (retention_age): younger than RETENTION_MIN_AGE_S, it is the program's own cleanup."""
+    (retention_age): younger than RETENTION_MIN_AGE_S, it is the program's own cleanup.
+    killed: the signal that ended the program (0: none)."""
     mapped = mapped or {}
     if final is None:
         return []
@@ -753,7 +758,7 @@ def findings(command: list, final: Breakdown | None, release: Release,
     rss = max(final.rss_bytes, 1)
     heap_total = final.live_bytes + final.waste_bytes + final.metadata_bytes + final.retained_bytes
     out = _never_freed_findings(final, heap_total, mapped.get("reach") or {}, live_over_time,
-                                sites, cmd)
+                                sites, cmd, killed)
     if retained_enough(final.retained_bytes - (teardown or 0), rss) and not young(retained_age_s):
         out.append(_retention_finding(final, release, heap, mapped, command, cmd, settings))
     if final.waste_bytes >= MiB and final.waste_bytes >= 0.25 * (final.live_bytes + final.waste_bytes):

@@ -663,14 +663,15 @@ def freed_in_teardown(prof, tl: Timeline, end_s: float | None, exit_ns: int | No
 def _findings(argv, segment, tl: Timeline, rows: _Rows, heap, final, release, allocator: str,
               sampled_sites, hmaps, mapped_by, duration_s: float, settings: dict,
               teardown: int | None = None, end_s: float | None = None,
-              pools_free: int = 0, retained_age_s: float | None = None) -> tuple:
+              pools_free: int = 0, retained_age_s: float | None = None,
+              killed: int = 0) -> tuple:
     """(findings, holds): what the exit's figures say (teardown: the bytes freed after the
     exit began, freed_in_teardown), and the moments memory was held while the program ran
     (end_s: when its exit began, end_begun_s), a hold the exit's findings already describe
     not repeated. pools_free: pymalloc's free space at exit, after CPython's teardown."""
     found = analysis.findings(argv, final, release, heap, live_over_time(rows.cols, final),
                               sampled_sites, exit_map_bytes(hmaps), mapped_by, settings,
-                              teardown, pools_free, retained_age_s)
+                              teardown, pools_free, retained_age_s, killed)
     objects = analysis.pool_objects(rows.cols["t"], rows.parts["other_anon_bytes"], tl.pools,
                                     end_s)
     held = analysis.holds(rows.cols["t"], rows.parts, duration_s, objects)
@@ -777,7 +778,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
            if final is not None and done else None)
     found, held = (_findings(argv, segment, tl, rows, heap, final, release, allocator,
                              sampled_sites, hmaps, mapped_by, duration_s, settings or {},
-                             teardown, end_s, pools_free, age)
+                             teardown, end_s, pools_free, age,
+                             # (the started process's signal: not a followed one's)
+                             -rc if rc < 0 and segment.get("owner_pid") == started_pid else 0)
                    if heap else ([], []))
     peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
     waited = descendants_peak(tl, follow)

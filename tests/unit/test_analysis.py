@@ -179,6 +179,10 @@ def test_never_freed_tells_how_live_bytes_grew():
     # a single point says nothing about growth
     f, = analysis.findings(CMD, final, NOT_MEASURED, heap(), live_over_time=((1.0, 8 * MiB),))
     assert "Live bytes over the run" not in f.detail
+    # a program killed by a signal did not end: its blocks are those it held when it was
+    f, = analysis.findings(CMD, final, NOT_MEASURED, heap(), killed=9)
+    assert f.title == "8.0 MiB still allocated when it was killed (signal 9)"
+    assert f.detail.startswith("The program was killed (signal 9): ")
 
 
 def test_retention_from_one_mib_and_a_tenth_of_rss():
