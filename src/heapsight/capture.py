@@ -46,7 +46,8 @@ from heapsight.model import AllocStats, HeapCounters
 #      of blocks, native/src/reach.c)
 #   9  + the timeline's "pools": readings of pymalloc's pools (objects in use, pools' bytes)
 #  10  + the timeline's "outlived": the program's descendants still running when it ended,
-#      heapsight's library in them (a daemon that left its parent)
+#      heapsight's library in them (a daemon that left its parent); + the counters'
+#      "freed_usable_bytes": all the program freed (free space beyond it is the allocator's)
 VERSION = 10
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture

@@ -49,6 +49,9 @@ class HeapCounters:
     n_mmapped: int
     n_large_heap: int
     waste_error_bytes: int = 0  # the live waste's estimate, ± one standard error
+    # the usable bytes of every block the program freed, all told (None: not recorded: a
+    # capture before version 10)
+    freed_usable_bytes: int | None = None
 
     @property
     def waste_bytes(self) -> int:
@@ -198,6 +201,9 @@ class HeapFigures:
     kept_parts: tuple = ()
     allocator_version: str = ""  # as the allocator gives it ("": it gives none)
     version_note: str = ""       # what heapsight cannot vouch for under that version
+    # the usable bytes of every block the program freed, all told (None: not known):
+    # retained memory beyond it is free space the allocator made itself
+    freed_usable_bytes: int | None = None
     # glibc's resident memory at exit (its heaps' resident pages in the exit's copy and its
     # mmapped chunks: summary.glibc_resident; None: not known), which bounds retained at the
     # exit and at the samples since the end that share its heap (analysis.resident_at_end)

@@ -739,8 +739,9 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                                                                  exit_map.py_objects_bytes))
         heap, peak_ns = _heap_figures(segment, tl, c, rows, stats_before, allocator,
                                       mapped_before, done)
-        if not math.isnan(resident):
-            heap = dataclasses.replace(heap, resident_at_exit_bytes=int(resident))
+        heap = dataclasses.replace(heap, freed_usable_bytes=c.freed_usable_bytes,
+                                   **({} if math.isnan(resident) else
+                                      {"resident_at_exit_bytes": int(resident)}))
         if done and (rows.peak_i is None or c.live_usable_bytes > rows.live[rows.peak_i]):
             peak = final  # the most live bytes seen were at exit (a program shorter than a tick)
 

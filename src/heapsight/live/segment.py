@@ -477,7 +477,7 @@ class Segment:
                                   f["req_alloc_bytes"])
         return HeapCounters(f["n_alloc"], f["n_free"], f["req_alloc_bytes"], live_usable,
                             live_usable - waste, max(0, f["n_alloc"] - f["n_free"]),
-                            f["n_mmapped"], f["n_large"], error)
+                            f["n_mmapped"], f["n_large"], error, f["usable_free_bytes"])
 
     def mmapped_chunk_bytes(self) -> int:
         """glibc's chunks served by their own mmap, live now (mallinfo2's hblkhd, counted
