@@ -116,6 +116,7 @@ class _Carry:
 
 class Sampler:
     python = False   # CPython maps its executable or library (PYTHON_FILE): _kinds sets it
+    mapped_read = math.nan   # the allocator's mapped memory at its latest reading
 
     def __init__(self, proc, segment: Segment | None, hz: float = 100.0,
                  smaps_hz: float = 4.0, on_signal=None, snapshot_signal: int | None = None,
@@ -127,7 +128,9 @@ class Sampler:
         when the program exits) before starting the program."""
         self.proc, self.segment = proc, segment
         self.on_signal = on_signal
-        self.on_tick = on_tick        # on_tick(row), a few times a second (the exporter)
+        # on_tick(row, the allocator's mapped memory at its latest reading), a few times a
+        # second (the exporter)
+        self.on_tick = on_tick
         # called once the first tick is taken (the run's own work that can wait starts
         # then: the program's first moments are read first)
         self.on_first_tick = on_first_tick
@@ -581,7 +584,7 @@ class Sampler:
         if now >= c.children:
             c.children_rss = self._children()
             if self.on_tick is not None and tl.flat:
-                self.on_tick(tl.flat[-len(COLUMNS):])
+                self.on_tick(tl.flat[-len(COLUMNS):], self.mapped_read)
             c.children = now + 1.0 / CHILDREN_PER_S
         row[IDX["children_rss"]] = c.children_rss
         if now >= c.smaps and now >= c.kinds_free:
@@ -682,7 +685,7 @@ class Sampler:
             return
         mapped = sum(o["mapped_bytes"] for o in seg.owners() if re.search(own, o["object"]))
         if mapped:
-            row[IDX["alloc_mapped"]] = mapped
+            row[IDX["alloc_mapped"]] = self.mapped_read = mapped
 
     def _read_glibc(self, row: list, main: int) -> None:
         """glibc's figures, where the library says they are (glibc_main_arena): the arenas
@@ -703,7 +706,7 @@ class Sampler:
             return
         arenas, system_mem = got
         row[IDX["alloc_in_use"]] = row[IDX["alloc_free"]] = math.nan
-        row[IDX["alloc_mapped"]] = system_mem + seg.mmapped_chunk_bytes()
+        row[IDX["alloc_mapped"]] = self.mapped_read = system_mem + seg.mmapped_chunk_bytes()
         row[IDX["arenas"]] = arenas
 
     def _close_arenas(self) -> None:
