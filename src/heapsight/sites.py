@@ -30,6 +30,7 @@ import numpy as np
 
 from heapsight import allocators, layout, profile
 from heapsight import symbolize
+from heapsight.fmt import printable, shell_quote
 
 # Functions that allocate for their caller: the call site is further out. The C allocator
 # and glibc's internals; libstdc++'s operator new and std::allocator; perl's safesys*;
@@ -452,12 +453,12 @@ def unnamed_note(frames: list, estimates: list) -> str:
                       and not frames[x["frame"]].object.startswith("[")})
     if not objects:
         return ""
-    named = " and ".join(short_object(o) for o in objects)
+    named = " and ".join(printable(short_object(o)) for o in objects)
     has, its = ("has", "its") if len(objects) == 1 else ("have", "their")
     return (f"{named} {has} no symbols (stripped), so {its} sites are addresses; {its} debug "
             "symbols would name them: on Debian, install the -dbgsym package (from the debug "
-            f"archive) of the package `dpkg -S {objects[0]}` names; they are found under "
-            "/usr/lib/debug by build-id")
+            f"archive) of the package `dpkg -S {shell_quote(objects[0])}` names; they are "
+            "found under /usr/lib/debug by build-id")
 
 
 # The block rows heapmap.pinners takes: address, usable size, sampling probability, the

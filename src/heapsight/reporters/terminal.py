@@ -448,7 +448,7 @@ def _sites(c: Console, sites: dict, moments: tuple = RUN_SITES) -> None:
                    f"{human(m['estimated_bytes'])} in all (usable bytes; one sample per {mean} "
                    "allocated on average; \u00b1 is a 95% interval)", 4, style="dim")
     if sites.get("note"):
-        _indent(c, f"note: {sites['note']}", 4, style="dim")
+        _indent(c, f"note: {printable(sites['note'])}", 4, style="dim")
     if sites.get("dropped"):
         _indent(c, f"note: {sites['dropped']:,} samples were not recorded (the profile was "
                    "full): the estimates miss them", 4, style="dim")
