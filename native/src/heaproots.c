@@ -103,31 +103,69 @@ static int in_heaps(const child_t *c, uint64_t lo, uint64_t hi) {
 }
 
 typedef struct excl_s { hs_chunk_t *r; size_t n, cap; } excl_t;
+/* (a range that continues the last one extends it: glibc's mmapped chunks one after the
+ * other in a mapping the kernel merged, 20,000 of them in a few mappings, took one entry
+ * each, past the room of 64 a mapping, and the rest were scanned as roots: 160 MB, 2 s) */
 static void exclude(excl_t *e, uint64_t lo, uint64_t hi) {
-  if (hi > lo && e->n < e->cap) e->r[e->n++] = (hs_chunk_t){lo, hi};
+  if (hi <= lo) return;
+  if (e->n > 0 && e->r[e->n - 1].hi == lo) e->r[e->n - 1].hi = hi;
+  else if (e->n < e->cap) e->r[e->n++] = (hs_chunk_t){lo, hi};
+}
+
+/* Where the chunk of a glibc mapping of sz bytes at a begins: a, or further in for an
+ * aligned block. glibc's memalign on an mmapped chunk (posix_memalign or aligned_alloc of a
+ * block past the mmap threshold: malloc.c _int_memalign) leaves the mapping's first header
+ * as it was (prev_size 0, the whole mapping) and writes the aligned chunk's where the
+ * alignment puts it (the first aligned user address past a + 16, moved one alignment on
+ * when that leaves less than MINSIZE before it): prev_size its lead, its size the rest with
+ * IS_MMAPPED. Taken at a, a kept block read as reached only through an interior pointer
+ * (possibly lost, where memcheck says still reachable). The lead of the first alignment
+ * from 32 bytes up whose header there says so; 0 for none. */
+static uint64_t aligned_lead(uint64_t a, uint64_t sz) {
+  for (uint64_t al = 32; al && al <= sz; al <<= 1) {
+    uint64_t h = ((a + 16 + al - 1) & ~(al - 1)) - 16;
+    if (h - a < G_MINSIZE) h += al;
+    uint64_t lead = h - a;
+    if (lead + G_MINSIZE > sz) break;
+    if (hs_rd(h) == lead && hs_rd(h + 8) == ((sz - lead) | 2)) return lead;
+  }
+  return 0;
 }
 
 /* glibc's mmapped chunks at the start of an anonymous mapping outside the heaps: prev_size
  * 0, a size of whole pages with IS_MMAPPED alone, inside the mapping; one after the other
- * when the kernel merged their mappings. Appended to the blocks and excluded from the roots. */
+ * when the kernel merged their mappings (an aligned block's further in: aligned_lead).
+ * Appended to the blocks and excluded from the roots; the bytes their chunks hold, as the
+ * hooks count them. */
 static uint64_t mmapped_chunks(child_t *c, const map_t *m, excl_t *ex) {
   uint64_t a = m->lo, found = 0;
   while (a + 4096 <= m->hi && c->n_chunks < c->cap_chunks) {
     uint64_t word = hs_rd(a + 8), sz = word & ~(uint64_t)7;
     if (hs_rd(a) != 0 || (word & 7) != 2 || sz < c->page || sz % c->page || sz > m->hi - a) break;
-    c->chunks[c->n_chunks++] = (hs_chunk_t){a + 16, a + sz};
+    uint64_t lead = aligned_lead(a, sz);
+    c->chunks[c->n_chunks++] = (hs_chunk_t){a + lead + 16, a + sz};
     exclude(ex, a, a + sz);
-    found += sz;
+    found += sz - lead;
     a += sz;
   }
   return found;
 }
 
-/* Whether a lies in one of the mmapped chunks found so far (c->chunks[from..]: a few). */
-static int in_chunks(const child_t *c, size_t from, uint64_t a) {
-  for (size_t i = from; i < c->n_chunks; i++)
-    if (a >= c->chunks[i].lo - 16 && a < c->chunks[i].hi) return 1;
-  return 0;
+/* Where the mapping of an mmapped chunk whose block begins at lo starts: its header less
+ * its prev_size (the lead of an aligned block, 0 otherwise). */
+static uint64_t mapping_of(uint64_t lo) { return lo - 16 - hs_rd(lo - 16); }
+
+/* Whether a lies in one of the mmapped chunks c->chunks[from..to) (found at mappings'
+ * starts, in address order: a binary search for the first that ends past a; 20,000 chunks
+ * looked through one by one for each page took 2 s). */
+static int in_chunks(const child_t *c, size_t from, size_t to, uint64_t a) {
+  size_t lo = from, hi = to;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->chunks[mid].hi <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < to && a >= mapping_of(c->chunks[lo].lo) && a < c->chunks[lo].hi;
 }
 
 /* The mmapped chunks that do not start their mapping: the kernel merges a chunk's mapping
@@ -152,12 +190,13 @@ static uint64_t mmapped_chunks_inside(child_t *c, excl_t *ex, size_t from, uint6
         vec_n = (m->hi - a) / page < batch ? (m->hi - a) / page : batch;
         if (mincore((void *)(uintptr_t)a, vec_n * page, vec) != 0) break;
       }
-      if (!(vec[(a - vec_lo) / page] & 1) || in_chunks(c, from, a)) continue;
+      if (!(vec[(a - vec_lo) / page] & 1) || in_chunks(c, from, first, a)) continue;
       uint64_t word = hs_rd(a + 8), sz = word & ~(uint64_t)7;
       if (hs_rd(a) != 0 || (word & 7) != 2 || sz < c->page || sz % c->page || sz > m->hi - a) continue;
       if (c->n_chunks == c->cap_chunks) break;
-      c->chunks[c->n_chunks++] = (hs_chunk_t){a + 16, a + sz};
-      got += sz;
+      uint64_t lead = aligned_lead(a, sz);
+      c->chunks[c->n_chunks++] = (hs_chunk_t){a + lead + 16, a + sz};
+      got += sz - lead;
       a += sz - c->page;
     }
   }
@@ -165,7 +204,8 @@ static uint64_t mmapped_chunks_inside(child_t *c, excl_t *ex, size_t from, uint6
     c->n_chunks = first;
     return 0;
   }
-  for (size_t i = first; i < c->n_chunks; i++) exclude(ex, c->chunks[i].lo - 16, c->chunks[i].hi);
+  /* (each mapping's whole: an aligned chunk's lead is glibc's) */
+  for (size_t i = first; i < c->n_chunks; i++) exclude(ex, mapping_of(c->chunks[i].lo), c->chunks[i].hi);
   return got;
 }
 
