@@ -713,7 +713,7 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     exit_map = dict(maps).get(heapmap.EXIT)
     end_s, end_how = end_begun_s(segment, tl) if attached else (None, "")
     resident = glibc_resident(exit_map, segment) if done else math.nan
-    c = segment.counters() if done else None
+    c = segment.counters() if attached else None
     parts = analysis.timeline_split(
         cols, baseline, allocator if attached else None, mapped_before if done else math.nan,
         tl.pools, analysis.resident_at_end(cols, resident, end_s, c.n_alloc, c.n_free,
@@ -727,7 +727,6 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
     heap, peak_ns = None, None
     release = Release(False, "none", inactive)
     if attached:
-        c = segment.counters()
         release, final = _exit_release(segment, c, rc, maps, allocator, baseline, mapped_before,
                                        release_wanted, done, final,
                                        _since(tl, segment.get("exit_ns")) if tl.start_ns
