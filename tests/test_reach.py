@@ -311,6 +311,47 @@ def test_an_aligned_mmapped_block_is_found_where_its_chunk_begins(tmp_path, size
     assert theirs["definitely_lost"][1] + theirs["possibly_lost"][1] == 50, theirs
 
 
+HEURISTICS = r"""
+#include <cstdlib>
+#include <cstring>
+struct Foo { long x; ~Foo() { x = 0; } };
+struct A { virtual ~A() {} long a; };
+struct B { virtual ~B() {} long b; };
+struct C : A, B { long c; };
+Foo *arrays[100];   // new[] of a type with a destructor: a pointer 8 past the block
+B *bases[100];      // a C reached through its second base: 16 past the block
+char *counted[100]; // a length before the data, as SQLite's allocator keeps: 8 past
+int main() {
+  for (int i = 0; i < 150; i++) {
+    Foo *f = new Foo[1000];
+    long *l = (long *)malloc(8 + 4000);
+    l[0] = 4000;
+    if (i < 100) { arrays[i] = f; bases[i] = new C; counted[i] = (char *)(l + 1); }
+  }
+  return 0;   // 50 of each dropped
+}
+"""
+
+
+def test_interior_pointers_memchecks_heuristics_take_for_starts_keep_blocks_reachable(tmp_path):
+    # GIVEN blocks kept only through the interior pointers memcheck's default heuristics
+    # take for start pointers (newarray, multipleinheritance, length64), and as many of two
+    # of those kinds dropped; they read possibly lost, memcheck still reachable
+    src, exe = tmp_path / "heuristics.cc", tmp_path / "heuristics"
+    src.write_text(HEURISTICS)
+    subprocess.run(["g++", "-O1", "-o", str(exe), str(src)], check=True)
+    s, _ = run_json(tmp_path, str(exe))
+    reach, theirs = exit_reach(s), memcheck([str(exe)])
+    # THEN the classes are memcheck's: none possibly lost, the dropped ones definitely lost,
+    # the kept ones still reachable (heapsight: and libstdc++'s emergency pool, which
+    # valgrind's exit frees)
+    assert theirs["possibly_lost"] == (0, 0), theirs
+    assert reach["possibly_lost_blocks"] == 0, reach
+    assert reach["definitely_lost_blocks"] == theirs["definitely_lost"][1] == 100, (reach, theirs)
+    assert theirs["still_reachable"][1] == 300, theirs
+    assert 300 <= reach["still_reachable_blocks"] <= 301, reach
+
+
 SHARED_ROOTS = r"""
 #define _GNU_SOURCE
 #include <stdlib.h>

@@ -35,6 +35,7 @@ typedef struct map_s {
   int r, w, anon, heap; /* heap: the [heap] mapping */
   int dev;              /* a device's memory (/dev/..., but shm and zero): never read */
   int shared;           /* MAP_SHARED (a memfd, a shm_open file): its pages are the file's */
+  int x, file;          /* executable; a file's (a path, not [heap], [stack], [anon:...]) */
 } map_t;
 
 typedef struct heap_s {

@@ -322,6 +322,17 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   hs_reach_t r;
   _hs_reach_init(&r, c->chunks, n, state, stack);
   r.glibc_chunks = glibc;
+  /* the file mappings, for the vtables of memcheck's multipleinheritance heuristic */
+  hs_chunk_t *files = _hs_copy_map(2 * c->n_maps * sizeof(hs_chunk_t) + 16, 0);
+  if (files) {
+    size_t nr = 0, nx = 0;
+    for (size_t i = 0; i < c->n_maps; i++)
+      if (c->maps[i].file && c->maps[i].r) files[nr++] = (hs_chunk_t){c->maps[i].lo, c->maps[i].hi};
+    hs_chunk_t *x = files + nr;
+    for (size_t i = 0; i < c->n_maps; i++)
+      if (c->maps[i].file && c->maps[i].r && c->maps[i].x) x[nx++] = (hs_chunk_t){c->maps[i].lo, c->maps[i].hi};
+    r.rfile = files, r.n_rfile = nr, r.xfile = x, r.n_xfile = nx;
+  }
   r.defer = pool != NULL;
   unsigned shift = 0;
   size_t index_bytes = _hs_opt.reach_index ? _hs_reach_index_bytes(c->chunks, n, &shift) : 0;

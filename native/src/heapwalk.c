@@ -104,6 +104,8 @@ int _hs_walk_maps(child_t *c) {
               !(plen > 9 && memcmp(p, "/dev/shm/", 9) == 0) &&
               !(plen >= 9 && memcmp(p, "/dev/zero", 9) == 0);
       m.anon = priv && (plen == 0 || (plen > 6 && memcmp(p, "[anon:", 6) == 0));
+      m.x = s[2] == 'x';
+      m.file = plen > 0 && p[0] == '/' && !m.dev;
       m.shared = !priv;
       map_t *prev = n ? &c->maps[n - 1] : NULL;
       if (prev && prev->heap && m.heap && prev->hi == m.lo && prev->r == m.r && prev->w == m.w)

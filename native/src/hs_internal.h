@@ -155,6 +155,10 @@ typedef struct hs_reach_s {
   int glibc_chunks;    /* the blocks are glibc's chunks (a word at a block's end is the
                           next chunk's header: reach.c's find) */
   int defer;           /* the roots push what they reach and leave it for _hs_reach_workers */
+  /* the readable file mappings (sorted, disjoint), and of them the executable ones: where
+   * memcheck's multipleinheritance heuristic looks for vtables (reach.c); n 0: none */
+  const hs_chunk_t *rfile, *xfile;
+  size_t n_rfile, n_xfile;
   struct hs_reach_pool_s *pool; /* while two processes mark: what they share (reach.c) */
 } hs_reach_t;
 void _hs_reach_sort(hs_chunk_t *chunks, size_t n);

@@ -183,6 +183,66 @@ static int late(hs_reach_t *r, uint64_t words) {
   return r->late;
 }
 
+/* The range of sorted, disjoint ranges [0, n) holding a, or NULL. */
+static const hs_chunk_t *range_of(const hs_chunk_t *v, size_t n, uint64_t a) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (v[mid].hi <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && a >= v[lo].lo ? &v[lo] : NULL;
+}
+
+static inline uint64_t word_at(uint64_t a) { return *(const volatile uint64_t *)(uintptr_t)a; }
+
+/* memcheck's test of a vtable: p (aligned, past page 0) in a readable file mapping, where
+ * the first words (up to 20, NULLs skipped) hold two pointers into executable file
+ * mappings before anything else. */
+static int is_vtable(const hs_reach_t *r, uint64_t p) {
+  if ((p & 7) || p < 4096) return 0;
+  const hs_chunk_t *m = range_of(r->rfile, r->n_rfile, p);
+  if (!m) return 0;
+  int fns = 0;
+  for (uint64_t a = p; a + 8 <= m->hi && a < p + 20 * 8; a += 8) {
+    uint64_t f = word_at(a);
+    if (!f) continue;
+    if (!range_of(r->xfile, r->n_xfile, f)) return 0;
+    if (++fns == 2) return 1;
+  }
+  return 0;
+}
+
+/* Whether an interior pointer w into block j is one memcheck's leak check takes for a start
+ * pointer (--leak-check-heuristics, all of them by default; its classes are the
+ * reference): a block of C++'s new[] of a type with a destructor, pointed to 8 past its
+ * start, where the element count is (newarray); a length stored before the data, SQLite's
+ * allocator's (length64); a C++ object reached through a base class after its first: the
+ * word pointed at and the block's first word both vtables (multipleinheritance). The
+ * requested size memcheck tests against is not known here, the usable size is: it may
+ * exceed it by the allocator's rounding (glibc: less than 24 bytes). A C++ program keeping
+ * 100 arrays of new Foo[1000] and 100 objects by their second base read possibly lost,
+ * memcheck still reachable. */
+static int heuristic_start(const hs_reach_t *r, size_t j, uint64_t w) {
+  uint64_t lo = r->chunks[j].lo, usable = r->chunks[j].hi - lo;
+  if ((w & 7) || (lo & 7) || usable < 16) return 0;
+  if (w == lo + 8) {
+    uint64_t first = word_at(lo);
+    if (first && first <= usable - 8) {
+      if (first + 8 + 24 > usable) return 1;                  /* length64 */
+      uint64_t each = (usable - 8) / first;                   /* newarray */
+      if (8 + first * each + 24 > usable) return 1;
+    }
+  }
+  return r->n_xfile && is_vtable(r, word_at(w)) && is_vtable(r, word_at(lo));
+}
+
+/* A pointer w into block j from a place reached by start pointers (definite): a start
+ * pointer, or an interior one memcheck's heuristics take for one. */
+static inline int start_pointer(const hs_reach_t *r, size_t j, uint64_t w, int definite) {
+  return definite && (w == r->chunks[j].lo || heuristic_start(r, j, w));
+}
+
 /* The words of [lo, hi) (8-aligned), each looked up. */
 static void scan_range(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
   if (hi <= lo || late(r, (hi - lo) / 8)) return;
@@ -198,13 +258,13 @@ static void scan_range(hs_reach_t *r, uint64_t lo, uint64_t hi, int definite) {
     uint64_t ws[4] = {w0, w1, w2, w3};
     for (int k = 0; k < 4; k++) {
       int64_t j = find(r, ws[k]);
-      if (j >= 0) reached(r, (size_t)j, definite && ws[k] == r->chunks[j].lo);
+      if (j >= 0) reached(r, (size_t)j, start_pointer(r, (size_t)j, ws[k], definite));
     }
   }
   for (; at + 8 <= hi; at += 8) {
     uint64_t w = *(const volatile uint64_t *)(uintptr_t)at;
     int64_t j = find(r, w);
-    if (j >= 0) reached(r, (size_t)j, definite && w == r->chunks[j].lo);
+    if (j >= 0) reached(r, (size_t)j, start_pointer(r, (size_t)j, w, definite));
   }
 }
 
