@@ -52,14 +52,17 @@ def test_the_exported_split_is_bounded_by_what_the_allocator_holds():
     # GIVEN a python3 script holding 200k small objects (pymalloc's arenas, mapped outside
     # malloc) for a while, its split served to Prometheus
     import urllib.request
-    script = "import time; a = [bytes(100) for _ in range(200000)]; time.sleep(3)"
+    script = ("import time; a = [bytes(100) for _ in range(200000)]; print('built', flush=True); "
+              "time.sleep(4)")
     p = subprocess.Popen([*HS, "run", "-q", "--no-save", "--openmetrics-port", "0", "--",
-                          "/usr/bin/python3", "-c", script], stderr=subprocess.PIPE, text=True)
+                          "/usr/bin/python3", "-c", script], stderr=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
     try:
         line = p.stderr.readline()
         m = re.search(r"serving metrics on (http://127\.0\.0\.1:\d+/metrics)", line)
         assert m, line
-        time.sleep(1.5)
+        assert p.stdout.readline().strip() == "built"
+        time.sleep(1.0)   # (a few ticks after the objects are built, on a loaded machine too)
         text = urllib.request.urlopen(m.group(1), timeout=10).read().decode()
     finally:
         p.wait(timeout=60)
