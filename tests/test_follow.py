@@ -87,8 +87,10 @@ def test_the_commands_other_processes_are_named_beside_the_one_followed(tmp_path
     # GIVEN a shell that runs the program twice, the second run larger, then a python3 that
     # writes 100 MiB (as gcc runs cc1 per file, then as)
     leak = scenario("hs-leak")
-    big = "/usr/bin/python3 -c 'import time; b = bytearray(100 << 20); time.sleep(0.5)'"
-    cmd = f"{leak} --mb 5 --hold-ms 300; {leak} --mb 40 --hold-ms 300; {big}"
+    # (each held long enough for the readings of the command's processes, 4 a second, to
+    # see it on a loaded machine)
+    big = "/usr/bin/python3 -c 'import time; b = bytearray(100 << 20); time.sleep(0.8)'"
+    cmd = f"{leak} --mb 5 --hold-ms 300; {leak} --mb 40 --hold-ms 800; {big}"
     s, _ = run(tmp_path, "--follow", "hs-leak", "--", "sh", "-c", cmd)
     # THEN the first hs-leak is measured, and the note says the other ran, with its peak
     assert s["pid"] != s["started_pid"]
