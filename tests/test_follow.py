@@ -74,10 +74,10 @@ def test_a_followed_process_is_measured_from_when_it_is_found_none_of_its_parent
     assert [exe.rsplit("/", 1)[1] for _, exe in s["images"]] == ["hs-leak"], s["images"]
     assert s["minor_faults"] < 20000, s["minor_faults"]
     # and its time is its own: from when it was found to its end, the parent's second before
-    # and after it not in it (the child holds its leak 0.2 s, then ends), nor read as its
-    # exit's time
-    assert s["duration_s"] < 0.9, s["duration_s"]
-    assert s["exit_probe_s"] < 0.5, s["exit_probe_s"]
+    # and after it not in it (the child holds its leak 0.2 s, then ends; it read 2.2 s and
+    # more), nor read as its exit's time (1.0 s: the parent's second after it)
+    assert s["duration_s"] < 1.5, s["duration_s"]
+    assert s["exit_probe_s"] < 0.8, s["exit_probe_s"]
     assert s["verdict"].startswith("LEAK: ")
     # the exit status shown is the command's: the process followed is not heapsight's child
     assert f"pid {s['pid']} ended after " in r.stderr and "(the command exited with code 0)" in r.stderr

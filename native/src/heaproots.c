@@ -159,13 +159,8 @@ static uint64_t mapping_of(uint64_t lo) { return lo - 16 - hs_rd(lo - 16); }
  * starts, in address order: a binary search for the first that ends past a; 20,000 chunks
  * looked through one by one for each page took 2 s). */
 static int in_chunks(const child_t *c, size_t from, size_t to, uint64_t a) {
-  size_t lo = from, hi = to;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (c->chunks[mid].hi <= a) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < to && a >= mapping_of(c->chunks[lo].lo) && a < c->chunks[lo].hi;
+  size_t i = from + hs_first_past(c->chunks + from, to - from, a);
+  return i < to && a >= mapping_of(c->chunks[i].lo);
 }
 
 /* The mmapped chunks that do not start their mapping: the kernel merges a chunk's mapping

@@ -131,6 +131,16 @@ extern HS_HIDDEN uint64_t _hs_helper_self; /* probe.c: the helper thread's pthre
 
 /* Reachability, in the heap map's copy (reach.c) */
 typedef struct hs_chunk_s { uint64_t lo, hi; } hs_chunk_t; /* a block's usable bytes */
+/* The first of n ranges in address order (disjoint) that ends past a; n when none. */
+static inline size_t hs_first_past(const hs_chunk_t *v, size_t n, uint64_t a) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (v[mid].hi <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
 /* An index of the sorted blocks for find (reach.c): the blocks in runs no gap of
  * HS_REACH_GAP_BYTES splits (a heap, an arena's heaps, the mmapped chunks near each other),
  * each run cut into buckets of 1 << shift bytes, each bucket holding the first block that

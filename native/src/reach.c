@@ -185,13 +185,8 @@ static int late(hs_reach_t *r, uint64_t words) {
 
 /* The range of sorted, disjoint ranges [0, n) holding a, or NULL. */
 static const hs_chunk_t *range_of(const hs_chunk_t *v, size_t n, uint64_t a) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (v[mid].hi <= a) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < n && a >= v[lo].lo ? &v[lo] : NULL;
+  size_t i = hs_first_past(v, n, a);
+  return i < n && a >= v[i].lo ? &v[i] : NULL;
 }
 
 static inline uint64_t word_at(uint64_t a) { return *(const volatile uint64_t *)(uintptr_t)a; }

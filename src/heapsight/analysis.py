@@ -162,13 +162,16 @@ def objects_floor(t, readings) -> np.ndarray | float:
         return 0.0
     tr = np.array([r[0] for r in readings], dtype=float)
     objects = np.array([r[1] for r in readings], dtype=float)
-    after = np.searchsorted(tr, t, side="left")    # the first reading at or after each sample
-    at = np.minimum(after, len(tr) - 1)
-    exact = (after < len(tr)) & (tr[at] == t)
-    before = np.where(exact, at, after - 1)
-    inside = (before >= 0) & (after < len(tr))
-    floor = np.minimum(objects[np.maximum(before, 0)], objects[at])
-    return np.where(inside, floor, 0.0)
+    before, after = _pool_readings_around(tr, t)
+    return np.where((t >= tr[0]) & (t <= tr[-1]),
+                    np.minimum(objects[before], objects[after]), 0.0)
+
+
+def _pool_readings_around(tr, t) -> tuple:
+    """(the reading at or before each sample, the one after it), as indices into the
+    readings' times tr (sorted), each clamped to the first and the last."""
+    after = np.searchsorted(tr, t, side="right")
+    return np.maximum(after - 1, 0), np.minimum(after, len(tr) - 1)
 
 
 def resident_at_end(cols: dict, resident: float, end_s: float | None, n_alloc: int,
@@ -245,9 +248,8 @@ def pool_objects(t, other, readings: list, end_s: float | None = None,
     tr = np.array([r[0] for r in rs], dtype=float)
     objects_then = np.array([r[1] for r in rs], dtype=float)
     not_objects = np.maximum(0.0, np.interp(tr, t, other) - objects_then)
-    after = np.searchsorted(tr, t, side="right")   # the reading after each sample
-    before = np.maximum(after - 1, 0)
-    around = np.maximum(not_objects[before], not_objects[np.minimum(after, len(tr) - 1)])
+    before, after = _pool_readings_around(tr, t)
+    around = np.maximum(not_objects[before], not_objects[after])
     objects = np.clip(other - around, 0.0, other)
     objects[t < tr[0]] = np.nan if known else 0.0
     if known:

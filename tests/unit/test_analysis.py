@@ -627,3 +627,19 @@ def test_the_age_of_the_retention_at_the_end_counts_from_when_its_frees_were_ove
     assert age2 > analysis.HOLD_MIN_S and not analysis.young(age2)
     # (no end row, or nothing retained: no age, and never young)
     assert analysis.retention_age(t, r, None, 181 * MiB) is None and not analysis.young(None)
+
+
+def test_cpythons_objects_are_never_retained_whatever_glibcs_figure_allows():
+    # GIVEN readings of pymalloc's pools at 1 s (3 MiB of objects) and 2 s (1 MiB), and
+    # samples before, between, at and after them
+    readings = [(1.0, 3 * MiB, 4 * MiB), (2.0, 1 * MiB, 4 * MiB)]
+    floor = analysis.objects_floor([0.5, 1.0, 1.5, 2.0, 2.5], readings)
+    # THEN between them, the lesser (a drop between two readings is never taken for
+    # non-heap), nothing outside them
+    assert list(floor) == [0.0, 1 * MiB, 1 * MiB, 1 * MiB, 0.0]
+    # AND the split gives retained no more than what is left beside them, where glibc's
+    # figure (after a trim: pages it gave back still counted) would allow it all
+    parts = analysis.split(rss=20 * MiB, anon=12 * MiB, baseline_anon=MiB, live_req=MiB,
+                           live_usable=MiB, live_blocks=0, allocator="glibc",
+                           alloc_mapped=100 * MiB, not_malloc=3 * MiB)
+    assert parts["retained_bytes"] == 7 * MiB and parts["other_anon_bytes"] == 3 * MiB
