@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import scenario
+from conftest import compile_c, scenario
 from heapsight import report
 from heapsight.model import Breakdown
 
@@ -167,6 +167,44 @@ def test_the_mappings_say_whose_memory_it_is(tmp_path):
     assert k["file"] > 0 and k["stack"] > 0
     assert abs(sum(k[x] for x in ("heap", "arena", "stack", "file", "shared", "anon"))
                - s["final"]["rss_bytes"]) < 0.1 * s["final"]["rss_bytes"]
+
+
+GUARDED = r"""
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static volatile int stop;
+static void *sleeper(void *a) { (void)a; while (!stop) usleep(10000); return NULL; }
+static void *spinner(void *a) { (void)a; volatile unsigned long n = 0; while (!stop) n++; return NULL; }
+/* ten 2 MiB regions written, each with a guard page below it (Chromium's PartitionAlloc
+ * guards its super pages so), three threads asleep and one running, for 1.5 s */
+int main(void) {
+  for (int i = 0; i < 10; i++) {
+    char *p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    mprotect(p, 4096, PROT_NONE);
+    memset(p + 4096, 1, (2 << 20) - 4096);
+  }
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, i < 3 ? sleeper : spinner, NULL);
+  usleep(1500000);
+  stop = 1;
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  return 0;
+}
+"""
+
+
+def test_guarded_regions_that_are_no_threads_stack_are_not_called_stacks(tmp_path):
+    # GIVEN a program with 20 MiB in regions shaped like thread stacks (a guard page below
+    # each) and four threads of its own
+    s = run(tmp_path, compile_c(tmp_path, "guarded", GUARDED, "-lpthread"))["summary"]
+    # THEN the threads' stack pointers put the regions under other anonymous memory, and the
+    # stacks are the threads' (the shape alone read 20 MiB of stacks)
+    for k in (s["resident_by_kind_peak"], s["resident_by_kind"]):
+        assert k["anon"] >= 19 * MiB, k
+        assert 0 < k["stack"] < 2 * MiB, k
 
 
 MAPS_AND_LETS_GO = r"""

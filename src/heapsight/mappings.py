@@ -9,7 +9,13 @@ The layout rules (glibc 2.36, x86-64):
   address: its used part is an anonymous rw-p mapping starting on that boundary, its
   rest a ---p mapping right after (malloc/arena.c: new_heap);
 - a thread stack (nptl/allocatestack.c) is an anonymous rw-p mapping right above a ---p
-  guard of a few pages.
+  guard of a few pages. Other allocators guard their regions the same way (Chromium's
+  PartitionAlloc: a 4 KiB guard below each 2 MiB super page; V8's pages), so where the
+  threads' stack pointers can be read (/proc/PID/task/TID/syscall) they decide: a mapping
+  is a stack when one points into it; one shaped like a stack that none points into is
+  still taken for one only while threads whose pointer could not be read (running then)
+  outnumber such mappings. Read Chromium's browser process, the shape alone called 25 MiB
+  of it stacks, and its 33 threads' pointers 644 KiB.
 """
 
 from __future__ import annotations
@@ -50,8 +56,9 @@ class Mapping:
         return self.end - self.start
 
 
-def parse_smaps(text: str) -> list:
-    """The mappings of an smaps file's text, each with its Rss, Anonymous and Swap."""
+def parse_smaps(text: str, stack_pointers: tuple | None = None) -> list:
+    """The mappings of an smaps file's text, each with its Rss, Anonymous and Swap, classified
+    (stack_pointers: as classify takes them)."""
     maps, cur = [], None
     for line in text.splitlines():
         if not line:
@@ -64,12 +71,15 @@ def parse_smaps(text: str) -> list:
         elif cur is not None and len(head) >= 2 and head[0] in ("Rss:", "Anonymous:", "Swap:"):
             setattr(cur, {"Rss:": "rss", "Anonymous:": "anonymous", "Swap:": "swap"}[head[0]],
                     int(head[1]) * 1024)
-    classify(maps)
+    classify(maps, stack_pointers)
     return maps
 
 
-def classify(maps: list) -> None:
-    """Sets each mapping's kind (KINDS), by the layout rules above."""
+def classify(maps: list, stack_pointers: tuple | None = None) -> None:
+    """Sets each mapping's kind (KINDS), by the layout rules above. stack_pointers: (the
+    threads' stack pointers read, how many threads' could not be read), or None where
+    none could (the shape alone then says what is a stack)."""
+    shaped = []
     for i, m in enumerate(maps):
         anon = m.path == "" or m.path.startswith("[anon")
         if m.path == "[heap]":
@@ -89,9 +99,39 @@ def classify(maps: list) -> None:
             elif (before is not None and before.end == m.start and before.perms.startswith("---")
                   and before.size <= GUARD_MAX and before.path == ""):
                 m.kind = "stack"
+                shaped.append((m, before.size + m.size))
             else:
                 m.kind = "anon"
         else:
+            m.kind = "anon"
+    if stack_pointers is not None:
+        _stacks_by_pointer(maps, shaped, *stack_pointers)
+
+
+def _stacks_by_pointer(maps: list, shaped: list, pointers: list, unread: int) -> None:
+    """The stacks the threads' pointers show: an anonymous mapping a stack pointer points
+    into is a stack (a thread's without a guard too). Of the stack-shaped ones (mapping,
+    its size with its guard) none points into, the threads not read could own as many: all
+    of them if they are no more, else those of a size (guard included) that a read thread's
+    stack has, if they are no more, else none (a running thread's stack, a few pages
+    mostly, is then counted as other anonymous memory)."""
+    import bisect
+    anon = sorted((m for m in maps if m.kind in ("anon", "stack")), key=lambda m: m.start)
+    starts = [m.start for m in anon]
+    pointed = set()
+    for sp in pointers:
+        i = bisect.bisect_right(starts, sp) - 1
+        if i >= 0 and sp < anon[i].end:
+            pointed.add(id(anon[i]))
+            anon[i].kind = "stack"
+    unpointed = [(m, size) for m, size in shaped if id(m) not in pointed]
+    if len(unpointed) <= unread:
+        return
+    sizes = {size for m, size in shaped if id(m) in pointed}
+    alike = [m for m, size in unpointed if size in sizes]
+    keep = {id(m) for m in alike} if len(alike) <= unread else set()
+    for m, _ in unpointed:
+        if id(m) not in keep:
             m.kind = "anon"
 
 

@@ -58,9 +58,44 @@ class ProcFile:
 
 
 def smaps(pid: int) -> list:
-    """Every mapping of the process, classified (mappings.parse_smaps)."""
+    """Every mapping of the process, classified (mappings.parse_smaps; its threads' stack
+    pointers read when a guard page could be a thread stack's)."""
     with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as f:
-        return mappings.parse_smaps(f.read())
+        text = f.read()
+    return mappings.parse_smaps(text, stack_pointers(pid) if " ---p " in text else None)
+
+
+STACK_THREADS_MAX = 512   # more threads: their pointers are not read (one file each)
+
+
+def stack_pointers(pid: int) -> tuple | None:
+    """(the user stack pointers of the process's threads that sit in a system call or are
+    stopped, how many threads gave none: running, or gone meanwhile), from
+    /proc/PID/task/TID/syscall; None when they cannot be read (another user's process,
+    ptrace refused; more than STACK_THREADS_MAX threads). Reading one does not stop or wait
+    for the thread: a running one reads "running"."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    if len(tids) > STACK_THREADS_MAX:
+        return None
+    pointers, unread = [], 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/syscall", "rb") as f:
+                words = f.read().split()
+        except PermissionError:
+            return None
+        except OSError:
+            unread += 1
+            continue
+        # "NR ARG1..ARG6 SP PC", "-1 SP PC" (stopped outside a call), or "running"
+        if len(words) >= 3 and words[0] != b"running":
+            pointers.append(int(words[-2], 16))
+        else:
+            unread += 1
+    return pointers, unread
 
 
 def status(pid: int) -> ProcFile:
