@@ -136,3 +136,39 @@ def test_perl_maps_nothing_of_its_own(tmp_path):
     s = run(tmp_path, "perl", "-e", "my @a = map { 'x' x 100 } 1 .. 200000;")
     assert sum(o["peak_bytes"] for o in s["mapped_by"]) < 4 * MiB
     assert s["heap"]["peak_live_requested_bytes"] > 20 * MiB
+
+
+TRIMMED_HEAD = r"""
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+/* 600 pages of 16 KiB aligned to 16 KiB, each taken from a 32 KiB mapping whose unaligned
+ * head (and tail) is unmapped, as Ruby's heap pages are: 9.4 MiB kept and written */
+int main(void) {
+  for (int i = 0; i < 600; i++) {
+    char *p = mmap(NULL, 32768, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uintptr_t a = ((uintptr_t)p + 16383) & ~(uintptr_t)16383;
+    if (a > (uintptr_t)p) munmap(p, a - (uintptr_t)p);
+    if (a + 16384 < (uintptr_t)p + 32768) munmap((char *)a + 16384, (uintptr_t)p + 32768 - a - 16384);
+    memset((char *)a, 1, 16384);
+  }
+  usleep(800000);
+  return 0;
+}
+"""
+
+
+def test_a_mapping_whose_head_is_unmapped_keeps_its_rest_named(tmp_path):
+    from conftest import compile_c
+    # GIVEN a program that maps twice what it needs and unmaps the unaligned head (Ruby's heap
+    # pages: its object heap read "did not come from malloc, no object heapsight saw mapping
+    # memory accounts for it")
+    exe = compile_c(tmp_path, "trimmed_head", TRIMMED_HEAD)
+    s = run(tmp_path, exe)
+    owner = top(s)
+    # THEN the rest of each mapping is still the program's, resident where the pages are
+    assert owner["object"] == exe, owner
+    assert owner["resident_bytes"] >= 8 * MiB and owner["mapped_bytes"] >= 9 * MiB, owner
+    f = next((f for f in s["findings"] if f["kind"] == "non-heap"), None)
+    assert f is None or "trimmed_head" in f["detail"], f

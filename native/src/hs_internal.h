@@ -253,7 +253,7 @@ void _hs_count_free_read(size_t hdr, size_t usable);
 uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */
 uint64_t _hs_live_blocks(void);          /* blocks live now, as the slots count them */
 const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */
-int _hs_profile_unmap(void *p);  /* 1: it was recorded */
+int _hs_profile_unmap(void *p, size_t len); /* 1: it was recorded */
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */
 void _hs_profile_start(void);             /* from the constructor: the unwinder */
 void _hs_profile_reset(hs_segment_t *seg); /* the owner re-attaches after execve */

@@ -127,7 +127,7 @@ HS_EXPORT int munmap(void *addr, size_t len) {
   if (rc == 0) {
     _hs_blockmap_unmapped((uint64_t)(uintptr_t)addr, (uint64_t)(uintptr_t)addr + len);
     account(__builtin_return_address(0), -(int64_t)len, 0);
-    _hs_profile_unmap(addr);
+    _hs_profile_unmap(addr, len);
   }
   return rc;
 }
@@ -148,7 +148,7 @@ HS_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
     _hs_blockmap_unmapped((uint64_t)(uintptr_t)old, (uint64_t)(uintptr_t)old + old_len);
     note((uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)p + new_len, __builtin_return_address(0));
     account(__builtin_return_address(0), (int64_t)new_len - (int64_t)old_len, 0);
-    if (_hs_profile_unmap(old)) /* recorded again, at its new size and place */
+    if (_hs_profile_unmap(old, old_len)) /* recorded again, at its new size and place */
       _hs_profile_map(p, new_len, __builtin_return_address(0));
   }
   return p;
