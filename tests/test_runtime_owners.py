@@ -139,19 +139,18 @@ def test_perl_maps_nothing_of_its_own(tmp_path):
 
 
 TRIMMED_HEAD = r"""
-#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-/* 600 pages of 16 KiB aligned to 16 KiB, each taken from a 32 KiB mapping whose unaligned
- * head (and tail) is unmapped, as Ruby's heap pages are: 9.4 MiB kept and written */
+/* 600 pages of 16 KiB, each the rest of a 32 KiB mapping whose head was unmapped (half of
+ * them their tail too), as Ruby's heap pages are made aligned: 9.4 MiB kept and written */
 int main(void) {
   for (int i = 0; i < 600; i++) {
     char *p = mmap(NULL, 32768, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    uintptr_t a = ((uintptr_t)p + 16383) & ~(uintptr_t)16383;
-    if (a > (uintptr_t)p) munmap(p, a - (uintptr_t)p);
-    if (a + 16384 < (uintptr_t)p + 32768) munmap((char *)a + 16384, (uintptr_t)p + 32768 - a - 16384);
-    memset((char *)a, 1, 16384);
+    char *kept = p + (i % 2 ? 8192 : 16384);
+    munmap(p, (size_t)(kept - p));
+    if (i % 2) munmap(kept + 16384, 8192);
+    memset(kept, 1, 16384);
   }
   usleep(800000);
   return 0;
