@@ -202,9 +202,10 @@ def test_guarded_regions_that_are_no_threads_stack_are_not_called_stacks(tmp_pat
     s = run(tmp_path, compile_c(tmp_path, "guarded", GUARDED, "-lpthread"))["summary"]
     # THEN the threads' stack pointers put the regions under other anonymous memory, and the
     # stacks are the threads' (the shape alone read 20 MiB of stacks)
-    for k in (s["resident_by_kind_peak"], s["resident_by_kind"]):
-        assert k["anon"] >= 19 * MiB, k
-        assert 0 < k["stack"] < 2 * MiB, k
+    last = s["resident_by_kind"]
+    assert last["anon"] >= 19 * MiB and 0 < last["stack"] < 2 * MiB, last
+    # (the reading near the peak may come while the regions are being written)
+    assert s["resident_by_kind_peak"]["stack"] < 2 * MiB, s["resident_by_kind_peak"]
 
 
 MAPS_AND_LETS_GO = r"""
