@@ -70,6 +70,7 @@ extern HS_TLS int _hs_t_helper;
 /* The object whose code is at pc: its load base and file name (the program's: argv[0]),
  * without a symbol search (mappings.c). */
 int _hs_object_of(const void *pc, uint64_t *base, const char **name);
+const char *_hs_exe_path(void); /* profile.c: /proc/self/exe, NULL before it is read */
 int _hs_allocator_stats(hs_alloc_stats_t *out);
 int _hs_allocator_release(void);
 int _hs_allocator_release_on_caller(void);

@@ -34,8 +34,9 @@ static void *real(void **slot, const char *name) {
   return f;
 }
 
-/* The object whose code is at pc: its load base and file name (the program's: the name it
- * was started by, as dladdr says it). _dl_find_object (glibc 2.35+) finds it from the
+/* The object whose code is at pc: its load base and file name (the program's: its file, as
+ * /proc/self/exe names it and the profile's modules do; before that is read, the name it
+ * was started by). _dl_find_object (glibc 2.35+) finds it from the
  * loader's sorted table without a lock; dladdr also looks for the nearest symbol, which
  * in a program with a huge symbol table (node exports V8's) took 55% of its time. */
 int _hs_object_of(const void *pc, uint64_t *base, const char **name) {
@@ -43,7 +44,8 @@ int _hs_object_of(const void *pc, uint64_t *base, const char **name) {
   if (_dl_find_object((void *)pc, &fo) == 0 && fo.dlfo_link_map) {
     *base = (uint64_t)(uintptr_t)fo.dlfo_map_start;
     const char *n = fo.dlfo_link_map->l_name;
-    *name = (n && *n) ? n : program_invocation_name;
+    const char *exe = _hs_exe_path();
+    *name = (n && *n) ? n : exe ? exe : program_invocation_name;
     return *base != 0;
   }
   Dl_info at; /* not in a loaded object's table (JIT code, say): dladdr's answer */

@@ -309,6 +309,11 @@ static void count_live(int level, int dir) {
 }
 
 /* ---- modules ---- */
+/* The program's own file as the profile's modules name it (/proc/self/exe), NULL before it
+ * is known: mappings.c names the objects that map memory the same way, so that the two
+ * meet (php started as "php" is /usr/bin/php8.2). */
+const char *_hs_exe_path(void) { return g_exe[0] ? g_exe : NULL; }
+
 static void keep_tail(char *dst, size_t size, const char *src) {
   size_t n = strlen(src), keep = n < size - 1 ? n : size - 1;
   memcpy(dst, src + n - keep, keep);
@@ -555,9 +560,17 @@ static void add_modules(hs_profile_t *pr, hs_module_t *fresh, int n) {
   }
 }
 
-/* Live blocks and mappings share the table: a mapping's key is its address | 1 (a
- * block's address is at least 8-aligned, so the two never meet). */
-static inline uint64_t map_key(const void *p) { return (uint64_t)(uintptr_t)p | 1; }
+/* Live blocks and mappings share the table: a mapping has two keys, its start | 1 and its
+ * end | 2 (a block's address is at least 8-aligned, so none of them meet), so that a
+ * munmap finds the mapping it begins or ends. Under the lock, with room for one entry. */
+static inline uint64_t page_up(uint64_t a) {
+  uint64_t page = (uint64_t)getpagesize(); /* glibc's, kept by the loader: no call to the kernel */
+  return (a + page - 1) & ~(page - 1);
+}
+static void map_put(uint64_t lo, uint64_t hi, uint64_t index) {
+  table_put(&g_live, lo | 1, index);
+  if (table_room(&g_live)) table_put(&g_live, page_up(hi) | 2, index); /* else: by its start only */
+}
 
 /* The size histogram (hs_hist_t), under the lock: a sampled block of `usable` bytes taken
  * at `level` had probability p = 1 - exp(-usable / mean) to be sampled (the mean then:
@@ -655,7 +668,7 @@ static inline __attribute__((always_inline)) void record(void *p, size_t usable,
   __atomic_store_n(&pr->events_used, used + 1, __ATOMIC_RELEASE);
   put_event(used, (uint64_t)(uintptr_t)p, usable, stack, kind);
   if (kind == HS_EVENT_MAP) {
-    table_put(&g_live, map_key(p), used);
+    map_put((uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)p + usable, used);
   } else {
     table_put(&g_live, (uint64_t)(uintptr_t)p, used);
     hist_add(usable, req, kind_level(kind), 1);
@@ -862,33 +875,42 @@ void _hs_profile_map(void *p, size_t len, const void *caller) {
   errno = saved;
 }
 
-/* A munmap (or the old place of an mremap) of len bytes at p: the mapping recorded at p
- * ends (a FREE). When len is less than its size, the rest stays mapped: a runtime that maps
- * more than it needs and unmaps the unaligned head (Ruby's heap pages: 32 KiB mapped, 16
- * KiB kept; an aligned arena or segment) keeps memory that counted for no one, and Ruby's
- * object heap read "11.3 MiB of anonymous memory did not come from malloc, no object
- * heapsight saw mapping memory accounts for it". The rest is recorded again where it now
- * begins (a MAP now, with the stack of the first). A munmap inside or at the end of a
- * mapping finds none at its address: the mapping stays recorded whole (smaps gives the
- * part gone no resident bytes). 1: it was recorded. */
+/* A munmap (or the old place of an mremap) of len bytes at p: the mapping recorded that
+ * begins or ends there ends (a FREE). When it went only in part, the rest stays mapped: a
+ * runtime that maps more than it needs and unmaps the unaligned head or tail (Ruby's heap
+ * pages: 32 KiB mapped, 16 KiB kept; PHP's 2 MiB chunks) keeps memory that counted for no
+ * one, and Ruby's object heap read "11.3 MiB of anonymous memory did not come from malloc,
+ * no object heapsight saw mapping memory accounts for it". The rest is recorded again (a
+ * MAP now, with the stack of the first). A munmap inside a mapping, touching neither end,
+ * leaves it recorded whole (smaps gives the part gone no resident bytes). 1: it was
+ * recorded. */
 int _hs_profile_unmap(void *p, size_t len) {
   if (t_locked || !_hs_is_owner() || __atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != P_ON) return 0;
   hs_profile_t *pr = &_hs_seg->profile;
-  uint64_t page = (uint64_t)getpagesize(), cut = ((uint64_t)len + page - 1) & ~(page - 1);
+  uint64_t lo = (uint64_t)(uintptr_t)p, hi = page_up(lo + (uint64_t)len);
+  uint64_t rest_lo = 0, rest_hi = 0;
   lock();
-  uint64_t found = table_take(&g_live, map_key(p));
+  uint64_t found = table_take(&g_live, lo | 1);
+  if (found) { /* its start: the mapping whole, or its head */
+    uint64_t end = page_up(g_events[found - 1].addr + g_events[found - 1].size);
+    table_take(&g_live, end | 2);
+    if (hi < end) rest_lo = hi, rest_hi = end;
+  } else if ((found = table_take(&g_live, hi | 2))) { /* its end: its tail */
+    uint64_t start = g_events[found - 1].addr;
+    table_take(&g_live, start | 1);
+    if (start < lo) rest_lo = start, rest_hi = lo;
+  }
   if (found) {
-    hs_event_t was = g_events[found - 1];
+    uint32_t stack = g_events[found - 1].stack;
     uint64_t i = pr->events_used; /* room was kept when its MAP was recorded */
     __atomic_store_n(&pr->events_used, i + 1, __ATOMIC_RELEASE);
     put_event(i, found - 1, 0, 0, HS_EVENT_FREE);
     /* the rest: room for its MAP and for the FREE of every mapping and block live */
-    if (cut < was.size && !g_full && i + 1 + g_live.used + 2 <= g_events_cap &&
+    if (rest_hi > rest_lo && !g_full && i + 1 + g_live.used + 2 <= g_events_cap &&
         table_room(&g_live)) {
-      uint64_t at = was.addr + cut;
       __atomic_store_n(&pr->events_used, i + 2, __ATOMIC_RELEASE);
-      put_event(i + 1, at, was.size - cut, was.stack, HS_EVENT_MAP);
-      table_put(&g_live, map_key((void *)(uintptr_t)at), i + 1);
+      put_event(i + 1, rest_lo, rest_hi - rest_lo, stack, HS_EVENT_MAP);
+      map_put(rest_lo, rest_hi, i + 1);
     }
   }
   unlock();
