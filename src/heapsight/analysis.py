@@ -969,6 +969,10 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
     if max(read, waited_peak) < max(16 * MiB, 2 * peak_rss) or (top and top["name"] == follow):
         return []
     measured = os.path.basename(str(command[0])) if command else "the command"
+    # --follow picks the first process of a name: a child named as the command (git gc's
+    # git pack-objects, a make run by make) cannot be picked by it (--follow git measured
+    # the started git again)
+    pickable = bool(top) and not _same_program(top["name"], follow or measured)
     if follow:   # the command's other processes, beside the one --follow measures
         return [Finding(
             "child", read,
@@ -976,8 +980,8 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
             f"{human(read)}: the figures here are {follow}'s",
             f"heapsight measures one process: here the first process of {follow} (--follow "
             f"{follow}, peak RSS {human(peak_rss)}). Another process of the command, "
-            f"{top['name']}, held much more memory; --follow measures that one instead.",
-            (f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",))]
+            f"{top['name']}, held much more memory" + _follow_how(top["name"], follow, pickable),
+            _follow_line(top, command, pickable))]
     if waited_peak > 1.1 * read:   # (within a tenth: the child read, at its high-water mark)
         seen = (f"; of those heapsight read while they ran, {top['name']} (pid {top['pid']}) "
                 f"held the most, {human(read)} when read" if top else
@@ -989,18 +993,40 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
             f"heapsight measures one process: the one it started, here {measured} (peak RSS "
             f"{human(peak_rss)}). A process it started held {human(waited_peak)} at its most "
             f"(the kernel's count as {measured} ended: it came and went between heapsight's "
-            f"readings of the processes it started{seen}); --follow measures one of them "
-            "instead.",
-            (f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",)
-            if top else ())]
+            f"readings of the processes it started{seen})" +
+            (_follow_how(top["name"], measured, pickable) if top else
+             "; --follow measures one of them instead."),
+            _follow_line(top, command, pickable) if top else ())]
     return [Finding(
         "child", top["peak_rss_bytes"],
         f"{top['name']} (pid {top['pid']}), started by {measured}, peaked at "
         f"{human(top['peak_rss_bytes'])}: the figures here are {measured}'s",
         f"heapsight measures one process: the one it started, here {measured} (peak RSS "
-        f"{human(peak_rss)}). A process it started, {top['name']}, held much more memory; "
-        "--follow measures that one instead.",
-        (f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",))]
+        f"{human(peak_rss)}). A process it started, {top['name']}, held much more memory" +
+        _follow_how(top["name"], measured, pickable),
+        _follow_line(top, command, pickable))]
+
+
+def _same_program(name: str, other: str) -> bool:
+    """Whether two programs' names are one program's (python3 and python3.11: a version
+    after the name, as the library's --follow matches them)."""
+    a, b = sorted((name, other), key=len)
+    return bool(a) and b.startswith(a) and all(c == "." or c.isdigit() for c in b[len(a):])
+
+
+def _follow_how(name: str, measured: str, pickable: bool) -> str:
+    """How that other process is measured: --follow, unless it has the name of the one
+    measured (then --follow would pick that one again)."""
+    if pickable:
+        return "; --follow measures that one instead."
+    return (f", but it has the name of the process measured here ({measured}), and --follow "
+            "picks the first process of a name, so it cannot single this one out: running "
+            "that process's own command under heapsight measures it.")
+
+
+def _follow_line(top: dict, command: list, pickable: bool) -> tuple:
+    return ((f"heapsight run --follow {shell_quote(top['name'])} -- {shell_join(command)}",)
+            if pickable else ())
 
 
 def verdict(found: list, final: Breakdown | None, preload_active: bool,

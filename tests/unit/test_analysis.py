@@ -643,3 +643,18 @@ def test_cpythons_objects_are_never_retained_whatever_glibcs_figure_allows():
                            live_usable=MiB, live_blocks=0, allocator="glibc",
                            alloc_mapped=100 * MiB, not_malloc=3 * MiB)
     assert parts["retained_bytes"] == 7 * MiB and parts["other_anon_bytes"] == 3 * MiB
+
+
+def test_a_child_named_as_the_command_is_not_offered_to_follow():
+    # GIVEN git gc, whose 61 MiB child is a git too (git pack-objects): --follow git would
+    # measure the started git again
+    kids = [{"name": "git", "pid": 42, "peak_rss_bytes": 61 * MiB}]
+    f, = analysis.child_findings(kids, 6 * MiB, ["git", "gc", "--aggressive"])
+    # THEN the finding names it and says why --follow cannot pick it, and offers no line
+    assert "cannot single this one out" in f.detail and f.suggestions == ()
+    # a child of another name (or a versioned name of another program) still gets its line
+    kids = [{"name": "python3.11", "pid": 43, "peak_rss_bytes": 61 * MiB}]
+    f, = analysis.child_findings(kids, 6 * MiB, ["sh", "-c", "python3 x.py"])
+    assert f.suggestions == ("heapsight run --follow python3.11 -- sh -c 'python3 x.py'",)
+    f, = analysis.child_findings(kids, 6 * MiB, ["python3", "x.py"])
+    assert f.suggestions == () and "(python3)" in f.detail
