@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -158,3 +159,36 @@ def test_the_allocator_heaps_row_keeps_its_brackets():
         sleeper.wait()
     assert r.returncode == 0, r.stderr
     assert "allocator heaps ([heap], arenas)" in r.stderr, r.stderr
+
+
+# heapsight run as `python -m heapsight`, saying at its exit which of these it imported
+IMPORTS_SAID = ("import atexit, runpy, sys\n"
+                "atexit.register(lambda: sys.stderr.write('\\nIMPORTED ' + ' '.join(sorted(\n"
+                "    m for m in sys.modules if m in ('numpy', 'heapsight.analysis', "
+                "'heapsight.summary'))) + '\\n'))\n"
+                "sys.argv = ['heapsight'] + sys.argv[1:]\n"
+                "runpy.run_module('heapsight', run_name='__main__')\n")
+
+
+def _imported(stderr: str) -> set:
+    return set(stderr.rsplit("IMPORTED", 1)[1].split()) if "IMPORTED" in stderr else {"?"}
+
+
+def test_a_run_nothing_reads_makes_no_summary_and_passes_the_status_on(tmp_path):
+    # GIVEN -q --no-save with no output, gate, --follow or --verify: only the exit status is
+    # read (the analysis' imports, numpy's 60-100 ms of them, were most of `run -- true`)
+    hs = [sys.executable, "-c", IMPORTS_SAID, "run", "-q", "--no-save"]
+    p = subprocess.run([*hs, "--", "sh", "-c", "exit 3"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    # THEN the program's code is heapsight's, and neither numpy nor the analysis was imported
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert _imported(p.stderr) == set(), p.stderr[-2000:]
+    # a program killed by a signal kills heapsight with it, as with a summary
+    p = subprocess.run([*HS, "run", "-q", "--no-save", "--", "sh", "-c", "kill -TERM $$"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == -signal.SIGTERM, p.stderr
+    # and a gate reads the summary: it is made
+    p = subprocess.run([*hs, "--fail-if-rss", "1G", "--", "sh", "-c", "exit 3"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert _imported(p.stderr) == {"numpy", "heapsight.analysis", "heapsight.summary"}, p.stderr

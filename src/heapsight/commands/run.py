@@ -226,6 +226,19 @@ def _held_rss(summary) -> int:
     return moments.rss_of(summary.moments, "held") or 0
 
 
+GATES = ("fail_if_retained", "fail_if_rss", "fail_if_held", "fail_if_never_freed",
+         "fail_if_lost")
+
+
+def unread(args) -> bool:
+    """Whether nothing reads the run but the program's exit status: -q --no-save, no output,
+    no exporter, no gate, no --verify, no --follow (which says when its program never
+    ran). Then no summary is made, and the analysis and numpy are never imported."""
+    return (args.quiet and args.no_save and not (args.json or args.html or args.pprof)
+            and args.openmetrics_port is None and not args.verify and not args.follow
+            and all(getattr(args, g) is None for g in GATES))
+
+
 def gate_failures(args, summary) -> list:
     """The gates the run failed: (what, figure, limit) for each figure above its limit."""
     figures = (("retained at exit", args.fail_if_retained,
@@ -360,6 +373,13 @@ def execute(args) -> int:
             sys.stderr.write(f"heapsight: serving metrics on http://127.0.0.1:{exporter.port}"
                              "/metrics\n")
         opts = opts.replace(exporter=exporter)
+    if unread(args):   # nothing reads the run but its exit status: no summary
+        ended, _ = measure(argv, opts.replace(summarize=False))
+        if args.verbose:
+            sys.stderr.write(phases.render(phases.report()))
+        if ended.exit_signal:
+            interrupts.program_signal = ended.exit_signal
+        return ended.exit_code
     # An interrupt after the program ended waits until the run is saved (then ends heapsight).
     with interrupts.deferred():
         summary, timeline = measure(argv, opts)

@@ -114,6 +114,9 @@ OPTIONS = dict(
                               # with no other output: neither)
     warm=(),                  # modules the end will import (its reporters): imported
                               # while the program runs
+    summarize=True,           # False: nothing reads the run but its exit status (run -q
+                              # --no-save with no output, gate, --follow or --verify): no
+                              # summary, and none of the analysis' modules imported
 )
 
 
@@ -298,8 +301,8 @@ class _Meanwhile:
     def _run(self) -> None:
         import importlib
         import time
-        from heapsight import symbolize
         if self.names:   # the tool reads libc's debug information meanwhile
+            from heapsight import symbolize
             # and the program's own file (its symbols, its debug information; a script's
             # interpreter), as its stacks name it: unless an earlier run kept their answers
             # (symbolize.warm_up)
@@ -366,8 +369,20 @@ def _libc_lookup() -> list:
         return []
 
 
+class Ended:
+    """How a run that nothing reads ended (Options.summarize off): what heapsight exits with."""
+
+    __slots__ = ("exit_code", "exit_signal", "interrupted")
+
+    def __init__(self, returncode: int, interrupted: bool) -> None:
+        self.exit_code = 128 - returncode if returncode < 0 else returncode
+        self.exit_signal = -returncode if returncode < 0 else 0
+        self.interrupted = interrupted
+
+
 def measure(argv: list, opts: Options) -> tuple:
-    """Run argv once under the library and the sampler: (Summary, Timeline). The steps:
+    """Run argv once under the library and the sampler: (Summary, Timeline), (Ended,
+    Timeline) when opts.summarize is off. The steps:
     the segment, the program started with the signals it should have, sampled until it
     ends, then what it left (the sampled allocations, the heap maps, the segment's figures)
     captured and summarized."""
@@ -399,7 +414,8 @@ def measure(argv: list, opts: Options) -> tuple:
             raise HeapsightError(f"cannot start {argv[0]}: {e.strerror}", EXIT_NOT_FOUND) from e
         # names are asked only for sampled stacks
         names = opts.keep and _samples(opts) and segment is not None
-        meanwhile = _Meanwhile(segment, END_MODULES + tuple(opts.warm), names, path)
+        meanwhile = _Meanwhile(segment, END_MODULES + tuple(opts.warm) if opts.summarize else (),
+                               names, path)
         try:
             sampler = Sampler(proc, segment, hz=opts.hz, smaps_hz=opts.smaps_hz,
                               on_signal=cb.on_signal, snapshot_signal=opts.snapshot_signal,
@@ -412,10 +428,13 @@ def measure(argv: list, opts: Options) -> tuple:
             phases.mark("the program's run, sampled")
             meanwhile.stop()
             phases.mark("the end's imports, left when the program ended")
-        add_exit_begun_row(timeline, segment, sampler.segment_resident)
+        if opts.summarize:
+            add_exit_begun_row(timeline, segment, sampler.segment_resident)
         if opts.snapshot_signal:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(cb.forwarded) or bool(interrupts.drain())
+        if not opts.summarize:
+            return Ended(proc.returncode, interrupted), timeline
         summary = _after_the_run(argv, opts, segment, linkage, proc, timeline, cb)
         import dataclasses
         return dataclasses.replace(summary, interrupted=interrupted), timeline
