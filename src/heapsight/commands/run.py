@@ -95,7 +95,9 @@ def add_arguments(p) -> None:
                         "symbolizer's share of it), the record and each output")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary (with --no-save and no other output "
                    "only the --fail-if gates read the run: the program is then neither sampled "
-                   "nor copied at exit, nor trimmed; --fail-if-lost still copies it at exit)")
+                   "nor copied at exit, nor trimmed; --fail-if-lost still copies it at exit; "
+                   "with no gate either, only its exit status is passed on: no summary is "
+                   "made)")
     p.add_argument("--no-heap-map", action="store_true",
                    help="do not map the heap page by page at exit and at snapshots (a copy "
                         "of the program walks it, measures what a release gives back and "
