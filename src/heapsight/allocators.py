@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from heapsight.dataclass import dataclass
 from heapsight import elf, native
 from heapsight.errors import HeapsightError
 

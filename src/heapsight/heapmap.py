@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import base64
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from heapsight.dataclass import dataclass
 from heapsight import allocators
 from heapsight.fmt import human, printable
 from heapsight.layout import MAP_EXIT

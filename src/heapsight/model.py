@@ -6,10 +6,11 @@ fields before it is read)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 
 import numpy as np
 
+from heapsight.dataclass import dataclass
 from heapsight.layout import STATS_UNKNOWN
 
 SCHEMA_VERSION = 1

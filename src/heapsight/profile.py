@@ -10,10 +10,11 @@ free_ns, which is what every estimate needs (sites.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from heapsight.dataclass import dataclass
 from heapsight import layout
 
 # How the library unwinds (native/src/profile.c, unwind.c): reported beside its measured cost.

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
 
+from heapsight.dataclass import dataclass
 from heapsight.allocators import ALLOCATORS, PRESET, library_for
 from heapsight.fmt import human
 from heapsight.moments import TITLE

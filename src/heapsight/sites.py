@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from heapsight.dataclass import dataclass
 from heapsight import allocators, layout, profile
 from heapsight import symbolize
 from heapsight.fmt import printable, shell_quote

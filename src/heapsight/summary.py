@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 
+from heapsight.dataclass import dataclass
 from heapsight import allocators, analysis, heapmap, mapped, moments, profile, sites, symbolize
 from heapsight.arrays import isin, median
 from heapsight.fmt import printable
@@ -359,7 +360,7 @@ def _program_time(segment, tl: Timeline, done: bool) -> tuple:
     return tl.duration_s, 0.0
 
 
-@dataclasses.dataclass
+@dataclass
 class _Rows:
     """The timeline's rows that have a reading, and which of them are the peaks."""
     cols: dict

@@ -38,8 +38,8 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 
+from heapsight.dataclass import dataclass
 from heapsight.fmt import printable
 
 TIMEOUT_S = 60

@@ -30,8 +30,9 @@ import os
 import shlex
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
+from heapsight.dataclass import dataclass
 from heapsight import fmt, native
 from heapsight.allocators import PRESET, Config, library_for
 from heapsight.errors import HeapsightError

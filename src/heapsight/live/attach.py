@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 
+from heapsight.dataclass import dataclass
 from heapsight import allocators, analysis, elf, mappings
 from heapsight.live import gdbcall, procfs, readloop
 from heapsight.live.segment import open_pagemap

@@ -6,8 +6,9 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from heapsight.dataclass import dataclass
 from heapsight import allocators, moments, record
 from heapsight.allocators import Config, library_for
 from heapsight.live.measure import Options, measure

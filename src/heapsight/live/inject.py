@@ -23,10 +23,11 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from heapsight.dataclass import dataclass
 from heapsight import allocators, elf, heapmap, interrupts, native
 from heapsight.arrays import isin
 from heapsight.errors import HeapsightError

@@ -11,9 +11,9 @@ import json
 import re
 import shlex
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from heapsight.dataclass import dataclass
 from heapsight import __version__, allocators, analysis, heapmap, ranking
 from heapsight.moments import words as moment_words
 from heapsight.ranking import METRICS
