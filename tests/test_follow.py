@@ -254,3 +254,22 @@ def test_a_daemon_that_left_its_parent_is_named_still_running(tmp_path):
         assert "heapsight attach PID" in s["preload_note"]
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+def test_a_child_named_as_the_command_is_followed_by_its_first_argument(tmp_path):
+    # GIVEN python3 running `python3 child.py` (as git gc runs `git pack-objects`): the child
+    # has the command's own name, which --follow alone would find in the started process
+    (tmp_path / "child.py").write_text(
+        "import time\nbig = bytearray(80 << 20)\nfor i in range(0, len(big), 4096):\n"
+        "    big[i] = 1\ntime.sleep(0.8)\n")
+    parent = ("import subprocess, sys\n"
+              "subprocess.run([sys.executable, 'child.py'], check=True, cwd=sys.argv[1])\n")
+    cmd = ["--", "/usr/bin/python3", "-c", parent, str(tmp_path)]
+    s, _ = run(tmp_path, *cmd)
+    # THEN the child is named with its first argument, and so is the option that measures it
+    top = s["findings"][0]
+    assert top["kind"] == "child" and top["title"].startswith("python3 child.py (pid "), top
+    assert top["suggestions"][0].startswith("heapsight run --follow 'python3 child.py' -- "), top
+    # and that option measures the child, not the python3 started
+    s2, _ = run(tmp_path, "--follow", "python3 child.py", *cmd)
+    assert s2["pid"] != s2["started_pid"] and s2["peak_rss_bytes"] >= 80 * MiB, s2["preload_note"]

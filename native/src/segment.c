@@ -234,12 +234,37 @@ static int name_is(const char *base, const char *name, size_t n) {
   return 1;
 }
 
+/* Whether this process's first argument is `arg` (/proc/self/cmdline: its words, each
+ * ending in a NUL). */
+static int first_argument_is(const char *arg) {
+  char buf[512];
+  int fd = hs_open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  size_t first = strlen(buf) + 1; /* past argv[0] */
+  return first < (size_t)n && strcmp(buf + first, arg) == 0;
+}
+
 /* Whether this process may own the run's segment (its figures are the run's): when
  * HEAPSIGHT_FOLLOW names a program, only a process of it may (by its executable's name,
- * symlinks resolved, or the name it was started by: comm); else the first to attach. */
+ * symlinks resolved, or the name it was started by: comm), and when it names a program and
+ * a word ("git pack-objects": a child with the command's own name), only one whose first
+ * argument is that word; else the first to attach. */
 static int may_own(void) {
-  const char *follow = getenv("HEAPSIGHT_FOLLOW");
-  if (!follow || !*follow) return 1;
+  const char *given = getenv("HEAPSIGHT_FOLLOW");
+  if (!given || !*given) return 1;
+  char follow[256];
+  size_t given_len = strlen(given);
+  if (given_len >= sizeof follow) return 0;
+  memcpy(follow, given, given_len + 1);
+  char *word = strchr(follow, ' ');
+  if (word) {
+    *word++ = 0;
+    if (!first_argument_is(word)) return 0;
+  }
   char exe[4096], comm[32];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[n > 0 ? n : 0] = 0;

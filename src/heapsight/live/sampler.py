@@ -50,6 +50,21 @@ _FAST_AT = [IDX[name] for name in readloop.COLUMNS]
 _FAST_USABLE, _FAST_REQ = readloop.COLUMNS.index("live_usable"), readloop.COLUMNS.index("live_req")
 
 
+def _with_first_argument(pid: int, name: str) -> str:
+    """A child named as the command it runs under ("git" under git gc) named with its first
+    argument too ("git pack-objects"), which --follow then picks it by; as it was when that
+    is an option or there is none (python3's multiprocessing children: "-c")."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read(4096).split(b"\0")
+    except OSError:
+        return name
+    first = words[1].decode(errors="replace") if len(words) > 1 else ""
+    if not first or first.startswith("-") or " " in first or len(first) > 64:
+        return name
+    return f"{name} {first}"
+
+
 def _hwm(pid: int) -> int:
     """A process's peak RSS so far (VmHWM in /proc/PID/status, bytes); 0 if not said (a
     kernel thread, a zombie)."""
@@ -149,6 +164,7 @@ class Sampler:
         self.pid = proc.pid
         self.timeline = Timeline()
         self._own = set()   # pids of heapsight's own processes among the program's children
+        self._started = None   # the started process's name (_started_name)
         # the segment's pages resident in the program at the last tick (they grow, but an
         # exec starts them again)
         self.segment_resident = 0.0
@@ -265,6 +281,8 @@ class Sampler:
                         if name == "hs-heapmap":   # heapsight's copy of the program (heapmap.c)
                             self._own.add(kid)
                             continue
+                        if name == self._started_name():
+                            name = _with_first_argument(kid, name)
                         with open(f"/proc/{kid}/statm", "rb") as f:
                             rss = int(f.read().split()[1]) * page
                         hwm = _hwm(kid)
@@ -275,6 +293,16 @@ class Sampler:
                     entry[0] = name   # after an exec, the new image's name
                     entry[1] = max(entry[1], rss, hwm)
         return float(total) if seen else 0.0
+
+    def _started_name(self) -> str:
+        """The name (comm) of the process heapsight started, read once."""
+        if self._started is None:
+            try:
+                with open(f"/proc/{self.proc.pid}/comm", "rb") as f:
+                    self._started = f.read().decode(errors="replace").strip()
+            except OSError:
+                return ""
+        return self._started
 
     def _open(self, pid: int) -> None:
         self.pid = pid
