@@ -86,7 +86,9 @@ def add_arguments(p) -> None:
                         "name, or the name it was started by: perl, python3, cc1) among those "
                         "the command starts: `heapsight run --follow perl -- sh -c 'perl x.pl; "
                         "true'` measures perl, not the shell: the first process of that name, "
-                        "from its start to its end. By default the process started is "
+                        "from its start to its end. 'NAME WORD' measures the first whose first "
+                        "argument is WORD: a child with the command's own name, as git gc's "
+                        "--follow 'git pack-objects'. By default the process started is "
                         "measured, and a child that held much more memory is named, with this "
                         "option to follow it")
     p.add_argument("-v", "--verbose", action="store_true",
