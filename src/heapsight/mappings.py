@@ -13,9 +13,9 @@ The layout rules (glibc 2.36, x86-64):
   PartitionAlloc: a 4 KiB guard below each 2 MiB super page; V8's pages), so where the
   threads' stack pointers can be read (/proc/PID/task/TID/syscall) they decide: a mapping
   is a stack when one points into it; one shaped like a stack that none points into is
-  still taken for one only while threads whose pointer could not be read (running then)
-  outnumber such mappings. Read Chromium's browser process, the shape alone called 25 MiB
-  of it stacks, and its 33 threads' pointers 644 KiB.
+  still taken for one only where the threads whose pointer could not be read (running
+  then) could own it (_stacks_by_pointer). In Chromium's browser process the shape alone
+  called 25 MiB stacks; its 33 threads' pointers, 644 KiB.
 """
 
 from __future__ import annotations
