@@ -186,3 +186,18 @@ def test_the_allocators_figure_is_tight_between_two_readings_that_agree():
     assert analysis.mapped_tight(m, 5.0).tolist() == [True, False, False, True, True, True,
                                                       True, True]
     assert analysis.mapped_tight(m, 9.0).tolist()[-1] is False
+
+
+def test_of_two_rows_that_each_know_one_figure_the_held_moment_reads_the_objects():
+    # GIVEN a steady stretch: pymalloc's pools read until its second row (objects known
+    # there), the allocator's mapped memory known from its third row on (a loaded machine
+    # read the pools rarely: the held column was read where no objects were known)
+    from heapsight.summary import known_at
+    t = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
+    rss = np.full(5, 100.0 * (1 << 20))
+    cols = {"alloc_mapped": np.array([np.nan, np.nan, 50.0, 50.0, 50.0])}
+    cols["alloc_mapped"][0] = 40.0   # a reading that differs: the rows before the next are loose
+    objects = np.array([np.nan, 80.0, np.nan, np.nan, np.nan])
+    exact = known_at(cols, objects)
+    # THEN the row read is the one where the objects are known, not the middle one
+    assert moments.level(t, rss, np.arange(5), exact) == 1, exact
