@@ -45,3 +45,42 @@ def test_a_process_keeps_its_own_segment_across_an_exec():
     assert p.returncode == 0 and mapped == "True", p.stderr
     # AND it is gone once the program ended
     assert not os.path.exists(f"/dev/shm/heapsight-{pid}-auto.seg")
+
+
+FREES = r"""
+#include <stdlib.h>
+#include <string.h>
+/* 20 MB of 1000-byte blocks, 99 of 100 freed before it ends: a release would give back */
+int main(void) {
+  enum { N = 20000 };
+  static char *b[N];
+  for (int i = 0; i < N; i++) { b[i] = malloc(1000); memset(b[i], 1, 1000); }
+  for (int i = 0; i < N; i++) if (i % 100) free(b[i]);
+  return 0;
+}
+"""
+
+
+def test_a_process_with_its_own_segment_makes_no_release_at_exit(tmp_path):
+    # GIVEN a program under `heapsight env` (HEAPSIGHT_SEGMENT=auto) that ends with free
+    # memory in its heap: its segment goes as it ends, so no one reads a release's figure
+    import shutil
+    import subprocess
+    from conftest import compile_c
+    from heapsight import native
+    assert shutil.which("strace"), "strace is installed by scripts/install-deps"
+    exe = compile_c(tmp_path, "frees", FREES)
+
+    def madvises(**extra) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "HEAPSIGHT_RELEASE_AT_EXIT"}
+        env.update(LD_PRELOAD=native.LIB, HEAPSIGHT_SEGMENT="auto", **extra)
+        out = tmp_path / "strace.txt"
+        p = subprocess.run(["strace", "-f", "-e", "trace=madvise", "-o", str(out), exe],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return out.read_text().count("MADV_DONTNEED")
+    # THEN it makes no release at its exit (malloc_trim gave back 200 pages by madvise,
+    # at the program's cost: perl emptying a 1.5M-entry hash spent 0.5-0.8 s in it)
+    assert madvises() == 0
+    # unless asked to
+    assert madvises(HEAPSIGHT_RELEASE_AT_EXIT="1") > 0

@@ -254,6 +254,7 @@ void _hs_count_free_read(size_t hdr, size_t usable);
 uint64_t _hs_mmapped_chunk_bytes(void);  /* glibc chunks served by their own mmap, live now */
 uint64_t _hs_live_blocks(void);          /* blocks live now, as the slots count them */
 const char *_hs_segment_path(void);     /* segment.c: the owner's segment file, NULL if none */
+int _hs_segment_is_own(void);           /* segment.c: HEAPSIGHT_SEGMENT=auto's, made by this process */
 int _hs_profile_unmap(void *p, size_t len); /* 1: it was recorded */
 void _hs_profile_setup(void);             /* at attach: the mean, the profile's header */
 void _hs_profile_start(void);             /* from the constructor: the unwinder */

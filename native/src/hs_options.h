@@ -7,7 +7,11 @@ typedef struct hs_options_s {
   int release_at_exit;  /* HEAPSIGHT_RELEASE_AT_EXIT: 1: the program calls the allocator's
                            release at exit; "copy" (HS_RELEASE_IN_COPY): the exit map's copy
                            does, but for a release that acts on the calling thread's own heap
-                           (mimalloc's), which the copy's one thread cannot reach; 0: none */
+                           (mimalloc's), which the copy's one thread cannot reach; 0: none;
+                           not given (-1): 1, but none in a process with a segment of its own
+                           (HEAPSIGHT_SEGMENT=auto, `heapsight env`: the segment goes as the
+                           process ends, and no one reads what a release would give back;
+                           perl emptying a 1.5M-entry hash spent 0.5-0.8 s of its exit in it) */
   int reach;            /* HEAPSIGHT_REACH: the heap map's copy marks what the program can
                            still reach (reach.c; default 1) */
   int reach_index;      /* HEAPSIGHT_REACH_INDEX: the marking finds each word's block

@@ -11,7 +11,7 @@
 
 #include "hs_options.h"
 
-hs_options_t _hs_opt = {.release_at_exit = 1, .reach = 1, .reach_index = 1, .sample_bytes = 524288};
+hs_options_t _hs_opt = {.release_at_exit = -1, .reach = 1, .reach_index = 1, .sample_bytes = 524288};
 
 static void warn(const char *name, const char *val, const char *want) {
   char buf[256];

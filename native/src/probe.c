@@ -455,8 +455,8 @@ void _hs_exit_probe(void) {
       _hs_heapmap_write_refusal(path, exit_map_why(able, in_handler, glibc));
   }
   int on_caller = _hs_allocator_release_on_caller();
-  int release = _hs_opt.release_at_exit == 1 ||
-                (_hs_opt.release_at_exit == HS_RELEASE_IN_COPY && on_caller);
+  int asked = _hs_opt.release_at_exit < 0 ? !_hs_segment_is_own() : _hs_opt.release_at_exit;
+  int release = asked == 1 || (asked == HS_RELEASE_IN_COPY && on_caller);
   if (able && status == HS_PROBE_DONE && release) {
     if (on_caller) {
       uint64_t t0 = _hs_now_ns();
