@@ -223,7 +223,7 @@ static const char *make_own_segment(char *buf, size_t len) {
 int _hs_segment_is_own(void) { return g_own_path[0] && _hs_is_owner(); }
 
 void _hs_segment_remove_own(void) {
-  if (g_own_path[0] && _hs_is_owner()) unlink(g_own_path);
+  if (_hs_segment_is_own()) unlink(g_own_path);
 }
 
 /* Whether an image's name (basename) is `name`, or `name` followed by a version: python3

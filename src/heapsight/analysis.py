@@ -980,7 +980,7 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
             f"{human(read)}: the figures here are {follow}'s",
             f"heapsight measures one process: here the first process of {follow} (--follow "
             f"{follow}, peak RSS {human(peak_rss)}). Another process of the command, "
-            f"{top['name']}, held much more memory" + _follow_how(top["name"], follow, pickable),
+            f"{top['name']}, held much more memory" + _follow_how(follow, pickable),
             _follow_line(top, command, pickable))]
     if waited_peak > 1.1 * read:   # (within a tenth: the child read, at its high-water mark)
         seen = (f"; of those heapsight read while they ran, {top['name']} (pid {top['pid']}) "
@@ -994,7 +994,7 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
             f"{human(peak_rss)}). A process it started held {human(waited_peak)} at its most "
             f"(the kernel's count as {measured} ended: it came and went between heapsight's "
             f"readings of the processes it started{seen})" +
-            (_follow_how(top["name"], measured, pickable) if top else
+            (_follow_how(measured, pickable) if top else
              "; --follow measures one of them instead."),
             _follow_line(top, command, pickable) if top else ())]
     return [Finding(
@@ -1003,7 +1003,7 @@ def child_findings(children: list, peak_rss: int, command: list, follow: str = "
         f"{human(top['peak_rss_bytes'])}: the figures here are {measured}'s",
         f"heapsight measures one process: the one it started, here {measured} (peak RSS "
         f"{human(peak_rss)}). A process it started, {top['name']}, held much more memory" +
-        _follow_how(top["name"], measured, pickable),
+        _follow_how(measured, pickable),
         _follow_line(top, command, pickable))]
 
 
@@ -1014,7 +1014,7 @@ def _same_program(name: str, other: str) -> bool:
     return bool(a) and b.startswith(a) and all(c == "." or c.isdigit() for c in b[len(a):])
 
 
-def _follow_how(name: str, measured: str, pickable: bool) -> str:
+def _follow_how(measured: str, pickable: bool) -> str:
     """How that other process is measured: --follow, unless it has the name of the one
     measured (then --follow would pick that one again)."""
     if pickable:

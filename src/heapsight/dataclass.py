@@ -24,10 +24,10 @@ def dataclass(cls=None, *, frozen: bool = False):
         # the fields, their defaults and dataclasses' functions; no method written
         c = dataclasses.dataclass(c, init=False, repr=False, eq=False)
         fields = dataclasses.fields(c)
-        c.__fields_init__ = tuple((f.name, f.default, f.default_factory)
+        c._fields_init = tuple((f.name, f.default, f.default_factory)
                                   for f in fields if f.init)
-        c.__fields_repr__ = tuple(f.name for f in fields if f.repr)
-        c.__fields_compare__ = tuple(f.name for f in fields if f.compare)
+        c._fields_repr = tuple(f.name for f in fields if f.repr)
+        c._fields_compare = tuple(f.name for f in fields if f.compare)
         c.__init__, c.__repr__, c.__eq__ = _init, _repr, _eq
         if frozen:
             c.__setattr__, c.__delattr__, c.__hash__ = _frozen_set, _frozen_del, _hash
@@ -38,7 +38,7 @@ def dataclass(cls=None, *, frozen: bool = False):
 
 
 def _init(self, *args, **kwargs) -> None:
-    spec = type(self).__fields_init__
+    spec = type(self)._fields_init
     name = type(self).__name__
     if len(args) > len(spec):
         raise TypeError(f"{name}() takes {len(spec)} positional arguments but {len(args)} "
@@ -70,18 +70,18 @@ def _values(self, names: tuple) -> tuple:
 
 def _repr(self) -> str:
     return (f"{type(self).__qualname__}("
-            + ", ".join(f"{n}={getattr(self, n)!r}" for n in type(self).__fields_repr__) + ")")
+            + ", ".join(f"{n}={getattr(self, n)!r}" for n in type(self)._fields_repr) + ")")
 
 
 def _eq(self, other):
     if other.__class__ is not self.__class__:
         return NotImplemented
-    names = type(self).__fields_compare__
+    names = type(self)._fields_compare
     return _values(self, names) == _values(other, names)
 
 
 def _hash(self) -> int:
-    return hash(_values(self, type(self).__fields_compare__))
+    return hash(_values(self, type(self)._fields_compare))
 
 
 def _frozen_set(self, name, value):

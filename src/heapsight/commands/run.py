@@ -234,15 +234,6 @@ GATES = ("fail_if_retained", "fail_if_rss", "fail_if_held", "fail_if_never_freed
          "fail_if_lost")
 
 
-def unread(args) -> bool:
-    """Whether nothing reads the run but the program's exit status: -q --no-save, no output,
-    no exporter, no gate, no --verify, no --follow (which says when its program never
-    ran). Then no summary is made, and the analysis and numpy are never imported."""
-    return (args.quiet and args.no_save and not (args.json or args.html or args.pprof)
-            and args.openmetrics_port is None and not args.verify and not args.follow
-            and all(getattr(args, g) is None for g in GATES))
-
-
 def gate_failures(args, summary) -> list:
     """The gates the run failed: (what, figure, limit) for each figure above its limit."""
     figures = (("retained at exit", args.fail_if_retained,
@@ -377,7 +368,10 @@ def execute(args) -> int:
             sys.stderr.write(f"heapsight: serving metrics on http://127.0.0.1:{exporter.port}"
                              "/metrics\n")
         opts = opts.replace(exporter=exporter)
-    if unread(args):   # nothing reads the run but its exit status: no summary
+    # nothing reads the run but the program's exit status (as bare, and no gate, --verify or
+    # --follow, which says when its program never ran): no summary is made, and neither the
+    # analysis nor numpy is imported
+    if bare and not (args.verify or args.follow) and all(getattr(args, g) is None for g in GATES):
         ended, _ = measure(argv, opts.replace(summarize=False))
         if args.verbose:
             sys.stderr.write(phases.render(phases.report()))

@@ -372,12 +372,11 @@ def _libc_lookup() -> list:
 class Ended:
     """How a run that nothing reads ended (Options.summarize off): what heapsight exits with."""
 
-    __slots__ = ("exit_code", "exit_signal", "interrupted")
+    __slots__ = ("exit_code", "exit_signal")
 
-    def __init__(self, returncode: int, interrupted: bool) -> None:
+    def __init__(self, returncode: int) -> None:
         self.exit_code = 128 - returncode if returncode < 0 else returncode
         self.exit_signal = -returncode if returncode < 0 else 0
-        self.interrupted = interrupted
 
 
 def measure(argv: list, opts: Options) -> tuple:
@@ -434,7 +433,7 @@ def measure(argv: list, opts: Options) -> tuple:
             interrupts.drain({opts.snapshot_signal})
         interrupted = bool(cb.forwarded) or bool(interrupts.drain())
         if not opts.summarize:
-            return Ended(proc.returncode, interrupted), timeline
+            return Ended(proc.returncode), timeline
         summary = _after_the_run(argv, opts, segment, linkage, proc, timeline, cb)
         import dataclasses
         return dataclasses.replace(summary, interrupted=interrupted), timeline
