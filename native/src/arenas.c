@@ -41,7 +41,6 @@
  * most one arena lock at a time outside fork, so the order cannot deadlock). The copy
  * resets its copies of the locks to 0 before its malloc_trim. main_arena is not exported:
  * it is found in libc's writable data by its contents, see plausible_main. */
-#define G_MSTATE_FASTBINS 16u
 #define G_MSTATE_LAST_REMAINDER 104u
 #define G_MSTATE_BINS 112u
 #define G_NBINS_WORDS 254u
@@ -277,4 +276,6 @@ void _hs_arenas_free_in_copy(void) {
 uint64_t _hs_arenas_ring_head(void) { return load(g_locked[0] + G_MSTATE_NEXT); }
 
 int _hs_arenas_main_known(void) { return g_main_arena != 0; }
+
+uint64_t _hs_arenas_main(void) { return __atomic_load_n(&g_main_arena, __ATOMIC_ACQUIRE); }
 

@@ -315,6 +315,153 @@ static void measure_release(child_t *c, hs_map_header_t *h) {
   h->released_pages = dropped;
 }
 
+static char *put_u64(char *at, const char *end, uint64_t v) {
+  char t[24];
+  int n = 0;
+  do t[n++] = (char)('0' + v % 10); while ((v /= 10) && n < 24);
+  while (n && at < end) *at++ = t[--n];
+  return at;
+}
+
+static char *put_str(char *at, const char *end, const char *s) {
+  while (*s && at < end) *at++ = *s++;
+  return at;
+}
+
+/* glibc's release counted instead of run. malloc_trim first merges every fastbin chunk
+ * with its free neighbours (malloc_consolidate), reading them in the order they were
+ * freed: ~0.2 us a chunk here, 0.65 s of the copy of a perl that had just emptied a
+ * 1.5M-entry hash. From HS_COUNT_FROM_CHUNKS such chunks on (HEAPSIGHT_MAP_RELEASE:
+ * hs_options.h), what it would give back is counted from the pages by its own rule (the
+ * walk, heapwalk.c): the chunks it would merge are walked merged, and a page is given back
+ * when it was resident and lies whole inside a free chunk past its first 48 bytes (mtrim's
+ * madvise), or past the main heap's top's first 33 bytes (systrim's sbrk). 1 when counting
+ * (the walk in map_glibc then counts), 0 when the release is to be run; the fastbins,
+ * when they cannot be told from the pages (_hs_walk_fastbins), are run as always. */
+#define HS_COUNT_FROM_CHUNKS 65536
+
+static int count_release(child_t *c, hs_map_header_t *h) {
+  int mode = _hs_opt.map_release;
+  if (mode == HS_MAP_RELEASE_RUN) return 0;
+  uint64_t t0 = _hs_now_ns();
+  _hs_read_status(&h->rss_before, &h->anon_before); /* before the copy's own bitmaps */
+  _hs_walk_presence(c, HS_PAGE_BEFORE);
+  uint64_t main_arena = _hs_walk_number_arenas(c);
+  if (!main_arena) main_arena = _hs_arenas_main(); /* one arena: not found from a thread's */
+  if (mode == HS_MAP_RELEASE_AUTO && !_hs_walk_fastbins_reach(c, main_arena, HS_COUNT_FROM_CHUNKS))
+    return 0;
+  c->finding_key = 1;
+  _hs_walk_heaps(c, main_arena);
+  c->finding_key = 0;
+  const char *why = "";
+  int64_t n = _hs_walk_fastbins(c, main_arena, &why);
+  if (n < 0) {
+    if (mode == HS_MAP_RELEASE_CHECK) {
+      char note[sizeof h->why], *at = note, *end = note + sizeof note - 1;
+      at = put_str(at, end, "release check: run only: ");
+      at = put_str(at, end, why);
+      *at = 0;
+      set_why(h, note);
+    }
+    return 0;
+  }
+  if (mode == HS_MAP_RELEASE_AUTO && n < HS_COUNT_FROM_CHUNKS) {
+    _hs_walk_fastbins_forget(c);
+    return 0;
+  }
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    heap_t *hp = &c->heaps[i];
+    for (uint64_t k = 0; k < hp->out.pages; k++)
+      if (hp->flags[k] & HS_PAGE_BEFORE) hp->flags[k] |= HS_PAGE_AFTER;
+  }
+  c->counting = 1;
+  c->released = 0;
+  h->release_counted = 1;
+  h->fast_chunks = (uint64_t)n;
+  h->release_ns = _hs_now_ns() - t0;
+  return 1;
+}
+
+/* After the counted walk: the figures running the release would have given. */
+static void counted_figures(child_t *c, hs_map_header_t *h) {
+  uint64_t gave = c->released * c->page;
+  h->released_pages = c->released;
+  h->rss_after = h->rss_before > gave ? h->rss_before - gave : 0;
+  h->anon_after = h->anon_before > gave ? h->anon_before - gave : 0;
+  c->counting = 0;
+  _hs_walk_fastbins_forget(c);
+}
+
+/* HEAPSIGHT_MAP_RELEASE=check: the heaps walked counted, their pages kept; then the
+ * release run (by the caller) and the heaps walked as always; compare_release says in the
+ * note whether the two agree, page by page. */
+typedef struct counted_s {
+  uint8_t *flags;
+  uint32_t *live;
+  hs_map_heap_t *out;
+  uint64_t released, fast_chunks;
+} counted_t;
+
+static int keep_counted(child_t *c, hs_map_header_t *h, counted_t *k) {
+  uint64_t pages = 0;
+  for (size_t i = 0; i < c->n_heaps; i++) pages += c->heaps[i].out.pages;
+  char *mem = _hs_copy_map(pages * 5 + c->n_heaps * sizeof(hs_map_heap_t) + 64, 0);
+  if (!mem) return 0;
+  k->out = (hs_map_heap_t *)mem;
+  k->live = (uint32_t *)(mem + c->n_heaps * sizeof(hs_map_heap_t));
+  k->flags = (uint8_t *)(k->live + pages);
+  _hs_walk_heaps(c, _hs_walk_number_arenas(c));
+  counted_figures(c, h);
+  k->released = h->released_pages;
+  k->fast_chunks = h->fast_chunks;
+  for (size_t i = 0, at = 0; i < c->n_heaps; i++) {
+    heap_t *hp = &c->heaps[i];
+    k->out[i] = hp->out;
+    memcpy(k->live + at, hp->live, hp->out.pages * 4);
+    memcpy(k->flags + at, hp->flags, hp->out.pages);
+    at += hp->out.pages;
+    memset(hp->live, 0, hp->out.pages * 4); /* as before the walk */
+    for (uint64_t p = 0; p < hp->out.pages; p++) hp->flags[p] &= HS_PAGE_BEFORE;
+    hp->out.walked = hp->out.top_bytes = hp->out.live_bytes = 0;
+    hp->out.inuse_chunks = hp->out.free_chunks = hp->out.tcache_chunks = 0;
+  }
+  h->release_counted = h->fast_chunks = h->released_pages = 0;
+  return 1;
+}
+
+static void compare_release(child_t *c, hs_map_header_t *h, const counted_t *k) {
+  uint64_t flags = 0, live = 0, heaps = 0;
+  for (size_t i = 0, at = 0; i < c->n_heaps; i++) {
+    const heap_t *hp = &c->heaps[i];
+    const hs_map_heap_t *o = &k->out[i];
+    heaps += o->walked != hp->out.walked || o->top_bytes != hp->out.top_bytes ||
+             o->live_bytes != hp->out.live_bytes || o->inuse_chunks != hp->out.inuse_chunks ||
+             o->free_chunks != hp->out.free_chunks || o->tcache_chunks != hp->out.tcache_chunks;
+    for (uint64_t p = 0; p < hp->out.pages; p++) {
+      flags += k->flags[at + p] != hp->flags[p];
+      live += k->live[at + p] != hp->live[p];
+    }
+    at += hp->out.pages;
+  }
+  char note[sizeof h->why], *at = note, *end = note + sizeof note - 1;
+  at = put_str(at, end, flags || live || heaps || k->released != h->released_pages
+                            ? "release check: counted and run differ:" : "release check: counted and run agree:");
+  at = put_str(at, end, " pages given back ");
+  at = put_u64(at, end, k->released);
+  at = put_str(at, end, " and ");
+  at = put_u64(at, end, h->released_pages);
+  at = put_str(at, end, ", pages whose flags differ ");
+  at = put_u64(at, end, flags);
+  at = put_str(at, end, ", live bytes ");
+  at = put_u64(at, end, live);
+  at = put_str(at, end, ", heaps' counts ");
+  at = put_u64(at, end, heaps);
+  at = put_str(at, end, "; fastbin chunks ");
+  at = put_u64(at, end, k->fast_chunks);
+  *at = 0;
+  if (!h->why[0]) set_why(h, note);
+}
+
 /* CPython's pymalloc in the copy (the program's CPython: the library found its
  * _PyRuntime): the pool headers (hs_pools.h) at every pool-aligned resident page of its
  * private anonymous mappings, read in place. mincore says which pages are resident (the
@@ -455,10 +602,16 @@ static __attribute__((noreturn)) void child_main(const char *path, uint64_t t0, 
     no_heaps = "no room in the copy for the allocator's pages";
   }
   if (!page_arrays(&c)) _exit(4);
-  measure_release(&c, &h);
+  int counted = glibc && count_release(&c, &h);
+  counted_t check = {0};
+  if (counted && _hs_opt.map_release == HS_MAP_RELEASE_CHECK && keep_counted(&c, &h, &check))
+    counted = 0;
+  if (!counted) measure_release(&c, &h);
   copy_pools(&c, &h);
   if (glibc) map_glibc(&c, at_exit, &h, &rec, &blocks);
   else map_other(&c, at_exit, &h, &rec, &blocks, no_heaps);
+  if (counted) counted_figures(&c, &h);
+  if (check.out) compare_release(&c, &h, &check);
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) == 0) {
     h.child_minflt = (uint64_t)ru.ru_minflt;

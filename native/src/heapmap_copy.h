@@ -22,6 +22,9 @@
 #define G_TOP_KEEP 33u              /* systrim keeps MINSIZE + 1 bytes of the top */
 #define G_TCACHE_MAX_CHUNK 1040u    /* chunk of tidx2usize(63) = 1032 usable bytes */
 #define G_TCACHE_STRUCT_CHUNK 656u  /* request2size(sizeof(tcache_perthread_struct)) */
+#define G_FAST_MAX_CHUNK 176u       /* the largest fastbin chunk (M_MXFAST at its most, 160) */
+#define G_NFASTBINS 10u
+#define G_MSTATE_FASTBINS 16u       /* fastbinsY[G_NFASTBINS]: chunk pointers, not protected */
 #define G_MSTATE_BYTES 2200u
 #define G_MSTATE_TOP 96u
 #define G_MSTATE_NEXT 2160u
@@ -44,10 +47,16 @@ typedef struct heap_s {
   uint64_t size;                /* thread heap: heap_info.size */
   uint64_t ar;                  /* thread heap: its arena (ar_ptr) */
   int kind, first, ok_layout;
+  uint64_t bit0;                /* its first 16-byte slot's bit in the fastbin bitmaps */
   hs_map_heap_t out;
   uint32_t *live;
   uint8_t *flags;
 } heap_t;
+
+#define HS_TCACHES_MAX 4096         /* ... at most this many */
+typedef struct hs_link_s { uint32_t at, to; } hs_link_t; /* a fastbin link, as bitmap slots */
+typedef struct hs_twice_s { uint32_t slot, more; } hs_twice_t; /* a slot, its links past one */
+#define HS_TWICE_MAX 65536
 
 typedef struct child_s {
   uint64_t page;
@@ -59,6 +68,20 @@ typedef struct child_s {
   uint64_t key;                 /* the tcache key, when found */
   int key_found;
   int finding_key;              /* the first walk: looks for the key only */
+  /* The release counted (heapwalk.c: _hs_walk_fastbins): two bits per 16-byte slot of the
+   * heaps, set at each chunk in a fastbin and at each one a fastbin chunk links to (fast,
+   * fast_bits slots); while counting, the walk merges free and fastbin chunks as malloc_trim's
+   * consolidation would and clears HS_PAGE_AFTER where its madvise and sbrk would drop
+   * the page (released: how many were resident) */
+  uint64_t *fast;
+  hs_link_t *links;             /* each candidate's link, as slots (the first walk's) */
+  size_t n_links, cap_links;
+  uint64_t *tcaches;            /* the threads' tcache_perthread_structs (user data), */
+  size_t n_tcaches;
+  hs_twice_t *twice, *heads;    /* chunks linked to more than once; the fastbins' heads */
+  size_t n_twice, n_heads;
+  uint64_t fast_bits, released;
+  int finding_fast, counting;
   hs_chunk_t *chunks;           /* the in-use blocks, for the reach (NULL: not collected) */
   size_t n_chunks, cap_chunks;
 } child_t;
@@ -88,6 +111,11 @@ int _hs_walk_find_heaps(child_t *c);              /* [heap] and the thread heaps
 uint64_t _hs_walk_number_arenas(child_t *c);      /* main_arena, or 0 */
 uint64_t _hs_walk_presence(child_t *c, uint8_t f); /* resident pages: flag f */
 void _hs_walk_heaps(child_t *c, uint64_t main_arena);
+/* The chunks in glibc's fastbins, told from the pages: -1 when they cannot be (*why says
+ * why; the bitmaps are gone), else how many (c->fast set; the key must have been looked for) */
+int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why);
+void _hs_walk_fastbins_forget(child_t *c);
+int _hs_walk_fastbins_reach(const child_t *c, uint64_t main_arena, uint64_t limit);
 uint64_t _hs_start_brk(void);                     /* read once (arenas.c too) */
 
 /* heaproots.c */
@@ -102,5 +130,6 @@ void _hs_arenas_forget(void);          /* none held (before a copy that takes no
 void _hs_arenas_free_in_copy(void);    /* the copy's copies of the held locks, freed */
 uint64_t _hs_arenas_ring_head(void);   /* main_arena's ->next now (one is held) */
 int _hs_arenas_main_known(void);
+uint64_t _hs_arenas_main(void);        /* main_arena as found (0: never was) */
 
 #endif

@@ -14,7 +14,9 @@
  *     (pagemap: resident before the release, not after, in the heaps), child_minflt (pages
  *     the child faulted: its copies, its buffers), child_cpu_ns (its CPU time, as it saw
  *     it before writing), reach_bytes (the reach section's size after the heaps, 0: none),
- *     py_objects_bytes, py_pool_bytes, py_pools (CPython's pymalloc, heapmap.c), reserved[3];
+ *     py_objects_bytes, py_pool_bytes, py_pools (CPython's pymalloc, heapmap.c),
+ *     release_counted (1: the release was counted, see below; 0: run), fast_chunks (the
+ *     chunks in glibc's fastbins, when counted), reserved[1];
  *     char why[160] (the reason when not mapped, else a note or empty).
  *   per heap (its pages: [heap] as mapped before the release; a thread heap's read-write
  *     part, mprotect_size; under another allocator, each of its mappings the hooks
@@ -30,7 +32,10 @@
  * in a thread's tcache. malloc_trim(0) drops exactly the pages with none of live, 8, 16
  * inside free chunks; glibc 2.36 trims thread arenas' top chunks only on free(), never in
  * malloc_trim, so their top pages stay resident (bit 4, arena > 0). The main heap's pages
- * past the break the release lowered are past the walk: no live byte, no flag but 1. */
+ * past the break the release lowered are past the walk: no live byte, no flag but 1.
+ * A counted release (release_counted 1) writes what running it would have: flag 2 is
+ * flag 1 but on the pages that rule drops, rss_after and anon_after are the figures before
+ * less those pages, and the chunks malloc_trim would merge first are walked merged. */
 
 #ifndef HS_HEAPMAP_FILE_H
 #define HS_HEAPMAP_FILE_H
@@ -39,7 +44,7 @@
 
 #define HS_MAP_MAGIC 0x313050414d485348ull   /* "HSHMAP01" */
 #define HS_MAP_END 0x4e4550414d485348ull     /* "HSHMAPEN" */
-#define HS_MAP_VERSION 2
+#define HS_MAP_VERSION 3
 
 /* A heap's kind (see above). */
 enum { HS_HEAP_MAIN = 0, HS_HEAP_THREAD = 1, HS_HEAP_ALLOCATOR = 2 };
@@ -56,7 +61,10 @@ typedef struct hs_map_header_s {
   /* CPython's pymalloc in the copy (heapmap.c: copy_pools): the bytes of its objects in
    * use, its pools' bytes and its pools (0 pools: not CPython, or none found) */
   uint64_t py_objects_bytes, py_pool_bytes, py_pools;
-  uint64_t reserved[3];
+  /* glibc: 1 when the release was counted from the pages (heapmap.c: count_release), not
+   * run, and the chunks then in its fastbins */
+  uint64_t release_counted, fast_chunks;
+  uint64_t reserved[1];
   char why[160];
 } hs_map_header_t;
 

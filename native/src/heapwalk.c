@@ -402,10 +402,6 @@ static int is_tcache(const child_t *c, uint64_t u) {
 
 static void classify(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz, int inuse) {
   uint64_t page = c->page;
-  if (c->finding_key) {
-    if (inuse && sz == G_TCACHE_STRUCT_CHUNK && !c->key_found) try_key(c, ch + 16);
-    return;
-  }
   if (sz < G_MINSIZE) { /* a fencepost */
     set_flag(hp, ch + 8, ch + sz, HS_PAGE_ALLOC, page);
     return;
@@ -430,20 +426,95 @@ static void classify(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz, int inuse
   }
 }
 
+/* ---- the release counted: glibc's fastbins told from the pages ---- */
+
+/* A fastbin chunk's link: its fd, safe-linked (glibc >= 2.32: stored XOR its own address
+ * >> 12), as a chunk address (0: the list's end). tcache entries link the same way. */
+static inline uint64_t fast_next(uint64_t ch) { return hs_rd(ch + 16) ^ ((ch + 16) >> 12); }
+
+/* The heap holding [a, a + 32), by a search over the heaps (in address order). */
+static const heap_t *heap_of(const child_t *c, uint64_t a) {
+  size_t lo = 0, hi = c->n_heaps;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c->heaps[mid].end <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == c->n_heaps || a < c->heaps[lo].start || a + G_MINSIZE > c->heaps[lo].end) return NULL;
+  return &c->heaps[lo];
+}
+
+#define NO_SLOT UINT64_MAX
+static uint64_t slot_of(const child_t *c, uint64_t a) {
+  const heap_t *hp = (a & 15) ? NULL : heap_of(c, a);
+  return hp ? hp->bit0 + (a - hp->start) / 16 : NO_SLOT;
+}
+/* c->fast: for each 64 slots, a word of the chunks that may be in a fastbin, then a word
+ * of those a candidate links to (one cache line for both) */
+static inline uint64_t *fast_word(const child_t *c, uint64_t slot) { return &c->fast[slot / 64 * 2]; }
+static inline int is_fast(const child_t *c, uint64_t slot) { return (int)(*fast_word(c, slot) >> (slot % 64)) & 1; }
+static inline int is_linked(const child_t *c, uint64_t slot) { return (int)(fast_word(c, slot)[1] >> (slot % 64)) & 1; }
+
+/* The first walk's test: an in-use-looking chunk of a fastbin's size whose link is the
+ * end or the start of some 16-byte slot of a heap may be in a fastbin. (Not the tcache
+ * key: a thread's tcache, emptied as the thread ends, leaves its chunks in the fastbins
+ * with the key still in them. A tcache's own chunks are taken out after the walk.) */
+static void fast_candidate(child_t *c, const heap_t *hp, uint64_t ch, uint64_t sz) {
+  if (sz < G_MINSIZE || sz > G_FAST_MAX_CHUNK) return;
+  uint64_t s = fast_next(ch), to = s ? slot_of(c, s) : NO_SLOT;
+  if (s && to == NO_SLOT) return;
+  uint64_t slot = hp->bit0 + (ch - hp->start) / 16;
+  *fast_word(c, slot) |= 1ull << (slot % 64);
+  if (s && c->n_links < c->cap_links) c->links[c->n_links++] = (hs_link_t){(uint32_t)slot, (uint32_t)to};
+  else if (s) c->fast_bits = 0; /* (no room: not counted) */
+}
+
+static inline int in_fast(const child_t *c, const heap_t *hp, uint64_t ch) {
+  return is_fast(c, hp->bit0 + (ch - hp->start) / 16);
+}
+
+/* Pages [lo, hi) (page-aligned) dropped by the counted release: resident before, not after. */
+static void drop_pages(child_t *c, heap_t *hp, uint64_t lo, uint64_t hi) {
+  if (lo < hp->start) lo = hp->start;
+  if (hi > hp->end) hi = hp->end;
+  for (uint64_t pg = lo < hi ? page_of(hp, lo, c->page) : 0, last = lo < hi ? page_of(hp, hi, c->page) : 0;
+       pg < last; pg++) {
+    if (hp->flags[pg] & HS_PAGE_AFTER) {
+      hp->flags[pg] &= (uint8_t)~HS_PAGE_AFTER;
+      c->released++;
+    }
+  }
+}
+
+/* A run of chunks malloc_consolidate merges (free ones and fastbin ones, next to each
+ * other): one free chunk, of which mtrim's madvise drops the whole pages past its first
+ * sizeof(struct malloc_chunk) bytes. */
+static void counted_free(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz) {
+  classify(c, hp, ch, sz, 0);
+  uint64_t page = c->page;
+  if (sz <= page - 1 + G_CHUNK_STRUCT) return;
+  uint64_t lo = (ch + G_CHUNK_STRUCT + page - 1) & ~(page - 1), rest = sz - (lo - ch);
+  if (rest > page - 1) drop_pages(c, hp, lo, lo + (rest & ~(page - 1)));
+}
+
 /* Walks [c0, cend): 1 when every chunk was read and the walk ended exactly at the end (on
- * the top chunk, which must be `top` when that is known, or on the fenceposts). */
+ * the top chunk, which must be `top` when that is known, or on the fenceposts). While
+ * counting, a run of free and fastbin chunks is one free chunk (counted_free), and one
+ * that ends at the top is part of it; the main heap's top is then shrunk as systrim
+ * shrinks it: all but MINSIZE + 1 bytes, in whole pages, given back by lowering the break. */
 static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top, int main_heap) {
   uint64_t page = c->page;
+  int first_walk = c->finding_key || c->finding_fast;
   if ((c0 & 15) || c0 >= cend || !_hs_walk_readable(c, c0, cend)) return 0;
   if (c->finding_key) top = 0;
-  else set_flag(hp, hp->start, c0, HS_PAGE_ALLOC, page);   /* heap_info, malloc_state */
-  uint64_t ch = c0;
+  if (!first_walk) set_flag(hp, hp->start, c0, HS_PAGE_ALLOC, page);   /* heap_info, malloc_state */
+  uint64_t ch = c0, run = 0;
   while (ch < cend) {
     if (ch + 16 > cend) return 0;
     uint64_t word = hs_rd(ch + 8), sz = word & ~(uint64_t)7;
     if (sz == 0) { /* the fenceposts that close a thread heap that is not the current one */
       if (main_heap || word != 1 || cend - ch > 2 * G_MINSIZE) return 0;
-      if (!c->finding_key) set_flag(hp, ch, cend, HS_PAGE_ALLOC, page);
+      if (!first_walk) set_flag(hp, ch, cend, HS_PAGE_ALLOC, page);
       return 1;
     }
     if ((sz & 15) || (word & 2) || sz > cend - ch) return 0;
@@ -451,13 +522,35 @@ static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top
     if (next == cend) { /* the top chunk */
       if (c->finding_key) return 1;
       if (top && ch != top) return 0;
-      hp->out.top_bytes += sz;
-      set_flag(hp, ch, next, HS_PAGE_TOP, page);
-      set_flag(hp, ch + 8, ch + G_TOP_KEEP, HS_PAGE_ALLOC, page);
+      if (first_walk) return 1;
+      uint64_t t = run ? run : ch, end = cend;
+      if (c->counting && main_heap && cend - t > G_TOP_KEEP) {
+        end = cend - ((cend - t - G_TOP_KEEP) & ~(page - 1));
+        drop_pages(c, hp, (end + page - 1) & ~(page - 1), hp->end);
+      }
+      hp->out.top_bytes += end - t;
+      set_flag(hp, t, end, HS_PAGE_TOP, page);
+      set_flag(hp, t + 8, t + G_TOP_KEEP, HS_PAGE_ALLOC, page);
       return 1;
     }
     if (next + 16 > cend) return 0;
-    classify(c, hp, ch, sz, (int)(hs_rd(next + 8) & 1));
+    int inuse = (int)(hs_rd(next + 8) & 1);
+    if (c->finding_key) {
+      if (inuse && sz == G_TCACHE_STRUCT_CHUNK && !c->key_found) try_key(c, ch + 16);
+      if (c->key_found) return 1; /* (the first tcache struct, usually the heap's first chunk) */
+    } else if (c->finding_fast) {
+      if (inuse && sz == G_TCACHE_STRUCT_CHUNK && is_tcache(c, ch + 16)) {
+        if (c->n_tcaches < HS_TCACHES_MAX) c->tcaches[c->n_tcaches++] = ch + 16;
+        else c->fast_bits = 0; /* (more threads than that: not counted) */
+      }
+      if (inuse) fast_candidate(c, hp, ch, sz);
+    } else if (c->counting && sz >= G_MINSIZE && (!inuse || in_fast(c, hp, ch))) {
+      if (!run) run = ch;
+    } else {
+      if (run) counted_free(c, hp, run, ch - run);
+      run = 0;
+      classify(c, hp, ch, sz, inuse);
+    }
     ch = next;
   }
   return 0;
@@ -485,6 +578,10 @@ void _hs_walk_heaps(child_t *c, uint64_t main_arena) {
       if (ok && hp->out.top_bytes && !(top >= hp->start && top < end)) ok = 0;
     }
     if (c->finding_key) continue;
+    if (c->finding_fast) {
+      if (!ok) c->fast_bits = 0; /* a heap not walked: its fastbin chunks are not known */
+      continue;
+    }
     hp->out.walked = (uint64_t)ok;
     if (!ok) { /* nothing half-read is kept */
       hp->out.top_bytes = hp->out.live_bytes = 0;
@@ -493,4 +590,233 @@ void _hs_walk_heaps(child_t *c, uint64_t main_arena) {
       for (uint64_t k = 0; k < hp->out.pages; k++) hp->flags[k] &= HS_PAGE_BEFORE | HS_PAGE_AFTER;
     }
   }
+}
+
+void _hs_walk_fastbins_forget(child_t *c) {
+  if (c->fast) _hs_copy_unmap(c->fast, (size_t)c->fast_bits / 4);
+  if (c->links) _hs_copy_unmap(c->links, c->cap_links * sizeof *c->links);
+  if (c->tcaches) _hs_copy_unmap(c->tcaches, HS_TCACHES_MAX * sizeof *c->tcaches);
+  if (c->twice) _hs_copy_unmap(c->twice, HS_TWICE_MAX * sizeof *c->twice);
+  if (c->heads) _hs_copy_unmap(c->heads, (c->n_heaps + 1) * G_NFASTBINS * sizeof *c->heads);
+  c->twice = c->heads = NULL;
+  c->fast = NULL;
+  c->links = NULL;
+  c->tcaches = NULL;
+  c->fast_bits = c->n_links = c->cap_links = 0;
+}
+
+/* Every candidate's link (c->links, in address order): one that leads to no candidate is
+ * dropped (*dropped set), the others mark the chunk they lead to as linked to (one linked
+ * to again is listed in c->twice; *twice is set when the list is full). The links lead all over the heap: the bitmap's words are
+ * fetched some links ahead. */
+#define LINK_AHEAD 16
+static void fast_links(child_t *c, int *dropped, int *twice) {
+  for (size_t i = 0; i < c->n_links; i++) {
+    if (i + LINK_AHEAD < c->n_links) __builtin_prefetch(fast_word(c, c->links[i + LINK_AHEAD].to), 1);
+    hs_link_t *l = &c->links[i];
+    if (l->at == UINT32_MAX) continue; /* dropped before */
+    if (!is_fast(c, l->at)) { /* a tcache's (_hs_walk_fastbins) */
+      l->at = UINT32_MAX;
+      continue;
+    }
+    if (!is_fast(c, l->to)) {
+      *fast_word(c, l->at) &= ~(1ull << (l->at % 64));
+      l->at = UINT32_MAX;
+      *dropped = 1;
+    } else if (is_linked(c, l->to)) { /* again: kept, to be told apart (fast_false) */
+      if (c->n_twice < HS_TWICE_MAX) c->twice[c->n_twice++] = (hs_twice_t){l->to, 0};
+      else *twice = 1;
+    } else {
+      fast_word(c, l->to)[1] |= 1ull << (l->to % 64);
+    }
+  }
+}
+
+/* Sorted by slot (a shell sort: the copy calls nothing that may allocate). */
+static void sort_twice(hs_twice_t *t, size_t n) {
+  for (size_t gap = n / 2; gap; gap = gap == 2 ? 1 : gap * 5 / 11) {
+    for (size_t i = gap; i < n; i++) {
+      hs_twice_t v = t[i];
+      size_t j = i;
+      for (; j >= gap && t[j - gap].slot > v.slot; j -= gap) t[j] = t[j - gap];
+      t[j] = v;
+    }
+  }
+}
+
+/* The entry of a slot in a sorted list, or NULL. */
+static hs_twice_t *find_slot(hs_twice_t *t, size_t n, uint32_t slot) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (t[mid].slot < slot) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && t[lo].slot == slot ? &t[lo] : NULL;
+}
+
+static uint64_t slot_addr(const child_t *c, uint64_t slot) {
+  size_t lo = 0, hi = c->n_heaps;
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (c->heaps[mid].bit0 <= slot) lo = mid;
+    else hi = mid;
+  }
+  return c->heaps[lo].start + (slot - c->heaps[lo].bit0) * 16;
+}
+
+/* A chunk's first word keeps its link when malloc hands it out (glibc clears only a
+ * tcache entry's key), so a block the program has not written over yet is a candidate: a
+ * list's end, or a link to a chunk still in a fastbin or to one now in use. Such a
+ * candidate is on no list: it is linked to by no candidate, or by one that is on no list
+ * either, while every chunk on a list is a head or linked to by its predecessor. So,
+ * from each candidate no other links to that is no head (c->heads): it is dropped, and
+ * so is the chunk it links to when that is now linked to by none and no head (a chunk
+ * that was linked to twice is linked to once less: c->twice, its count of extra links). */
+static void fast_false(child_t *c, uint64_t x) {
+  for (;;) {
+    *fast_word(c, x) &= ~(1ull << (x % 64));
+    uint64_t s = fast_next(slot_addr(c, x));
+    if (!s) return;
+    uint32_t to = (uint32_t)slot_of(c, s);
+    hs_twice_t *t = find_slot(c->twice, c->n_twice, to);
+    if (t && t->more) {
+      t->more--;
+      return;
+    }
+    fast_word(c, to)[1] &= ~(1ull << (to % 64));
+    if (find_slot(c->heads, c->n_heads, to)) return;
+    x = to;
+  }
+}
+
+/* Whether glibc's fastbins hold `limit` chunks or more, by following their lists (each
+ * link read, so at most `limit` of them: ~0.2 us each when there are that many). */
+int _hs_walk_fastbins_reach(const child_t *c, uint64_t main_arena, uint64_t limit) {
+  uint64_t n = 0;
+  for (size_t i = 0; i <= c->n_heaps; i++) { /* main_arena, then each thread arena */
+    if (i && !(c->heaps[i - 1].kind == 1 && c->heaps[i - 1].first)) continue;
+    uint64_t a = i ? c->heaps[i - 1].ar : main_arena;
+    if (!a) continue;
+    for (uint64_t b = 0; b < G_NFASTBINS; b++) {
+      for (uint64_t p = hs_rd(a + G_MSTATE_FASTBINS + 8 * b); p; p = fast_next(p)) {
+        if (++n >= limit) return 1;
+        if ((p & 15) || !heap_of(c, p)) break;
+      }
+    }
+  }
+  return 0;
+}
+
+/* The chunks in glibc's fastbins, from the pages alone. Following each list from its head
+ * reads them in the order they were freed, all over the heap (3 M chunks of perl's freed
+ * hash: 0.6 s, as long as malloc_trim), so they are found in address order instead. A
+ * walk marks every chunk that could be in one (fast_candidate) and keeps its link; those
+ * whose link leads to no candidate are dropped until none is (fast_links). The candidates
+ * are then exactly the fastbin chunks when no chunk is linked to twice and the chunks no
+ * candidate links to are exactly the non-empty bins' heads (every arena's fastbinsY, each
+ * a chunk of its bin's size): each list is a path from its head to its end, and every
+ * candidate is on one. (Only candidates linked in a ring, each one's first word the next
+ * one's address XOR its own >> 12, would pass and be in no list.) -1 when that does not
+ * hold, or the heaps cannot be walked; else the candidates, in c->fast. */
+static int64_t fast_refused(child_t *c, const char **why, const char *reason) {
+  _hs_walk_fastbins_forget(c);
+  *why = reason;
+  return -1;
+}
+
+int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why) {
+  uint64_t bits = 0;
+  for (size_t i = 0; i < c->n_heaps; i++) {
+    heap_t *hp = &c->heaps[i];
+    if (i && hp->start < c->heaps[i - 1].end) /* heap_of needs them in order */
+      return fast_refused(c, why, "the heaps were not listed in address order");
+    hp->bit0 = bits;
+    bits += ((hp->end - hp->start) / 16 + 63) & ~(uint64_t)63;
+  }
+  if (!main_arena) return fast_refused(c, why, "main_arena was not found");
+  if (!bits || bits >= UINT32_MAX) return fast_refused(c, why, "no heap, or heaps of 64 GiB or more");
+  c->fast_bits = bits;
+  c->cap_links = bits / 2; /* a chunk is 32 bytes or more: backed only where written */
+  c->n_links = c->n_tcaches = c->n_twice = c->n_heads = 0;
+  if (!(c->fast = _hs_copy_map((size_t)bits / 4, 0)) || /* two bits a slot */
+      !(c->links = _hs_copy_map(c->cap_links * sizeof *c->links, 0)) ||
+      !(c->tcaches = _hs_copy_map(HS_TCACHES_MAX * sizeof *c->tcaches, 0)) ||
+      !(c->twice = _hs_copy_map(HS_TWICE_MAX * sizeof *c->twice, 0)) ||
+      !(c->heads = _hs_copy_map((c->n_heaps + 1) * G_NFASTBINS * sizeof *c->heads, 0)))
+    return fast_refused(c, why, "no room in the copy for its bitmaps");
+  c->finding_fast = 1;
+  _hs_walk_heaps(c, main_arena);
+  c->finding_fast = 0;
+  if (!c->fast_bits) { /* a heap was not walked */
+    c->fast_bits = bits;
+    return fast_refused(c, why, "a heap was not walked, or had more tcaches than listed");
+  }
+  /* the chunks in the threads' tcaches: not in a fastbin (each list as long as its count) */
+  for (size_t t = 0; t < c->n_tcaches; t++) {
+    uint64_t u = c->tcaches[t];
+    for (uint64_t b = 0; b < G_NFASTBINS; b++) {
+      uint64_t e = hs_rd(u + 128 + 8 * b), slot;
+      unsigned count = *(const volatile uint16_t *)(uintptr_t)(u + 2 * b);
+      for (unsigned j = 0; j < count && e; j++, e = hs_rd(e) ^ (e >> 12)) {
+        if ((slot = slot_of(c, e - 16)) == NO_SLOT) break;
+        *fast_word(c, slot) &= ~(1ull << (slot % 64));
+      }
+    }
+  }
+  /* dropped until every candidate's link leads to one (a pass that drops one counts the
+   * links again) */
+  int dropped = 1, twice = 0;
+  for (int pass = 0; pass < 16 && dropped; pass++) {
+    if (pass)
+      for (uint64_t k = 0; k < bits / 64; k++) c->fast[2 * k + 1] = 0;
+    c->n_twice = 0;
+    dropped = twice = 0;
+    fast_links(c, &dropped, &twice);
+  }
+  _hs_copy_unmap(c->links, c->cap_links * sizeof *c->links);
+  c->links = NULL;
+  c->n_links = c->cap_links = 0;
+  if (dropped) return fast_refused(c, why, "the candidates' links did not settle");
+  if (twice) return fast_refused(c, why, "too many chunks were linked to by two candidates");
+  /* the heads: every arena's non-empty fastbins, each a candidate of its bin's size */
+  c->n_heads = 0;
+  for (size_t i = 0; i <= c->n_heaps; i++) { /* main_arena, then each thread arena */
+    if (i && !(c->heaps[i - 1].kind == 1 && c->heaps[i - 1].first)) continue;
+    uint64_t a = i ? c->heaps[i - 1].ar : main_arena;
+    for (uint64_t b = 0; b < G_NFASTBINS; b++) {
+      uint64_t h = hs_rd(a + G_MSTATE_FASTBINS + 8 * b), slot;
+      if (!h) continue;
+      if ((slot = slot_of(c, h)) == NO_SLOT || !is_fast(c, slot) ||
+          (hs_rd(h + 8) & ~(uint64_t)7) != G_MINSIZE + 16 * b)
+        return fast_refused(c, why, "a fastbin's head was no candidate of its bin's size");
+      c->heads[c->n_heads++] = (hs_twice_t){(uint32_t)slot, 0};
+    }
+  }
+  sort_twice(c->heads, c->n_heads);
+  /* the extra links, as counts */
+  sort_twice(c->twice, c->n_twice);
+  size_t n = 0;
+  for (size_t i = 0; i < c->n_twice; i++) {
+    if (n && c->twice[n - 1].slot == c->twice[i].slot) c->twice[n - 1].more++;
+    else c->twice[n++] = (hs_twice_t){c->twice[i].slot, 1};
+  }
+  c->n_twice = n;
+  for (uint64_t k = 0; k < bits / 64; k++) {
+    for (uint64_t w = c->fast[2 * k] & ~c->fast[2 * k + 1]; w; w &= w - 1) {
+      uint64_t slot = k * 64 + (unsigned)__builtin_ctzll(w);
+      if (is_fast(c, slot) && !is_linked(c, slot) && !find_slot(c->heads, c->n_heads, (uint32_t)slot))
+        fast_false(c, slot);
+    }
+  }
+  for (size_t i = 0; i < c->n_twice; i++) {
+    if (c->twice[i].more) return fast_refused(c, why, "a chunk was linked to by two candidates on lists");
+  }
+  uint64_t members = 0, roots = 0;
+  for (uint64_t k = 0; k < bits / 64; k++) {
+    members += (uint64_t)__builtin_popcountll(c->fast[2 * k]);
+    roots += (uint64_t)__builtin_popcountll(c->fast[2 * k] & ~c->fast[2 * k + 1]);
+  }
+  if (roots != c->n_heads) return fast_refused(c, why, "the lists did not start at the fastbins' heads");
+  return (int64_t)members;
 }

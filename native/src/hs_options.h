@@ -3,6 +3,7 @@
 #define HS_OPTIONS_H
 #include <stdint.h>
 #define HS_RELEASE_IN_COPY 2
+enum { HS_MAP_RELEASE_AUTO = 0, HS_MAP_RELEASE_RUN, HS_MAP_RELEASE_COUNT, HS_MAP_RELEASE_CHECK };
 typedef struct hs_options_s {
   int release_at_exit;  /* HEAPSIGHT_RELEASE_AT_EXIT: 1: the program calls the allocator's
                            release at exit; "copy" (HS_RELEASE_IN_COPY): the exit map's copy
@@ -25,6 +26,12 @@ typedef struct hs_options_s {
   int maps_while_running; /* HEAPSIGHT_MAPS_WHILE_RUNNING: the CLI will ask for heap maps
                             while the program runs (snapshots): the program's threads look
                             for a request in the counters' slow path (probe.c; default 0) */
+  int map_release;      /* HEAPSIGHT_MAP_RELEASE: how a glibc heap map's copy finds what a
+                           release would give back: "auto" (0, the default): counted from the
+                           pages where malloc_trim would first merge HS_COUNT_FROM_CHUNKS or
+                           more fastbin chunks (slow: ~0.2 us a chunk), else run; "run" (1);
+                           "count" (2) wherever the fastbins can be told; "check" (3): both,
+                           the run's figures kept and the note saying where they differ */
   uint64_t sample_bytes; /* HEAPSIGHT_SAMPLE_BYTES: mean usable bytes between sampled
                             allocations (0: off) */
 } hs_options_t;

@@ -68,6 +68,14 @@ void _hs_options_read(void) {
   const char *w = getenv("HEAPSIGHT_REACH_WORKERS");
   if (w && (!strcmp(w, "1") || !strcmp(w, "2"))) _hs_opt.reach_workers = *w - '0';
   else if (w && strcasecmp(w, "auto")) warn("HEAPSIGHT_REACH_WORKERS", w, "auto, 1 or 2");
+  const char *m = getenv("HEAPSIGHT_MAP_RELEASE");
+  if (m) {
+    static const char *const names[] = {"auto", "run", "count", "check"};
+    int found = -1;
+    for (int i = 0; i < 4; i++) if (!strcasecmp(m, names[i])) found = i;
+    if (found < 0) warn("HEAPSIGHT_MAP_RELEASE", m, "auto, run, count or check");
+    else _hs_opt.map_release = found;
+  }
   const char *v = getenv("HEAPSIGHT_RELEASE_AT_EXIT");
   if (v && !strcasecmp(v, "copy")) _hs_opt.release_at_exit = HS_RELEASE_IN_COPY;
   else read_bool("HEAPSIGHT_RELEASE_AT_EXIT", &_hs_opt.release_at_exit);

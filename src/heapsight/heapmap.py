@@ -21,7 +21,7 @@ from heapsight.layout import MAP_EXIT
 
 MAGIC = 0x313050414d485348   # "HSHMAP01"
 END = 0x4e4550414d485348     # "HSHMAPEN"
-VERSION = 2
+VERSION = 3
 U8 = np.dtype("<u8")
 HEADER_DTYPE = np.dtype([
     ("magic", U8), ("version", U8), ("header_bytes", U8), ("file_bytes", U8), ("status", U8),
@@ -30,7 +30,8 @@ HEADER_DTYPE = np.dtype([
     ("walk_ns", U8), ("fork_ns", U8), ("child_ns", U8), ("n_heaps", U8),
     ("tcache_key_found", U8), ("released_pages", U8), ("child_minflt", U8),
     ("child_cpu_ns", U8), ("reach_bytes", U8), ("py_objects_bytes", U8), ("py_pool_bytes", U8),
-    ("py_pools", U8), ("reserved", U8, (3,)), ("why", "S160"),
+    ("py_pools", U8), ("release_counted", U8), ("fast_chunks", U8), ("reserved", U8, (1,)),
+    ("why", "S160"),
 ])
 HEAP_DTYPE = np.dtype([
     ("start", U8), ("pages", U8), ("arena", U8), ("kind", U8), ("walked", U8),
@@ -169,6 +170,10 @@ class HeapMap:
     # not CPython, or no pools found: native/src/heapmap.c copy_pools)
     py_objects_bytes: int | None = None
     py_pool_bytes: int | None = None
+    # glibc: the chunks in its fastbins when the release was counted from the pages by
+    # malloc_trim's rule rather than run (running it merges each of them first: slow past
+    # ~65k), else 0 (native/src/heapmap.c: count_release)
+    counted_fast_chunks: int = 0
 
     @property
     def release_measured_bytes(self) -> int:
@@ -194,6 +199,8 @@ def parse(data: bytes, path: str) -> HeapMap:
                  int(h["walk_ns"]), int(h["fork_ns"]), int(h["child_ns"]),
                  bool(h["tcache_key_found"]), int(h["released_pages"]), int(h["child_minflt"]),
                  int(h["child_cpu_ns"]), why if int(h["status"]) == 0 else "")
+    if int(h["release_counted"]):
+        hm.counted_fast_chunks = max(1, int(h["fast_chunks"]))
     if int(h["py_pools"]):
         hm.py_objects_bytes, hm.py_pool_bytes = int(h["py_objects_bytes"]), int(h["py_pool_bytes"])
     at = HEADER_DTYPE.itemsize
