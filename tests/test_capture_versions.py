@@ -2,7 +2,7 @@
 today's code, without falling back to the saved summary: one upgrader per past version
 (capture.UPGRADES), and records of each version in tests/data/captures (v1: saved by the
 heapsight of the commit before named moments, hs-leak --mb 5 and hs-retention --mb 32;
-v2 to v9: saved before the next version, v10: today's). `diff` reads both runs as `report`
+v2 to v10: saved before the next version, v11: today's). `diff` reads both runs as `report`
 does. And today's capture has the shape of the newest stored record: a capture that changes
 shape without a new version (and an upgrader) fails here."""
 

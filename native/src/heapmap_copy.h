@@ -53,9 +53,12 @@ typedef struct heap_s {
   uint8_t *flags;
 } heap_t;
 
-#define HS_TCACHES_MAX 4096         /* ... at most this many */
-typedef struct hs_link_s { uint32_t at, to; } hs_link_t; /* a fastbin link, as bitmap slots */
-typedef struct hs_twice_s { uint32_t slot, more; } hs_twice_t; /* a slot, its links past one */
+/* The release counted (heapwalk.c: _hs_walk_fastbins): a candidate's link, as bitmap
+ * slots; a slot and its links past one (or a fastbin's head, more 0); and how many of the
+ * threads' tcaches and of the chunks linked to twice it keeps at most */
+typedef struct hs_link_s { uint32_t at, to; } hs_link_t;
+typedef struct hs_twice_s { uint32_t slot, more; } hs_twice_t;
+#define HS_TCACHES_MAX 4096
 #define HS_TWICE_MAX 65536
 
 typedef struct child_s {
@@ -76,7 +79,7 @@ typedef struct child_s {
   uint64_t *fast;
   hs_link_t *links;             /* each candidate's link, as slots (the first walk's) */
   size_t n_links, cap_links;
-  uint64_t *tcaches;            /* the threads' tcache_perthread_structs (user data), */
+  uint64_t *tcaches;            /* the threads' tcache_perthread_structs (user data) */
   size_t n_tcaches;
   hs_twice_t *twice, *heads;    /* chunks linked to more than once; the fastbins' heads */
   size_t n_twice, n_heads;

@@ -27,6 +27,15 @@ PART_FIELDS = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "reta
 # release measured in the exit's copy (the program itself kept the memory).
 NOT_ACTIVE = "the preload library was not active"
 IN_THE_COPY = "measured in a copy of the program at its exit: the program kept its memory"
+COUNTED_IN_THE_COPY = ("counted page by page in a copy of the program at its exit, by "
+                       "malloc_trim's own rule, not run")
+
+
+def release_how(release: dict) -> str:
+    """How a saved summary's release at exit was found: "" when the program made it."""
+    if release.get("where") != "copy":
+        return ""
+    return COUNTED_IN_THE_COPY if release.get("counted_fast_chunks") else IN_THE_COPY
 # glibc's thread heaps' free tops (the rule is in why_it_stayed, attach uses it too)
 THREAD_TOPS = "the free top of the threads' heaps, which malloc_trim does not shrink"
 

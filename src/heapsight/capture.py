@@ -48,7 +48,7 @@ from heapsight.model import AllocStats, HeapCounters
 #  10  + the timeline's "outlived": the program's descendants still running when it ended,
 #      heapsight's library in them (a daemon that left its parent); + the counters'
 #      "freed_usable_bytes": all the program freed (free space beyond it is the allocator's)
-VERSION = 10
+VERSION = 11
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
 # keeps of the header (Reading.get refuses any other). Adding one is a new version.
@@ -130,8 +130,14 @@ def _from_9(cap: dict) -> dict:
     return {**cap, "version": 10, **({"timeline": {**tl, "outlived": []}} if tl is not None else {})}
 
 
+def _from_10(cap: dict) -> dict:
+    """A version 10 capture as version 11: every heap map's release was run in its copy."""
+    maps = [[name, {**m, "counted_fast_chunks": 0}] for name, m in cap.get("maps") or []]
+    return {**cap, "version": 11, **({"maps": maps} if "maps" in cap else {})}
+
+
 UPGRADES = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6,
-            7: _from_7, 8: _from_8, 9: _from_9}
+            7: _from_7, 8: _from_8, 9: _from_9, 10: _from_10}
 
 
 class NewerCapture(ValueError):

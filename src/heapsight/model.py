@@ -108,6 +108,8 @@ class Release:
     seconds: float = 0.0
     where: str = "program"   # program: the program called it; copy: the exit map's fork()ed
                              # copy did, at the same moment (the program kept its RSS)
+    counted_fast_chunks: int = 0  # the copy counted it from the pages by malloc_trim's rule,
+                                  # not run: its fastbins held this many chunks (heapmap.py)
 
     @property
     def gave_back_bytes(self) -> int:

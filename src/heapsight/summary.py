@@ -476,7 +476,8 @@ def _release_at_exit(segment, maps, call: str, allocator: str, release_wanted: b
         # the copy's anonymous memory dropped by is what the program's would have
         gave = exit_map.release_measured_bytes
         return Release(True, call, "", rss_b, max(0, rss_b - gave), anon_b,
-                       max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy")
+                       max(0, anon_b - gave), exit_map.release_ns / 1e9, where="copy",
+                       counted_fast_chunks=exit_map.counted_fast_chunks)
     why = (exit_map.status.removeprefix("not mapped: ") if exit_map is not None
            else "its copy of the program wrote no map")
     return Release(False, call, f"not measured at exit: {why}")

@@ -106,7 +106,7 @@ def _resident_at_end(s: dict, cols: dict):
 
 
 def _fmt_release(rel: dict) -> str:
-    copy = f" ({analysis.IN_THE_COPY})" if rel.get("where") == "copy" else ""
+    copy = f" ({analysis.release_how(rel)})" if analysis.release_how(rel) else ""
     return (f"release at exit: {rel.get('call')} {human(rel.get('rss_before_bytes', 0))}"
             f" \u2192 {human(rel.get('rss_after_bytes', 0))}{copy}")
 
@@ -163,8 +163,8 @@ def run_charts(doc: dict, prefix: str, buckets: int = BUCKETS, label: str = "") 
             markers.append({"x": fin["at_s"], "label": "exit"})
         note = ("Each sample's RSS split as in the summary; the solid line is RSS"
                 + ((", the dashed one its drop through the release at exit"
-                    + (f" ({analysis.IN_THE_COPY}). "
-                       if rel.get("where") == "copy" else ". ")) if rel.get("measured") else ". ")
+                    + (f" ({analysis.release_how(rel)}). "
+                       if analysis.release_how(rel) else ". ")) if rel.get("measured") else ". ")
                 if s.get("heap") is not None else
                 f"{analysis.NOT_ACTIVE.capitalize()}: /proc figures only. ")
         if len(keep) < len(idx):

@@ -193,11 +193,11 @@ def run_facts(s: dict) -> list:
     if rel.get("measured"):
         facts.append(("release at exit", esc(
             f"{rel.get('call')} {'would give' if rel.get('where') == 'copy' else 'gave'} back "
-            f"{human(rel.get('gave_back_bytes', 0))} in "
-            f"{rel.get('seconds', 0) * 1000:.1f} ms (RSS {human(rel.get('rss_before_bytes', 0))} "
+            f"{human(rel.get('gave_back_bytes', 0))}"
+            + ("" if rel.get("counted_fast_chunks") else f" in {rel.get('seconds', 0) * 1000:.1f} ms")
+            + f" (RSS {human(rel.get('rss_before_bytes', 0))} "
             f"\u2192 {human(rel.get('rss_after_bytes', 0))}"
-            + (f"; {analysis.IN_THE_COPY}"
-               if rel.get("where") == "copy" else "") + ")")))
+            + (f"; {analysis.release_how(rel)}" if analysis.release_how(rel) else "") + ")")))
     else:
         facts.append(("release at exit", esc(f"not measured: {rel.get('why_not', '')}")))
     snaps = [(x.get("label"), x.get("at_s")) for x in s.get("snapshots") or ()]

@@ -340,7 +340,12 @@ def _release_lines(c: Console, s: Summary) -> None:
     r = s.release
     c.print()
     if r.measured:
-        if r.where == "copy":
+        if r.where == "copy" and r.counted_fast_chunks:
+            _indent(c, f"release at exit: {r.call} would give back {human(r.gave_back_bytes)} "
+                       f"(RSS {human(r.rss_before_bytes)} -> {human(r.rss_after_bytes)}; "
+                       f"{analysis.COUNTED_IN_THE_COPY}: running it would first merge the "
+                       f"{r.counted_fast_chunks:,} chunks of its fastbins)", 2)
+        elif r.where == "copy":
             _indent(c, f"release at exit: {r.call} would give back {human(r.gave_back_bytes)} "
                        f"in {r.seconds * 1000:.1f} ms (RSS {human(r.rss_before_bytes)} -> "
                        f"{human(r.rss_after_bytes)}; {analysis.IN_THE_COPY})", 2)
