@@ -147,3 +147,19 @@ def test_the_summary_says_the_release_was_counted(hs):
     text = " ".join((r.stdout + r.stderr).split())
     assert "counted page by page in a copy of the program at its exit, by malloc_trim's own rule" in text
     assert f"merge the {rel['counted_fast_chunks']:,} chunks of its fastbins" in text
+
+
+def test_under_glibcs_huge_pages_the_release_is_run(tmp_path):
+    # GIVEN the same heap with glibc.malloc.hugetlb=1: systrim then gives back whole huge
+    # pages of the top, another rule (counted, 282 pages of 20,932 differed)
+    exe = compile_c(tmp_path, "mixed", MIX, "-pthread")
+    rc, out, err, seg = run(exe, env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
+                                      "HEAPSIGHT_MAP_RELEASE": "check"})
+    try:
+        assert rc == 0, err
+        hm = maps_after_exit(seg)[H.EXIT]
+        # THEN the release is run, and the check says why it was not counted
+        assert hm.counted_fast_chunks == 0 and hm.note == "release check: run only: glibc.malloc.hugetlb is set", hm.note
+        assert hm.released_pages * PAGE > 40 << 20
+    finally:
+        seg.close()

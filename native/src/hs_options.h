@@ -32,6 +32,7 @@ typedef struct hs_options_s {
                            more fastbin chunks (slow: ~0.2 us a chunk), else run; "run" (1);
                            "count" (2) wherever the fastbins can be told; "check" (3): both,
                            the run's figures kept and the note saying where they differ */
+  int huge_pages;       /* GLIBC_TUNABLES sets glibc.malloc.hugetlb: the release is run */
   uint64_t sample_bytes; /* HEAPSIGHT_SAMPLE_BYTES: mean usable bytes between sampled
                             allocations (0: off) */
 } hs_options_t;

@@ -68,6 +68,10 @@ void _hs_options_read(void) {
   const char *w = getenv("HEAPSIGHT_REACH_WORKERS");
   if (w && (!strcmp(w, "1") || !strcmp(w, "2"))) _hs_opt.reach_workers = *w - '0';
   else if (w && strcasecmp(w, "auto")) warn("HEAPSIGHT_REACH_WORKERS", w, "auto, 1 or 2");
+  /* glibc.malloc.hugetlb makes systrim give back whole huge pages: not counted */
+  const char *t = getenv("GLIBC_TUNABLES");
+  const char *hp = t ? strstr(t, "glibc.malloc.hugetlb=") : NULL;
+  _hs_opt.huge_pages = hp && hp[21] && hp[21] != '0' && hp[21] != ':';
   const char *m = getenv("HEAPSIGHT_MAP_RELEASE");
   if (m) {
     static const char *const names[] = {"auto", "run", "count", "check"};
