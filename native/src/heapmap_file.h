@@ -7,7 +7,8 @@
  *     whole file: a shorter file is a child that was stopped), status (0 mapped, 1 not
  *     mapped), allocator (HS_ALLOC_*), page_bytes, time_ns (CLOCK_MONOTONIC just before the
  *     copy: the moment mapped), rss_before, rss_after, anon_before, anon_after (the child's
- *     VmRSS and RssAnon around the release), release_ns, walk_ns, fork_ns (from before
+ *     VmRSS and RssAnon around the release), release_ns (the release's, or the count's
+ *     up to the walk), walk_ns, fork_ns (from before
  *     the locks were taken to the child's first instruction: about the time the program's
  *     threads could not allocate),
  *     child_ns (the child's whole run), n_heaps, tcache_key_found, released_pages
