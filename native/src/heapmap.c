@@ -352,7 +352,7 @@ static int count_release(child_t *c, hs_map_header_t *h) {
   _hs_walk_presence(c, HS_PAGE_BEFORE);
   uint64_t main_arena = _hs_walk_number_arenas(c);
   if (!main_arena) main_arena = _hs_arenas_main(); /* one arena: not found from a thread's */
-  if (mode == HS_MAP_RELEASE_AUTO && !_hs_walk_fastbins_reach(c, main_arena, HS_COUNT_FROM_CHUNKS))
+  if (mode == HS_MAP_RELEASE_AUTO && !_hs_walk_fastbins_hold(c, main_arena, HS_COUNT_FROM_CHUNKS))
     return 0;
   c->finding_key = 1;
   _hs_walk_heaps(c, main_arena);

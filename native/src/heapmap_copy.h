@@ -54,10 +54,10 @@ typedef struct heap_s {
 } heap_t;
 
 /* The release counted (heapwalk.c: _hs_walk_fastbins): a candidate's link, as bitmap
- * slots; a slot and its links past one (or a fastbin's head, more 0); and how many of the
- * threads' tcaches and of the chunks linked to twice it keeps at most */
+ * slots; a slot and the links to it past one (a fastbin's head: more 0); and how many of
+ * the threads' tcaches and of the extra links it keeps at most */
 typedef struct hs_link_s { uint32_t at, to; } hs_link_t;
-typedef struct hs_twice_s { uint32_t slot, more; } hs_twice_t;
+typedef struct hs_fast_slot_s { uint32_t slot, more; } hs_fast_slot_t;
 #define HS_TCACHES_MAX 4096
 #define HS_TWICE_MAX 65536
 
@@ -81,7 +81,7 @@ typedef struct child_s {
   size_t n_links, cap_links;
   uint64_t *tcaches;            /* the threads' tcache_perthread_structs (user data) */
   size_t n_tcaches;
-  hs_twice_t *twice, *heads;    /* chunks linked to more than once; the fastbins' heads */
+  hs_fast_slot_t *twice, *heads;   /* chunks linked to more than once; the fastbins' heads */
   size_t n_twice, n_heads;
   uint64_t fast_bits, released;
   int finding_fast, counting;
@@ -118,7 +118,7 @@ void _hs_walk_heaps(child_t *c, uint64_t main_arena);
  * why; the bitmaps are gone), else how many (c->fast set; the key must have been looked for) */
 int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why);
 void _hs_walk_fastbins_forget(child_t *c);
-int _hs_walk_fastbins_reach(const child_t *c, uint64_t main_arena, uint64_t limit);
+int _hs_walk_fastbins_hold(const child_t *c, uint64_t main_arena, uint64_t limit);
 uint64_t _hs_start_brk(void);                     /* read once (arenas.c too) */
 
 /* heaproots.c */

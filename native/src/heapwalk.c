@@ -607,8 +607,8 @@ void _hs_walk_fastbins_forget(child_t *c) {
 
 /* Every candidate's link (c->links, in address order): one that leads to no candidate is
  * dropped (*dropped set), the others mark the chunk they lead to as linked to (one linked
- * to again is listed in c->twice; *twice is set when the list is full). The links lead all over the heap: the bitmap's words are
- * fetched some links ahead. */
+ * to again is listed in c->twice; *twice is set when that list is full). The links lead
+ * all over the heap: the bitmap's words are fetched some links ahead. */
 #define LINK_AHEAD 16
 static void fast_links(child_t *c, int *dropped, int *twice) {
   for (size_t i = 0; i < c->n_links; i++) {
@@ -624,7 +624,7 @@ static void fast_links(child_t *c, int *dropped, int *twice) {
       l->at = UINT32_MAX;
       *dropped = 1;
     } else if (is_linked(c, l->to)) { /* again: kept, to be told apart (fast_false) */
-      if (c->n_twice < HS_TWICE_MAX) c->twice[c->n_twice++] = (hs_twice_t){l->to, 0};
+      if (c->n_twice < HS_TWICE_MAX) c->twice[c->n_twice++] = (hs_fast_slot_t){l->to, 0};
       else *twice = 1;
     } else {
       fast_word(c, l->to)[1] |= 1ull << (l->to % 64);
@@ -633,10 +633,10 @@ static void fast_links(child_t *c, int *dropped, int *twice) {
 }
 
 /* Sorted by slot (a shell sort: the copy calls nothing that may allocate). */
-static void sort_twice(hs_twice_t *t, size_t n) {
+static void sort_slots(hs_fast_slot_t *t, size_t n) {
   for (size_t gap = n / 2; gap; gap = gap == 2 ? 1 : gap * 5 / 11) {
     for (size_t i = gap; i < n; i++) {
-      hs_twice_t v = t[i];
+      hs_fast_slot_t v = t[i];
       size_t j = i;
       for (; j >= gap && t[j - gap].slot > v.slot; j -= gap) t[j] = t[j - gap];
       t[j] = v;
@@ -645,7 +645,7 @@ static void sort_twice(hs_twice_t *t, size_t n) {
 }
 
 /* The entry of a slot in a sorted list, or NULL. */
-static hs_twice_t *find_slot(hs_twice_t *t, size_t n, uint32_t slot) {
+static hs_fast_slot_t *find_slot(hs_fast_slot_t *t, size_t n, uint32_t slot) {
   size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -679,7 +679,7 @@ static void fast_false(child_t *c, uint64_t x) {
     uint64_t s = fast_next(slot_addr(c, x));
     if (!s) return;
     uint32_t to = (uint32_t)slot_of(c, s);
-    hs_twice_t *t = find_slot(c->twice, c->n_twice, to);
+    hs_fast_slot_t *t = find_slot(c->twice, c->n_twice, to);
     if (t && t->more) {
       t->more--;
       return;
@@ -692,7 +692,7 @@ static void fast_false(child_t *c, uint64_t x) {
 
 /* Whether glibc's fastbins hold `limit` chunks or more, by following their lists (each
  * link read, so at most `limit` of them: ~0.2 us each when there are that many). */
-int _hs_walk_fastbins_reach(const child_t *c, uint64_t main_arena, uint64_t limit) {
+int _hs_walk_fastbins_hold(const child_t *c, uint64_t main_arena, uint64_t limit) {
   uint64_t n = 0;
   for (size_t i = 0; i <= c->n_heaps; i++) { /* main_arena, then each thread arena */
     if (i && !(c->heaps[i - 1].kind == 1 && c->heaps[i - 1].first)) continue;
@@ -708,22 +708,27 @@ int _hs_walk_fastbins_reach(const child_t *c, uint64_t main_arena, uint64_t limi
   return 0;
 }
 
-/* The chunks in glibc's fastbins, from the pages alone. Following each list from its head
- * reads them in the order they were freed, all over the heap (3 M chunks of perl's freed
- * hash: 0.6 s, as long as malloc_trim), so they are found in address order instead. A
- * walk marks every chunk that could be in one (fast_candidate) and keeps its link; those
- * whose link leads to no candidate are dropped until none is (fast_links). The candidates
- * are then exactly the fastbin chunks when no chunk is linked to twice and the chunks no
- * candidate links to are exactly the non-empty bins' heads (every arena's fastbinsY, each
- * a chunk of its bin's size): each list is a path from its head to its end, and every
- * candidate is on one. (Only candidates linked in a ring, each one's first word the next
- * one's address XOR its own >> 12, would pass and be in no list.) -1 when that does not
- * hold, or the heaps cannot be walked; else the candidates, in c->fast. */
 static int64_t fast_refused(child_t *c, const char **why, const char *reason) {
   _hs_walk_fastbins_forget(c);
   *why = reason;
   return -1;
 }
+
+/* The chunks in glibc's fastbins, from the pages alone. Following each list from its head
+ * reads them in the order they were freed, all over the heap (3 M chunks of perl's freed
+ * hash: 0.6 s, as long as malloc_trim), so they are found in address order instead:
+ *   1. a walk marks every chunk that could be in one (fast_candidate) and keeps its link;
+ *   2. the threads' tcache entries are taken out (their lists are short and counted);
+ *   3. candidates whose link leads to no candidate are dropped until none is (fast_links);
+ *   4. from each candidate that no other links to and that is no fastbin's head, the
+ *      chunks on no list are dropped (fast_false: blocks in use keep their old link).
+ * The candidates left are exactly the fastbin chunks when then no chunk is linked to
+ * twice and the chunks no candidate links to are exactly the non-empty bins' heads (every
+ * arena's fastbinsY, each a chunk of its bin's size): each list is a path from its head
+ * to its end, and every candidate is on one. (Only candidates linked in a ring, each one's
+ * first word the next one's address XOR its own >> 12, would pass and be on no list.) -1
+ * (*why) when that does not hold, or the heaps cannot be walked; else their number, and
+ * the candidates in c->fast. */
 
 int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why) {
   uint64_t bits = 0;
@@ -790,16 +795,16 @@ int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why) {
       if ((slot = slot_of(c, h)) == NO_SLOT || !is_fast(c, slot) ||
           (hs_rd(h + 8) & ~(uint64_t)7) != G_MINSIZE + 16 * b)
         return fast_refused(c, why, "a fastbin's head was no candidate of its bin's size");
-      c->heads[c->n_heads++] = (hs_twice_t){(uint32_t)slot, 0};
+      c->heads[c->n_heads++] = (hs_fast_slot_t){(uint32_t)slot, 0};
     }
   }
-  sort_twice(c->heads, c->n_heads);
+  sort_slots(c->heads, c->n_heads);
   /* the extra links, as counts */
-  sort_twice(c->twice, c->n_twice);
+  sort_slots(c->twice, c->n_twice);
   size_t n = 0;
   for (size_t i = 0; i < c->n_twice; i++) {
     if (n && c->twice[n - 1].slot == c->twice[i].slot) c->twice[n - 1].more++;
-    else c->twice[n++] = (hs_twice_t){c->twice[i].slot, 1};
+    else c->twice[n++] = (hs_fast_slot_t){c->twice[i].slot, 1};
   }
   c->n_twice = n;
   for (uint64_t k = 0; k < bits / 64; k++) {
