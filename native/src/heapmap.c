@@ -740,6 +740,9 @@ static pid_t make_copy(const char *path, uint64_t t0, int at_exit, const char **
  * attach --leaks`, and this library loaded into it alone): the copy's steps, here. */
 void _hs_heapmap_in_copy(const char *path) {
   uint64_t t0 = _hs_now_ns();
+  /* attach says "measured in a copy of the process": the release is run (the process no
+   * longer waits for this copy) */
+  _hs_opt.map_release = HS_MAP_RELEASE_RUN;
   copy_starts();
   child_main(path, t0, 0);
 }
