@@ -110,7 +110,14 @@ void *_hs_copy_map(size_t bytes, int populate) {
 void *_hs_copy_map_shared(size_t bytes) { return copy_map_flags(bytes, MAP_SHARED); }
 
 void _hs_copy_unmap(void *p, size_t bytes) {
-  if (p) syscall(SYS_munmap, p, bytes);
+  if (!p) return;
+  syscall(SYS_munmap, p, bytes);
+  for (size_t i = 0; i < _hs_copy_n_own; i++) { /* its place in the list, for another */
+    if (_hs_copy_own[i].lo == (uint64_t)(uintptr_t)p) {
+      _hs_copy_own[i] = _hs_copy_own[--_hs_copy_n_own];
+      break;
+    }
+  }
 }
 
 static int write_all(int fd, const void *buf, size_t n) {
