@@ -163,3 +163,42 @@ def test_under_glibcs_huge_pages_the_release_is_run(tmp_path):
         assert hm.released_pages * PAGE > 40 << 20
     finally:
         seg.close()
+
+
+def test_among_many_blocks_in_use_fewer_fastbin_chunks_leave_the_release_run(tmp_path):
+    # GIVEN 800k blocks in use and 100k fastbin chunks among them: counting would walk the
+    # 900k chunks once more, running merges the 100k
+    exe = compile_c(tmp_path, "many", r"""
+#include <stdlib.h>
+int main(void) {
+  static void *p[900000];
+  for (int i = 0; i < 900000; i++) p[i] = malloc(40);
+  for (int i = 0; i < 900000; i += 9) free(p[i]);
+  return 0;
+}
+""")
+    rc, out, err, seg = run(exe)
+    try:
+        assert rc == 0, err
+        hm = maps_after_exit(seg)[H.EXIT]
+        # THEN the release was run (more than 65k fastbin chunks, but not a quarter of the blocks)
+        assert hm.counted_fast_chunks == 0 and hm.release_ns > 0, hm
+    finally:
+        seg.close()
+    # and with a tenth of them in use, the same frees are counted
+    exe = compile_c(tmp_path, "few_in_use", r"""
+#include <stdlib.h>
+int main(void) {
+  static void *p[900000];
+  for (int i = 0; i < 900000; i++) p[i] = malloc(40);
+  for (int i = 0; i < 900000; i++) if (i % 10) free(p[i]);
+  return 0;
+}
+""")
+    rc, out, err, seg = run(exe)
+    try:
+        assert rc == 0, err
+        hm = maps_after_exit(seg)[H.EXIT]
+        assert hm.counted_fast_chunks > 700_000, hm
+    finally:
+        seg.close()

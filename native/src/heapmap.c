@@ -338,8 +338,8 @@ static char *put_str(char *at, const char *end, const char *s) {
 /* glibc's release counted instead of run. malloc_trim first merges every fastbin chunk
  * with its free neighbours (malloc_consolidate), reading them in the order they were
  * freed: ~0.2 us a chunk here, 0.65 s of the copy of a perl that had just emptied a
- * 1.5M-entry hash. From HS_COUNT_FROM_CHUNKS such chunks on (HEAPSIGHT_MAP_RELEASE:
- * hs_options.h), what it would give back is counted from the pages by its own rule (the
+ * 1.5M-entry hash. From HS_COUNT_FROM_CHUNKS such chunks on, and a quarter of the blocks
+ * in use (HEAPSIGHT_MAP_RELEASE: hs_options.h), what it would give back is counted from the pages by its own rule (the
  * walk, heapwalk.c): the chunks it would merge are walked merged, and a page is given back
  * when it was resident and lies whole inside a free chunk past its first 48 bytes (mtrim's
  * madvise), or past the main heap's top's first 33 bytes (systrim's sbrk). 1 when counting
@@ -359,8 +359,12 @@ static int count_release(child_t *c, hs_map_header_t *h) {
   _hs_walk_presence(c, HS_PAGE_BEFORE);
   uint64_t main_arena = _hs_walk_number_arenas(c);
   if (!main_arena) main_arena = _hs_arenas_main(); /* one arena: not found from a thread's */
-  if (mode == HS_MAP_RELEASE_AUTO && !_hs_walk_fastbins_hold(c, main_arena, HS_COUNT_FROM_CHUNKS))
-    return 0;
+  /* counting walks every chunk once more (~40 ns each, in address order), running merges
+   * the fastbin chunks (~0.2 us each): with many blocks in use and fewer fastbin chunks
+   * than a quarter of them, running costs less */
+  uint64_t from = _hs_copy_live_blocks / 4 > HS_COUNT_FROM_CHUNKS ? _hs_copy_live_blocks / 4
+                                                                  : HS_COUNT_FROM_CHUNKS;
+  if (mode == HS_MAP_RELEASE_AUTO && !_hs_walk_fastbins_hold(c, main_arena, from)) return 0;
   c->finding_key = 1;
   _hs_walk_heaps(c, main_arena);
   c->finding_key = 0;
@@ -376,7 +380,7 @@ static int count_release(child_t *c, hs_map_header_t *h) {
     }
     return 0;
   }
-  if (mode == HS_MAP_RELEASE_AUTO && n < HS_COUNT_FROM_CHUNKS) {
+  if (mode == HS_MAP_RELEASE_AUTO && (uint64_t)n < from) {
     _hs_walk_fastbins_forget(c);
     return 0;
   }

@@ -29,7 +29,8 @@ typedef struct hs_options_s {
   int map_release;      /* HEAPSIGHT_MAP_RELEASE: how a glibc heap map's copy finds what a
                            release would give back: "auto" (0, the default): counted from the
                            pages where malloc_trim would first merge HS_COUNT_FROM_CHUNKS or
-                           more fastbin chunks (slow: ~0.2 us a chunk), else run; "run" (1);
+                           more fastbin chunks, and a quarter of the blocks in use or more
+                           (slow: ~0.2 us a chunk; heapmap.c), else run; "run" (1);
                            "count" (2) wherever the fastbins can be told; "check" (3): both,
                            the run's figures kept and the note saying where they differ */
   int huge_pages;       /* GLIBC_TUNABLES sets glibc.malloc.hugetlb: the release is run */
