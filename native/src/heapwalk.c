@@ -690,13 +690,20 @@ static void fast_false(child_t *c, uint64_t x) {
   }
 }
 
+/* The arenas, for i from 0 to n_heaps: main_arena, then each thread arena at its first
+ * heap (0 for the other i). */
+static uint64_t arena_of(const child_t *c, size_t i, uint64_t main_arena) {
+  if (!i) return main_arena;
+  const heap_t *hp = &c->heaps[i - 1];
+  return hp->kind == 1 && hp->first ? hp->ar : 0;
+}
+
 /* Whether glibc's fastbins hold `limit` chunks or more, by following their lists (each
  * link read, so at most `limit` of them: ~0.2 us each when there are that many). */
 int _hs_walk_fastbins_hold(const child_t *c, uint64_t main_arena, uint64_t limit) {
   uint64_t n = 0;
-  for (size_t i = 0; i <= c->n_heaps; i++) { /* main_arena, then each thread arena */
-    if (i && !(c->heaps[i - 1].kind == 1 && c->heaps[i - 1].first)) continue;
-    uint64_t a = i ? c->heaps[i - 1].ar : main_arena;
+  for (size_t i = 0; i <= c->n_heaps; i++) {
+    uint64_t a = arena_of(c, i, main_arena);
     if (!a) continue;
     for (uint64_t b = 0; b < G_NFASTBINS; b++) {
       for (uint64_t p = hs_rd(a + G_MSTATE_FASTBINS + 8 * b); p; p = fast_next(p)) {
@@ -786,9 +793,9 @@ int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why) {
   if (twice) return fast_refused(c, why, "too many chunks were linked to by two candidates");
   /* the heads: every arena's non-empty fastbins, each a candidate of its bin's size */
   c->n_heads = 0;
-  for (size_t i = 0; i <= c->n_heaps; i++) { /* main_arena, then each thread arena */
-    if (i && !(c->heaps[i - 1].kind == 1 && c->heaps[i - 1].first)) continue;
-    uint64_t a = i ? c->heaps[i - 1].ar : main_arena;
+  for (size_t i = 0; i <= c->n_heaps; i++) {
+    uint64_t a = arena_of(c, i, main_arena);
+    if (!a) continue;
     for (uint64_t b = 0; b < G_NFASTBINS; b++) {
       uint64_t h = hs_rd(a + G_MSTATE_FASTBINS + 8 * b), slot;
       if (!h) continue;
