@@ -303,10 +303,10 @@ static int page_arrays(child_t *c) {
 }
 
 /* The allocator's release in the copy: RSS, anonymous RSS and the heaps' resident pages
- * before and after it. */
+ * before and after it (those before read once: count_release may have). */
 static void measure_release(child_t *c, hs_map_header_t *h) {
   _hs_read_status(&h->rss_before, &h->anon_before);
-  _hs_walk_presence(c, HS_PAGE_BEFORE);
+  if (!c->before_read) _hs_walk_presence(c, HS_PAGE_BEFORE);
   uint64_t r0 = _hs_now_ns();
   g_releasing = 1;
   _hs_allocator_release();
@@ -357,6 +357,7 @@ static int count_release(child_t *c, hs_map_header_t *h) {
   uint64_t t0 = _hs_now_ns();
   _hs_read_status(&h->rss_before, &h->anon_before); /* before the copy's own bitmaps */
   _hs_walk_presence(c, HS_PAGE_BEFORE);
+  c->before_read = 1;
   uint64_t main_arena = _hs_walk_number_arenas(c);
   if (!main_arena) main_arena = _hs_arenas_main(); /* one arena: not found from a thread's */
   /* counting walks every chunk once more (~40 ns each, in address order), running merges

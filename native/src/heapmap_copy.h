@@ -68,6 +68,7 @@ typedef struct child_s {
   heap_t *heaps;
   size_t n_heaps;
   uint64_t *pm_buf;             /* pagemap entries read at a time: HS_PM_ENTRIES */
+  int before_read;              /* the heaps' pages resident before the release: flagged */
   uint64_t key;                 /* the tcache key, when found */
   int key_found;
   int finding_key;              /* the first walk: looks for the key only */
