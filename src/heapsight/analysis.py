@@ -23,12 +23,15 @@ PART_FIELDS = ("rss_bytes", "live_bytes", "waste_bytes", "metadata_bytes", "reta
                "untouched_bytes")
 
 
-# The words of two facts every format states: a run without the library's figures, and a
-# release measured in the exit's copy (the program itself kept the memory).
+# The words of the facts every format states: a run without the library's figures, and a
+# release measured in the exit's copy (the program itself kept the memory), or counted there
+# (native/src/heapmap.c: count_release).
 NOT_ACTIVE = "the preload library was not active"
 IN_THE_COPY = "measured in a copy of the program at its exit: the program kept its memory"
 COUNTED_IN_THE_COPY = ("counted page by page in a copy of the program at its exit, by "
                        "malloc_trim's own rule, not run")
+# glibc's thread heaps' free tops (the rule is in why_it_stayed, attach uses it too)
+THREAD_TOPS = "the free top of the threads' heaps, which malloc_trim does not shrink"
 
 
 def release_how(release: dict) -> str:
@@ -36,8 +39,6 @@ def release_how(release: dict) -> str:
     if release.get("where") != "copy":
         return ""
     return COUNTED_IN_THE_COPY if release.get("counted_fast_chunks") else IN_THE_COPY
-# glibc's thread heaps' free tops (the rule is in why_it_stayed, attach uses it too)
-THREAD_TOPS = "the free top of the threads' heaps, which malloc_trim does not shrink"
 
 
 def live_waste(hist, live_usable: int, usable_total: int, req_total: int) -> tuple:

@@ -48,6 +48,8 @@ from heapsight.model import AllocStats, HeapCounters
 #  10  + the timeline's "outlived": the program's descendants still running when it ended,
 #      heapsight's library in them (a daemon that left its parent); + the counters'
 #      "freed_usable_bytes": all the program freed (free space beyond it is the allocator's)
+#  11  + each heap map's "counted_fast_chunks": the release counted from the pages, not run,
+#      and the chunks glibc's fastbins then held (0: run; native/src/heapmap.c)
 VERSION = 11
 
 # The segment header's fields the analysis reads, by heapsight.h's names: all a capture
