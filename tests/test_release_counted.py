@@ -2,14 +2,18 @@
 where glibc's fastbins hold 65k chunks or more, running malloc_trim in the heap map's copy
 merges each of them first (0.7 s of a perl that emptied a 1.5M-entry hash), so the copy
 counts what it would give back from the pages by malloc_trim's own rule instead. Checked
-page by page against the release run in the same copy (HEAPSIGHT_MAP_RELEASE=check), and
-against the program's own malloc_trim at its exit."""
+page by page against the release run in the same copy (HEAPSIGHT_MAP_RELEASE=check), at
+the exit and at a snapshot, and against the program's own malloc_trim at its exit."""
 
+import os
 import re
+import subprocess
+import sys
 
 from conftest import compile_c
 from test_heapmap import PAGE, maps_after_exit, real_release, run
 from heapsight import heapmap as H
+from heapsight import record
 
 # Every kind of free chunk malloc_trim meets: fastbin chunks between live blocks, runs of
 # them across pages and beside large free chunks, a run next to the top; in two thread
@@ -202,3 +206,24 @@ int main(void) {
         assert hm.counted_fast_chunks > 700_000, hm
     finally:
         seg.close()
+
+
+def test_a_snapshots_counted_release_is_its_run_one(tmp_path):
+    # GIVEN perl that empties a 300k-entry hash (600k fastbin chunks), then allocates and
+    # frees small strings for 2 s, with a snapshot at 0.6 s: its map is taken while the
+    # program runs, not at its exit
+    out = tmp_path / "run.hsrun.json.gz"
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "-o", str(out), "--at", "0.6",
+                        "--", "perl", "-e", 'my %h; $h{$_} = "x" x 100 for 1..300000; undef %h; '
+                        'my @a; my $t = time; while (time - $t < 2) { push @a, "y" x 20; '
+                        'shift @a if @a > 10; }'],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HEAPSIGHT_MAP_RELEASE": "check"})
+    assert p.returncode == 0, p.stderr
+    maps = dict(record.load(str(out))["capture"]["maps"])
+    # THEN the snapshot's map, as the exit's, counts the release as running it gives back
+    assert set(maps) == {"snapshot: --at 0.6", "exit"}, set(maps)
+    for name, m in maps.items():
+        c = check_note(H.HeapMap(**{**m, "heaps": [], "reach": None}))
+        assert c["verdict"] == "agree" and c["fast"] > 500_000, (name, c)
+        assert c["flags"] == c["live"] == c["heaps"] == 0 and c["counted"] == c["run"] > 1000, (name, c)

@@ -86,6 +86,8 @@ typedef struct child_s {
   size_t n_twice, n_heads;
   uint64_t fast_bits, released;
   int finding_fast, counting;
+  int fast_unknown;             /* the first walk could not tell every chunk (a heap not
+                                   walked, no room): nothing counted */
   hs_chunk_t *chunks;           /* the in-use blocks, for the reach (NULL: not collected) */
   size_t n_chunks, cap_chunks;
 } child_t;

@@ -466,7 +466,7 @@ static void fast_candidate(child_t *c, const heap_t *hp, uint64_t ch, uint64_t s
   uint64_t slot = hp->bit0 + (ch - hp->start) / 16;
   *fast_word(c, slot) |= 1ull << (slot % 64);
   if (s && c->n_links < c->cap_links) c->links[c->n_links++] = (hs_link_t){(uint32_t)slot, (uint32_t)to};
-  else if (s) c->fast_bits = 0; /* (no room: not counted) */
+  else if (s) c->fast_unknown = 1; /* (no room: not counted) */
 }
 
 static inline int in_fast(const child_t *c, const heap_t *hp, uint64_t ch) {
@@ -541,7 +541,7 @@ static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top
     } else if (c->finding_fast) {
       if (inuse && sz == G_TCACHE_STRUCT_CHUNK && is_tcache(c, ch + 16)) {
         if (c->n_tcaches < HS_TCACHES_MAX) c->tcaches[c->n_tcaches++] = ch + 16;
-        else c->fast_bits = 0; /* (more threads than that: not counted) */
+        else c->fast_unknown = 1; /* (more threads than that: not counted) */
       }
       if (inuse) fast_candidate(c, hp, ch, sz);
     } else if (c->counting && sz >= G_MINSIZE && (!inuse || in_fast(c, hp, ch))) {
@@ -579,7 +579,7 @@ void _hs_walk_heaps(child_t *c, uint64_t main_arena) {
     }
     if (c->finding_key) continue;
     if (c->finding_fast) {
-      if (!ok) c->fast_bits = 0; /* a heap not walked: its fastbin chunks are not known */
+      if (!ok) c->fast_unknown = 1; /* a heap not walked: its fastbin chunks are not known */
       continue;
     }
     hp->out.walked = (uint64_t)ok;
@@ -751,6 +751,7 @@ int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why) {
   c->fast_bits = bits;
   c->cap_links = bits / 2; /* a chunk is 32 bytes or more: backed only where written */
   c->n_links = c->n_tcaches = c->n_twice = c->n_heads = 0;
+  c->fast_unknown = 0;
   if (!(c->fast = _hs_copy_map((size_t)bits / 4, 0)) || /* two bits a slot */
       !(c->links = _hs_copy_map(c->cap_links * sizeof *c->links, 0)) ||
       !(c->tcaches = _hs_copy_map(HS_TCACHES_MAX * sizeof *c->tcaches, 0)) ||
@@ -760,10 +761,8 @@ int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why) {
   c->finding_fast = 1;
   _hs_walk_heaps(c, main_arena);
   c->finding_fast = 0;
-  if (!c->fast_bits) { /* a heap was not walked */
-    c->fast_bits = bits;
+  if (c->fast_unknown)
     return fast_refused(c, why, "a heap was not walked, or had more tcaches than listed");
-  }
   /* the chunks in the threads' tcaches: not in a fastbin (each list as long as its count) */
   for (size_t t = 0; t < c->n_tcaches; t++) {
     uint64_t u = c->tcaches[t];
