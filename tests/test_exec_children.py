@@ -5,6 +5,8 @@ started by fork, vfork or posix_spawn are named with their peak RSS as not count
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -47,3 +49,23 @@ def test_children_that_ran_beside_it_are_named_with_their_peaks(tmp_path):
     assert "not counted" in s["preload_note"] and "python3" in err
     # the parent's own figures do not include the child's 80 MiB
     assert s["peak_rss_bytes"] < 40 * MiB
+
+
+def test_only_the_process_that_samples_loads_the_unwinder_and_before_its_main(tmp_path):
+    # GIVEN a run of sh that starts cat, with the loader saying what it loads (LD_DEBUG)
+    p = subprocess.run([sys.executable, "-m", "heapsight", "run", "-q", "--no-save", "--",
+                        "sh", "-c", "cat /proc/self/maps"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120, env=dict(os.environ, LD_DEBUG="files"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    events = {}   # pid: what the loader did, in order
+    for pid, what in re.findall(r"^\s*(\d+):\s*(.*)$", p.stderr, re.M):
+        events.setdefault(pid, []).append(what)
+    started = {what.split(": ", 1)[1]: pid for pid, whats in events.items() for what in whats
+               if what.startswith("transferring control: ")}
+    sh, cat = events[started["sh"]], events[started["cat"]]
+    # THEN sh (the program, which samples) loaded libgcc_s, its unwinder, before its main
+    loaded = [i for i, what in enumerate(sh) if what.startswith("calling init:") and "libgcc_s" in what]
+    assert loaded and loaded[0] < sh.index("transferring control: sh")
+    # AND cat (a process of the run that samples nothing) never loads it, nor maps it
+    assert not any("libgcc_s" in what for what in cat)
+    assert "libheapsight.so" in p.stdout and "libgcc_s" not in p.stdout

@@ -383,6 +383,36 @@ def test_pointers_kept_only_in_shared_memory_are_roots(tmp_path):
 
 
 
+LOADS_LATER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+void *handles[3];
+int main(void) {
+    const char *names[3] = {"librt.so.1", "libutil.so.1", "libanl.so.1"};
+    for (int i = 0; i < 3; i++)
+        if (!(handles[i] = dlopen(names[i], RTLD_NOW))) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    return 0;
+}
+"""
+
+
+def test_the_libraries_a_program_loads_after_the_unwinder_are_its_own_reachable_blocks(tmp_path):
+    # GIVEN a program that loads three libraries as it runs: the loader's records of each
+    # (malloc'd) hang after those of heapsight's unwinder, which heapsight's start-up loaded
+    # (its blocks are heapsight's), in the loader's list of objects
+    exe = build(tmp_path, "loads-later", LOADS_LATER)
+    s, _ = run_json(tmp_path, exe)
+    reach = exit_reach(s)
+    # THEN every block the program holds at exit is in a class, and none is lost: the
+    # records are the program's, reachable (they were taken as heapsight's, with every
+    # block the unwinder's records reach)
+    assert sum(reach[f"{c}_blocks"] for c in CLASSES) == s["heap"]["live_blocks"], reach
+    assert reach["classes_minus_counted"] == 0
+    assert s["heap"]["live_blocks"] >= 3 * 4, s["heap"]   # a record, its name, its scopes...
+    assert reach["definitely_lost_blocks"] == 0 and reach["possibly_lost_blocks"] == 0, reach
+
+
 def test_the_four_classes_add_up_to_the_blocks_live_at_exit(tmp_path):
     # GIVEN programs whose blocks live at exit the hooks count exactly: a program that keeps
     # 51,200 blocks in a global list (51,201 were reachable: heapsight's own loader block

@@ -436,10 +436,13 @@ static void malloc_elsewhere(char *out, size_t n) {
   out[keep] = 0;
 }
 
-void _hs_allocator_describe(hs_segment_t *seg) {
-  malloc_elsewhere(seg->malloc_elsewhere, sizeof seg->malloc_elsewhere);
+/* full 0: the id and the name only (a segment no one else reads: whose malloc the program
+ * reaches and the allocator's version cost a symbol search and a readlink). */
+void _hs_allocator_describe(hs_segment_t *seg, int full) {
   seg->allocator_id = (uint64_t)g_alloc->id;
   strncpy(seg->allocator_name, g_alloc->name, sizeof seg->allocator_name - 1);
+  if (!full) return;
+  malloc_elsewhere(seg->malloc_elsewhere, sizeof seg->malloc_elsewhere);
   allocator_version(seg->allocator_version, sizeof seg->allocator_version);
 }
 

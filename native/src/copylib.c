@@ -50,7 +50,8 @@ long _hs_blockmap_ranges(hs_chunk_t *out, size_t max) { (void)out, (void)max; re
 
 /* The loader's record of this library (a block of the copy's heap, allocated by its
  * dlopen), from which the marking reaches what else the dlopen allocated. */
-size_t _hs_own_blocks(uint64_t *out, size_t max) {
+size_t _hs_own_blocks(uint64_t *out, size_t max, int *whole) {
+  *whole = 0;
   Dl_info info;
   struct link_map *lm = NULL;
   if (max == 0 || !dladdr1((void *)&_hs_own_blocks, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)

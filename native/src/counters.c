@@ -105,8 +105,9 @@ void _hs_own_free(void *p) {
 int _hs_own_slot(const hs_slot_t *s) { return s == &g_own_slot; }
 
 /* heapsight's own blocks live now (g_own): the copy leaves them out of every class. */
-size_t _hs_own_blocks(uint64_t *out, size_t max) {
+size_t _hs_own_blocks(uint64_t *out, size_t max, int *whole) {
   size_t n = 0;
+  *whole = 1;
   int top = __atomic_load_n(&g_own_top, __ATOMIC_ACQUIRE);
   for (int i = 0; i < top && n < max; i++) {
     void *p = __atomic_load_n(&g_own[i], __ATOMIC_ACQUIRE);

@@ -63,7 +63,7 @@ void _hs_segment_attach(void);
 void _hs_segment_after_fork_child(void);
 int _hs_is_owner(void);
 void _hs_allocator_detect(void);
-void _hs_allocator_describe(hs_segment_t *seg);
+void _hs_allocator_describe(hs_segment_t *seg, int full);
 void _hs_flush_current(void);
 void _hs_segment_remove_own(void); /* HEAPSIGHT_SEGMENT=auto: the segment made for attach */
 extern HS_TLS int _hs_t_helper;
@@ -75,7 +75,10 @@ int _hs_allocator_stats(hs_alloc_stats_t *out);
 int _hs_allocator_release(void);
 int _hs_allocator_release_on_caller(void);
 void _hs_probe_start(void); /* probe.c: at start, before main */
-size_t _hs_own_blocks(uint64_t *out, size_t max); /* counters.c: heapsight's blocks live now */
+/* heapsight's blocks live now; *whole 1 when they are every block heapsight's start-up left
+ * in the heap (counters.c: each allocation kept), 0 when a block is named whose own records
+ * are found by what it reaches (copylib.c: the copy library's link map) */
+size_t _hs_own_blocks(uint64_t *out, size_t max, int *whole);
 int _hs_glibc_publish_arena(void); /* arenas.c */
 int _hs_glibc_locks_free(void);
 int _hs_answer_map_request(void); /* probe.c: a map the CLI asked for, taken on this thread */
@@ -183,6 +186,7 @@ uint64_t _hs_resident_runs(int pm, uint64_t *buf, size_t entries, uint64_t page,
 #define HS_REACH_SPARSE_BYTES (64u << 10) /* blocks this large: their resident pages only */
 void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
 void _hs_reach_own(hs_reach_t *r, uint64_t addr);
+void _hs_reach_own_roots(hs_reach_t *r, const uint64_t *addrs, size_t n, int scan);
 size_t _hs_reach_pool_bytes(void);
 int _hs_reach_workers(hs_reach_t *r, struct hs_reach_pool_s *pool);
 #define HS_REACH_WORKERS_MIN_BYTES (16ull << 20) /* fewer blocks' bytes: one process marks */

@@ -301,8 +301,12 @@ static _Unwind_Reason_Code exit_cb(struct _Unwind_Context *ctx, void *arg) {
   return ++f->frames < 64 ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
+/* In the owner's constructor (or at attach), before the program's main: libgcc_s is no
+ * dependency of the library (CMakeLists.txt), so it is loaded here when the sampling did not
+ * load it already. */
 static void exit_unwinder_setup(void) {
   void *gcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!gcc) gcc = dlopen("libgcc_s.so.1", RTLD_NOW);
   if (!gcc) return;
   g_region = (hs_region_fn)dlsym(gcc, "_Unwind_GetRegionStart");
   g_cfa = (hs_cfa_fn)dlsym(gcc, "_Unwind_GetCFA");

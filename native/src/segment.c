@@ -39,7 +39,22 @@ static hs_segment_t *private_segment(void) {
   return (hs_segment_t *)p;
 }
 
-static void fill_header(hs_segment_t *s) {
+/* which image attached: after an execve into one that does not load us, the CLI sees that
+ * the program's executable is no longer this one */
+static void image_of(hs_segment_t *s) {
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
+  if (n > 0) {
+    size_t keep = (size_t)n < sizeof s->image - 1 ? (size_t)n : sizeof s->image - 1;
+    memcpy(s->image, exe + (size_t)n - keep, keep);
+    s->image[keep] = 0;
+  }
+}
+
+/* shared 0: a private segment, which only this process reads (the hooks count into it; no
+ * CLI maps it): what costs system calls at every start of the run's other processes (the
+ * RSS at start, whose malloc, the image) is left out. */
+static void fill_header(hs_segment_t *s, int shared) {
   s->version = HS_SEGMENT_VERSION;
   s->size_bytes = g_len;
   s->slot_bytes = sizeof(hs_slot_t);
@@ -48,17 +63,11 @@ static void fill_header(hs_segment_t *s) {
   s->slots_offset = offsetof(hs_segment_t, slots);
   s->mapped_at = (uint64_t)(uintptr_t)s;
   s->start_ns = _hs_now_ns();
-  _hs_read_status(&s->start_rss_bytes, &s->start_anon_bytes);
   s->usable_by_header = (uint64_t)_hs_usable_by_header;
-  _hs_allocator_describe(s);
-  /* which image attached: after an execve into one that does not load us, the CLI sees
-   * that the program's executable is no longer this one */
-  char exe[1024];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
-  if (n > 0) {
-    size_t keep = (size_t)n < sizeof s->image - 1 ? (size_t)n : sizeof s->image - 1;
-    memcpy(s->image, exe + (size_t)n - keep, keep);
-    s->image[keep] = 0;
+  _hs_allocator_describe(s, shared);
+  if (shared) {
+    _hs_read_status(&s->start_rss_bytes, &s->start_anon_bytes);
+    image_of(s);
   }
   __atomic_store_n(&s->state, HS_STATE_RUNNING, __ATOMIC_RELEASE);
   __atomic_store_n(&s->magic, HS_SEGMENT_MAGIC, __ATOMIC_RELEASE);
@@ -345,9 +354,10 @@ void _hs_segment_attach(void) {
       if (n < sizeof g_path) memcpy(g_path, path, n + 1);
     }
   }
+  int shared = seg != NULL;
   if (!seg) seg = private_segment();
   if (!seg) return; /* no memory for counters at all: run uncounted */
-  fill_header(seg);
+  fill_header(seg, shared);
   seg->creator_pid = creator;
   _hs_seg = seg;
 }
