@@ -340,12 +340,13 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   /* heapsight's own blocks (what its start-up's dlopen of the unwinder left in the heap:
    * the loader's records, reachable from the loader's data) first: out of every class, and
    * what they point to reached as from a root. Where only the first of them is known (the
-   * copy library's link map, the last in the loader's list), the rest is what only it
-   * reaches, after the roots. */
+   * copy library's link map, the last in the loader's list), with what it reaches. */
   uint64_t own_blocks[64];
   int own_whole = 1;
   size_t n_own = _hs_own_blocks(own_blocks, 64, &own_whole);
-  _hs_reach_own_roots(&r, own_blocks, n_own, own_whole);
+  if (own_whole) _hs_reach_own_roots(&r, own_blocks, n_own);
+  else
+    for (size_t i = 0; i < n_own; i++) _hs_reach_own(&r, own_blocks[i]);
   struct sigaction sa, old_segv, old_bus;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_fault;
@@ -377,8 +378,6 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   }
   /* heapsight's thread's DTV (glibc's, for it): its TCB's second word points inside it */
   if (_hs_helper_self) _hs_reach_own(&r, hs_rd(_hs_helper_self + 8));
-  if (!own_whole)
-    for (size_t i = 0; i < n_own; i++) _hs_reach_own(&r, own_blocks[i]);
   _hs_reach_finish(&r);
   if (r.pagemap >= 0) close(r.pagemap);
   if (r.late) {

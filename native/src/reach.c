@@ -513,13 +513,12 @@ int _hs_reach_workers(hs_reach_t *r, struct hs_reach_pool_s *pool) {
 
 /* Blocks of heapsight's own that the program's data points to (what its start-up's dlopen
  * of the unwinder left in the heap: the loader's records, in the loader's list of objects),
- * before the roots: each is out of every class, wherever a pointer to it is, and (scan) what
- * it points to is reached as from a root; without scan, _hs_reach_own takes what only it
- * reaches after the roots. The loader's list runs through them: the records of
+ * before the roots: each is out of every class, wherever a pointer to it is, and what it
+ * points to is reached as from a root. The loader's list runs through them: the records of
  * every library the program loads later (python3's extension modules) hang after the
  * unwinder's, and are the program's, reachable (taking them as heapsight's with the rest
  * of what they reach left 66 of python3's 96 blocks out of every class). */
-void _hs_reach_own_roots(hs_reach_t *r, const uint64_t *addrs, size_t n, int scan) {
+void _hs_reach_own_roots(hs_reach_t *r, const uint64_t *addrs, size_t n) {
   drain(r);
   int64_t found[64];
   size_t k = 0;
@@ -529,18 +528,19 @@ void _hs_reach_own_roots(hs_reach_t *r, const uint64_t *addrs, size_t n, int sca
     r->state[j] = HS_REACH_OWN;
     found[k++] = j;
   }
-  for (size_t i = 0; i < k && scan; i++) scan_words(r, r->chunks[found[i]].lo, r->chunks[found[i]].hi, 1);
+  for (size_t i = 0; i < k; i++) scan_words(r, r->chunks[found[i]].lo, r->chunks[found[i]].hi, 1);
   if (!r->defer) drain(r);
 }
 
 /* A block of heapsight's own, found by an address inside it, and what only it reaches:
- * left out of every class. After the roots (its thread's DTV, which glibc allocated for it),
- * so that nothing the program reaches is taken. */
+ * left out of every class. Its thread's DTV (which glibc allocated for it) after the roots,
+ * so that nothing the program reaches is taken; the copy library's link map (attach's copy)
+ * before them, so that the loader's pointers do not make its records the program's. */
 void _hs_reach_own(hs_reach_t *r, uint64_t addr) {
   drain(r);
   int64_t i = find(r, addr);
-  if (i < 0 || (r->state[i] != HS_REACH_UNREACHED && r->state[i] != HS_REACH_OWN)) return;
-  r->state[i] = HS_REACH_OWN; /* or marked so before the roots (_hs_reach_own_roots) */
+  if (i < 0 || r->state[i] != HS_REACH_UNREACHED) return;
+  r->state[i] = HS_REACH_OWN;
   r->stack[r->top++] = (uint32_t)i;
   while (r->top) {
     size_t k = r->stack[--r->top];
