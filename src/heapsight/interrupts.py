@@ -110,10 +110,15 @@ program_signal = 0
 def die_as(signo: int) -> None:
     """Ends heapsight by the signal the program died of, so that its parent sees what it
     sees bare (a death by signal, not an exit code 128+N: a supervisor's restart rules and
-    a shell's "Segmentation fault" tell the two apart). No core of heapsight's is written.
+    a shell's "Segmentation fault" tell the two apart). No core of heapsight's is written,
+    and its exit handlers run first, as at an exit: llvm-symbolizer, left to find its pipe
+    gone while it answered, aborted and wrote a core into the user's directory.
     Returns only for a signal whose default does not end a process."""
+    import atexit
     import resource
     import sys
+    atexit._run_exitfuncs()
+    atexit._clear()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
