@@ -79,7 +79,7 @@ void _hs_other_live(child_t *c) {
     hp->out.live_bytes += hi - lo;
     hp->out.inuse_chunks++;
     for (uint64_t at = lo; at < hi;) {
-      uint64_t page = (at - hp->start) / c->page;
+      uint64_t page = (at - hp->start) >> __builtin_ctzll(c->page); /* a power of two */
       uint64_t page_end = hp->start + (page + 1) * c->page;
       uint64_t end = hi < page_end ? hi : page_end;
       hp->live[page] += (uint32_t)(end - at);

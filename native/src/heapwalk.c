@@ -313,7 +313,11 @@ uint64_t _hs_walk_number_arenas(child_t *c) {
 }
 
 /* ---- the child: pages ---- */
-static uint64_t page_of(const heap_t *hp, uint64_t addr, uint64_t page) { return (addr - hp->start) / page; }
+/* A page size is a power of two: a shift, not a division (three divisions a chunk were 28%
+ * of the walk of 6M small blocks). */
+static uint64_t page_of(const heap_t *hp, uint64_t addr, uint64_t page) {
+  return (addr - hp->start) >> __builtin_ctzll(page);
+}
 
 static void add_live(heap_t *hp, uint64_t lo, uint64_t hi, uint64_t page) {
   if (lo < hp->start) lo = hp->start;
