@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -93,6 +94,20 @@ static const map_t *map_at(const child_t *c, uint64_t addr) {
     if (addr >= c->maps[i].lo && addr < c->maps[i].hi) return &c->maps[i];
   }
   return NULL;
+}
+
+/* The dynamic loader's mappings: from the one holding its base (AT_BASE) on, while file
+ * mappings follow one another (its text, then its data and bss). [0, 0) when there is no
+ * loader (a static program) or it was run as the command (ld.so ./prog: no AT_BASE). */
+static void loader_range(const child_t *c, uint64_t *lo, uint64_t *hi) {
+  uint64_t base = (uint64_t)getauxval(AT_BASE);
+  const map_t *m = base ? map_at(c, base) : NULL;
+  *lo = *hi = 0;
+  if (!m || !m->file) return;
+  *lo = m->lo;
+  *hi = m->hi;
+  for (size_t i = (size_t)(m - c->maps) + 1; i < c->n_maps && c->maps[i].lo == *hi && c->maps[i].file; i++)
+    *hi = c->maps[i].hi;
 }
 
 static int in_heaps(const child_t *c, uint64_t lo, uint64_t hi) {
@@ -353,10 +368,12 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
   sa.sa_flags = SA_NODEFER;
   sigaction(SIGSEGV, &sa, &old_segv);
   sigaction(SIGBUS, &sa, &old_bus);
-  uint64_t skipped = 0;
+  uint64_t skipped = 0, loader_lo, loader_hi;
+  loader_range(c, &loader_lo, &loader_hi);
   for (size_t i = 0; i < c->n_maps; i++) {
     const map_t *m = &c->maps[i];
     if (!m->r || !m->w || m->dev) continue;
+    r.loader_root = m->lo >= loader_lo && m->hi <= loader_hi;
     uint64_t at = m->lo;
     for (size_t k = 0; k < ex.n && at < m->hi; k++) {
       if (ex.r[k].hi <= at) continue;
@@ -366,6 +383,7 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
     }
     if (at < m->hi) skipped += scan_mapping(c, m, &r, at, m->hi);
   }
+  r.loader_root = 0;
   sigaction(SIGSEGV, &old_segv, NULL);
   sigaction(SIGBUS, &old_bus, NULL);
   if (pm >= 0) close(pm);

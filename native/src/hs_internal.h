@@ -169,6 +169,8 @@ typedef struct hs_reach_s {
   int glibc_chunks;    /* the blocks are glibc's chunks (a word at a block's end is the
                           next chunk's header: reach.c's find) */
   int defer;           /* the roots push what they reach and leave it for _hs_reach_workers */
+  int loader_root;     /* the root being scanned is the dynamic loader's data (reach.c:
+                          kept_start) */
   /* the readable file mappings (sorted, disjoint), and of them the executable ones: where
    * memcheck's multipleinheritance heuristic looks for vtables (reach.c); n 0: none */
   const hs_chunk_t *rfile, *xfile;

@@ -208,20 +208,24 @@ static int is_vtable(const hs_reach_t *r, uint64_t p) {
   return 0;
 }
 
-/* A block over-aligned by hand: malloc'd, a pointer aligned up inside it kept, and the
+/* A block the dynamic loader over-aligned by hand, from a pointer in the loader's own data
+ * (scanned as root HS_ROOT_LOADER): malloc'd, a pointer aligned up inside it kept, the
  * block's start (what free needs) stored beside that pointer, in the word before it or in
  * one of the two at it. glibc's loader keeps its _dl_find_object segments so (dlopen makes
  * them: malloc, the pointer aligned up to 128 bytes, the start in the segment's second
  * word, _dlfo_loaded_mappings in ld.so's .bss the only pointer): they read possibly lost
  * in 7 layouts of 8 (2,312 bytes in python3 with extension modules), memcheck's too. Not
  * one of memcheck's heuristics: its reading of such a block depends on where malloc put
- * it. The pointer must be aligned past malloc's 16 bytes, and the start stored there. */
+ * it. Only the loader's: taken from any root, it also took mawk's 2,048-byte block that
+ * memcheck calls possibly lost for reachable. */
 static int kept_start(uint64_t lo, uint64_t usable, uint64_t w) {
   if ((w & 31) || w <= lo) return 0;
   for (uint64_t a = w - 8; a <= w + 8; a += 8)
     if (a >= lo && a + 8 <= lo + usable && word_at(a) == lo) return 1;
   return 0;
 }
+
+#define HS_ROOT_LOADER 2 /* a root word of the loader's data (definite, and kept_start) */
 
 /* Whether an interior pointer w into block j is one memcheck's leak check takes for a start
  * pointer (--leak-check-heuristics, all of them by default; its classes are the
@@ -244,14 +248,15 @@ static int heuristic_start(const hs_reach_t *r, size_t j, uint64_t w) {
       if (8 + first * each + 24 > usable) return 1;
     }
   }
-  if (kept_start(lo, usable, w)) return 1;
   return r->n_xfile && is_vtable(r, word_at(w)) && is_vtable(r, word_at(lo));
 }
 
 /* A pointer w into block j from a place reached by start pointers (definite): a start
  * pointer, or an interior one memcheck's heuristics take for one. */
 static inline int start_pointer(const hs_reach_t *r, size_t j, uint64_t w, int definite) {
-  return definite && (w == r->chunks[j].lo || heuristic_start(r, j, w));
+  return definite && (w == r->chunks[j].lo || heuristic_start(r, j, w) ||
+                      (definite == HS_ROOT_LOADER &&
+                       kept_start(r->chunks[j].lo, r->chunks[j].hi - r->chunks[j].lo, w)));
 }
 
 /* The words of [lo, hi) (8-aligned), each looked up. */
@@ -333,7 +338,7 @@ static void drain(hs_reach_t *r) {
 
 void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
   r->root_bytes += hi > lo ? hi - lo : 0;
-  scan_words(r, lo, hi, 1);
+  scan_words(r, lo, hi, r->loader_root ? HS_ROOT_LOADER : 1);
   if (!r->defer) drain(r);
 }
 
