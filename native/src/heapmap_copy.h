@@ -121,7 +121,8 @@ void _hs_walk_heaps(child_t *c, uint64_t main_arena);
  * why; the bitmaps are gone), else how many (c->fast set; the key must have been looked for) */
 int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why);
 void _hs_walk_fastbins_forget(child_t *c);
-int _hs_walk_fastbins_hold(const child_t *c, uint64_t main_arena, uint64_t limit);
+int _hs_walk_fastbins_hold(const child_t *c, uint64_t main_arena, uint64_t limit,
+                           uint64_t budget_ns);
 uint64_t _hs_start_brk(void);                     /* read once (arenas.c too) */
 
 /* heaproots.c */
