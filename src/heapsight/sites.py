@@ -266,9 +266,7 @@ def _addresses(prof: profile.Profile) -> tuple:
     allocs = prof.allocs
     offsets, first, of_alloc = np.unique(allocs["stack"], return_index=True, return_inverse=True)
     first_event = allocs["index"][first]
-    raw = [prof.stack(int(o)) for o in offsets]
-    n = np.array([len(r) for r in raw], dtype=np.int64)
-    addrs = np.concatenate(raw).astype(np.uint64) if len(raw) else np.zeros(0, np.uint64)
+    addrs, n = prof.stacks(offsets)
     events = np.repeat(first_event, n)
     mod = prof.module_index(addrs, events)
     # an interpreter's frame (a tagged word, profile.IFrame): a pseudo-module of its own
