@@ -110,6 +110,26 @@ def test_a_module_reloaded_at_the_same_addresses_names_the_stacks_after_it():
     assert st.frames[0].address == 0x1000 - 1   # the call: the byte before the return address
 
 
+def test_the_stacks_read_at_once_are_each_stacks_words_and_their_objects_found_by_search():
+    # GIVEN a stack region with two stacks, and offsets that hold none: 0 (not unwound), one
+    # past the region, one whose count runs past it, one whose count is no count at all
+    words = np.array([0, 2, 0x7000_1000, 0x9000_0010, 1, 0x5000, 7, 2**63 + 5],
+                     dtype=np.uint64)
+    mods = (P.Module(0x9000_0000, 0x9001_0000, 0x9000_0000, 0, "/libc.so"),
+            P.Module(0x4000, 0x6000, 0x4000, 0, "/prog"),
+            P.Module(0x7000_0000, 0x7001_0000, 0x7000_0000, 0, "/liba.so"))
+    prof = P.Profile(4096, np.zeros(0, P.ALLOC_DTYPE), 0, words, mods, 0)
+    offsets = [1, 0, 4, 99, 6, 7]
+    addrs, n = prof.stacks(offsets)
+    # THEN each is what stack() reads, one after the other
+    assert n.tolist() == [len(prof.stack(o)) for o in offsets] == [2, 0, 1, 0, 0, 0]
+    assert addrs.tolist() == [0x7000_1000, 0x9000_0010, 0x5000]
+    # and each address's object is the one that spans it, -1 outside every one
+    found = prof.module_index(np.array([0x5000, 0x9000_0010, 0x7000_1000, 0x6000, 0x3fff],
+                                       dtype=np.uint64), np.zeros(5, np.uint64))
+    assert found.tolist() == [1, 0, 2, -1, -1]
+
+
 def synthetic(sizes, mean, rng, stack_of, level=None):
     """A Profile of blocks sampled as the library samples them (Poisson by bytes); level:
     per block, the adaptive sampling's level (its mean is mean / 2^level)."""
