@@ -88,6 +88,14 @@ typedef struct child_s {
   int finding_fast, counting;
   int fast_unknown;             /* the first walk could not tell every chunk (a heap not
                                    walked, no room): nothing counted */
+  /* The first walk's chunks, kept for the counted walk (the heap is as it was: nothing
+   * ran in between): each chunk's size word, with bit 1 (IS_MMAPPED, never set on a chunk
+   * the walk accepts) holding whether the chunk is in use (its successor's PREV_INUSE).
+   * The counted walk reads them in order, not the heap's headers, one dependent load a
+   * chunk. replay_ok 0: not kept (no room), the heap is read. */
+  uint64_t *replay;
+  size_t n_replay, cap_replay, replay_at;
+  int replay_ok;
   hs_chunk_t *chunks;           /* the in-use blocks, for the reach (NULL: not collected) */
   size_t n_chunks, cap_chunks;
 } child_t;

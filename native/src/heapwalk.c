@@ -519,12 +519,27 @@ static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top
   if (c->finding_key) top = 0;
   if (!first_walk) set_flag(hp, hp->start, c0, HS_PAGE_ALLOC, page);   /* heap_info, malloc_state */
   uint64_t ch = c0, run = 0, pf = c0 & ~(uint64_t)63;
+  /* the counted walk replays the first walk's words; the first walk keeps them */
+  int replaying = c->counting && c->replay_ok && !c->finding_key;
+  int keeping = c->finding_fast && c->replay_ok;
   while (ch < cend) {
     if (ch + 16 > cend) return 0;
-    if (pf < ch) pf = ch & ~(uint64_t)63;
-    for (uint64_t ahead = cend - ch > HS_WALK_AHEAD ? ch + HS_WALK_AHEAD : cend; pf < ahead; pf += 64)
-      __builtin_prefetch((const void *)(uintptr_t)pf);
-    uint64_t word = hs_rd(ch + 8), sz = word & ~(uint64_t)7;
+    uint64_t word, kept = 0;
+    if (replaying) {
+      if (c->replay_at >= c->n_replay) return 0;
+      kept = c->replay[c->replay_at++];
+      word = kept & ~(uint64_t)2;
+    } else {
+      if (pf < ch) pf = ch & ~(uint64_t)63;
+      for (uint64_t ahead = cend - ch > HS_WALK_AHEAD ? ch + HS_WALK_AHEAD : cend; pf < ahead; pf += 64)
+        __builtin_prefetch((const void *)(uintptr_t)pf);
+      word = hs_rd(ch + 8);
+    }
+    uint64_t sz = word & ~(uint64_t)7;
+    if (keeping) {
+      if (c->n_replay == c->cap_replay) c->replay_ok = keeping = 0; /* no room: read again */
+      else c->replay[c->n_replay++] = word & ~(uint64_t)2; /* (bit 1 refused below) */
+    }
     if (sz == 0) { /* the fenceposts that close a thread heap that is not the current one */
       if (main_heap || word != 1 || cend - ch > 2 * G_MINSIZE) return 0;
       if (!first_walk) set_flag(hp, ch, cend, HS_PAGE_ALLOC, page);
@@ -547,7 +562,8 @@ static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top
       return 1;
     }
     if (next + 16 > cend) return 0;
-    int inuse = (int)(hs_rd(next + 8) & 1);
+    int inuse = replaying ? (int)(kept >> 1) & 1 : (int)(hs_rd(next + 8) & 1);
+    if (keeping) c->replay[c->n_replay - 1] |= (uint64_t)inuse << 1;
     if (c->finding_key) {
       if (inuse && sz == G_TCACHE_STRUCT_CHUNK && !c->key_found) try_key(c, ch + 16);
       if (c->key_found) return 1; /* (the first tcache struct, usually the heap's first chunk) */
@@ -570,6 +586,8 @@ static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top
 }
 
 void _hs_walk_heaps(child_t *c, uint64_t main_arena) {
+  if (c->finding_fast) c->n_replay = 0;
+  if (c->counting && !c->finding_key) c->replay_at = 0;
   for (size_t i = 0; i < c->n_heaps && !(c->finding_key && c->key_found); i++) {
     heap_t *hp = &c->heaps[i];
     int ok = 0;
@@ -606,6 +624,10 @@ void _hs_walk_heaps(child_t *c, uint64_t main_arena) {
 }
 
 void _hs_walk_fastbins_forget(child_t *c) {
+  if (c->replay) _hs_copy_unmap(c->replay, c->cap_replay * sizeof *c->replay);
+  c->replay = NULL;
+  c->n_replay = c->cap_replay = c->replay_at = 0;
+  c->replay_ok = 0;
   if (c->fast) _hs_copy_unmap(c->fast, (size_t)c->fast_bits / 4);
   if (c->links) _hs_copy_unmap(c->links, c->cap_links * sizeof *c->links);
   if (c->tcaches) _hs_copy_unmap(c->tcaches, HS_TCACHES_MAX * sizeof *c->tcaches);
@@ -775,6 +797,13 @@ int64_t _hs_walk_fastbins(child_t *c, uint64_t main_arena, const char **why) {
       !(c->twice = _hs_copy_map(HS_TWICE_MAX * sizeof *c->twice, 0)) ||
       !(c->heads = _hs_copy_map((c->n_heaps + 1) * G_NFASTBINS * sizeof *c->heads, 0)))
     return fast_refused(c, why, "no room in the copy for its bitmaps");
+  /* room for every chunk's word: one per 32 bytes of heap, backed only where written */
+  uint64_t heap_bytes = 0;
+  for (size_t i = 0; i < c->n_heaps; i++) heap_bytes += c->heaps[i].end - c->heaps[i].start;
+  c->cap_replay = heap_bytes / G_MINSIZE + 2 * c->n_heaps + 16;
+  c->replay = _hs_copy_map(c->cap_replay * sizeof *c->replay, 0);
+  c->replay_ok = c->replay != NULL;
+  if (!c->replay) c->cap_replay = 0;
   c->finding_fast = 1;
   _hs_walk_heaps(c, main_arena);
   c->finding_fast = 0;
