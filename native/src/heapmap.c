@@ -347,10 +347,11 @@ static char *put_str(char *at, const char *end, const char *s) {
  * when they cannot be told from the pages (_hs_walk_fastbins), are run as always. */
 #define HS_COUNT_FROM_CHUNKS 65536
 
-/* What counting adds to the copy: one walk more of every chunk (~40 ns a chunk after the
- * first walk's: perl's emptied hash, 1.45M chunks in 55 ms), the blocks in use counted by
- * the hooks and the fastbins' as many again at most; the fastbins followed past that
- * would cost the release more. */
+/* What counting adds to the copy, roughly: one walk more of every chunk, ~40 ns a chunk
+ * once the first walk has touched the pages (perl's emptied hash: 1.45M chunks in 55 ms),
+ * taken as 50 ns for the blocks in use (the hooks' count) and as many free ones, and no
+ * less than for HS_COUNT_FROM_CHUNKS chunks. Following the fastbins longer than that, the
+ * release (which follows them again, and merges) would cost more than counting. */
 #define HS_COUNT_NS_A_CHUNK 50
 static uint64_t count_cost_ns(void) {
   return (2 * _hs_copy_live_blocks + HS_COUNT_FROM_CHUNKS) * HS_COUNT_NS_A_CHUNK;

@@ -490,6 +490,13 @@ static void drop_pages(child_t *c, heap_t *hp, uint64_t lo, uint64_t hi) {
   }
 }
 
+/* The walk reads one word a chunk, each depending on the one before: a cache miss and,
+ * on a heap of 500 MiB, a TLB miss every few chunks (117 ns a chunk on perl's emptied
+ * 1.4M-entry hash). The lines ahead are fetched while it waits (from the chunk it is at:
+ * the inside of a large free chunk is skipped): the copy's last walk of that heap went
+ * from 170 to 55 ms. */
+#define HS_WALK_AHEAD 4096
+
 /* A run of chunks malloc_consolidate merges (free ones and fastbin ones, next to each
  * other): one free chunk, of which mtrim's madvise drops the whole pages past its first
  * sizeof(struct malloc_chunk) bytes. */
@@ -506,12 +513,6 @@ static void counted_free(child_t *c, heap_t *hp, uint64_t ch, uint64_t sz) {
  * counting, a run of free and fastbin chunks is one free chunk (counted_free), and one
  * that ends at the top is part of it; the main heap's top is then shrunk as systrim
  * shrinks it: all but MINSIZE + 1 bytes, in whole pages, given back by lowering the break. */
-/* The walk reads one word a chunk, each depending on the one before: a cache miss and,
- * on a heap of 500 MiB, a TLB miss every few chunks (117 ns a chunk on perl's emptied
- * 1.4M-entry hash). The lines ahead are fetched while it waits (from the chunk it is at:
- * the inside of a large free chunk is skipped): the copy's last walk of that heap went
- * from 170 to 55 ms. */
-#define HS_WALK_AHEAD 4096
 static int walk(child_t *c, heap_t *hp, uint64_t c0, uint64_t cend, uint64_t top, int main_heap) {
   uint64_t page = c->page;
   int first_walk = c->finding_key || c->finding_fast;
