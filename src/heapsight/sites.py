@@ -362,6 +362,28 @@ def _site_key(f: symbolize.Frame | None) -> tuple:
     return ("",) if f is None else (f.name(), f.object)
 
 
+def _site_ids(stacks: Stacks) -> np.ndarray:
+    """Each stack's call site as an id (stacks of one call site together: the same name in
+    the same object), made once for every moment (a frame's name a stack a moment was 27k
+    names for python3's compileall)."""
+    ids = getattr(stacks, "_site_ids", None)
+    if ids is None:
+        known: dict = {}
+        ids = np.array([known.setdefault(
+            (_site_key(None if frame is None else stacks.frames[frame]),
+             _site_key(None if own is None else stacks.frames[own])), len(known))
+            for frame, own in zip(stacks.site_of, stacks.own_of)], dtype=np.int64)
+        stacks._site_ids = ids
+    return ids
+
+
+def _error_bytes(variance: np.ndarray, mean: np.ndarray) -> list:
+    """error_bytes of each (variance, mean) pair, at once."""
+    err = Z95 * np.sqrt(variance)
+    return np.round(np.where(mean > 1, np.maximum(err, UNSEEN_MEANS * mean), err)).astype(
+        np.int64).tolist()
+
+
 def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     """One moment: the estimate per live stack and per call site, largest first."""
     allocs = prof.allocs
@@ -372,26 +394,33 @@ def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     ns = len(stacks.stacks)
     # (the fourth: Σ b / m, for each stack's and site's own mean: site_mean)
     by = [np.bincount(which, weights=w, minlength=ns) for w in (b, k, v, b / means)]
-    present = np.bincount(which, minlength=ns) > 0
+    present = np.flatnonzero(np.bincount(which, minlength=ns) > 0)
     total = float(b.sum())
-    out_stacks = [{"stack": int(s), "bytes": int(round(by[0][s])), "blocks": int(round(by[1][s])),
-                   "error_bytes": error_bytes(by[2][s], site_mean(by[0][s], by[3][s],
-                                                                  prof.mean_bytes))}
-                  for s in np.flatnonzero(present)]
+    pb, pk, pv, pbm = (x[present] for x in by)
+    # site_mean, for each stack at once
+    fallback = float(prof.mean_bytes)
+    mean = np.where((pbm > 0) & (pb > 0), pb / np.where(pbm > 0, pbm, 1.0), fallback)
+    out_stacks = [{"stack": s, "bytes": nb, "blocks": nk, "error_bytes": e}
+                  for s, nb, nk, e in zip(present.tolist(),
+                                          np.round(pb).astype(np.int64).tolist(),
+                                          np.round(pk).astype(np.int64).tolist(),
+                                          _error_bytes(pv, mean))]
     out_stacks.sort(key=lambda x: -x["bytes"])
-    # stacks of one call site together (the same name in the same object)
-    sites: dict = {}
-    for s in np.flatnonzero(present).tolist():
-        frame, own = stacks.site_of[s], stacks.own_of[s]
-        key = (_site_key(None if frame is None else stacks.frames[frame]),
-               _site_key(None if own is None else stacks.frames[own]))
-        acc = sites.setdefault(key, [frame, own, 0.0, 0.0, 0.0, 0.0])
-        acc[2] += by[0][s]
-        acc[3] += by[1][s]
-        acc[4] += by[2][s]
-        acc[5] += by[3][s]
+    # stacks of one call site together, each site named by its first live stack's frames,
+    # in the order they first come (the sums in stack order, as one by one)
+    ids = _site_ids(stacks)[present]
+    if len(ids):
+        first = np.unique(ids, return_index=True)[1]
+        first = first[np.argsort(first, kind="stable")]   # by first appearance
+        order = ids[first]
+        sums = [np.bincount(ids, weights=x, minlength=int(ids.max()) + 1)[order]
+                for x in (pb, pk, pv, pbm)]
+        reps = present[first].tolist()
+    else:
+        sums, reps = [np.zeros(0)] * 4, []
     out_sites = []
-    for key, (frame, own, nb, nk, nv, nbm) in sites.items():
+    for rep, nb, nk, nv, nbm in zip(reps, *(x.tolist() for x in sums)):
+        frame, own = stacks.site_of[rep], stacks.own_of[rep]
         out_sites.append({"site": site_name(stacks.frames, frame, own), "frame": frame,
                           **({"own_frame": own} if own is not None else {}),
                           "bytes": int(round(nb)),
