@@ -318,9 +318,12 @@ class _Meanwhile:
         # The modules' objects (100k and more: numpy's, the analysis') live as long as
         # heapsight: no cycle collection while they are made (it examined each one as it
         # came, 15-17 ms of a run's CPU beside the program), and once made, none again
-        # (frozen: only cycles among them, which imports do not leave, go uncollected).
-        collecting = gc.isenabled()
-        gc.disable()
+        # (frozen: every object then is left out of later collections; cycles among them
+        # would go uncollected, and the process is young: its modules, its options, the
+        # sampler's first state).
+        collecting = gc.isenabled() and any(m not in sys.modules for m in self.modules)
+        if collecting:   # (a second run in the process, compare's or lab's, imports nothing)
+            gc.disable()
         try:
             for m in self.modules:   # the end imports whichever failed here (and says why)
                 try:
