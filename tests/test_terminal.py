@@ -155,3 +155,37 @@ def test_a_findings_long_title_wraps_under_its_first_word(monkeypatch):
     assert all(len(line) <= 60 for line in lines[first:first + 3]), lines[first:first + 3]
     assert " ".join(x.strip() for x in [lines[first][4:], *rest]).startswith(title), rest
     assert all(line.startswith("    ") for line in rest), rest
+
+
+def test_a_table_that_fits_is_drawn_as_rich_draws_it():
+    # GIVEN a table as the moment table is made (a two-line header and an empty one, a
+    # column styled dim, rows styled bold and dim, cells of unequal widths), drawn line by
+    # line where it fits, and by rich's Table
+    import io
+    from rich.console import Console
+    from heapsight.reporters import terminal as T
+    g = T._Grid()
+    g.add_column("")
+    g.add_column("peak RSS*\n1.25 s", justify="right")
+    g.add_column("", justify="right", style="dim")
+    g.add_column("exit\n2.00 s", justify="right")
+    g.add_row("RSS", "87.5 MiB", "", "9.0 MiB", style="bold")
+    g.add_row("  live (requested, not freed)", "2.8 MiB", "3%", "398.7 KiB")
+    g.add_row("      of it CPython objects, at least", "-", "", "12 B", style="dim")
+    for width, color in ((100, None), (100, "standard"), (g.width() + 2, None), (30, None)):
+        outs = []
+        for draw in (lambda c: T._draw(c, g, 2),
+                     lambda c: T._print(c, T.Padding(g.table(), (0, 0, 0, 2), expand=False))):
+            buf = io.StringIO()
+            c = Console(file=buf, width=width, highlight=False, soft_wrap=False, emoji=False,
+                        color_system=color, force_terminal=color is not None)
+            draw(c)
+            outs.append(buf.getvalue())
+        # THEN the text is the same (in colour too, once the escapes are left out: the
+        # lines' styles are the columns' and the rows'), and in colour it has escapes
+        plain = [re.sub(r"\x1b\[[0-9;]*m", "", o) for o in outs]
+        assert [line.rstrip() for line in plain[0].splitlines()] == \
+            [line.rstrip() for line in plain[1].splitlines()], (width, color, outs)
+        assert (ESC.search(outs[0]) is not None) == (color is not None)
+        if color is None:
+            assert outs[0] == outs[1], (width, outs)

@@ -13,6 +13,7 @@ import re
 import textwrap
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -174,11 +175,11 @@ def _split_table(c: Console, s: Summary) -> None:
     the library), each part's share of RSS where the width allows; then the peak of RSS
     and heapsight's own pages."""
     cols = _columns(s)
-    t = _moment_table(s, cols, shares=True)
-    if Measurement.get(c, c.options.update(max_width=10_000), t).maximum + 2 > c.width:
-        t = _moment_table(s, cols, shares=False)
+    g = _moment_grid(s, cols, shares=True)
+    if g.width() + 2 > c.width:
+        g = _moment_grid(s, cols, shares=False)
     c.print()
-    _print(c, Padding(t, (0, 0, 0, 2), expand=False))
+    _draw(c, g, 2)
     if s.moment and s.moments:
         _indent(c, f"* the moment the verdict is about ({_moment_about(s)})", 2, style="dim")
     if s.preload == "active" and any(_untouched_shown(b) for _, b in cols):
@@ -206,13 +207,81 @@ def _split_table(c: Console, s: Summary) -> None:
                 style="dim")
 
 
-def _moment_table(s: Summary, cols: list, shares: bool) -> Table:
-    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
-    t.add_column("", no_wrap=True)
+class _Grid:
+    """A table of one-line cells as the reporter's tables are made (rich's Table, no box,
+    one space of padding a side and none at the edges, nothing wrapped), kept as text, so
+    that one that fits the width is drawn line by line (_draw): rich's layout of the
+    moment table was 10 ms of the summary's 16 here, drawing its lines takes a tenth of
+    that. Headers may hold two lines."""
+
+    def __init__(self):
+        self.heads, self.justify, self.styles, self.rows = [], [], [], []
+
+    def add_column(self, head: str, justify: str = "left", style: str = "") -> None:
+        self.heads.append(head)
+        self.justify.append(justify)
+        self.styles.append(style)
+
+    def add_row(self, *cells, style: str = "") -> None:
+        self.rows.append((cells, style))
+
+    def widths(self) -> list:
+        w = [max((cell_len(x) for x in h.split("\n")), default=0) for h in self.heads]
+        for cells, _ in self.rows:
+            w = [max(a, cell_len(x)) for a, x in zip(w, cells)]
+        return w
+
+    def width(self) -> int:
+        """Its width: the widest cell of each column, and two spaces between columns."""
+        return sum(self.widths()) + 2 * (len(self.heads) - 1)
+
+    def table(self) -> Table:
+        t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+        for head, justify, style in zip(self.heads, self.justify, self.styles):
+            t.add_column(head, justify=justify, no_wrap=True, style=style or None)
+        for cells, style in self.rows:
+            t.add_row(*cells, style=style or None)
+        return t
+
+
+def _draw(c: Console, g: _Grid, indent: int) -> None:
+    """The grid indented, as rich draws it when it fits the width (headers bold and at the
+    bottom of their row, each cell padded and styled by its column, then its row), without
+    the trailing spaces (_print); rich's table where it does not fit."""
+    widths = g.widths()
+    if indent + g.width() > c.width:
+        _print(c, Padding(g.table(), (0, 0, 0, indent), expand=False))
+        return
+    last = len(widths) - 1
+    heads = [h.split("\n") for h in g.heads]
+    height = max(len(h) for h in heads)
+    lines = []
+
+    def line(cells, styles):
+        t = Text(" " * indent)
+        for i, (x, w, style) in enumerate(zip(cells, widths, styles)):
+            pad = w - cell_len(x)
+            x = x + " " * pad if g.justify[i] == "left" else " " * pad + x
+            t.append((" " if i else "") + x + (" " if i < last else ""), style=style or None)
+        lines.append(t)
+
+    for k in range(height):   # a header of fewer lines at the bottom of the header row
+        line([h[k - height + len(h)] if k >= height - len(h) else "" for h in heads],
+             ["table.header"] * len(heads))
+    for cells, style in g.rows:
+        line(cells, [" ".join(x for x in (col, style) if x) for col in g.styles])
+    out = Text("\n").join(lines)
+    out.no_wrap, out.overflow = True, "ignore"
+    _print(c, out)
+
+
+def _moment_grid(s: Summary, cols: list, shares: bool) -> "_Grid":
+    t = _Grid()
+    t.add_column("")
     for head, _ in cols:
-        t.add_column(head, justify="right", no_wrap=True)
+        t.add_column(head, justify="right")
         if shares:
-            t.add_column("", justify="right", no_wrap=True, style="dim")
+            t.add_column("", justify="right", style="dim")
 
     # another allocator's metadata where it gives no figure (mimalloc; jemalloc and
     # tcmalloc but at exit) is in retained: "-", not "0 B", which would read as none
