@@ -172,7 +172,19 @@ def test_a_table_that_fits_is_drawn_as_rich_draws_it():
     g.add_row("RSS", "87.5 MiB", "", "9.0 MiB", style="bold")
     g.add_row("  live (requested, not freed)", "2.8 MiB", "3%", "398.7 KiB")
     g.add_row("      of it CPython objects, at least", "-", "", "12 B", style="dim")
-    for width, color in ((100, None), (100, "standard"), (g.width() + 2, None), (30, None)):
+    # and one as the call sites' table is made: no header, widths at least, a site of two
+    # lines (the second dim), the site's column at most so wide
+    sites = T._Grid(show_header=False)
+    sites.add_column("bytes", justify="right", min_width=9)
+    sites.add_column("error", justify="right", style="dim", min_width=8)
+    sites.add_column("share", justify="right", min_width=4)
+    sites.add_column("site", max_width=50)
+    sites.add_row("29.4 MiB", "\u00b11.6 MiB", "42%",
+                  T.site_text("main (m.cc:6)" + T.CALLED_VIA + "std::_Rb_tree::_M_get_node (m)"))
+    sites.add_row("1.2 KiB", "\u00b116.0 KiB", "1%", T.site_text("x" * 40))
+    for g, width, color in ((g, 100, None), (g, 100, "standard"), (g, g.width() + 2, None),
+                            (g, 30, None), (sites, 100, None), (sites, 100, "standard"),
+                            (sites, 60, None)):   # (at 60 it does not fit: rich's)
         outs = []
         for draw in (lambda c: T._draw(c, g, 2),
                      lambda c: T._print(c, T.Padding(g.table(), (0, 0, 0, 2), expand=False))):
@@ -181,6 +193,7 @@ def test_a_table_that_fits_is_drawn_as_rich_draws_it():
                         color_system=color, force_terminal=color is not None)
             draw(c)
             outs.append(buf.getvalue())
+        assert outs[0].strip(), (width, color)
         # THEN the text is the same (in colour too, once the escapes are left out: the
         # lines' styles are the columns' and the rows'), and in colour it has escapes
         plain = [re.sub(r"\x1b\[[0-9;]*m", "", o) for o in outs]

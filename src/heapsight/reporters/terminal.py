@@ -208,68 +208,94 @@ def _split_table(c: Console, s: Summary) -> None:
 
 
 class _Grid:
-    """A table of one-line cells as the reporter's tables are made (rich's Table, no box,
-    one space of padding a side and none at the edges, nothing wrapped), kept as text, so
-    that one that fits the width is drawn line by line (_draw): rich's layout of the
-    moment table was 10 ms of the summary's 16 here, drawing its lines takes a tenth of
-    that. Headers may hold two lines."""
+    """A table as the reporter's tables are made (rich's Table, no box, one space of
+    padding a side and none at the edges, nothing wrapped), kept as its cells, so that one
+    that fits the width is drawn line by line (_draw): rich's layout of the moment table
+    was 10 ms of the summary's 16 here, drawing its lines takes a tenth of that. A cell is
+    a string or a Text, and may hold more than one line; so may a header."""
 
-    def __init__(self):
+    def __init__(self, show_header: bool = True):
+        self.show_header = show_header
         self.heads, self.justify, self.styles, self.rows = [], [], [], []
+        self.min_widths, self.max_widths = [], []
 
-    def add_column(self, head: str, justify: str = "left", style: str = "") -> None:
+    def add_column(self, head: str, justify: str = "left", style: str = "", min_width: int = 0,
+                   max_width: int | None = None) -> None:
         self.heads.append(head)
         self.justify.append(justify)
         self.styles.append(style)
+        self.min_widths.append(min_width)
+        self.max_widths.append(max_width)
 
     def add_row(self, *cells, style: str = "") -> None:
         self.rows.append((cells, style))
 
     def widths(self) -> list:
-        w = [max((cell_len(x) for x in h.split("\n")), default=0) for h in self.heads]
+        w = list(self.min_widths)
+        if self.show_header:
+            w = [max([a] + [cell_len(x) for x in h.split("\n")]) for a, h in zip(w, self.heads)]
         for cells, _ in self.rows:
-            w = [max(a, cell_len(x)) for a, x in zip(w, cells)]
+            w = [max([a] + [cell_len(x) for x in _lines(cell)]) for a, cell in zip(w, cells)]
         return w
 
     def width(self) -> int:
         """Its width: the widest cell of each column, and two spaces between columns."""
         return sum(self.widths()) + 2 * (len(self.heads) - 1)
 
+    def fits(self, width: int) -> bool:
+        """Whether it is drawn at its natural width: no column past its max_width, the whole
+        within width (else rich shrinks, wraps or cuts it)."""
+        return self.width() <= width and all(
+            m is None or w <= m for w, m in zip(self.widths(), self.max_widths))
+
     def table(self) -> Table:
-        t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
-        for head, justify, style in zip(self.heads, self.justify, self.styles):
-            t.add_column(head, justify=justify, no_wrap=True, style=style or None)
+        t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False,
+                  show_header=self.show_header)
+        for head, justify, style, lo, hi in zip(self.heads, self.justify, self.styles,
+                                                self.min_widths, self.max_widths):
+            t.add_column(head, justify=justify, no_wrap=True, style=style or None,
+                         min_width=lo or None, max_width=hi, overflow="ellipsis")
         for cells, style in self.rows:
             t.add_row(*cells, style=style or None)
         return t
 
 
+def _lines(cell) -> list:
+    """A cell's lines, as strings (for their widths)."""
+    return (cell.plain if isinstance(cell, Text) else cell).split("\n")
+
+
 def _draw(c: Console, g: _Grid, indent: int) -> None:
     """The grid indented, as rich draws it when it fits the width (headers bold and at the
-    bottom of their row, each cell padded and styled by its column, then its row), without
-    the trailing spaces (_print); rich's table where it does not fit."""
-    widths = g.widths()
-    if indent + g.width() > c.width:
+    bottom of their row, a row's cells at its top, each padded and styled by its column,
+    then its row), without the trailing spaces (_print); rich's table where it does not
+    fit."""
+    if not g.fits(c.width - indent):
         _print(c, Padding(g.table(), (0, 0, 0, indent), expand=False))
         return
-    last = len(widths) - 1
-    heads = [h.split("\n") for h in g.heads]
-    height = max(len(h) for h in heads)
-    lines = []
+    widths, last, lines = g.widths(), len(g.heads) - 1, []
 
-    def line(cells, styles):
-        t = Text(" " * indent)
-        for i, (x, w, style) in enumerate(zip(cells, widths, styles)):
-            pad = w - cell_len(x)
-            x = x + " " * pad if g.justify[i] == "left" else " " * pad + x
-            t.append((" " if i else "") + x + (" " if i < last else ""), style=style or None)
-        lines.append(t)
+    def row(cells, styles, bottom=False):
+        split = [x.split("\n") if isinstance(x, Text) else [Text(y) for y in x.split("\n")]
+                 for x in cells]
+        height = max(len(x) for x in split)
+        for k in range(height):
+            t = Text(" " * indent)
+            for i, (parts, w, style) in enumerate(zip(split, widths, styles)):
+                at = k - (height - len(parts)) if bottom else k
+                x = parts[at] if 0 <= at < len(parts) else Text("")
+                pad = " " * (w - x.cell_len)
+                piece = Text(" " if i else "", style=style or "")
+                piece.append(pad if g.justify[i] != "left" else "")
+                piece.append_text(x)
+                piece.append((pad if g.justify[i] == "left" else "") + (" " if i < last else ""))
+                t.append_text(piece)
+            lines.append(t)
 
-    for k in range(height):   # a header of fewer lines at the bottom of the header row
-        line([h[k - height + len(h)] if k >= height - len(h) else "" for h in heads],
-             ["table.header"] * len(heads))
+    if g.show_header:
+        row(g.heads, ["table.header"] * len(g.heads), bottom=True)
     for cells, style in g.rows:
-        line(cells, [" ".join(x for x in (col, style) if x) for col in g.styles])
+        row(cells, [" ".join(x for x in (col, style) if x) for col in g.styles])
     out = Text("\n").join(lines)
     out.no_wrap, out.overflow = True, "ignore"
     _print(c, out)
@@ -503,21 +529,20 @@ def _sites(c: Console, sites: dict, moments: tuple = RUN_SITES) -> None:
                 if name == "peak" else
                 f"call sites {title} ({human(m['live_bytes'])} usable; top "
                 f"{min(TOP_SITES, len(m['sites']))} of {len(m['sites'])}):", 2)
-        t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, show_header=False)
+        t = _Grid(show_header=False)
         top = m["sites"][:TOP_SITES]
         # the figures whole, the site in what is left of the line
         widths = [max(len(f(x)) for x in top) for f in (
             lambda x: human(x["bytes"]), lambda x: f"\u00b1{human(x['error_bytes'])}",
             lambda x: fmt.share(x["share"]))]
-        t.add_column("bytes", justify="right", no_wrap=True, min_width=widths[0])
-        t.add_column("error", justify="right", no_wrap=True, style="dim", min_width=widths[1])
-        t.add_column("share", justify="right", no_wrap=True, min_width=widths[2])
-        t.add_column("site", overflow="ellipsis", no_wrap=True,
-                     max_width=max(20, c.width - 4 - sum(widths) - 10))
+        t.add_column("bytes", justify="right", min_width=widths[0])
+        t.add_column("error", justify="right", style="dim", min_width=widths[1])
+        t.add_column("share", justify="right", min_width=widths[2])
+        t.add_column("site", max_width=max(20, c.width - 4 - sum(widths) - 10))
         for x in top:
             t.add_row(human(x["bytes"]), f"\u00b1{human(x['error_bytes'])}", fmt.share(x["share"]),
                       site_text(x["site"]))
-        _print(c, Padding(t, (0, 0, 0, 4), expand=False))
+        _draw(c, t, 4)
         _indent(c, f"estimated from {m['samples']:,} sampled blocks live then, "
                    f"{human(m['estimated_bytes'])} in all (usable bytes; one sample per {mean} "
                    "allocated on average; \u00b1 is a 95% interval)", 4, style="dim")
