@@ -110,7 +110,7 @@ def test_a_module_reloaded_at_the_same_addresses_names_the_stacks_after_it():
     assert st.frames[0].address == 0x1000 - 1   # the call: the byte before the return address
 
 
-def test_the_stacks_read_at_once_are_each_stacks_words_and_their_objects_found_by_search():
+def test_the_stacks_read_at_once_are_each_stacks_words_and_their_objects_found():
     # GIVEN a stack region with two stacks, and offsets that hold none: 0 (not unwound), one
     # past the region, one whose count runs past it, one whose count is no count at all
     words = np.array([0, 2, 0x7000_1000, 0x9000_0010, 1, 0x5000, 7, 2**63 + 5],

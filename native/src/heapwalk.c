@@ -734,20 +734,28 @@ static uint64_t arena_of(const child_t *c, size_t i, uint64_t main_arena) {
   return hp->kind == 1 && hp->first ? hp->ar : 0;
 }
 
+/* The copy's CPU time (not the clock's: a copy the machine leaves waiting must decide as
+ * one that ran). */
+static uint64_t cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Whether glibc's fastbins hold `limit` chunks or more, by following their lists (each
- * link read, so at most `limit` of them), or take longer than `budget_ns` to follow: the
- * release would read them in the same order, and more (consolidating perl's freed hash
+ * link read, so at most `limit` of them), or take more than `budget_ns` of CPU to follow:
+ * the release would read them in the same order, and more (consolidating perl's freed hash
  * entries, all over the heap: 0.7 us a link, 65536 of them followed in 50 ms only to
  * learn that counting costs less). */
 int _hs_walk_fastbins_hold(const child_t *c, uint64_t main_arena, uint64_t limit,
                            uint64_t budget_ns) {
-  uint64_t n = 0, until = _hs_now_ns() + budget_ns;
+  uint64_t n = 0, until = cpu_ns() + budget_ns;
   for (size_t i = 0; i <= c->n_heaps; i++) {
     uint64_t a = arena_of(c, i, main_arena);
     if (!a) continue;
     for (uint64_t b = 0; b < G_NFASTBINS; b++) {
       for (uint64_t p = hs_rd(a + G_MSTATE_FASTBINS + 8 * b); p; p = fast_next(p)) {
-        if (++n >= limit || (n % 256 == 0 && _hs_now_ns() > until)) return 1;
+        if (++n >= limit || (n % 256 == 0 && cpu_ns() > until)) return 1;
         if ((p & 15) || !heap_of(c, p)) break;
       }
     }

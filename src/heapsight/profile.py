@@ -127,17 +127,6 @@ class Profile:
         at or before that event that spans it, else any that spans it."""
         addrs = np.asarray(addrs, dtype=np.uint64)
         events = np.asarray(events, dtype=np.uint64)
-        if self.modules:
-            lo = np.array([m.lo for m in self.modules], dtype=np.uint64)
-            hi = np.array([m.hi for m in self.modules], dtype=np.uint64)
-            order = np.argsort(lo, kind="stable")
-            if not (lo[order][1:] < hi[order][:-1]).any():
-                # no two objects overlap (none was unloaded and another mapped there): each
-                # address is in one at most, found by a search (a module a pass was 60
-                # passes over python3's 90k addresses)
-                at = np.searchsorted(lo[order], addrs, side="right") - 1
-                inside = (at >= 0) & (addrs < hi[order][np.maximum(at, 0)])
-                return np.where(inside, order[np.maximum(at, 0)], -1).astype(np.int64)
         out = np.full(len(addrs), -1, dtype=np.int64)
         later = np.full(len(addrs), -1, dtype=np.int64)
         for i, m in enumerate(self.modules):   # recorded in order: later ones win

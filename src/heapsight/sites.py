@@ -352,6 +352,14 @@ class Stacks:
             else:
                 self.site_of.append(flat_list[b - 1])
             self.own_of.append(own)
+        # each stack's call site as an id, stacks of one call site together (the same name
+        # in the same object), for every moment's estimate (named at each, a frame's name a
+        # stack a moment was 27k names for python3's compileall)
+        known: dict = {}
+        self.site_ids = np.array([known.setdefault(
+            (_site_key(None if frame is None else self.frames[frame]),
+             _site_key(None if own is None else self.frames[own])), len(known))
+            for frame, own in zip(self.site_of, self.own_of)], dtype=np.int64)
 
     def frame_dicts(self) -> list:
         return [{"function": f.function, "file": f.file, "line": f.line, "object": f.object,
@@ -360,21 +368,6 @@ class Stacks:
 
 def _site_key(f: symbolize.Frame | None) -> tuple:
     return ("",) if f is None else (f.name(), f.object)
-
-
-def _site_ids(stacks: Stacks) -> np.ndarray:
-    """Each stack's call site as an id (stacks of one call site together: the same name in
-    the same object), made once for every moment (a frame's name a stack a moment was 27k
-    names for python3's compileall)."""
-    ids = getattr(stacks, "_site_ids", None)
-    if ids is None:
-        known: dict = {}
-        ids = np.array([known.setdefault(
-            (_site_key(None if frame is None else stacks.frames[frame]),
-             _site_key(None if own is None else stacks.frames[own])), len(known))
-            for frame, own in zip(stacks.site_of, stacks.own_of)], dtype=np.int64)
-        stacks._site_ids = ids
-    return ids
 
 
 def _error_bytes(variance: np.ndarray, mean: np.ndarray) -> list:
@@ -408,7 +401,7 @@ def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     out_stacks.sort(key=lambda x: -x["bytes"])
     # stacks of one call site together, each site named by its first live stack's frames,
     # in the order they first come (the sums in stack order, as one by one)
-    ids = _site_ids(stacks)[present]
+    ids = stacks.site_ids[present]
     if len(ids):
         first = np.unique(ids, return_index=True)[1]
         first = first[np.argsort(first, kind="stable")]   # by first appearance

@@ -321,8 +321,8 @@ class _Meanwhile:
         # (frozen: every object then is left out of later collections; cycles among them
         # would go uncollected, and the process is young: its modules, its options, the
         # sampler's first state).
-        collecting = gc.isenabled() and any(m not in sys.modules for m in self.modules)
-        if collecting:   # (a second run in the process, compare's or lab's, imports nothing)
+        paused = gc.isenabled() and any(m not in sys.modules for m in self.modules)
+        if paused:   # (a second run in the process, compare's or lab's, imports nothing)
             gc.disable()
         try:
             for m in self.modules:   # the end imports whichever failed here (and says why)
@@ -332,7 +332,7 @@ class _Meanwhile:
                     pass
         finally:
             sys.setswitchinterval(switch)
-            if collecting:
+            if paused:
                 gc.freeze()
                 gc.enable()
         if not self.names:

@@ -245,8 +245,9 @@ class _Grid:
     def fits(self, width: int) -> bool:
         """Whether it is drawn at its natural width: no column past its max_width, the whole
         within width (else rich shrinks, wraps or cuts it)."""
-        return self.width() <= width and all(
-            m is None or w <= m for w, m in zip(self.widths(), self.max_widths))
+        widths = self.widths()
+        return sum(widths) + 2 * (len(widths) - 1) <= width and all(
+            m is None or w <= m for w, m in zip(widths, self.max_widths))
 
     def table(self) -> Table:
         t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False,
