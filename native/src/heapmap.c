@@ -106,8 +106,6 @@ void *_hs_copy_map(size_t bytes, int populate) {
   return copy_map_flags(bytes, MAP_PRIVATE | (populate ? MAP_POPULATE : 0));
 }
 
-/* Memory that a process the copy forks shares with it (reach.c: the marks of two). */
-void *_hs_copy_map_shared(size_t bytes) { return copy_map_flags(bytes, MAP_SHARED); }
 
 void _hs_copy_unmap(void *p, size_t bytes) {
   if (!p) return;

@@ -107,7 +107,6 @@ static inline uint64_t hs_rd(uint64_t addr) { return *(const volatile uint64_t *
 extern HS_HIDDEN hs_chunk_t _hs_copy_own[HS_OWN_MAX];
 extern HS_HIDDEN size_t _hs_copy_n_own;
 void *_hs_copy_map(size_t bytes, int populate);
-void *_hs_copy_map_shared(size_t bytes);
 /* The hooks' counts at the moment the copy was made, read just before it by the thread
  * that made it: in the copy the segment is the program's, which goes on counting */
 extern HS_HIDDEN uint64_t _hs_copy_live_blocks, _hs_copy_mmapped_bytes;

@@ -290,8 +290,8 @@ void _hs_roots_reach(child_t *c, int at_exit, hs_map_reach_t *rec, hs_map_block_
     for (size_t i = 0; i < n; i++) block_bytes += c->chunks[i].hi - c->chunks[i].lo;
     two = block_bytes >= HS_REACH_WORKERS_MIN_BYTES;
   }
-  struct hs_reach_pool_s *pool = two ? _hs_copy_map_shared(_hs_reach_pool_bytes()) : NULL;
-  uint8_t *state = pool ? _hs_copy_map_shared(n + 1) : _hs_copy_map(n + 1, 0);
+  struct hs_reach_pool_s *pool = two ? _hs_copy_map(_hs_reach_pool_bytes(n), 0) : NULL;
+  uint8_t *state = _hs_copy_map(n + 1, 0);
   uint32_t *stack = _hs_copy_map((2 * n + 1) * sizeof(uint32_t), 0);
   if (!state || !stack) {
     reach_why(rec, "no room in the copy for the marks");

@@ -189,7 +189,7 @@ uint64_t _hs_resident_runs(int pm, uint64_t *buf, size_t entries, uint64_t page,
 void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi);
 void _hs_reach_own(hs_reach_t *r, uint64_t addr);
 void _hs_reach_own_roots(hs_reach_t *r, const uint64_t *addrs, size_t n);
-size_t _hs_reach_pool_bytes(void);
+size_t _hs_reach_pool_bytes(size_t n);
 int _hs_reach_workers(hs_reach_t *r, struct hs_reach_pool_s *pool);
 #define HS_REACH_WORKERS_MIN_BYTES (16ull << 20) /* fewer blocks' bytes: one process marks */
 void _hs_reach_finish(hs_reach_t *r);

@@ -26,6 +26,7 @@
  * mark stack holds each block at most twice (possible, then reachable), so 2n entries. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -345,9 +346,9 @@ void _hs_reach_root(hs_reach_t *r, uint64_t lo, uint64_t hi) {
 /* ---- two processes marking, at exit ----
  * Once the program is gone both cores are free, and the marking is most of the exit's copy
  * (perl holding a 1.5M-entry hash: 205 ms of 295). The roots are scanned first, pushing
- * what they reach (r->defer); then the copy forks a second process, and both drain: the
- * states are in a shared mapping and rise by compare-and-swap, each process has its own
- * stack (the copy's, copied on write), and work moves between them through a shared pool:
+ * what they reach (r->defer); then the copy makes a second process that shares its memory
+ * (helper_main), and both drain: the states rise by compare-and-swap, each process has its
+ * own mark stack, and work moves between them through the pool:
  * a process gives half its stack (a share at most) when the other waits, or a share when
  * it has two and the pool is low, and one with none takes a share. A large block is
  * scanned in pieces, and the half not yet scanned goes to the pool when the other waits
@@ -367,8 +368,6 @@ struct hs_reach_pool_s {
   uint32_t items[HS_REACH_POOL_ITEMS];
   hs_reach_range_t ranges[HS_REACH_POOL_RANGES];
 };
-
-size_t _hs_reach_pool_bytes(void) { return sizeof(struct hs_reach_pool_s); }
 
 static void pool_lock(struct hs_reach_pool_s *p) {
   while (__atomic_exchange_n(&p->lock, 1, __ATOMIC_ACQUIRE))
@@ -498,10 +497,37 @@ static void drain_shared(hs_reach_t *r) {
   } while (take(r));
 }
 
-/* What the roots pushed (r->defer), drained by two processes when pool (shared, zeroed,
- * _hs_reach_pool_bytes) is given and a second one can be made, else by this one. The
- * states must be in a shared mapping. The processes that marked (1 or 2), or 0 when the
- * second one failed (the marks are then not whole). */
+/* The second marker: a process that shares the copy's memory (clone with CLONE_VM, on a
+ * stack of its own; its hs_reach_t, mark stack and pagemap buffer are its own, after the
+ * pool). It was a fork of the copy: the fork copied the page tables of the whole program
+ * (10 ms for perl's 500 MiB heap, during which the copy waited), and the second process
+ * then paid again for the first touch of every page it read (0.5 us a page on this VM: a
+ * forked process's page table entries start old). */
+typedef struct {
+  hs_reach_t r;
+  pid_t parent;
+} helper_t;
+#define HS_REACH_HELPER_STACK (256u << 10)
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+size_t _hs_reach_pool_bytes(size_t n) {
+  return align64(sizeof(struct hs_reach_pool_s)) + align64(sizeof(helper_t)) +
+         align64((2 * n + 1) * sizeof(uint32_t)) + HS_REACH_PM_ENTRIES * 8 + HS_REACH_HELPER_STACK;
+}
+
+static int helper_main(void *arg) {
+  helper_t *h = arg;
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* the copy ended (its time limit): so does this */
+  if (getppid() != h->parent) return 2;
+  drain_shared(&h->r);
+  return h->r.late ? 1 : 0;
+}
+
+/* What the roots pushed (r->defer), drained by two processes when pool (zeroed,
+ * _hs_reach_pool_bytes(r->n)) is given and a second one can be made, else by this one.
+ * The processes that marked (1 or 2), or 0 when the second one failed (the marks are then
+ * not whole). */
 int _hs_reach_workers(hs_reach_t *r, struct hs_reach_pool_s *pool) {
   r->defer = 0;
   if (!pool) {
@@ -510,17 +536,20 @@ int _hs_reach_workers(hs_reach_t *r, struct hs_reach_pool_s *pool) {
   }
   pool->workers = 2;
   r->pool = pool;
-  pid_t parent = getpid();
-  /* a fork with no exit signal (the program's SIGCHLD handler is the copy's too), and no
-   * fork handlers of the program's */
-  pid_t pid = (pid_t)syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* the copy ended (its time limit): so does this */
-    if (getppid() != parent) syscall(SYS_exit_group, 2);
-    r->top = 0;
-    drain_shared(r);
-    syscall(SYS_exit_group, r->late ? 1 : 0);
-  }
+  char *at = (char *)pool + align64(sizeof *pool);
+  helper_t *h = (helper_t *)at;
+  at += align64(sizeof *h);
+  h->r = *r;
+  h->r.top = 0;
+  h->r.words = h->r.checked = 0;
+  h->r.stack = (uint32_t *)at;
+  at += align64((2 * r->n + 1) * sizeof(uint32_t));
+  h->r.pm_buf = r->pm_buf ? (uint64_t *)at : NULL;
+  at += HS_REACH_PM_ENTRIES * 8;
+  h->parent = getpid();
+  /* no exit signal (the program's SIGCHLD handler is the copy's too), no fork handlers of
+   * the program's; the stack grows down from the region's end */
+  pid_t pid = clone(helper_main, at + HS_REACH_HELPER_STACK, CLONE_VM, h);
   if (pid < 0) pool->workers = 1; /* no second process: this one alone */
   else __atomic_store_n(&pool->child, pid, __ATOMIC_RELAXED);
   drain_shared(r);

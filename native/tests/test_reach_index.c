@@ -2,6 +2,7 @@
  * like the heaps' (dense runs of small blocks, big blocks, runs far apart, a block's last
  * word on glibc's chunk rule), and words inside, between, at the edges and outside. Prints
  * "reach-index: layouts=N words=M mismatches=K" and exits 1 on any mismatch. */
+#define _GNU_SOURCE /* (reach.c's, before any header) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
