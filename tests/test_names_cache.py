@@ -1,8 +1,8 @@
-"""The symbolizer's complete answers are kept between runs ($XDG_CACHE_HOME/heapsight/names):
-a second run of the same program names its call sites the same without asking the tool
-again (libc's debug information alone is 90 ms of the tool's CPU), an object rebuilt at
-the same path is asked again, an answer without a file and line is never kept, and
-HEAPSIGHT_NAMES_CACHE=0 turns the cache off. The tool is a wrapper that logs what it is
+"""The symbolizer's answers are kept between runs ($XDG_CACHE_HOME/heapsight/names): a
+second run of the same program names its call sites the same without asking the tool again
+(libc's debug information alone is 90 ms of the tool's CPU), an object rebuilt at the same
+path is asked again, so is one whose debug information came since (an answer without a file
+and line is kept until then), and HEAPSIGHT_NAMES_CACHE=0 turns the cache off. The tool is a wrapper that logs what it is
 asked and passes it to llvm-symbolizer."""
 
 from __future__ import annotations
@@ -98,18 +98,35 @@ def test_the_cache_can_be_turned_off(setup):
     assert not (tmp_path / "cache" / "heapsight").exists()
 
 
-def test_answers_without_a_file_and_line_are_not_kept(setup):
+def test_answers_without_debug_information_are_kept_until_it_comes(setup):
+    # GIVEN a program whose debug information is split into a file of its own, which its
+    # .gnu_debuglink names, and which is not installed yet (a stripped interpreter: python3,
+    # perl without their -dbg packages)
     tmp_path, wrapper, log = setup
     build(tmp_path, "fill_the_table")
-    subprocess.run(["strip", str(tmp_path / "prog")], check=True)   # no debug information
-    first, _ = run(tmp_path, wrapper, log)
+    prog, debug, aside = tmp_path / "prog", tmp_path / "prog.debug", tmp_path / "aside"
+    subprocess.run(["objcopy", "--only-keep-debug", str(prog), str(debug)], check=True)
+    subprocess.run(["strip", "--strip-debug", str(prog)], check=True)
+    subprocess.run(["objcopy", f"--add-gnu-debuglink={debug}", str(prog)], check=True)
+    aside.mkdir()
+    debug.rename(aside / "prog.debug")
+    # WHEN it runs twice
+    first, asked_first = run(tmp_path, wrapper, log)
+    ours = {k: n for k, n in first.items() if k[0].endswith("/prog")}
+    assert any(n[0] == "fill_the_table" for n in ours.values()), first   # its symbols
+    assert not any(n[2] for n in ours.values()), ours                     # no line
+    assert [a for a in asked_first if "prog " in a], asked_first
     second, asked = run(tmp_path, wrapper, log)
+    # THEN the second names it the same without asking the tool about it
     assert second == first
-    assert [a for a in asked if "prog " in a], asked   # asked again: never kept
-    kept = tmp_path / "cache" / "heapsight" / "names"
-    for f in kept.iterdir() if kept.exists() else ():
-        doc = json.loads(f.read_text())
-        assert not doc["object"].endswith("/prog"), doc
+    assert not [a for a in asked if "prog " in a], asked
+    # WHEN its debug information comes (installed beside it)
+    (aside / "prog.debug").rename(debug)
+    third, asked = run(tmp_path, wrapper, log)
+    # THEN it is asked again, and its frames have their file and line
+    assert [a for a in asked if "prog " in a], asked
+    assert any(n[0] == "fill_the_table" and n[2] for k, n in third.items()
+               if k[0].endswith("/prog")), third
 
 
 def test_a_cache_folder_others_can_write_is_not_used(setup):

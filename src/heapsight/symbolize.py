@@ -196,15 +196,18 @@ def _stamp(path: str) -> tuple | None:
 
 
 # Answers kept between runs (the names cache): the tool's answer for an address of an object
-# is the same as long as the object and the tool are the files they were, so a complete
-# answer (every frame with its function, file and line) is kept under $XDG_CACHE_HOME/
+# is the same as long as the object, the files the tool would read its debug information
+# from and the tool are the files they were, so the answers are kept under $XDG_CACHE_HOME/
 # heapsight/names (~/.cache/heapsight/names), one file per object as it was (its path, inode,
-# size and mtime) and tool, and the next run reads it instead of starting the tool: libc's
+# size and mtime; each place its separate debug information may be, as it was or absent:
+# _debug_sources) and tool, and the next run reads them instead of starting the tool: libc's
 # debug information alone is 90 ms of the tool's CPU (libc6-dbg), on the core the end's
-# imports need. An answer without a file and line (an object without debug information, an
-# unknown address) is asked again each run: debug information installed since would
-# complete it. HEAPSIGHT_NAMES_CACHE=0 turns it off. Never more than CACHE_FILES files
-# (the oldest go) of CACHE_ANSWERS answers each.
+# imports need, and a stripped interpreter's symbols (python3, perl: no -dbg package) were
+# read again by a tool started for them at every run. Debug information installed since
+# (a -dbg package, a file beside the object) changes the key: its answers are asked again.
+# An object whose debug sources cannot be told (not a 64-bit ELF file) keeps complete
+# answers only (every frame with its function, file and line). HEAPSIGHT_NAMES_CACHE=0 turns
+# it off. Never more than CACHE_FILES files (the oldest go) of CACHE_ANSWERS answers each.
 CACHE_FILES, CACHE_ANSWERS = 256, 50_000
 _KEPT: dict = {}   # cache file -> {address: the tool's JSON line}, as read or written
 
@@ -217,8 +220,69 @@ def _cache_file(tool: str, obj: str) -> str | None:
         return None
     import hashlib
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    key = hashlib.sha256(repr((obj, st, tool, tool_st)).encode(errors="surrogateescape"))
+    key = hashlib.sha256(repr((obj, st, tool, tool_st, _debug_sources(obj)))
+                         .encode(errors="surrogateescape"))
     return os.path.join(base, "heapsight", "names", key.hexdigest()[:32] + ".json")
+
+
+DEBUG_DIR = "/usr/lib/debug"
+_SOURCES: dict = {}   # object -> _debug_sources' answer, for this process
+
+
+def _debug_sources(obj: str) -> tuple | None:
+    """Where the tool would read obj's separate debug information from, each place with its
+    stamp (None: nothing there): the file its build ID names under DEBUG_DIR, and the file
+    its .gnu_debuglink names beside it, in .debug/ beside it and under DEBUG_DIR (the
+    places llvm-symbolizer looks, without debuginfod, which the session turns off). () for
+    an ELF file that names none; None when obj cannot be read as a 64-bit ELF file."""
+    if obj not in _SOURCES:
+        _SOURCES[obj] = _read_debug_sources(obj)
+    return _SOURCES[obj]
+
+
+def _read_debug_sources(obj: str) -> tuple | None:
+    import struct
+    try:
+        with open(obj, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            shoff, = struct.unpack_from("<Q", head, 0x28)
+            entsize, count, names_at = struct.unpack_from("<HHH", head, 0x3A)
+            if not shoff or entsize != 64 or not 0 < count <= 4096 or names_at >= count:
+                return None
+            f.seek(shoff)
+            table = f.read(count * 64)
+            if len(table) < count * 64:
+                return None
+            sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * 64) for i in range(count)]
+
+            def contents(sec, most=1 << 16) -> bytes:
+                f.seek(sec[4])
+                return f.read(min(sec[5], most))
+            names = contents(sections[names_at], 1 << 20)
+            build_id = link = None
+            for sec in sections:
+                name = names[sec[0]:names.find(b"\0", sec[0])]
+                if name == b".note.gnu.build-id":
+                    note = contents(sec)
+                    if len(note) >= 16:
+                        namesz, descsz, kind = struct.unpack_from("<III", note)
+                        at = 12 + ((namesz + 3) & ~3)
+                        if kind == 3 and note[12:12 + namesz].rstrip(b"\0") == b"GNU":
+                            build_id = note[at:at + descsz].hex()
+                elif name == b".gnu_debuglink":
+                    link = os.fsdecode(contents(sec).split(b"\0", 1)[0]) or None
+    except (OSError, struct.error, ValueError):
+        return None
+    places = []
+    if build_id and len(build_id) > 2:
+        places.append(os.path.join(DEBUG_DIR, ".build-id", build_id[:2], build_id[2:] + ".debug"))
+    if link and "/" not in link:
+        folder = os.path.dirname(obj)
+        places += [os.path.join(folder, link), os.path.join(folder, ".debug", link),
+                   DEBUG_DIR + os.path.join(folder, link)]
+    return tuple((p, _stamp(p)) for p in places)
 
 
 def _ours(folder: str) -> bool:
@@ -265,6 +329,16 @@ def _kept(tool: str | None, keys: list) -> dict:
     return out
 
 
+def _answered(line: str) -> bool:
+    """Whether the tool's line is an answer (its frames, "??" where it knows none), not an
+    error (an object it could not read)."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("Symbol"), list) and "Error" not in doc
+
+
 def _complete(line: str) -> bool:
     try:
         symbols = json.loads(line).get("Symbol") or ()
@@ -277,11 +351,12 @@ def _complete(line: str) -> bool:
 
 
 def _keep(tool: str, answers: dict) -> None:
-    """Writes the complete answers among answers ({(object, address): line}) to the cache;
-    a cache that cannot be written is left alone (the names are the same without it)."""
+    """Writes answers ({(object, address): line}) to the cache: all of an object whose debug
+    sources are known (_debug_sources), the complete ones of another; a cache that cannot
+    be written is left alone (the names are the same without it)."""
     by_obj: dict = {}
     for (obj, address), line in answers.items():
-        if _complete(line):
+        if _complete(line) or (_debug_sources(obj) is not None and _answered(line)):
             by_obj.setdefault(obj, {})[address] = line
     for obj, new in by_obj.items():
         path = _cache_file(tool, obj)
