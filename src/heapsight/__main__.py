@@ -13,12 +13,17 @@ limits.room_for_files()
 
 from heapsight.cli import main  # noqa: E402
 
+COPY_END_S = 5.0
+
 
 def run_main() -> int:
     """The console script: main(), then, when `heapsight run`'s program died of a signal,
     the same death for heapsight (interrupts.die_as); else the exit, without the
     interpreter's teardown (exit_now)."""
     rc = main()
+    copies = sys.modules.get("heapsight.live.heapmaps")
+    if copies is not None:   # the exit's copy, its map read, may still be ending
+        copies.reap_ending(COPY_END_S)
     if interrupts.program_signal:
         interrupts.die_as(interrupts.program_signal)
     exit_now(rc)

@@ -30,3 +30,18 @@ def test_a_copy_still_walking_is_waited_for_and_not_reaped(monkeypatch):
     monkeypatch.setattr(heapmaps.os, "waitpid", lambda pid, flags: reaped.append(pid) or (pid, 0))
     assert heapmaps.copy_walking(_Segment()) is True
     assert reaped == [4243]
+
+
+def test_the_exit_copy_written_is_not_waited_for_but_reaped_at_the_end(monkeypatch):
+    # GIVEN the exit's copy, its map written, still ending (a large program's takes tens of
+    # milliseconds to free its page tables), and no other copy
+    listings = iter([[(4242, b"R")], [(4242, b"R")], [(4242, b"Z")], []])
+    monkeypatch.setattr(heapmaps, "_copies", lambda: next(listings, []))
+    reaped = []
+    monkeypatch.setattr(heapmaps.os, "waitpid", lambda pid, flags: reaped.append(pid) or (pid, 0))
+    monkeypatch.setattr(heapmaps.time, "sleep", lambda s: None)
+    # THEN the summary does not wait for it
+    assert heapmaps.copy_walking(_Segment(), written=4242) is False
+    # AND heapsight's end waits for it to end, and reaps it
+    heapmaps.reap_ending(1.0)
+    assert reaped == [4242]

@@ -125,10 +125,12 @@ def collect(segment_path: str) -> dict:
 EXIT_MAP_WAIT_S = MAP_LIMIT_S + 5.0
 
 
-def wait_exit_map(segment) -> None:
+def wait_exit_map(segment) -> int:
     """The program did not wait for its exit map's copy (it waits for the copy to be made,
     not walked): the copy, left running, writes the map when it is done. Waits for that
-    file, or for the copy to end without one (gone, or a zombie nobody reaped)."""
+    file, or for the copy to end without one (gone, or a zombie nobody reaped). The copy's
+    pid once its map is written (it may still be ending: wait_copies need not wait for it),
+    else 0."""
     pid = segment.get("heapmap_exit_pid")
     path = path_of(segment.path, EXIT)
     deadline = time.monotonic() + EXIT_MAP_WAIT_S
@@ -141,6 +143,7 @@ def wait_exit_map(segment) -> None:
             break
         time.sleep(0.005)
     reap_copies()
+    return pid if pid and os.path.exists(path) else 0
 
 
 WALL = 0x40000000   # __WALL: a child whose exit signal is not SIGCHLD (the copies')
@@ -179,16 +182,19 @@ def request_pending(segment) -> bool:
     return int(segment.header["heapmap_seq"]) > int(segment.header["heapmap_ack"])
 
 
-def copy_walking(segment) -> bool:
+def copy_walking(segment, written: int = 0) -> bool:
     """Whether a copy of the program is still being walked (its map not yet written): one
     of this process's children (the copies that ended are reaped), or the last one the
     library made, which is the program's own child where heapsight did not start it
-    (--follow's program)."""
+    (--follow's program). Not the copy written (its map is: it is only ending, which takes
+    a large program's copy tens of milliseconds, its page tables freed)."""
     copies = _copies()
     _reap(copies)   # the ones this listing saw ended: one that ends after it is seen next time
-    if any(state != b"Z" for _, state in copies):
+    if any(state != b"Z" and pid != written for pid, state in copies):
         return True
     pid = segment.get("heapmap_copy_pid")
+    if written and pid == written:
+        return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             name, _, rest = f.read().rpartition(b")")
@@ -197,16 +203,29 @@ def copy_walking(segment) -> bool:
     return bool(pid) and name.endswith(b"(hs-heapmap") and rest.split()[:1] not in ([b"Z"], [b"X"])
 
 
-def wait_copies(segment, timeout_s: float) -> None:
-    """Until no copy is being walked, or timeout_s."""
+def wait_copies(segment, timeout_s: float, written: int = 0) -> None:
+    """Until no copy is being walked (but the one written, whose map is), or timeout_s."""
     deadline = time.monotonic() + timeout_s
-    while copy_walking(segment) and time.monotonic() < deadline:
+    while copy_walking(segment, written) and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
 def reap_copies() -> int:
     """Reaps the copies that have ended. How many."""
     return _reap(_copies())
+
+
+def reap_ending(timeout_s: float) -> None:
+    """At heapsight's end: waits for the copies still ending (one whose map was read ends
+    meanwhile, its page tables freed) and reaps them, so that none is left to init, nor
+    running in the run's process group; at most timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        copies = _copies()
+        _reap(copies)
+        if not copies or time.monotonic() >= deadline:
+            return
+        time.sleep(0.002)
 
 
 def _reap(copies) -> int:
