@@ -216,6 +216,32 @@ def test_the_kernels_count_is_the_programs_own_when_no_child_held_more():
     assert descendants_peak(tl) == 0
 
 
+GROWS_THEN_EXITS = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  size_t n = 64u << 20;
+  char *p = malloc(n);   /* written and gone by _exit: no exit reading, none between */
+  memset(p, 1, n);
+  _exit(((volatile char *)p)[n - 1] != 1);
+}
+"""
+
+
+def test_a_program_that_started_no_process_has_the_kernels_count_for_its_own_peak(tmp_path):
+    # GIVEN a program that starts no process, writes 64 MiB and ends by _exit at once (no
+    # reading at its exit, and likely none after the growth)
+    from conftest import compile_c
+    exe = compile_c(tmp_path, "grows", GROWS_THEN_EXITS)
+    s, _ = run(tmp_path, "--", exe)
+    # THEN no child is named for the kernel's count (it said "IN A CHILD PROCESS: a process
+    # grows started peaked at 64.x MiB" whenever the last reading came before the memset),
+    # and that count is its own peak RSS
+    assert not [f for f in s["findings"] if f["kind"] == "child"], s["findings"]
+    assert s["peak_rss_bytes"] >= 64 * MiB, s["peak_rss_bytes"]
+
+
 DAEMON = r"""
 #include <stdio.h>
 #include <stdlib.h>

@@ -546,15 +546,17 @@ def _threads(segment, tl: Timeline) -> int:
     return max(1, threads - own, allocated)
 
 
-def descendants_peak(tl: Timeline, follow: str = "") -> int:
+def descendants_peak(tl: Timeline, follow: str = "", started_none: bool = False) -> int:
     """The most RSS one of the program's descendants held, by the kernel's count (wait4's
     ru_maxrss for the program: its own peak or that of a descendant it waited for, whichever
     was more), when that is a descendant's: more than the program's own peak (its VmHWM as
     last read, with heapsight's own pages and a twentieth to spare); 0 when not, when not
-    read, or when the process measured is not the one started (--follow: the count is then
-    the followed one's too)."""
+    read, when the process measured is not the one started (--follow: the count is then
+    the followed one's too), or when the program started no process (started_none: the
+    count is its own; a program that grew after the last reading and ended by _exit, with
+    no reading at its exit, was said to have a child that peaked there)."""
     maxrss, hwm = int(getattr(tl, "child_maxrss", 0) or 0), _num(tl.last("hwm"), 0)
-    if follow or not maxrss or not hwm:
+    if follow or not maxrss or not hwm or started_none:
         return 0
     spare = max(1 << 20, hwm / 20) + tl.own_rss_bytes
     return maxrss if maxrss > hwm + spare else 0
@@ -784,8 +786,17 @@ def summarize(argv, started_pid, rc, linkage, segment, tl: Timeline, hz, stats_h
                              # (the started process's signal: not a followed one's)
                              -rc if rc < 0 and segment.get("owner_pid") == started_pid else 0)
                    if heap else ([], []))
-    peak_rss, peak_rss_at = _peak_rss(int(_num(tl.last("hwm"), 0)), rows, final)
-    waited = descendants_peak(tl, follow)
+    # (no fork seen, no descendant that loaded the library, none read from /proc: a child
+    # could only be one that ran a static program)
+    started_none = attached and not tl.children and not segment.get("forks") and \
+        not segment.get("foreign_attaches")
+    # the kernel's count is then the program's own peak: above the last VmHWM read when the
+    # program grew after it and ended without the library's exit reading (_exit, a signal);
+    # one image's (an execve keeps the count of the image before)
+    own_maxrss = (int(getattr(tl, "child_maxrss", 0) or 0)
+                  if started_none and not follow and not segment.get("execs") else 0)
+    peak_rss, peak_rss_at = _peak_rss(max(int(_num(tl.last("hwm"), 0)), own_maxrss), rows, final)
+    waited = descendants_peak(tl, follow, started_none)
     # (under --follow the process measured was chosen: another process of the command comes
     # after its own findings)
     found = sorted(found + analysis.child_findings(children, peak_rss, argv, follow, waited),
