@@ -125,12 +125,10 @@ def collect(segment_path: str) -> dict:
 EXIT_MAP_WAIT_S = MAP_LIMIT_S + 5.0
 
 
-def wait_exit_map(segment) -> int:
+def wait_exit_map(segment) -> None:
     """The program did not wait for its exit map's copy (it waits for the copy to be made,
     not walked): the copy, left running, writes the map when it is done. Waits for that
-    file, or for the copy to end without one (gone, or a zombie nobody reaped). The copy's
-    pid once its map is written (it may still be ending: wait_copies need not wait for it),
-    else 0."""
+    file, or for the copy to end without one (gone, or a zombie nobody reaped)."""
     pid = segment.get("heapmap_exit_pid")
     path = path_of(segment.path, EXIT)
     deadline = time.monotonic() + EXIT_MAP_WAIT_S
@@ -143,16 +141,31 @@ def wait_exit_map(segment) -> int:
             break
         time.sleep(0.005)
     reap_copies()
-    return pid if pid and os.path.exists(path) else 0
 
 
 WALL = 0x40000000   # __WALL: a child whose exit signal is not SIGCHLD (the copies')
 
 
+PF_EXITING = 0x4   # a task's flags (/proc/PID/stat's ninth field) once it began to end
+
+
+def _state(rest: bytes) -> bytes:
+    """A process's state from its stat line past the command: b"Z" once it has ended, b"E"
+    while it ends (its page tables freed: a large program's copy took 37-48 ms, which
+    nothing need wait for), else the kernel's letter."""
+    fields = rest.split()
+    if not fields:
+        return b"?"
+    if fields[0] not in (b"Z", b"X") and len(fields) > 6 and fields[6].isdigit() \
+            and int(fields[6]) & PF_EXITING:
+        return b"E"
+    return fields[0]
+
+
 def _copies() -> list:
     """(pid, state) of the program's copies that heapsight's library made children of this
     process (CLONE_PARENT: so that no wait of the program's meets them), named hs-heapmap;
-    state b"Z" once one has ended."""
+    state b"Z" once one has ended, b"E" while it ends (_state)."""
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -172,7 +185,7 @@ def _copies() -> list:
             continue
         name, _, rest = stat.rpartition(b")")
         if name.endswith(b"(hs-heapmap"):
-            out.append((pid, rest.split()[:1][0] if rest.split() else b"?"))
+            out.append((pid, _state(rest)))
     return out
 
 
@@ -182,31 +195,28 @@ def request_pending(segment) -> bool:
     return int(segment.header["heapmap_seq"]) > int(segment.header["heapmap_ack"])
 
 
-def copy_walking(segment, written: int = 0) -> bool:
+def copy_walking(segment) -> bool:
     """Whether a copy of the program is still being walked (its map not yet written): one
-    of this process's children (the copies that ended are reaped), or the last one the
-    library made, which is the program's own child where heapsight did not start it
-    (--follow's program). Not the copy written (its map is: it is only ending, which takes
-    a large program's copy tens of milliseconds, its page tables freed)."""
+    of this process's children (the copies that ended are reaped; one that is ending has
+    written its map, or never will), or the last one the library made, which is the
+    program's own child where heapsight did not start it (--follow's program)."""
     copies = _copies()
     _reap(copies)   # the ones this listing saw ended: one that ends after it is seen next time
-    if any(state != b"Z" and pid != written for pid, state in copies):
+    if any(state not in (b"Z", b"E") for _, state in copies):
         return True
     pid = segment.get("heapmap_copy_pid")
-    if written and pid == written:
-        return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             name, _, rest = f.read().rpartition(b")")
     except OSError:
         return False
-    return bool(pid) and name.endswith(b"(hs-heapmap") and rest.split()[:1] not in ([b"Z"], [b"X"])
+    return bool(pid) and name.endswith(b"(hs-heapmap") and _state(rest) not in (b"Z", b"X", b"E")
 
 
-def wait_copies(segment, timeout_s: float, written: int = 0) -> None:
-    """Until no copy is being walked (but the one written, whose map is), or timeout_s."""
+def wait_copies(segment, timeout_s: float) -> None:
+    """Until no copy is being walked, or timeout_s."""
     deadline = time.monotonic() + timeout_s
-    while copy_walking(segment, written) and time.monotonic() < deadline:
+    while copy_walking(segment) and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
@@ -218,12 +228,13 @@ def reap_copies() -> int:
 def reap_ending(timeout_s: float) -> None:
     """At heapsight's end: waits for the copies still ending (one whose map was read ends
     meanwhile, its page tables freed) and reaps them, so that none is left to init, nor
-    running in the run's process group; at most timeout_s."""
+    running in the run's process group; at most timeout_s. One still walking (its map
+    unread) is left to end by itself, as before."""
     deadline = time.monotonic() + timeout_s
     while True:
         copies = _copies()
         _reap(copies)
-        if not copies or time.monotonic() >= deadline:
+        if not any(state == b"E" for _, state in copies) or time.monotonic() >= deadline:
             return
         time.sleep(0.002)
 

@@ -466,10 +466,10 @@ def _after_the_run(argv, opts, segment, linkage, proc, timeline, cb: _Callbacks)
     attached = segment is not None and segment.attached()
     prof = segment.profile() if attached else None
     if attached:
-        written = heapmaps.wait_exit_map(segment)
-        # a snapshot's, made at the program's last calls (not the exit's, written: a large
-        # program's copy took 37-48 ms to end, its page tables freed)
-        heapmaps.wait_copies(segment, heapmaps.EXIT_MAP_WAIT_S, written)
+        heapmaps.wait_exit_map(segment)
+        # a snapshot's, made at the program's last calls (not one that is ending: the exit's,
+        # its map written, took 37-48 ms to free a large program's page tables)
+        heapmaps.wait_copies(segment, heapmaps.EXIT_MAP_WAIT_S)
     collected = collect_maps(segment)
     if attached and (segment.get("forks") or segment.get("foreign_attaches")):
         # the descendants that loaded the library and run on without it (heapsight's copies,
