@@ -161,3 +161,13 @@ def test_a_fifo_planted_where_the_answers_go_blocks_nothing(setup):
     second, asked = run(tmp_path, wrapper, log)   # (run() bounds it: 120 s)
     assert second == first and libc_lines(asked), asked
     assert os.path.exists(kept)
+
+
+def test_a_fifo_in_an_objects_place_blocks_nothing(tmp_path):
+    # GIVEN a FIFO where a library was (put there after the program mapped it): reading
+    # where its debug information may be must not wait for a writer
+    from heapsight import symbolize
+    fifo = tmp_path / "libgone.so"
+    os.mkfifo(fifo)
+    # THEN it is no ELF file (its answers, if any, kept only when complete), at once
+    assert symbolize._debug_sources(str(fifo)) is None

@@ -106,7 +106,6 @@ void *_hs_copy_map(size_t bytes, int populate) {
   return copy_map_flags(bytes, MAP_PRIVATE | (populate ? MAP_POPULATE : 0));
 }
 
-
 void _hs_copy_unmap(void *p, size_t bytes) {
   if (!p) return;
   syscall(SYS_munmap, p, bytes);

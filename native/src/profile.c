@@ -572,10 +572,6 @@ static void map_put(uint64_t lo, uint64_t hi, uint64_t index) {
   if (table_room(&g_live)) table_put(&g_live, page_up(hi) | 2, index); /* else: by its start only */
 }
 
-/* The size histogram (hs_hist_t), under the lock: a sampled block of `usable` bytes taken
- * at `level` had probability p = 1 - exp(-usable / mean) to be sampled (the mean then:
- * M / 2^level), so it stands for 1/p blocks. dir 1: its allocation (req: its requested
- * bytes); -1: its free. */
 /* A block's weight by its usable size and level, kept: the sizes sampled repeat (a churn's
  * sixteen, a program's few hot ones), and the expm1 and the division cost a sample ~190
  * instructions at its allocation and again at its free. Direct-mapped, under the lock; an
@@ -594,6 +590,10 @@ static const struct weight_s *weight_of(uint64_t usable, int level) {
   return e;
 }
 
+/* The size histogram (hs_hist_t), under the lock: a sampled block of `usable` bytes taken
+ * at `level` had probability p = 1 - exp(-usable / mean) to be sampled (the mean then:
+ * M / 2^level), so it stands for 1/p blocks. dir 1: its allocation (req: its requested
+ * bytes); -1: its free. */
 static void hist_add(uint64_t usable, uint64_t req, int level, int dir) {
   hs_hist_t *h = &_hs_seg->hist;
   const struct weight_s *e = weight_of(usable, level);

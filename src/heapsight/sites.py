@@ -62,11 +62,17 @@ Z95 = 1.96
 UNSEEN_MEANS = 3.0
 
 
+def errors_bytes(variance: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """A 95% interval's half-width, for each (variance, mean) pair: the samples' own error,
+    at least what the sampling cannot see (UNSEEN_MEANS means; none where every block was
+    recorded: mean 1)."""
+    err = Z95 * np.sqrt(variance)
+    return np.round(np.where(mean > 1, np.maximum(err, UNSEEN_MEANS * mean), err)).astype(np.int64)
+
+
 def error_bytes(variance: float, mean: float) -> int:
-    """A 95% interval's half-width: the samples' own error, at least what the sampling
-    cannot see (UNSEEN_MEANS means; none where every block was recorded: mean 1)."""
-    err = Z95 * float(np.sqrt(variance))
-    return int(round(max(err, UNSEEN_MEANS * mean) if mean > 1 else err))
+    """errors_bytes of one pair."""
+    return int(errors_bytes(np.float64(variance), np.float64(mean)))
 
 
 def site_mean(bytes_: float, per_mean: float, fallback: float) -> float:
@@ -79,7 +85,15 @@ def site_mean(bytes_: float, per_mean: float, fallback: float) -> float:
     stretches as the seen ones (the shares f_j estimated by the samples' bytes). A site
     whose samples were all drawn at 16 KiB gets 48 KiB, not 3 x 512 KiB; one of a single
     level gets that level's mean. fallback: without samples (no bytes)."""
-    return float(bytes_ / per_mean) if per_mean > 0 and bytes_ > 0 else float(fallback)
+    return float(site_means(np.float64(bytes_), np.float64(per_mean), fallback))
+
+
+def site_means(bytes_: np.ndarray, per_mean: np.ndarray, fallback: float) -> np.ndarray:
+    """site_mean for each (bytes, per_mean) pair."""
+    ok = (per_mean > 0) & (bytes_ > 0)
+    return np.where(ok, bytes_ / np.where(ok, per_mean, 1.0), float(fallback))
+
+
 NO_STACK = "(stack not unwound)"
 
 
@@ -370,13 +384,6 @@ def _site_key(f: symbolize.Frame | None) -> tuple:
     return ("",) if f is None else (f.name(), f.object)
 
 
-def _error_bytes(variance: np.ndarray, mean: np.ndarray) -> list:
-    """error_bytes of each (variance, mean) pair, at once."""
-    err = Z95 * np.sqrt(variance)
-    return np.round(np.where(mean > 1, np.maximum(err, UNSEEN_MEANS * mean), err)).astype(
-        np.int64).tolist()
-
-
 def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     """One moment: the estimate per live stack and per call site, largest first."""
     allocs = prof.allocs
@@ -390,14 +397,12 @@ def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
     present = np.flatnonzero(np.bincount(which, minlength=ns) > 0)
     total = float(b.sum())
     pb, pk, pv, pbm = (x[present] for x in by)
-    # site_mean, for each stack at once
-    fallback = float(prof.mean_bytes)
-    mean = np.where((pbm > 0) & (pb > 0), pb / np.where(pbm > 0, pbm, 1.0), fallback)
     out_stacks = [{"stack": s, "bytes": nb, "blocks": nk, "error_bytes": e}
                   for s, nb, nk, e in zip(present.tolist(),
                                           np.round(pb).astype(np.int64).tolist(),
                                           np.round(pk).astype(np.int64).tolist(),
-                                          _error_bytes(pv, mean))]
+                                          errors_bytes(pv, site_means(pb, pbm, prof.mean_bytes))
+                                          .tolist())]
     out_stacks.sort(key=lambda x: -x["bytes"])
     # stacks of one call site together, each site named by its first live stack's frames,
     # in the order they first come (the sums in stack order, as one by one)
@@ -411,15 +416,16 @@ def estimate(prof: profile.Profile, stacks: Stacks, m: Moment) -> dict:
         reps = present[first].tolist()
     else:
         sums, reps = [np.zeros(0)] * 4, []
+    errors = errors_bytes(sums[2], site_means(sums[0], sums[3], prof.mean_bytes)).tolist()
     out_sites = []
-    for rep, nb, nk, nv, nbm in zip(reps, *(x.tolist() for x in sums)):
+    for rep, nb, nk, e in zip(reps, sums[0].tolist(), sums[1].tolist(), errors):
         frame, own = stacks.site_of[rep], stacks.own_of[rep]
         out_sites.append({"site": site_name(stacks.frames, frame, own), "frame": frame,
                           **({"own_frame": own} if own is not None else {}),
                           "bytes": int(round(nb)),
                           "share": round(float(nb / total), 4) if total else 0.0,
                           "blocks": int(round(nk)),
-                          "error_bytes": error_bytes(nv, site_mean(nb, nbm, prof.mean_bytes))})
+                          "error_bytes": e})
     out_sites.sort(key=lambda x: -x["bytes"])
     return {"name": m.name, "t_s": round(m.t_s, 3), "live_bytes": int(m.live_bytes),
             "estimated_bytes": int(round(total)), "samples": int(live.sum()),

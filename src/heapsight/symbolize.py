@@ -244,9 +244,13 @@ def _debug_sources(obj: str) -> tuple | None:
 
 
 def _read_debug_sources(obj: str) -> tuple | None:
+    import stat
     import struct
-    try:
-        with open(obj, "rb") as f:
+    try:   # a regular file only: a FIFO put in a library's place since must not block
+        fd = os.open(obj, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             head = f.read(64)
             if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
                 return None

@@ -238,15 +238,17 @@ class _Grid:
             w = [max([a] + [cell_len(x) for x in _lines(cell)]) for a, cell in zip(w, cells)]
         return w
 
-    def width(self) -> int:
-        """Its width: the widest cell of each column, and two spaces between columns."""
-        return sum(self.widths()) + 2 * (len(self.heads) - 1)
+    def width(self, widths: list | None = None) -> int:
+        """Its width (of these column widths, else its own): the widest cell of each
+        column, and two spaces between columns."""
+        widths = self.widths() if widths is None else widths
+        return sum(widths) + 2 * (len(widths) - 1)
 
     def fits(self, width: int) -> bool:
         """Whether it is drawn at its natural width: no column past its max_width, the whole
         within width (else rich shrinks, wraps or cuts it)."""
         widths = self.widths()
-        return sum(widths) + 2 * (len(widths) - 1) <= width and all(
+        return self.width(widths) <= width and all(
             m is None or w <= m for w, m in zip(widths, self.max_widths))
 
     def table(self) -> Table:
